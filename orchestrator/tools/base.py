@@ -1,0 +1,187 @@
+"""The tool protocol: what every tool carries, and the per-session context tools share.
+
+A tool is one class in one file under `orchestrator/tools/`. It owns its input model, its
+read-only and concurrency checks (per call, from the input), its business validation, the call
+itself and how it renders for humans. The loop, the executor and the UI never special-case a
+tool by name.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Generic, TypeVar
+
+from pydantic import BaseModel, ConfigDict
+
+from orchestrator.errors import ToolError
+from orchestrator.messages import ImageBlock, TextBlock, ToolResultContent
+
+__all__ = [
+    "DEFAULT_TOOL_TIMEOUT_S",
+    "ReadLedger",
+    "Tool",
+    "ToolContext",
+    "ToolError",
+    "ToolInput",
+    "ToolOutput",
+    "ToolProgress",
+]
+
+DEFAULT_TOOL_TIMEOUT_S = 300.0
+"""Time limit of a tool call whose tool does not say otherwise (Bash has its own rule)."""
+
+
+class ToolInput(BaseModel):
+    """Base of every tool's input model: unknown keys are schema errors."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+InputT = TypeVar("InputT", bound=ToolInput)
+
+
+@dataclass(frozen=True)
+class ToolProgress:
+    """A progress note while a call runs (shown to humans, never to the model)."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class ToolOutput:
+    """The result of a call: content for the model plus an optional short view for humans."""
+
+    content: str | ToolResultContent
+    is_error: bool = False
+    summary: str | None = None
+    """One line for humans; `Tool.render_result` falls back to the first line of content."""
+
+    @classmethod
+    def text(cls, text: str, *, summary: str | None = None) -> ToolOutput:
+        return cls(content=text, summary=summary)
+
+    @classmethod
+    def blocks(cls, blocks: list[TextBlock | ImageBlock], *, summary: str | None = None) -> ToolOutput:
+        return cls(content=list(blocks), summary=summary)
+
+    def as_text(self) -> str:
+        if isinstance(self.content, str):
+            return self.content
+        return "\n".join(b.text for b in self.content if isinstance(b, TextBlock))
+
+
+class ReadLedger:
+    """Read-before-write: when each file was last read (or written) by a tool, by mtime.
+
+    Write, Edit and NotebookEdit refuse a file that is missing here or whose mtime moved since.
+    """
+
+    def __init__(self) -> None:
+        self._mtimes: dict[Path, int] = {}
+
+    def record(self, path: Path) -> None:
+        self._mtimes[path.resolve()] = os.stat(path).st_mtime_ns
+
+    def forget(self, path: Path) -> None:
+        self._mtimes.pop(path.resolve(), None)
+
+    def recorded_mtime(self, path: Path) -> int | None:
+        return self._mtimes.get(path.resolve())
+
+
+T = TypeVar("T")
+
+
+@dataclass
+class ToolContext:
+    """Per-session state tools share. Never module globals: two sessions, two contexts.
+
+    `workspace` is the root the agent works in (absolute, resolved); `cwd` is where relative
+    things (the shell) start. Session-scoped resources (the persistent shell) are created on
+    first use with `resource()` and closed by `aclose()`.
+    """
+
+    workspace: Path
+    cwd: Path
+    session_id: str = "local"
+    read_ledger: ReadLedger = field(default_factory=ReadLedger)
+    extra_roots: tuple[Path, ...] = ()
+    """More directories the agent may work in, besides `workspace`."""
+    _resources: dict[str, Any] = field(default_factory=dict)
+
+    def roots(self) -> tuple[Path, ...]:
+        return (self.workspace, *self.extra_roots)
+
+    def is_inside_roots(self, path: Path) -> bool:
+        """True when `path`, resolved (symlinks followed), lies within a root."""
+        resolved = path.resolve()
+        return any(resolved.is_relative_to(root.resolve()) for root in self.roots())
+
+    def resource(self, key: str, factory: Callable[[], T]) -> T:
+        if key not in self._resources:
+            self._resources[key] = factory()
+        value: T = self._resources[key]
+        return value
+
+    async def aclose(self) -> None:
+        """Close every resource that has an `aclose` (each bounded by the resource itself)."""
+        resources, self._resources = self._resources, {}
+        for value in resources.values():
+            closer: Callable[[], Awaitable[None]] | None = getattr(value, "aclose", None)
+            if closer is not None:
+                await closer()
+
+
+class Tool(Generic[InputT]):
+    """Base class of every tool.
+
+    Subclasses set `name`, `input_model` and `description`, and implement `call` as an async
+    generator that yields any number of `ToolProgress` and then exactly one `ToolOutput`
+    (or raises `ToolError`, whose message is written for the model).
+    """
+
+    name: ClassVar[str]
+    input_model: ClassVar[type[ToolInput]]
+    description: ClassVar[str]
+
+    def is_read_only(self, input: InputT) -> bool:
+        return False
+
+    def is_concurrency_safe(self, input: InputT) -> bool:
+        return self.is_read_only(input)
+
+    def timeout_s(self, input: InputT) -> float:
+        """Wall-time limit of this call; the pipeline enforces it."""
+        return DEFAULT_TOOL_TIMEOUT_S
+
+    async def validate(self, input: InputT, ctx: ToolContext) -> str | None:
+        """Business checks before permission is asked. A string refuses the call (for the model)."""
+        return None
+
+    def call(self, input: InputT, ctx: ToolContext) -> AsyncIterator[ToolProgress | ToolOutput]:
+        raise NotImplementedError
+
+    def render_use(self, input: InputT) -> str:
+        """One line for humans describing the call, e.g. `Read(/repo/a.py)`."""
+        args = ", ".join(f"{k}={v!r}" for k, v in input.model_dump(exclude_defaults=True).items())
+        return f"{self.name}({args})"
+
+    def render_result(self, output: ToolOutput) -> str:
+        """A short view of the result for humans."""
+        if output.summary:
+            return output.summary
+        first = output.as_text().strip().splitlines()
+        return first[0][:200] if first else "(no output)"
+
+    def input_schema(self) -> dict[str, Any]:
+        schema = self.input_model.model_json_schema(by_alias=True)
+        schema.pop("title", None)
+        return schema
+
+    def parse_input(self, raw: dict[str, Any]) -> InputT:
+        """Schema validation; raises pydantic's ValidationError."""
+        parsed: InputT = self.input_model.model_validate(raw)  # type: ignore[assignment]
+        return parsed
