@@ -7,6 +7,7 @@ loop. Field names follow the Anthropic Messages API so `to_api()` is a plain dum
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -85,9 +86,7 @@ ContentBlock = Annotated[
     Field(discriminator="type"),
 ]
 
-StopReason = Literal[
-    "end_turn", "max_tokens", "stop_sequence", "tool_use", "pause_turn", "refusal"
-]
+StopReason = Literal["end_turn", "max_tokens", "stop_sequence", "tool_use", "pause_turn", "refusal"]
 
 
 class Message(BaseModel):
@@ -112,6 +111,12 @@ class Message(BaseModel):
         return "".join(b.text for b in self.content if isinstance(b, TextBlock))
 
     def to_api(self) -> dict[str, Any]:
+        """The API's JSON form. Cached: messages are frozen, and a long history is re-sent
+        every turn (tests/bench/bench_loop.py measures the overhead with 1,000 messages)."""
+        return self._api_form
+
+    @cached_property
+    def _api_form(self) -> dict[str, Any]:
         return self.model_dump(mode="json", exclude_none=True)
 
 

@@ -19,5 +19,5 @@ def truncate_middle(text: str, limit: int, *, what: str = "characters") -> str:
     removed_lines = text.count("\n", head, len(text) - tail)
     return (
         f"{text[:head]}\n\n[... {removed} {what} ({removed_lines} lines) removed from the "
-        f"middle of this output ...]\n\n{text[len(text) - tail:]}"
+        f"middle of this output ...]\n\n{text[len(text) - tail :]}"
     )

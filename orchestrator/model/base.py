@@ -35,7 +35,11 @@ class ToolSpec:
     input_schema: dict[str, Any]
 
     def to_api(self) -> dict[str, Any]:
-        return {"name": self.name, "description": self.description, "input_schema": self.input_schema}
+        return {
+            "name": self.name,
+            "description": self.description,
+            "input_schema": self.input_schema,
+        }
 
 
 @dataclass(frozen=True)

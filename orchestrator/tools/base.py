@@ -64,7 +64,9 @@ class ToolOutput:
         return cls(content=text, summary=summary)
 
     @classmethod
-    def blocks(cls, blocks: list[TextBlock | ImageBlock], *, summary: str | None = None) -> ToolOutput:
+    def blocks(
+        cls, blocks: list[TextBlock | ImageBlock], *, summary: str | None = None
+    ) -> ToolOutput:
         return cls(content=list(blocks), summary=summary)
 
     def as_text(self) -> str:

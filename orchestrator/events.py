@@ -1,0 +1,100 @@
+"""What a run reports while it runs: typed events for the transcript, the output and the logs.
+
+The loop and the tool pipeline call one `EventSink` (a plain callable); the CLI fans events out
+to the transcript writer, the stream-json printer and the audit log. Sinks must be quick and
+must not raise: they run on the loop's hot path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from orchestrator.messages import AssistantMessage, Message
+
+__all__ = [
+    "AssistantTurn",
+    "Event",
+    "EventSink",
+    "PermissionDecided",
+    "RetryScheduled",
+    "TextStreamed",
+    "ToolFinished",
+    "ToolResultsMessage",
+    "ToolStarted",
+    "discard_events",
+]
+
+
+@dataclass(frozen=True)
+class TextStreamed:
+    text: str
+
+
+@dataclass(frozen=True)
+class AssistantTurn:
+    """A complete assistant message, appended to the conversation."""
+
+    turn: AssistantMessage
+
+
+@dataclass(frozen=True)
+class ToolResultsMessage:
+    """The user message carrying a turn's tool_results (or an interruption note)."""
+
+    message: Message
+
+
+@dataclass(frozen=True)
+class ToolStarted:
+    tool_use_id: str
+    tool: str
+    display: str
+    """One line for humans, from `Tool.render_use`."""
+
+
+@dataclass(frozen=True)
+class ToolFinished:
+    tool_use_id: str
+    tool: str
+    summary: str
+    is_error: bool
+    duration_s: float
+
+
+@dataclass(frozen=True)
+class PermissionDecided:
+    """One permission decision, for the audit log."""
+
+    tool_use_id: str
+    tool: str
+    input: dict[str, Any]
+    decision: Literal["allow", "deny", "ask"]
+    rule: str | None
+    answered_by: Literal["policy", "asker"]
+    message: str | None = None
+
+
+@dataclass(frozen=True)
+class RetryScheduled:
+    attempt: int
+    delay_s: float
+    error: str
+    status: int | None
+
+
+Event = (
+    TextStreamed
+    | AssistantTurn
+    | ToolResultsMessage
+    | ToolStarted
+    | ToolFinished
+    | PermissionDecided
+    | RetryScheduled
+)
+EventSink = Callable[[Event], None]
+
+
+def discard_events(event: Event) -> None:
+    """An `EventSink` that drops everything (tests and subagents that do not report)."""

@@ -1,0 +1,119 @@
+"""Streaming tool execution: start calls while the message still streams, in a safe order.
+
+Rules (DESIGN.md, loop contract 3), decided per call from its input:
+
+- a concurrency-safe call starts as soon as its block is complete, once every earlier
+  non-safe call has finished; safe calls share one `CapacityLimiter`;
+- a non-safe call starts only once the message is complete (a retried stream can never have
+  started a write) and every earlier call has finished; every later call waits for it;
+- results come back in tool_use order, one per call, whatever happened.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import trio
+
+from orchestrator.messages import ToolResultBlock, ToolUseBlock
+from orchestrator.pipeline import (
+    INTERRUPTED_RUNNING,
+    INTERRUPTED_WAITING,
+    PreparedCall,
+    ToolPipeline,
+)
+
+__all__ = ["StreamingToolExecutor"]
+
+
+@dataclass(eq=False)
+class _Call:
+    prepared: PreparedCall
+    blocker: _Call | None
+    """The latest earlier non-safe call: this call may not start before it is done."""
+    done: trio.Event = field(default_factory=trio.Event)
+    scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+    started: bool = False
+    result: ToolResultBlock | None = None
+
+
+class StreamingToolExecutor:
+    """Schedules one assistant message's tool calls on a nursery the caller owns.
+
+    **Cancellation:** cancelling the nursery interrupts every call; each unfinished call gets a
+    fixed interruption result (`INTERRUPTED_RUNNING` or `INTERRUPTED_WAITING`).
+    """
+
+    def __init__(
+        self, pipeline: ToolPipeline, nursery: trio.Nursery, limiter: trio.CapacityLimiter
+    ) -> None:
+        self._pipeline = pipeline
+        self._nursery = nursery
+        self._limiter = limiter
+        self._calls: list[_Call] = []
+        self._by_id: dict[str, _Call] = {}
+        self._message_complete = trio.Event()
+
+    def add(self, block: ToolUseBlock) -> None:
+        """Schedule a call as soon as its block is complete."""
+        if block.id in self._by_id:
+            return
+        prepared = self._pipeline.prepare(block)
+        blocker = next((c for c in reversed(self._calls) if not c.prepared.concurrency_safe), None)
+        call = _Call(prepared, blocker)
+        self._calls.append(call)
+        self._by_id[block.id] = call
+        self._nursery.start_soon(self._run, call, list(self._calls[:-1]))
+
+    def discard(self) -> None:
+        """The stream restarts (a retry): drop every call so far; they were all safe."""
+        for call in self._calls:
+            call.scope.cancel()
+        self._calls = []
+        self._by_id = {}
+
+    def message_complete(self, tool_uses: list[ToolUseBlock]) -> None:
+        """The final message is known: schedule any call not seen yet, in message order."""
+        for block in tool_uses:
+            self.add(block)
+        wanted = [b.id for b in tool_uses]
+        self._calls = [self._by_id[i] for i in wanted]
+        self._message_complete.set()
+
+    async def results(self) -> list[ToolResultBlock]:
+        """Wait for every call and return their results in tool_use order."""
+        for call in self._calls:
+            await call.done.wait()
+        return [self.result_of(c) for c in self._calls]
+
+    def settled_results(self) -> list[ToolResultBlock]:
+        """Results now, with interruption texts for unfinished calls (after a cancel)."""
+        return [self.result_of(c) for c in self._calls]
+
+    @staticmethod
+    def result_of(call: _Call) -> ToolResultBlock:
+        if call.result is not None:
+            return call.result
+        return ToolResultBlock(
+            tool_use_id=call.prepared.block.id,
+            content=INTERRUPTED_RUNNING if call.started else INTERRUPTED_WAITING,
+            is_error=True,
+        )
+
+    async def _run(self, call: _Call, earlier: list[_Call]) -> None:
+        try:
+            with call.scope:
+                if call.prepared.concurrency_safe:
+                    if call.blocker is not None:
+                        await call.blocker.done.wait()
+                    async with self._limiter:
+                        call.started = True
+                        call.result = await self._pipeline.execute(call.prepared)
+                else:
+                    await self._message_complete.wait()
+                    for other in earlier:
+                        await other.done.wait()
+                    call.started = True
+                    call.result = await self._pipeline.execute(call.prepared)
+        finally:
+            call.done.set()

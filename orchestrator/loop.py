@@ -1,0 +1,220 @@
+"""The agent loop: ask the model, run the tools it asked for, repeat until it stops.
+
+It knows nothing of individual tools and decides from the final message (never from the
+envelope's `stop_reason` alone). Every tool_use gets exactly one tool_result, in order, whatever
+happens; the run ends with one `TerminalReason`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import trio
+
+from orchestrator.aio import closing_iter
+from orchestrator.errors import ModelError
+from orchestrator.events import (
+    AssistantTurn,
+    EventSink,
+    RetryScheduled,
+    TextStreamed,
+    ToolResultsMessage,
+)
+from orchestrator.executor import StreamingToolExecutor
+from orchestrator.messages import (
+    AssistantMessage,
+    ContentBlock,
+    Message,
+    TextBlock,
+    ToolResultBlock,
+    Usage,
+)
+from orchestrator.model.base import (
+    BlockComplete,
+    MessageComplete,
+    ModelClient,
+    ModelRequest,
+    Retry,
+    TextDelta,
+)
+from orchestrator.outcome import TerminalReason
+from orchestrator.pipeline import ToolPipeline
+from orchestrator.transcript_repair import INTERRUPTED_BY_USER, normalize_for_api
+
+__all__ = ["LoopConfig", "RunControl", "RunResult", "run_loop"]
+
+
+@dataclass(frozen=True)
+class LoopConfig:
+    system: list[str] = field(default_factory=list)
+    """System prompt blocks, most stable first."""
+    max_turns: int = 100
+    """Model requests per run; the run ends with `max_turns` when reached."""
+    max_concurrency: int = 10
+    """Concurrency-safe tool calls that may run at once."""
+    max_tokens: int = 16_384
+    """Output tokens per model response."""
+
+    def __post_init__(self) -> None:
+        if self.max_turns < 1:
+            raise ValueError("max_turns must be at least 1")
+        if self.max_concurrency < 1:
+            raise ValueError("max_concurrency must be at least 1")
+
+
+class RunControl:
+    """The handle a caller uses to interrupt a run (Ctrl-C, Esc, a deadline).
+
+    `interrupt()` stops the model stream and running tools; the run then returns
+    `interrupted` with a transcript that can be resumed.
+    """
+
+    def __init__(self) -> None:
+        self._scope: trio.CancelScope | None = None
+        self.interrupted = False
+
+    def interrupt(self) -> None:
+        self.interrupted = True
+        if self._scope is not None:
+            self._scope.cancel()
+
+
+@dataclass(frozen=True)
+class RunResult:
+    reason: TerminalReason
+    messages: list[Message]
+    """The whole conversation, including what this run appended."""
+    num_turns: int
+    usage: Usage
+    cost_usd: float
+    result: str
+    """The final assistant text, or the error sentence when the run failed."""
+    duration_s: float
+
+
+async def run_loop(
+    *,
+    model: ModelClient,
+    messages: list[Message],
+    pipeline: ToolPipeline,
+    config: LoopConfig,
+    emit: EventSink,
+    control: RunControl | None = None,
+) -> RunResult:
+    """Run turns until the model answers without tool calls, or a terminal reason occurs.
+
+    `messages` is the history to continue (it must end with a user message); it is not mutated.
+
+    **Cancellation:** `control.interrupt()` ends the run with `interrupted` and a consistent
+    transcript; an outer cancellation propagates (nothing is left half-appended).
+    **Errors:** none for model or tool failures: they are terminal reasons or tool_results.
+    """
+    control = control or RunControl()
+    history = list(messages)
+    started = time.monotonic()
+    usage = Usage()
+    cost = 0.0
+    limiter = trio.CapacityLimiter(config.max_concurrency)
+    tool_specs = pipeline.tools.specs()
+    last_text = ""
+
+    def finish(reason: TerminalReason, result: str, turns: int) -> RunResult:
+        return RunResult(reason, history, turns, usage, cost, result, time.monotonic() - started)
+
+    for turn in range(1, config.max_turns + 1):
+        request = ModelRequest(
+            system=config.system,
+            messages=normalize_for_api(history),
+            tools=tool_specs,
+            max_tokens=config.max_tokens,
+        )
+        final: AssistantMessage | None = None
+        completed: dict[int, ContentBlock] = {}
+        results: list[ToolResultBlock] = []
+        error: ModelError | None = None
+        with trio.CancelScope() as scope:
+            control._scope = scope
+            if control.interrupted:
+                scope.cancel()
+            async with trio.open_nursery() as nursery:
+                executor = StreamingToolExecutor(pipeline, nursery, limiter)
+                try:
+                    final = await _stream_turn(model, request, executor, completed, emit)
+                except ModelError as exc:
+                    error = exc
+                    nursery.cancel_scope.cancel()
+                else:
+                    executor.message_complete(final.message.tool_uses())
+                    emit(AssistantTurn(final))
+                    history.append(final.message)
+                    results = await executor.results()
+        control._scope = None
+        if control.interrupted:
+            results = executor.settled_results()
+
+        if final is not None:
+            usage += final.usage
+            cost += final.cost_usd
+            last_text = final.message.text() or last_text
+        if control.interrupted:
+            _close_interrupted(history, final, completed, results, emit)
+            return finish("interrupted", "The run was interrupted.", turn)
+        if error is not None:
+            return finish(error.reason, error.message, turn)
+        assert final is not None
+        if not final.message.tool_uses():
+            return finish("completed", final.message.text(), turn)
+        tool_results = Message(role="user", content=list(results))
+        history.append(tool_results)
+        emit(ToolResultsMessage(tool_results))
+    return finish(
+        "max_turns", last_text or f"Stopped after {config.max_turns} turns.", config.max_turns
+    )
+
+
+async def _stream_turn(
+    model: ModelClient,
+    request: ModelRequest,
+    executor: StreamingToolExecutor,
+    completed: dict[int, ContentBlock],
+    emit: EventSink,
+) -> AssistantMessage:
+    async with closing_iter(model.stream(request)) as events:
+        async for event in events:
+            match event:
+                case TextDelta(text=text):
+                    emit(TextStreamed(text))
+                case BlockComplete(index=index, block=block):
+                    completed[index] = block
+                    if block.type == "tool_use":
+                        executor.add(block)
+                case Retry():
+                    completed.clear()
+                    executor.discard()
+                    emit(RetryScheduled(event.attempt, event.delay_s, event.error, event.status))
+                case MessageComplete(message=message):
+                    return message
+    raise ModelError("The model stream ended without a complete message.")
+
+
+def _close_interrupted(
+    history: list[Message],
+    final: AssistantMessage | None,
+    completed: dict[int, ContentBlock],
+    results: list[ToolResultBlock],
+    emit: EventSink,
+) -> None:
+    """Leave a resumable transcript: what streamed, a result per tool_use, a note.
+
+    `results` are the executor's: one per scheduled call (every completed tool_use block was
+    scheduled), with interruption texts for the unfinished ones. Two user messages in a row
+    are merged by `normalize_for_api` before the next request.
+    """
+    if final is None and completed:
+        partial = Message(role="assistant", content=[completed[i] for i in sorted(completed)])
+        history.append(partial)
+        emit(AssistantTurn(AssistantMessage(message=partial, model="(interrupted)")))
+    note = Message(role="user", content=[*results, TextBlock(text=INTERRUPTED_BY_USER)])
+    history.append(note)
+    emit(ToolResultsMessage(note))

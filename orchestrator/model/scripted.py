@@ -1,0 +1,171 @@
+"""A model that replays a JSON script of assistant turns: offline demos and tests.
+
+Users run it with `--model scripted:PATH`. The script is a list of turns (or an object with a
+`turns` list); each turn is:
+
+    {"latency_ms": 50,                       # optional: wait before the turn streams
+     "content": [{"type": "text", "text": "..."},
+                 {"type": "tool_use", "name": "Read", "input": {...}, "id": "optional"}],
+     "block_latency_ms": 0,                  # optional: wait between blocks
+     "stop_reason": "end_turn", "usage": {"input_tokens": 10, "output_tokens": 5}}
+
+The text `{{workspace}}` in any string is replaced by the run's workspace, so one script works
+wherever the demo repository is copied.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import trio
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from orchestrator.errors import ConfigError, ModelError
+from orchestrator.messages import (
+    AssistantMessage,
+    ContentBlock,
+    Message,
+    StopReason,
+    TextBlock,
+    ToolUseBlock,
+    Usage,
+)
+from orchestrator.model.base import (
+    BlockComplete,
+    MessageComplete,
+    ModelEvent,
+    ModelRequest,
+    TextDelta,
+)
+
+__all__ = ["ScriptedModel", "ScriptedTurn", "load_script"]
+
+
+class _ScriptedText(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["text"]
+    text: str
+
+
+class _ScriptedToolUse(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["tool_use"]
+    name: str
+    input: dict[str, Any]
+    id: str | None = None
+
+
+class ScriptedTurn(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    content: list[Annotated[_ScriptedText | _ScriptedToolUse, Field(discriminator="type")]]
+    latency_ms: float = 0.0
+    """Wait before the turn starts streaming, in milliseconds."""
+    block_latency_ms: float = 0.0
+    """Wait between content blocks, in milliseconds."""
+    stop_reason: StopReason | None = None
+    usage: Usage | None = None
+
+
+class _Script(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    turns: list[ScriptedTurn]
+
+
+def load_script(path: Path) -> list[ScriptedTurn]:
+    """Read and check a script file; errors name the file and the offending turn."""
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read the script: {exc.strerror}", source=str(path)) from exc
+    except json.JSONDecodeError as exc:
+        raise ConfigError(
+            f"not valid JSON (line {exc.lineno}, column {exc.colno}): {exc.msg}", source=str(path)
+        ) from exc
+    try:
+        return _Script.model_validate({"turns": raw} if isinstance(raw, list) else raw).turns
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise ConfigError(f"{where}: {first['msg']}", source=str(path)) from exc
+
+
+def _substitute(value: Any, variables: dict[str, str]) -> Any:
+    if isinstance(value, str):
+        for key, replacement in variables.items():
+            value = value.replace("{{" + key + "}}", replacement)
+        return value
+    if isinstance(value, list):
+        return [_substitute(v, variables) for v in value]
+    if isinstance(value, dict):
+        return {k: _substitute(v, variables) for k, v in value.items()}
+    return value
+
+
+class ScriptedModel:
+    """Replays `turns` in order, one per request; running out is a `model_error`."""
+
+    def __init__(
+        self,
+        turns: list[ScriptedTurn],
+        *,
+        name: str = "scripted",
+        variables: dict[str, str] | None = None,
+    ) -> None:
+        self._turns = turns
+        self._name = name
+        self._variables = variables or {}
+        self._next = 0
+        self.requests: list[ModelRequest] = []
+        """Every request received, for tests and demos."""
+
+    @classmethod
+    def from_file(cls, path: Path, *, variables: dict[str, str] | None = None) -> ScriptedModel:
+        return cls(load_script(path), name=f"scripted:{path.name}", variables=variables)
+
+    @property
+    def model(self) -> str:
+        return self._name
+
+    async def aclose(self) -> None:
+        return None
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+        self.requests.append(request)
+        index = self._next
+        if index >= len(self._turns):
+            raise ModelError(
+                f"The scripted model has no turn {index + 1}: the script has "
+                f"{len(self._turns)} turns."
+            )
+        self._next += 1
+        turn = self._turns[index]
+        if turn.latency_ms:
+            await trio.sleep(turn.latency_ms / 1000)
+        blocks: list[ContentBlock] = []
+        for i, item in enumerate(turn.content):
+            if i and turn.block_latency_ms:
+                await trio.sleep(turn.block_latency_ms / 1000)
+            block: ContentBlock
+            if isinstance(item, _ScriptedText):
+                block = TextBlock(text=_substitute(item.text, self._variables))
+                yield TextDelta(i, block.text)
+            else:
+                block = ToolUseBlock(
+                    id=item.id or f"toolu_script_{index + 1:03d}_{i:02d}",
+                    name=item.name,
+                    input=_substitute(item.input, self._variables),
+                )
+            blocks.append(block)
+            yield BlockComplete(i, block)
+        has_tools = any(b.type == "tool_use" for b in blocks)
+        message = AssistantMessage(
+            message=Message(role="assistant", content=blocks),
+            model=self._name,
+            stop_reason=turn.stop_reason or ("tool_use" if has_tools else "end_turn"),
+            usage=turn.usage or Usage(),
+        )
+        yield MessageComplete(message)

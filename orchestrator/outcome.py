@@ -1,0 +1,44 @@
+"""How a run ends: a closed set of terminal reasons, each with a documented exit code."""
+
+from __future__ import annotations
+
+from typing import Literal, assert_never
+
+__all__ = ["EXIT_USAGE", "TerminalReason", "exit_code"]
+
+TerminalReason = Literal[
+    "completed",
+    "interrupted",
+    "max_turns",
+    "prompt_too_long",
+    "model_error",
+    "budget_exceeded",
+    "hook_blocked",
+    "permission_denied",
+]
+
+EXIT_USAGE = 2
+"""Bad command line or configuration: nothing ran."""
+
+
+def exit_code(reason: TerminalReason) -> int:
+    """The process exit code for a terminal reason (README "Exit codes" lists them)."""
+    match reason:
+        case "completed":
+            return 0
+        case "model_error":
+            return 1
+        case "max_turns":
+            return 3
+        case "prompt_too_long":
+            return 4
+        case "budget_exceeded":
+            return 5
+        case "hook_blocked":
+            return 6
+        case "permission_denied":
+            return 7
+        case "interrupted":
+            return 130
+        case _:
+            assert_never(reason)

@@ -1,0 +1,285 @@
+"""The per-call pipeline: from a model's `tool_use` block to exactly one `tool_result`.
+
+    unknown tool -> input JSON -> schema -> tool.validate -> permission -> ask -> call
+    (under the tool's time limit) -> cap and render
+
+Every failure on that path becomes an `is_error` result whose text tells the model how to fix
+the call; nothing here raises into the loop except cancellation. Where the call runs is the
+`ToolRunner` seam: in-process for now, a sandboxed tool host later.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import pydantic
+import trio
+
+from orchestrator.aio import closing_iter
+from orchestrator.errors import ToolError
+from orchestrator.events import EventSink, PermissionDecided, ToolFinished, ToolStarted
+from orchestrator.messages import ToolResultBlock, ToolUseBlock
+from orchestrator.permissions import Allow, Ask, Asker, Deny, PermissionFn
+from orchestrator.text import truncate_middle
+from orchestrator.tools.base import Tool, ToolContext, ToolInput, ToolOutput, ToolProgress
+from orchestrator.tools.registry import ToolRegistry
+
+__all__ = [
+    "DEFAULT_OUTPUT_CAP",
+    "INTERRUPTED_RUNNING",
+    "INTERRUPTED_WAITING",
+    "InProcessRunner",
+    "PreparedCall",
+    "ToolPipeline",
+    "ToolRunner",
+]
+
+DEFAULT_OUTPUT_CAP = 100_000
+"""Characters of a tool result the model sees; longer output keeps its head and tail."""
+
+INTERRUPTED_RUNNING = (
+    "Interrupted: the run was cancelled while this tool call was running. It may have had "
+    "partial effects; check the state before repeating it."
+)
+INTERRUPTED_WAITING = (
+    "Interrupted: the run was cancelled before this tool call started. It had no effect."
+)
+
+
+class ToolRunner(Protocol):
+    """Where validation and calls execute. The sandboxed tool host implements this too."""
+
+    async def validate(self, tool: Tool[Any], input: ToolInput, ctx: ToolContext) -> str | None: ...
+
+    def call(
+        self, tool: Tool[Any], input: ToolInput, ctx: ToolContext
+    ) -> AsyncIterator[ToolProgress | ToolOutput]: ...
+
+
+class InProcessRunner:
+    """Runs tools in this process (tests, and `--sandbox=off`)."""
+
+    async def validate(self, tool: Tool[Any], input: ToolInput, ctx: ToolContext) -> str | None:
+        return await tool.validate(input, ctx)
+
+    def call(
+        self, tool: Tool[Any], input: ToolInput, ctx: ToolContext
+    ) -> AsyncIterator[ToolProgress | ToolOutput]:
+        return tool.call(input, ctx)
+
+
+@dataclass(frozen=True)
+class PreparedCall:
+    """A tool_use after the cheap, synchronous checks: either ready to run or already failed."""
+
+    block: ToolUseBlock
+    tool: Tool[Any] | None
+    input: ToolInput | None
+    error: str | None
+
+    @property
+    def concurrency_safe(self) -> bool:
+        # A call that already failed touches nothing, so it never holds others back.
+        if self.tool is None or self.input is None:
+            return True
+        try:
+            return self.tool.is_concurrency_safe(self.input)
+        except Exception:
+            return False
+
+
+def _schema_error_text(tool: Tool[Any], exc: pydantic.ValidationError) -> str:
+    problems = []
+    for err in exc.errors(include_url=False):
+        where = ".".join(str(p) for p in err["loc"]) or "(input)"
+        problems.append(f"- {where}: {err['msg']}")
+    expected = ", ".join(
+        f"{name}{'' if field.is_required() else '?'}"
+        for name, field in ((f.alias or n, f) for n, f in tool.input_model.model_fields.items())
+    )
+    return (
+        f"InputValidationError: {tool.name} was called with invalid input:\n"
+        + "\n".join(problems)
+        + f"\nExpected parameters: {expected}. Fix the input and call {tool.name} again."
+    )
+
+
+class ToolPipeline:
+    """Runs one tool_use through every check to its single tool_result."""
+
+    def __init__(
+        self,
+        *,
+        tools: ToolRegistry,
+        ctx: ToolContext,
+        permission: PermissionFn,
+        asker: Asker,
+        runner: ToolRunner | None = None,
+        emit: EventSink,
+        output_cap: int = DEFAULT_OUTPUT_CAP,
+    ) -> None:
+        self.tools = tools
+        self.ctx = ctx
+        self.permission = permission
+        self.asker = asker
+        self.runner: ToolRunner = runner or InProcessRunner()
+        self.emit = emit
+        self.output_cap = output_cap
+
+    def prepare(self, block: ToolUseBlock) -> PreparedCall:
+        """Unknown tool, unparsable JSON and schema checks: cheap enough to run while streaming."""
+        tool = self.tools.get(block.name)
+        if tool is None:
+            names = ", ".join(self.tools.names())
+            return PreparedCall(
+                block, None, None, f"No such tool: {block.name}. Available tools: {names}."
+            )
+        if block.parse_error is not None:
+            return PreparedCall(
+                block,
+                tool,
+                None,
+                f"The input of this {tool.name} call was not valid JSON ({block.parse_error}). "
+                f"Call {tool.name} again with a complete JSON object.",
+            )
+        try:
+            parsed = tool.parse_input(block.input)
+        except pydantic.ValidationError as exc:
+            return PreparedCall(block, tool, None, _schema_error_text(tool, exc))
+        return PreparedCall(block, tool, parsed, None)
+
+    async def execute(self, call: PreparedCall) -> ToolResultBlock:
+        """Validation, permission, the call itself. Returns the call's one tool_result.
+
+        **Cancellation:** propagates; the executor fills in the interruption result.
+        """
+        block = call.block
+        if call.error is not None or call.tool is None or call.input is None:
+            return self._error(block, call.error or "internal error: unprepared call")
+        tool, input = call.tool, call.input
+        try:
+            refusal = await self.runner.validate(tool, input, self.ctx)
+        except Exception as exc:
+            return self._error(block, f"{tool.name} could not validate this call: {exc}")
+        if refusal is not None:
+            return self._error(block, refusal)
+
+        decided = await self._decide(tool, input, block)
+        if isinstance(decided, Deny):
+            return self._error(block, decided.message)
+        if decided.updated_input is not None:
+            try:
+                input = tool.parse_input(decided.updated_input)
+            except pydantic.ValidationError as exc:
+                return self._error(block, _schema_error_text(tool, exc))
+        return await self._call(tool, input, block)
+
+    async def _decide(self, tool: Tool[Any], input: ToolInput, block: ToolUseBlock) -> Allow | Deny:
+        try:
+            result = await self.permission(tool, input, self.ctx)
+        except Exception as exc:
+            result = Deny(f"The permission check failed ({exc}); the call was not run.")
+        self._audit(block, tool, result, "policy")
+        if isinstance(result, Ask):
+            try:
+                answer = await self.asker(tool, input, result)
+            except Exception as exc:
+                answer = Deny(f"Asking for permission failed ({exc}); the call was not run.")
+            self._audit(block, tool, answer, "asker")
+            return answer
+        return result
+
+    def _audit(
+        self, block: ToolUseBlock, tool: Tool[Any], result: Allow | Deny | Ask, by: str
+    ) -> None:
+        match result:
+            case Allow(rule=rule):
+                decision, message = "allow", None
+            case Deny(message=message, rule=rule):
+                decision = "deny"
+            case Ask(reason=message, rule=rule):
+                decision = "ask"
+        self.emit(
+            PermissionDecided(
+                tool_use_id=block.id,
+                tool=tool.name,
+                input=block.input,
+                decision=decision,  # type: ignore[arg-type]
+                rule=rule,
+                answered_by=by,  # type: ignore[arg-type]
+                message=message,
+            )
+        )
+
+    async def _call(
+        self, tool: Tool[Any], input: ToolInput, block: ToolUseBlock
+    ) -> ToolResultBlock:
+        started = time.monotonic()
+        self.emit(ToolStarted(block.id, tool.name, self._render_use(tool, input)))
+        output: ToolOutput | None = None
+        limit = tool.timeout_s(input)
+        with trio.move_on_after(limit if math.isfinite(limit) else math.inf) as scope:
+            try:
+                async with closing_iter(self.runner.call(tool, input, self.ctx)) as events:
+                    async for event in events:
+                        if isinstance(event, ToolOutput):
+                            output = event
+                            break
+            except ToolError as exc:
+                output = ToolOutput(content=exc.message, is_error=True)
+            except Exception as exc:
+                output = ToolOutput(
+                    content=f"{tool.name} failed unexpectedly: {type(exc).__name__}: {exc}. "
+                    "This is likely a bug in the tool; try a different approach.",
+                    is_error=True,
+                )
+        if scope.cancelled_caught:
+            output = ToolOutput(
+                content=f"{tool.name} timed out after {limit:g} s and was stopped. Break the "
+                "work into smaller steps or raise the timeout if the tool has one.",
+                is_error=True,
+            )
+        elif output is None:
+            output = ToolOutput(content=f"{tool.name} returned no result.", is_error=True)
+        summary = self._render_result(tool, output)
+        self.emit(
+            ToolFinished(block.id, tool.name, summary, output.is_error, time.monotonic() - started)
+        )
+        return ToolResultBlock(
+            tool_use_id=block.id, content=self._capped(output), is_error=output.is_error
+        )
+
+    def _capped(self, output: ToolOutput) -> Any:
+        content = output.content
+        if isinstance(content, str):
+            return truncate_middle(content, self.output_cap) if content else "(no output)"
+        return [
+            b.model_copy(update={"text": truncate_middle(b.text, self.output_cap)})
+            if b.type == "text"
+            else b
+            for b in content
+        ]
+
+    @staticmethod
+    def _render_use(tool: Tool[Any], input: ToolInput) -> str:
+        try:
+            return tool.render_use(input)
+        except Exception:
+            return tool.name
+
+    @staticmethod
+    def _render_result(tool: Tool[Any], output: ToolOutput) -> str:
+        try:
+            return tool.render_result(output)
+        except Exception:
+            return "(result)"
+
+    def _error(self, block: ToolUseBlock, text: str) -> ToolResultBlock:
+        self.emit(ToolFinished(block.id, block.name, text.splitlines()[0][:200], True, 0.0))
+        return ToolResultBlock(
+            tool_use_id=block.id, content=f"<tool_use_error>{text}</tool_use_error>", is_error=True
+        )

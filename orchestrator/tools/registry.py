@@ -1,0 +1,71 @@
+"""The set of tools a run offers the model, by name.
+
+The registry is a value built per session (tools may hold per-session collaborators such as the
+Bash command classifier); `builtin_tools()` is the standard set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from orchestrator.model.base import ToolSpec
+from orchestrator.tools.base import Tool
+
+__all__ = ["ToolRegistry", "builtin_tools"]
+
+
+class ToolRegistry:
+    def __init__(self, tools: Iterable[Tool[Any]]) -> None:
+        self._tools: dict[str, Tool[Any]] = {}
+        for tool in tools:
+            if tool.name in self._tools:
+                raise ValueError(f"two tools are named {tool.name!r}")
+            self._tools[tool.name] = tool
+
+    def get(self, name: str) -> Tool[Any] | None:
+        return self._tools.get(name)
+
+    def names(self) -> list[str]:
+        return list(self._tools)
+
+    def __iter__(self) -> Iterator[Tool[Any]]:
+        return iter(self._tools.values())
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def only(self, keep: Callable[[Tool[Any]], bool]) -> ToolRegistry:
+        return ToolRegistry(t for t in self._tools.values() if keep(t))
+
+    def specs(self) -> list[ToolSpec]:
+        return [ToolSpec(t.name, t.description, t.input_schema()) for t in self._tools.values()]
+
+
+def builtin_tools(*, bash_classifier: Callable[[str], bool] | None = None) -> ToolRegistry:
+    """Every built-in tool. `bash_classifier` decides which Bash commands are read-only."""
+    from orchestrator.tools.bash import BashTool
+    from orchestrator.tools.edit import EditTool
+    from orchestrator.tools.glob import GlobTool
+    from orchestrator.tools.grep import GrepTool
+    from orchestrator.tools.ls import LSTool
+    from orchestrator.tools.multi_edit import MultiEditTool
+    from orchestrator.tools.notebook_edit import NotebookEditTool
+    from orchestrator.tools.read import ReadTool
+    from orchestrator.tools.think import ThinkTool
+    from orchestrator.tools.write import WriteTool
+
+    return ToolRegistry(
+        [
+            ReadTool(),
+            GlobTool(),
+            GrepTool(),
+            LSTool(),
+            EditTool(),
+            MultiEditTool(),
+            WriteTool(),
+            NotebookEditTool(),
+            BashTool(classifier=bash_classifier),
+            ThinkTool(),
+        ]
+    )
