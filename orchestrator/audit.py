@@ -1,0 +1,52 @@
+"""The audit log: one JSON line per permission decision (and, later, per sandboxed execution).
+
+It sits next to the session's transcript (`<session>.audit.jsonl`) and is flushed per line, so
+a killed run still shows who allowed what, by which rule.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from pathlib import Path
+from typing import IO, Any
+
+from orchestrator.events import Event, PermissionDecided
+
+__all__ = ["AuditLog"]
+
+
+class AuditLog:
+    def __init__(self, path: Path, *, mode: str, floor: str) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.path = path
+        self._mode = mode
+        self._floor = floor
+        self._file: IO[str] = path.open("a", encoding="utf-8")
+
+    def record(self, kind: str, **fields: Any) -> None:
+        line = {"ts": round(time.time(), 3), "kind": kind, **fields}
+        self._file.write(json.dumps(line, default=str, separators=(",", ":")) + "\n")
+        self._file.flush()
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, PermissionDecided):
+            digest = hashlib.sha256(
+                json.dumps(event.input, sort_keys=True, default=str).encode()
+            ).hexdigest()[:16]
+            self.record(
+                "permission",
+                tool_use_id=event.tool_use_id,
+                tool=event.tool,
+                input_digest=digest,
+                decision=event.decision,
+                rule=event.rule,
+                answered_by=event.answered_by,
+                mode=self._mode,
+                floor=self._floor,
+                message=event.message,
+            )
+
+    def close(self) -> None:
+        self._file.close()

@@ -1,0 +1,1 @@
+"""`warren demo`: a bundled sample repository and a scripted session that works on it."""

@@ -1,0 +1,286 @@
+"""A headless run (`warren -p`): wire model, tools, permissions, session and output, then loop.
+
+This is the composition root of one run. Start-up work runs concurrently: importing the
+Anthropic SDK (about a second) overlaps gathering the context snapshot.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+import structlog
+import trio
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from orchestrator.audit import AuditLog
+from orchestrator.context import gather_context, system_prompt
+from orchestrator.errors import ConfigError
+from orchestrator.events import (
+    AssistantTurn,
+    Event,
+    EventSink,
+    RetryScheduled,
+    ToolResultsMessage,
+)
+from orchestrator.logs import configure_logging
+from orchestrator.loop import LoopConfig, RunControl, RunResult, run_loop
+from orchestrator.messages import Message
+from orchestrator.model.base import ModelClient
+from orchestrator.output import OutputFormat, OutputPrinter, ProgressPrinter
+from orchestrator.paths import WarrenDirs
+from orchestrator.permissions import PermissionMode, default_permission, headless_asker
+from orchestrator.pipeline import ToolPipeline
+from orchestrator.session import SessionStore, Transcript
+from orchestrator.tools.base import ToolContext
+from orchestrator.tools.registry import ToolRegistry, builtin_tools
+
+__all__ = ["HeadlessOptions", "RunReport", "run_headless"]
+
+DEFAULT_MODEL = "claude-sonnet-4-5"
+
+
+class HeadlessOptions(BaseModel):
+    """Everything one headless run is configured with (the CLI fills it from flags)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    prompt: str
+    """The user's request."""
+    cwd: Path
+    """The workspace root: absolute, existing directory."""
+    model: str = DEFAULT_MODEL
+    """A Claude model name, or `scripted:PATH` to replay a script."""
+    output_format: OutputFormat = "text"
+    """What goes to stdout: the final text, one JSON result, or one JSON event per line."""
+    max_turns: int = Field(default=100, ge=1)
+    """Model requests in this run."""
+    max_concurrency: int = Field(default=10, ge=1, le=64)
+    """Concurrency-safe tool calls at once."""
+    permission_mode: PermissionMode = "default"
+    """`default`: read-only calls allowed, others asked (denied headless); `bypass`: all."""
+    allowed_tools: frozenset[str] = frozenset()
+    """Tools allowed without asking."""
+    disallowed_tools: frozenset[str] = frozenset()
+    """Tools denied outright."""
+    resume: str | None = None
+    """Session id to continue."""
+    continue_last: bool = False
+    """Continue the most recent session started in `cwd`."""
+    verbose: bool = False
+    """Readable logs and progress on stderr."""
+    progress: bool = False
+    """Human progress lines (tool calls, results) on stderr."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> HeadlessOptions:
+        if self.resume and self.continue_last:
+            raise ValueError("--resume and --continue cannot be used together; pick one")
+        both = self.allowed_tools & self.disallowed_tools
+        if both:
+            raise ValueError(
+                f"{', '.join(sorted(both))} is in both --allowed-tools and --disallowed-tools"
+            )
+        if not self.cwd.is_absolute():
+            raise ValueError("cwd must be an absolute path")
+        return self
+
+
+@dataclass
+class RunReport:
+    result: RunResult
+    session_id: str
+    transcript: Path
+    model: str
+
+
+def _make_model(name: str, cwd: Path) -> ModelClient:
+    if name.startswith("scripted:"):
+        from orchestrator.model.scripted import ScriptedModel
+
+        path = Path(name.removeprefix("scripted:")).expanduser()
+        if not path.is_absolute():
+            path = Path.cwd() / path
+        return ScriptedModel.from_file(path, variables={"workspace": str(cwd)})
+    from orchestrator.model.anthropic import AnthropicModel
+
+    return AnthropicModel(model=name)
+
+
+async def _warm_up_sdk(name: str) -> None:
+    """Import the SDK in a thread while other start-up work runs."""
+    if not name.startswith("scripted:"):
+        await trio.to_thread.run_sync(__import__, "anthropic")
+
+
+@dataclass
+class _Fanout:
+    sinks: list[EventSink] = field(default_factory=list)
+
+    def __call__(self, event: Event) -> None:
+        for sink in self.sinks:
+            sink(event)
+
+
+def _transcript_sink(transcript: Transcript) -> EventSink:
+    def write(event: Event) -> None:
+        match event:
+            case AssistantTurn(turn=turn):
+                transcript.message(turn.message)
+            case ToolResultsMessage(message=message):
+                transcript.message(message)
+            case RetryScheduled():
+                transcript.write(
+                    {
+                        "type": "retry",
+                        "attempt": event.attempt,
+                        "delay_s": event.delay_s,
+                        "error": event.error,
+                    }
+                )
+            case _:
+                pass
+
+    return write
+
+
+async def run_headless(
+    options: HeadlessOptions,
+    *,
+    dirs: WarrenDirs | None = None,
+    stdout: IO[str] | None = None,
+    extra_sinks: list[EventSink] | None = None,
+    tools: Callable[[], ToolRegistry] | None = None,
+    model: ModelClient | None = None,
+    install_signal_handler: bool = True,
+) -> RunReport:
+    """Run one headless session to its terminal reason.
+
+    **Cancellation:** SIGINT (Ctrl-C) interrupts the run (`interrupted`, resumable transcript);
+    a second SIGINT cancels at once.
+    `tools` and `model` replace the built-in tool set and the model named in `options`
+    (tests and embedders).
+
+    **Errors:** `ConfigError` for a bad model script, session or directory; model and tool
+    failures are terminal reasons, never exceptions.
+    """
+    dirs = dirs or WarrenDirs.from_env()
+    out = stdout or sys.stdout
+    store = SessionStore(dirs.sessions)
+    cwd = options.cwd.resolve()
+    if not cwd.is_dir():
+        raise ConfigError(f"{cwd} is not a directory", source="--cwd")
+
+    history: list[Message] = []
+    if options.resume or options.continue_last:
+        session_id = options.resume or store.latest_for(cwd)
+        if session_id is None:
+            raise ConfigError(f"no earlier session in {cwd} to continue", source="--continue")
+        from orchestrator.errors import SessionError
+
+        try:
+            loaded = store.load(session_id)
+        except SessionError as exc:
+            raise ConfigError(str(exc), source="--resume") from exc
+        history = list(loaded.messages)
+        transcript = store.open(session_id)
+        transcript.write({"type": "resume", "skipped_lines": loaded.skipped_lines})
+    else:
+        transcript = store.create(cwd=cwd, model=options.model)
+    log_file = configure_logging(
+        log_file=dirs.logs / f"{transcript.session_id}.log", verbose=options.verbose
+    )
+    log = structlog.get_logger().bind(session_id=transcript.session_id)
+    audit = AuditLog(
+        transcript.path.with_suffix(".audit.jsonl"), mode=options.permission_mode, floor="unproven"
+    )
+    try:
+        snapshot = None
+
+        async def context() -> None:
+            nonlocal snapshot
+            snapshot = await gather_context(cwd)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_warm_up_sdk, options.model)
+            nursery.start_soon(context)
+        assert snapshot is not None
+        model = model or _make_model(options.model, cwd)
+        registry = tools() if tools is not None else builtin_tools()
+        printer = OutputPrinter(options.output_format, transcript.session_id, out)
+        sinks = _Fanout([_transcript_sink(transcript), audit, printer, *(extra_sinks or [])])
+        if options.progress or options.verbose:
+            sinks.sinks.append(ProgressPrinter(sys.stderr))
+        printer.init(
+            cwd=str(cwd),
+            model=model.model,
+            tools=registry.names(),
+            transcript=str(transcript.path),
+            permission_mode=options.permission_mode,
+        )
+        ctx = ToolContext(workspace=cwd, cwd=cwd, session_id=transcript.session_id)
+        pipeline = ToolPipeline(
+            tools=registry,
+            ctx=ctx,
+            permission=default_permission(
+                options.permission_mode,
+                allowed_tools=options.allowed_tools,
+                disallowed_tools=options.disallowed_tools,
+            ),
+            asker=headless_asker,
+            emit=sinks,
+        )
+        prompt = Message.user_text(options.prompt)
+        transcript.message(prompt)
+        control = RunControl()
+        log.info("run started", model=model.model, cwd=str(cwd), resumed=bool(history))
+        try:
+            async with trio.open_nursery() as nursery:
+                if install_signal_handler:
+                    nursery.start_soon(_interrupt_on_sigint, control)
+                result = await run_loop(
+                    model=model,
+                    messages=[*history, prompt],
+                    pipeline=pipeline,
+                    config=LoopConfig(
+                        system=system_prompt(snapshot),
+                        max_turns=options.max_turns,
+                        max_concurrency=options.max_concurrency,
+                    ),
+                    emit=sinks,
+                    control=control,
+                )
+                nursery.cancel_scope.cancel()
+        finally:
+            with trio.CancelScope(shield=True), trio.move_on_after(10):
+                await ctx.aclose()
+                await model.aclose()
+        printer.finish(result)
+        transcript.write(
+            {
+                "type": "result",
+                "reason": result.reason,
+                "num_turns": result.num_turns,
+                "usage": result.usage.model_dump(),
+                "total_cost_usd": result.cost_usd,
+            }
+        )
+        log.info("run finished", reason=result.reason, turns=result.num_turns)
+        return RunReport(result, transcript.session_id, transcript.path, model.model)
+    finally:
+        transcript.close()
+        audit.close()
+        if log_file is not None:
+            log_file.close()
+
+
+async def _interrupt_on_sigint(control: RunControl) -> None:
+    with trio.open_signal_receiver(signal.SIGINT) as signals:
+        async for _ in signals:
+            if control.interrupted:
+                raise KeyboardInterrupt
+            control.interrupt()

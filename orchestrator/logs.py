@@ -1,0 +1,56 @@
+"""Logging: structlog, JSON lines to a per-session file, readable lines on stderr with -v.
+
+Configured once per process by the CLI (the composition root); library code only calls
+`structlog.get_logger()`. Nothing is ever printed to stdout, which belongs to the output format.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import MutableMapping
+from pathlib import Path
+from typing import IO, Any
+
+import structlog
+
+__all__ = ["configure_logging"]
+
+
+class _Writer:
+    """The last processor: one JSON line to the file, one readable line to stderr if verbose."""
+
+    def __init__(self, file: IO[str] | None, verbose: bool) -> None:
+        self._file = file
+        self._verbose = verbose
+
+    def __call__(self, logger: Any, method: str, event: MutableMapping[str, Any]) -> str:
+        if self._file is not None:
+            self._file.write(json.dumps(event, default=str) + "\n")
+            self._file.flush()
+        if self._verbose:
+            extras = " ".join(
+                f"{k}={v}" for k, v in event.items() if k not in ("event", "level", "timestamp")
+            )
+            sys.stderr.write(f"[{event.get('level', method)}] {event.get('event')} {extras}\n")
+        raise structlog.DropEvent
+
+
+def configure_logging(*, log_file: Path | None, verbose: bool) -> IO[str] | None:
+    """Send logs to `log_file` (JSON lines) and, if `verbose`, to stderr. Returns the file."""
+    file: IO[str] | None = None
+    if log_file is not None:
+        log_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        file = log_file.open("a", encoding="utf-8")
+    structlog.configure(
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            _Writer(file, verbose),
+        ],
+        cache_logger_on_first_use=False,
+    )
+    structlog.get_logger().info("logging configured", pid=os.getpid(), started=time.time())
+    return file

@@ -1,0 +1,148 @@
+"""Headless output: `--output-format text | json | stream-json`, and human progress lines.
+
+stream-json follows the shape of Claude Code's so tools written for it read Warren's: one JSON
+object per line — `system/init`, `assistant`, `user` (tool results), `system/api_retry`, and a
+final `result`. Nothing else is ever written to stdout in that mode.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from typing import IO, Any, Literal
+
+from orchestrator.events import (
+    AssistantTurn,
+    Event,
+    PermissionDecided,
+    RetryScheduled,
+    TextStreamed,
+    ToolFinished,
+    ToolResultsMessage,
+    ToolStarted,
+)
+from orchestrator.loop import RunResult
+
+__all__ = ["OutputFormat", "OutputPrinter", "ProgressPrinter", "result_record"]
+
+OutputFormat = Literal["text", "json", "stream-json"]
+
+
+def result_record(result: RunResult, *, session_id: str, turns_offset: int = 0) -> dict[str, Any]:
+    subtype = {"completed": "success", "max_turns": "error_max_turns"}.get(
+        result.reason, "error_during_execution"
+    )
+    return {
+        "type": "result",
+        "subtype": subtype,
+        "is_error": result.reason != "completed",
+        "terminal_reason": result.reason,
+        "result": result.result,
+        "num_turns": result.num_turns,
+        "duration_ms": round(result.duration_s * 1000),
+        "usage": result.usage.model_dump(),
+        "total_cost_usd": round(result.cost_usd, 6),
+        "session_id": session_id,
+    }
+
+
+@dataclass
+class OutputPrinter:
+    """The event sink that writes the chosen format to `out` (stdout)."""
+
+    format: OutputFormat
+    session_id: str
+    out: IO[str] = sys.stdout
+
+    def _line(self, record: dict[str, Any]) -> None:
+        self.out.write(json.dumps(record, ensure_ascii=False) + "\n")
+        self.out.flush()
+
+    def init(
+        self, *, cwd: str, model: str, tools: list[str], transcript: str, **extra: Any
+    ) -> None:
+        if self.format == "stream-json":
+            self._line(
+                {
+                    "type": "system",
+                    "subtype": "init",
+                    "session_id": self.session_id,
+                    "cwd": cwd,
+                    "model": model,
+                    "tools": tools,
+                    "transcript_path": transcript,
+                    **extra,
+                }
+            )
+
+    def __call__(self, event: Event) -> None:
+        if self.format != "stream-json":
+            return
+        match event:
+            case AssistantTurn(turn=turn):
+                message = {
+                    "id": turn.request_id,
+                    "type": "message",
+                    "role": "assistant",
+                    "model": turn.model,
+                    "content": turn.message.to_api()["content"],
+                    "stop_reason": turn.stop_reason,
+                    "usage": turn.usage.model_dump(),
+                }
+                self._line({"type": "assistant", "message": message, "session_id": self.session_id})
+            case ToolResultsMessage(message=message):
+                self._line(
+                    {"type": "user", "message": message.to_api(), "session_id": self.session_id}
+                )
+            case RetryScheduled():
+                self._line(
+                    {
+                        "type": "system",
+                        "subtype": "api_retry",
+                        "attempt": event.attempt,
+                        "delay_ms": round(event.delay_s * 1000),
+                        "error": event.error,
+                        "error_status": event.status,
+                        "session_id": self.session_id,
+                    }
+                )
+            case _:
+                pass
+
+    def finish(self, result: RunResult) -> None:
+        record = result_record(result, session_id=self.session_id)
+        match self.format:
+            case "stream-json" | "json":
+                self._line(record)
+            case "text":
+                text = result.result
+                self.out.write(text + ("\n" if text and not text.endswith("\n") else ""))
+                self.out.flush()
+
+
+@dataclass
+class ProgressPrinter:
+    """Readable progress for humans (stderr in headless runs, stdout in the demo)."""
+
+    out: IO[str] = sys.stderr
+    show_text: bool = False
+
+    def __call__(self, event: Event) -> None:
+        match event:
+            case TextStreamed(text=text) if self.show_text:
+                self.out.write(text)
+            case AssistantTurn(turn=turn) if self.show_text and turn.message.text():
+                self.out.write("\n")
+            case ToolStarted(display=display):
+                self.out.write(f"  -> {display}\n")
+            case ToolFinished(tool=tool, summary=summary, is_error=is_error, duration_s=d):
+                mark = "!!" if is_error else "<-"
+                self.out.write(f"  {mark} {tool}: {summary} ({d * 1000:.0f} ms)\n")
+            case PermissionDecided(decision="deny", tool=tool, message=message):
+                self.out.write(f"  xx {tool} denied: {(message or '').splitlines()[0][:160]}\n")
+            case RetryScheduled(attempt=attempt, delay_s=delay, error=error):
+                self.out.write(f"  .. retry {attempt} in {delay:.1f} s: {error}\n")
+            case _:
+                return
+        self.out.flush()

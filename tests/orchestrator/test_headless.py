@@ -1,0 +1,180 @@
+"""Headless runs: output formats, transcripts, resume after a crash, audit lines."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.headless import HeadlessOptions, run_headless
+from orchestrator.messages import Message, ToolUseBlock
+from orchestrator.model.scripted import ScriptedModel, ScriptedTurn
+from orchestrator.paths import WarrenDirs
+from orchestrator.session import SessionStore
+from orchestrator.tools.registry import ToolRegistry
+from orchestrator.transcript_repair import INTERRUPTED_BY_USER, is_valid_for_api
+from tests.orchestrator.probe_tools import ProbeLog, ProbeTool
+
+
+def write_script(path: Path, turns: list[dict[str, Any]]) -> str:
+    path.write_text(json.dumps({"turns": turns}))
+    return f"scripted:{path}"
+
+
+def probe_call(label: str, **kw: Any) -> dict[str, Any]:
+    return {"type": "tool_use", "name": "Probe", "input": {"label": label, **kw}}
+
+
+@pytest.fixture
+def dirs(tmp_path: Path) -> WarrenDirs:
+    return WarrenDirs(state=tmp_path / "state", config=tmp_path / "config")
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "WARREN.md").write_text("Always run `make check`.")
+    return ws
+
+
+async def headless(
+    options: HeadlessOptions, dirs: WarrenDirs, model: ScriptedModel | None = None
+) -> tuple[Any, str]:
+    out = io.StringIO()
+    report = await run_headless(
+        options,
+        dirs=dirs,
+        stdout=out,
+        tools=lambda: ToolRegistry([ProbeTool(ProbeLog())]),
+        model=model,
+        install_signal_handler=False,
+    )
+    return report, out.getvalue()
+
+
+async def test_stream_json_shape(tmp_path: Path, dirs: WarrenDirs, workspace: Path) -> None:
+    model = write_script(
+        tmp_path / "s.json",
+        [
+            {"content": [{"type": "text", "text": "looking"}, probe_call("a"), probe_call("b")]},
+            {"content": [{"type": "text", "text": "all done"}]},
+        ],
+    )
+    options = HeadlessOptions(prompt="go", cwd=workspace, model=model, output_format="stream-json")
+    report, out = await headless(options, dirs)
+    lines = [json.loads(line) for line in out.splitlines()]
+    kinds = [(r["type"], r.get("subtype")) for r in lines]
+    assert kinds == [
+        ("system", "init"),
+        ("assistant", None),
+        ("user", None),
+        ("assistant", None),
+        ("result", "success"),
+    ]
+    init = lines[0]
+    assert init["session_id"] == report.session_id
+    assert init["tools"] == ["Probe"]
+    assert init["transcript_path"] == str(report.transcript)
+    assert [c["type"] for c in lines[1]["message"]["content"]] == ["text", "tool_use", "tool_use"]
+    results = lines[2]["message"]["content"]
+    assert [r["content"] for r in results] == ["done a", "done b"]
+    final = lines[-1]
+    assert final["result"] == "all done"
+    assert final["num_turns"] == 2
+    assert final["is_error"] is False
+    assert set(final) >= {"duration_ms", "usage", "total_cost_usd", "session_id"}
+
+
+async def test_system_prompt_carries_context_and_memory(
+    tmp_path: Path, dirs: WarrenDirs, workspace: Path
+) -> None:
+    model = ScriptedModel(
+        [ScriptedTurn.model_validate({"content": [{"type": "text", "text": "hi"}]})]
+    )
+    await headless(HeadlessOptions(prompt="go", cwd=workspace), dirs, model)
+    system = "\n".join(model.requests[0].system)
+    assert f"Working directory: {workspace}" in system
+    assert "Always run `make check`." in system
+    assert "WARREN.md" in system
+
+
+async def test_json_output_and_transcript(
+    tmp_path: Path, dirs: WarrenDirs, workspace: Path
+) -> None:
+    model = write_script(
+        tmp_path / "s.json",
+        [{"content": [probe_call("a")]}, {"content": [{"type": "text", "text": "ok"}]}],
+    )
+    options = HeadlessOptions(prompt="go", cwd=workspace, model=model, output_format="json")
+    report, out = await headless(options, dirs)
+    record = json.loads(out)
+    assert record["type"] == "result" and record["result"] == "ok"
+    lines = [json.loads(x) for x in report.transcript.read_text().splitlines()]
+    assert lines[0]["type"] == "session"
+    roles = [x["message"]["role"] for x in lines if x["type"] == "message"]
+    assert roles == ["user", "assistant", "user", "assistant"]
+    assert lines[-1]["type"] == "result"
+    audit = report.transcript.with_suffix(".audit.jsonl").read_text().splitlines()
+    decision = json.loads(audit[0])
+    assert decision["tool"] == "Probe" and decision["decision"] == "allow"
+    assert decision["rule"] == "read-only"
+
+
+async def test_resume_after_crash_mid_turn(
+    tmp_path: Path, dirs: WarrenDirs, workspace: Path
+) -> None:
+    """A transcript cut after a tool_use (process killed) resumes without a protocol error."""
+    store = SessionStore(dirs.sessions)
+    transcript = store.create(cwd=workspace, model="scripted")
+    transcript.message(Message.user_text("first"))
+    transcript.message(
+        Message(
+            role="assistant",
+            content=[ToolUseBlock(id="toolu_dangling", name="Probe", input={"label": "x"})],
+        )
+    )
+    transcript.close()
+    with transcript.path.open("a") as f:
+        f.write('{"type":"message","message":{"role":"us')  # half-written line
+
+    model = ScriptedModel(
+        [ScriptedTurn.model_validate({"content": [{"type": "text", "text": "resumed"}]})]
+    )
+    report, _ = await headless(
+        HeadlessOptions(prompt="go on", cwd=workspace, resume=transcript.session_id), dirs, model
+    )
+    assert report.result.reason == "completed"
+    sent = model.requests[0].messages
+    assert is_valid_for_api(sent)
+    assert sent[2].tool_results()[0].content == INTERRUPTED_BY_USER
+    assert sent[-1].content[-1].text == "go on"
+    assert report.session_id == transcript.session_id
+
+
+async def test_continue_picks_latest_session(
+    tmp_path: Path, dirs: WarrenDirs, workspace: Path
+) -> None:
+    model = write_script(tmp_path / "s.json", [{"content": [{"type": "text", "text": "one"}]}])
+    first, _ = await headless(HeadlessOptions(prompt="a", cwd=workspace, model=model), dirs)
+    model2 = write_script(tmp_path / "s2.json", [{"content": [{"type": "text", "text": "two"}]}])
+    second, _ = await headless(
+        HeadlessOptions(prompt="b", cwd=workspace, model=model2, continue_last=True), dirs
+    )
+    assert second.session_id == first.session_id
+    assert [m.role for m in second.result.messages] == ["user", "assistant", "user", "assistant"]
+
+
+def test_contradictory_options_are_rejected(workspace: Path) -> None:
+    with pytest.raises(ValueError, match="--resume and --continue"):
+        HeadlessOptions(prompt="x", cwd=workspace, resume="abc", continue_last=True)
+    with pytest.raises(ValueError, match="both --allowed-tools and --disallowed-tools"):
+        HeadlessOptions(
+            prompt="x",
+            cwd=workspace,
+            allowed_tools=frozenset({"Bash"}),
+            disallowed_tools=frozenset({"Bash"}),
+        )
