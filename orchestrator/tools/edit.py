@@ -1,0 +1,264 @@
+"""The Edit tool: replace one exact piece of text in a file the agent has read.
+
+Exact, literal matching is what makes an edit safe to apply without a human looking: the text
+to replace must occur once (or `replace_all` says every occurrence is meant), and nothing in
+`new_string` is interpreted (`$1` and backslashes are kept). Models send LF text; in a CRLF
+file both strings are matched and written with CRLF. MultiEdit reuses `apply_edit` and
+`write_back` from here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import ClassVar
+
+import trio
+from pydantic import Field
+
+from orchestrator.tools._files import (
+    TextFile,
+    changed_regions,
+    count_line_changes,
+    encode_text,
+    load_text,
+    missing_file_message,
+    path_problem,
+    snippet,
+    stale_read_problem,
+    to_line_ending,
+)
+from orchestrator.tools.base import (
+    Tool,
+    ToolContext,
+    ToolError,
+    ToolInput,
+    ToolOutput,
+    ToolProgress,
+)
+
+__all__ = [
+    "NEW_STRING_HELP",
+    "OLD_STRING_HELP",
+    "REPLACE_ALL_HELP",
+    "EditInput",
+    "EditTool",
+    "apply_edit",
+    "describe_change",
+    "edit_target_problem",
+    "write_back",
+]
+
+OLD_STRING_HELP = (
+    "The exact text to replace, copied from the file as it is now (same indentation and "
+    "whitespace, without the line-number prefix Read shows). Include enough surrounding lines "
+    "to make it unique. Empty only to create a new file."
+)
+NEW_STRING_HELP = "The text to put in its place (must differ from old_string). Taken literally."
+REPLACE_ALL_HELP = "Replace every occurrence of old_string instead of exactly one (default false)."
+
+
+class EditInput(ToolInput):
+    file_path: str = Field(description="Absolute path of the file to change.")
+    old_string: str = Field(description=OLD_STRING_HELP)
+    new_string: str = Field(description=NEW_STRING_HELP)
+    replace_all: bool = Field(default=False, description=REPLACE_ALL_HELP)
+
+
+def _line_of(text: str, index: int) -> int:
+    return text.count("\n", 0, index) + 1
+
+
+def apply_edit(
+    text: str, old: str, new: str, *, replace_all: bool, line_ending: str, path: Path
+) -> tuple[str, int]:
+    """`text` with `old` replaced by `new`, literally, and how many occurrences were replaced.
+
+    In a CRLF file the model's LF strings are matched and inserted as CRLF; if the CRLF form
+    does not occur the string is tried as given (a file with mixed endings).
+
+    **Errors:** `ToolError` when `old` occurs nowhere, or more than once without `replace_all`;
+    the message says how to fix the call.
+    """
+    if old == new:
+        raise ToolError(
+            "old_string and new_string are identical, so there is nothing to change. "
+            "Give the new text in new_string."
+        )
+    if line_ending == "\r\n":
+        old_form, new_form = to_line_ending(old, "\r\n"), to_line_ending(new, "\r\n")
+    else:
+        old_form, new_form = old, new
+    count = text.count(old_form)
+    if count == 0 and old_form != old:
+        old_form, count = old, text.count(old)
+    if count == 0:
+        raise ToolError(_not_found_message(text, old, path))
+    if count > 1 and not replace_all:
+        lines: list[int] = []
+        at = text.find(old_form)
+        while at != -1 and len(lines) < 10:
+            lines.append(_line_of(text, at))
+            at = text.find(old_form, at + len(old_form))
+        where = ", ".join(str(n) for n in lines) + (", ..." if count > len(lines) else "")
+        raise ToolError(
+            f"Found {count} matches of old_string in {path} (at lines {where}), but replace_all "
+            "is false. Add more surrounding lines to old_string so that it matches exactly one "
+            "place, or set replace_all to true to replace every occurrence."
+        )
+    return text.replace(old_form, new_form), count
+
+
+def _not_found_message(text: str, old: str, path: Path) -> str:
+    message = (
+        f"old_string was not found in {path}. It must match the file exactly, including "
+        "whitespace and indentation. Read the file again and copy the current text."
+    )
+    lines = old.splitlines()
+    if lines and all(line.lstrip()[:1].isdigit() and "\t" in line for line in lines):
+        stripped = "\n".join(line.split("\t", 1)[1] for line in lines)
+        if stripped in text.replace("\r\n", "\n"):
+            return (
+                message + " old_string seems to include the line-number prefixes Read shows "
+                "(number and tab); leave them out."
+            )
+    if " ".join(old.split()) in " ".join(text.split()):
+        return message + " A match exists that differs only in whitespace or indentation."
+    return message
+
+
+def edit_target_problem(raw: str, ctx: ToolContext, *, creating: bool) -> str | None:
+    """Checks shared by Edit and MultiEdit before any text is matched.
+
+    `creating` is true when the (first) old_string is empty: that creates a new file and is
+    only allowed when none exists.
+    """
+    problem = path_problem(raw, ctx, param="file_path", writing=True)
+    if problem:
+        return problem
+    path = Path(raw)
+    if path.suffix.lower() == ".ipynb":
+        return f"{path} is a Jupyter notebook; use NotebookEdit to change its cells."
+    if path.is_dir():
+        return f"{path} is a directory, not a file."
+    if not path.exists():
+        return None if creating else missing_file_message(path, ctx)
+    if creating:
+        return (
+            f"{path} already exists; an empty old_string only creates new files. To change "
+            "it, Read it and give the text to replace in old_string (or use Write to replace "
+            "the whole file)."
+        )
+    return stale_read_problem(path, ctx)
+
+
+def write_back(path: Path, before: TextFile | None, after: str, ctx: ToolContext) -> str | None:
+    """Write `after` in the encoding of `before` (UTF-8 for a new file) and record the mtime.
+
+    Returns a note for the model when the encoding could not be kept.
+    """
+    if before is None:
+        data, note = after.encode("utf-8"), None
+    else:
+        data, note = encode_text(after, before.encoding, before.bom)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    except OSError as exc:
+        raise ToolError(f"Cannot write {path}: {exc.strerror or exc}.") from exc
+    ctx.read_ledger.record(path)
+    return note
+
+
+def describe_change(path: Path, before: str, after: str, what: str) -> tuple[str, str]:
+    """The result text (what changed, then the changed region with line numbers) and summary."""
+    added, removed = count_line_changes(before, after)
+    view = snippet(after, changed_regions(before, after))
+    text = f"Edited {path}: {what} ({added} lines added, {removed} removed)."
+    if view:
+        text += f" The changed region now reads (line numbers as Read shows them):\n{view}"
+    return text, f"{what} (+{added} -{removed})"
+
+
+def _check(input: EditInput, ctx: ToolContext) -> str | None:
+    problem = edit_target_problem(input.file_path, ctx, creating=input.old_string == "")
+    if problem or input.old_string == "":
+        return problem
+    path = Path(input.file_path)
+    try:
+        current = load_text(path)
+        apply_edit(
+            current.text,
+            input.old_string,
+            input.new_string,
+            replace_all=input.replace_all,
+            line_ending=current.line_ending,
+            path=path,
+        )
+    except ToolError as exc:
+        return exc.message
+    return None
+
+
+def _edit(input: EditInput, ctx: ToolContext) -> ToolOutput:
+    """Blocking part of the call (worker thread)."""
+    path = Path(input.file_path)
+    creating = input.old_string == ""
+    # Checked again: the file may have changed (or appeared) while permission was asked.
+    problem = edit_target_problem(input.file_path, ctx, creating=creating)
+    if problem:
+        raise ToolError(problem)
+    if creating:
+        write_back(path, None, input.new_string, ctx)
+        lines = len(input.new_string.splitlines())
+        text = f"Created {path} ({lines} lines)."
+        return ToolOutput.text(text, summary=f"Created ({lines} lines)")
+    before = load_text(path)
+    after, count = apply_edit(
+        before.text,
+        input.old_string,
+        input.new_string,
+        replace_all=input.replace_all,
+        line_ending=before.line_ending,
+        path=path,
+    )
+    note = write_back(path, before, after, ctx)
+    what = "1 replacement" if count == 1 else f"{count} replacements"
+    text, summary = describe_change(path, before.text, after, what)
+    if note:
+        text += "\n" + note
+    return ToolOutput.text(text, summary=summary)
+
+
+class EditTool(Tool[EditInput]):
+    name: ClassVar[str] = "Edit"
+    input_model: ClassVar[type[ToolInput]] = EditInput
+    description: ClassVar[str] = """Replaces exact text in a file: old_string becomes new_string.
+
+- Read the file first in this session; an edit of an unread file, or of a file that changed \
+on disk since you read it, is refused (Read it again, then retry).
+- old_string must match the file exactly, character for character, including indentation. \
+Copy it from Read's output without the line-number prefix (the number and the tab before \
+each line).
+- old_string must occur exactly once. If it occurs several times, add surrounding lines to \
+make it unique, or set replace_all to true to change every occurrence (useful for renaming).
+- Replacement is literal: nothing in new_string is a regex or escape ($1 and backslashes are \
+written as given).
+- An empty old_string creates a new file with new_string as content (only if the file does \
+not exist yet).
+- Several changes to one file: use MultiEdit (one call, applied all or nothing). Whole-file \
+rewrites: Write. Notebooks (.ipynb): NotebookEdit.
+- The result shows the changed region with line numbers; no need to Read the file again to \
+check it."""
+
+    async def validate(self, input: EditInput, ctx: ToolContext) -> str | None:
+        return await trio.to_thread.run_sync(_check, input, ctx)
+
+    async def call(
+        self, input: EditInput, ctx: ToolContext
+    ) -> AsyncIterator[ToolProgress | ToolOutput]:
+        yield await trio.to_thread.run_sync(_edit, input, ctx)
+
+    def render_use(self, input: EditInput) -> str:
+        suffix = ", replace_all" if input.replace_all else ""
+        return f"Edit({input.file_path}{suffix})"

@@ -1,0 +1,259 @@
+"""The Grep tool: search file contents with ripgrep, in three output modes.
+
+The early kernel's Grep returned file names only; this one also returns matching lines with
+context (`path:line:text`) and per-file counts, so the model rarely needs Bash to search. rg
+runs as a subprocess without a shell; its output is capped twice (the caller's `head_limit`
+and a hard cap), and the result always says when something was cut.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import ClassVar, Literal
+
+import trio
+from pydantic import Field
+
+from orchestrator.tools._files import newest_first, path_problem, run_ripgrep
+from orchestrator.tools.base import (
+    Tool,
+    ToolContext,
+    ToolError,
+    ToolInput,
+    ToolOutput,
+    ToolProgress,
+)
+from orchestrator.tools.glob import RG_COMMON, plan_glob
+
+__all__ = ["MAX_GREP_CHARS", "MAX_GREP_LINES", "GrepInput", "GrepTool"]
+
+MAX_GREP_LINES = 500
+"""Lines (content mode) or entries (other modes) returned at most, whatever head_limit says."""
+MAX_GREP_CHARS = 60_000
+"""Characters returned at most; lines beyond are dropped whole."""
+MAX_LINE_COLUMNS = 500
+"""Longer matching lines (minified code) are replaced by a preview of this many columns."""
+
+OutputMode = Literal["content", "files_with_matches", "count"]
+
+
+class GrepInput(ToolInput):
+    pattern: str = Field(
+        description=(
+            "Regular expression to search for (ripgrep / Rust regex syntax: escape literal "
+            r"braces and parentheses, e.g. `interface\{\}` or `foo\(`)."
+        )
+    )
+    path: str | None = Field(
+        default=None,
+        description="Absolute path of a file or directory to search (default: the current "
+        "working directory).",
+    )
+    glob: str | None = Field(
+        default=None,
+        description='Only search files matching this glob, e.g. "*.js", "*.{ts,tsx}", '
+        '"src/**/*.py" (rg --glob).',
+    )
+    type: str | None = Field(
+        default=None,
+        description='Only search files of this rg type, e.g. "py", "js", "rust", "go" (rg '
+        "--type); more efficient than glob for standard file types.",
+    )
+    output_mode: OutputMode = Field(
+        default="files_with_matches",
+        description='"files_with_matches" (default): paths of matching files, newest first; '
+        '"content": matching lines as path:line:text (supports -A/-B/-C, -n); "count": '
+        "matching lines per file.",
+    )
+    case_insensitive: bool = Field(
+        default=False, alias="-i", description="Case-insensitive search (rg -i)."
+    )
+    line_numbers: bool = Field(
+        default=True,
+        alias="-n",
+        description="Show line numbers (content mode only; default true).",
+    )
+    after_context: int | None = Field(
+        default=None, ge=0, alias="-A", description="Lines to show after each match (content mode)."
+    )
+    before_context: int | None = Field(
+        default=None,
+        ge=0,
+        alias="-B",
+        description="Lines to show before each match (content mode).",
+    )
+    context: int | None = Field(
+        default=None,
+        ge=0,
+        alias="-C",
+        description="Lines to show before and after each match (content mode).",
+    )
+    multiline: bool = Field(
+        default=False,
+        description="Let the pattern span lines, with . matching newlines (rg -U "
+        "--multiline-dotall). Default false.",
+    )
+    head_limit: int | None = Field(
+        default=None,
+        ge=1,
+        description="Return only the first N lines (content) or entries (other modes). "
+        f"Results are capped at {MAX_GREP_LINES} in any case.",
+    )
+
+
+def _search_target(input: GrepInput, ctx: ToolContext) -> tuple[Path, list[str], Path | None]:
+    """The path rg searches, the rg flags that select files (glob and type), and the
+    directory rg runs in (None when the target does not exist). Blocking (stats)."""
+    target = Path(input.path) if input.path else ctx.cwd
+    select = ["--type", input.type] if input.type else []
+    if input.glob is not None and target.is_dir():
+        if input.type:  # both: rg's own semantics (the glob decides; see glob.py's docstring)
+            select.append(f"--glob={input.glob}")
+        else:
+            plan = plan_glob(input.glob)
+            target, select = Path(os.path.normpath(target / plan.subdir)), plan.rg_args()
+    if target.is_dir():
+        return target, select, target
+    return target, select, target.parent if target.exists() else None
+
+
+def _rg_args(input: GrepInput, target: Path, select: list[str]) -> list[str]:
+    args = [*RG_COMMON, *select, f"--max-columns={MAX_LINE_COLUMNS}", "--max-columns-preview"]
+    if input.case_insensitive:
+        args.append("--ignore-case")
+    if input.multiline:
+        args += ["--multiline", "--multiline-dotall"]
+    match input.output_mode:
+        case "files_with_matches":
+            args.append("--files-with-matches")
+        case "count":
+            args += ["--count", "--with-filename", "--sort=path"]
+        case "content":
+            args += ["--no-heading", "--with-filename", "--sort=path"]
+            args.append("--line-number" if input.line_numbers else "--no-line-number")
+            if input.context is not None:
+                args.append(f"--context={input.context}")
+            if input.after_context is not None:
+                args.append(f"--after-context={input.after_context}")
+            if input.before_context is not None:
+                args.append(f"--before-context={input.before_context}")
+    return [*args, "--regexp", input.pattern, "--", str(target)]
+
+
+def _cap(lines: list[str], head_limit: int | None, unit: str, more: bool) -> tuple[list[str], str]:
+    """At most head_limit / MAX_GREP_LINES lines within MAX_GREP_CHARS, and a note if cut."""
+    limit = min(head_limit or MAX_GREP_LINES, MAX_GREP_LINES)
+    kept: list[str] = []
+    size = 0
+    for line in lines[:limit]:
+        size += len(line) + 1
+        if size > MAX_GREP_CHARS and kept:
+            break
+        kept.append(line)
+    total = f"{'more than ' if more else ''}{len(lines)}"
+    if len(kept) == len(lines) and not more:
+        return kept, ""
+    if head_limit is not None and len(kept) == head_limit:
+        return kept, f"[Showing the first {len(kept)} of {total} {unit} (head_limit={head_limit}).]"
+    return kept, (
+        f"[Showing the first {len(kept)} of {total} {unit}; the output was capped. Narrow the "
+        "search with a more specific pattern, path, glob or type, or page with head_limit.]"
+    )
+
+
+def _check(input: GrepInput, ctx: ToolContext) -> str | None:
+    if input.path is not None:
+        problem = path_problem(input.path, ctx, param="path")
+        if problem:
+            return problem
+        if not Path(input.path).exists():
+            return f"path {input.path} does not exist."
+    if input.glob and ".." in input.glob.split("/"):
+        return "glob must not contain '..'; give the directory to search as path instead."
+    return None
+
+
+class GrepTool(Tool[GrepInput]):
+    name: ClassVar[str] = "Grep"
+    input_model: ClassVar[type[ToolInput]] = GrepInput
+    description: ClassVar[str] = f"""Searches file contents with ripgrep (regular expressions).
+
+- Always use Grep for searching file contents; do not run grep or rg through Bash.
+- Full regex syntax (Rust regex, as in ripgrep): "log.*Error", "function\\s+\\w+". Literal \
+braces and parentheses need escaping: `interface\\{{\\}}` finds `interface{{}}` in Go.
+- output_mode: "files_with_matches" (default) lists matching files, most recently modified \
+first; "content" shows matching lines as path:line:text, with -A/-B/-C context lines and -n \
+line numbers (on by default); "count" gives matching lines per file.
+- Narrow with path (a file or directory), glob ("*.py", "src/**/*.ts") or type ("py", \
+"rust", "js"). Files ignored by .gitignore are skipped; hidden files are searched.
+- Patterns match within one line unless multiline is true (then . also matches newlines).
+- Results are capped at {MAX_GREP_LINES} lines or entries (head_limit can lower that); the \
+result says when something was cut. For an open-ended search needing several rounds, use \
+dispatch_agent."""
+
+    def is_read_only(self, input: GrepInput) -> bool:
+        return True
+
+    def is_concurrency_safe(self, input: GrepInput) -> bool:
+        return True
+
+    async def validate(self, input: GrepInput, ctx: ToolContext) -> str | None:
+        return _check(input, ctx)
+
+    async def call(
+        self, input: GrepInput, ctx: ToolContext
+    ) -> AsyncIterator[ToolProgress | ToolOutput]:
+        target, select, cwd = await trio.to_thread.run_sync(_search_target, input, ctx)
+        if cwd is None:
+            yield ToolOutput.text(f"No matches ({target} does not exist).", summary="No matches")
+            return
+        found = await run_ripgrep(_rg_args(input, target, select), cwd=cwd)
+        stderr = found.stderr.strip()
+        if found.returncode == 2 and not found.stdout:
+            if "regex" in stderr:
+                raise ToolError(
+                    f"The pattern is not a valid regular expression:\n{stderr}\n"
+                    "Grep uses Rust regex syntax (as ripgrep does): escape special characters "
+                    "such as ( ) [ ] { } . * + ? with a backslash to match them literally."
+                )
+            raise ToolError(f"The search failed: {stderr}")
+        lines = found.stdout.splitlines()
+        if not lines:
+            yield ToolOutput.text("No matches found.", summary="No matches")
+            return
+        match input.output_mode:
+            case "files_with_matches":
+                lines = await trio.to_thread.run_sync(newest_first, lines)
+                kept, note = _cap(lines, input.head_limit, "files", found.truncated)
+                header = f"Found {len(lines)} file{'s' * (len(lines) != 1)}"
+                text = header + "\n" + "\n".join(kept)
+                summary = header
+            case "count":
+                total = sum(int(line.rsplit(":", 1)[1]) for line in lines if ":" in line)
+                kept, note = _cap(lines, input.head_limit, "files", found.truncated)
+                header = f"Found {total} matching lines in {len(lines)} files"
+                text = "\n".join(kept) + f"\n\n{header}."
+                summary = header
+            case "content":
+                kept, note = _cap(lines, input.head_limit, "lines", found.truncated)
+                text = "\n".join(kept)
+                summary = f"{len(lines)} lines of results"
+        if note:
+            text += "\n\n" + note
+        if found.returncode == 2 and stderr:
+            text += f"\n\n[Some paths could not be searched: {stderr.splitlines()[0]}]"
+        yield ToolOutput.text(text, summary=summary)
+
+    def render_use(self, input: GrepInput) -> str:
+        parts = [repr(input.pattern)]
+        if input.path:
+            parts.append(input.path)
+        if input.glob:
+            parts.append(f"glob={input.glob}")
+        if input.type:
+            parts.append(f"type={input.type}")
+        if input.output_mode != "files_with_matches":
+            parts.append(input.output_mode)
+        return f"Grep({', '.join(parts)})"

@@ -1,0 +1,116 @@
+"""The Write tool: create a file, or replace one the agent has read, keeping its format.
+
+Overwriting a file blind is how agents lose a user's unsaved work, so an existing file must
+have been read in this session and be unchanged on disk since (the session's read ledger).
+The new content keeps the old file's line endings and encoding where it can: a model writes
+LF text, and a CRLF file stays CRLF.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import ClassVar
+
+import trio
+from pydantic import Field
+
+from orchestrator.tools._files import (
+    count_line_changes,
+    encode_text,
+    load_text,
+    path_problem,
+    stale_read_problem,
+    to_line_ending,
+)
+from orchestrator.tools.base import (
+    Tool,
+    ToolContext,
+    ToolError,
+    ToolInput,
+    ToolOutput,
+    ToolProgress,
+)
+
+__all__ = ["WriteInput", "WriteTool"]
+
+
+class WriteInput(ToolInput):
+    file_path: str = Field(description="Absolute path of the file to write (created if missing).")
+    content: str = Field(description="The complete new content of the file.")
+
+
+def _check(input: WriteInput, ctx: ToolContext) -> str | None:
+    problem = path_problem(input.file_path, ctx, param="file_path", writing=True)
+    if problem:
+        return problem
+    path = Path(input.file_path)
+    if path.is_dir():
+        return f"{path} is a directory; give the path of a file inside it."
+    return stale_read_problem(path, ctx)
+
+
+def _write(input: WriteInput, ctx: ToolContext) -> ToolOutput:
+    """Blocking part of the call (worker thread)."""
+    path = Path(input.file_path)
+    # Checked again: the file may have changed while permission was being asked.
+    problem = _check(input, ctx)
+    if problem:
+        raise ToolError(problem)
+    content = input.content
+    note: str | None = None
+    if path.exists():
+        old = load_text(path)
+        if old.line_ending == "\r\n":
+            content = to_line_ending(content, "\r\n")
+        data, note = encode_text(content, old.encoding, old.bom)
+        old_text: str | None = old.text
+    else:
+        data, old_text = content.encode("utf-8"), None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    except OSError as exc:
+        raise ToolError(f"Cannot write {path}: {exc.strerror or exc}.") from exc
+    ctx.read_ledger.record(path)
+    lines = len(content.splitlines())
+    if old_text is None:
+        text = f"Created {path} ({lines} lines)."
+        summary = f"Created ({lines} lines)"
+    elif old_text == content:
+        text = f"{path} already had exactly this content; nothing changed."
+        summary = "Unchanged"
+    else:
+        added, removed = count_line_changes(old_text, content)
+        text = f"Updated {path}: {added} lines added, {removed} removed ({lines} lines now)."
+        summary = f"Updated (+{added} -{removed})"
+    if note:
+        text += " " + note
+    return ToolOutput.text(text, summary=summary)
+
+
+class WriteTool(Tool[WriteInput]):
+    name: ClassVar[str] = "Write"
+    input_model: ClassVar[type[ToolInput]] = WriteInput
+    description: ClassVar[str] = """Writes a file: creates it, or replaces its whole content.
+
+- file_path must be absolute and inside the workspace; missing parent directories are created.
+- An existing file can only be overwritten after you have read it with Read in this session, \
+and only if it has not changed on disk since; otherwise the call is refused and you must \
+Read it (again) first.
+- To change part of an existing file, prefer Edit (or MultiEdit for several changes in one \
+file): it sends only the changed text and cannot drop the rest of the file by accident. Use \
+Write for new files or complete rewrites.
+- The file's existing line endings (CRLF stays CRLF) and encoding are kept.
+- Do not create documentation or README files unless the user asked for them."""
+
+    async def validate(self, input: WriteInput, ctx: ToolContext) -> str | None:
+        return _check(input, ctx)
+
+    async def call(
+        self, input: WriteInput, ctx: ToolContext
+    ) -> AsyncIterator[ToolProgress | ToolOutput]:
+        yield await trio.to_thread.run_sync(_write, input, ctx)
+
+    def render_use(self, input: WriteInput) -> str:
+        return f"Write({input.file_path})"
