@@ -80,6 +80,8 @@ def plan_glob(pattern: str) -> GlobPlan:
     """Split a gitignore-style glob into a literal directory and what rg should match.
 
     `*.py` and `**/*.py` match at any depth, `src/*.py` only directly in `src`, as in rg.
+    Literal leading directories become the search root, so like `path` they are searched
+    even when ignored (`build/*.py` lists generated files the model asked for by name).
     """
     parts = pattern.split("/")
     while len(parts) > 1 and parts[0] == ".":
@@ -87,16 +89,11 @@ def plan_glob(pattern: str) -> GlobPlan:
     literal: list[str] = []
     while len(parts) > 1 and not _is_magic(parts[0]):
         literal.append(parts.pop(0))
-    recursive = not literal
-    while len(parts) > 1 and parts[0] == "**":
-        parts.pop(0)
-        recursive = True
     subdir = "/".join(literal)
-    last = parts[0] if len(parts) == 1 else None
-    if last in ("", "**"):
-        return GlobPlan(subdir=subdir, name="*", max_depth=None, glob=None)
-    if last is not None:
-        return GlobPlan(subdir=subdir, name=last, max_depth=None if recursive else 1, glob=None)
+    if all(p == "**" for p in parts[:-1]):  # "**/" parts, then one file-name glob
+        name = parts[-1] if parts[-1] not in ("", "**") else "*"
+        depth = None if "**" in parts or not literal else 1
+        return GlobPlan(subdir=subdir, name=name, max_depth=depth, glob=None)
     return GlobPlan(subdir=subdir, name=None, max_depth=None, glob="/".join(parts))
 
 
@@ -151,7 +148,9 @@ works in a codebase of any size).
 A pattern without "/" matches file names at any depth.
 - Returns absolute paths, most recently modified first, at most {MAX_GLOB_RESULTS}; the result \
 says when more matched (narrow the pattern or the path then).
-- Files ignored by .gitignore (and .ignore) are left out; hidden files are included, .git is not.
+- Files ignored by .gitignore (and .ignore) are left out, unless the directory is named \
+explicitly (in path, or as the pattern's leading directories, e.g. "build/*.js"). Hidden \
+files are included; .git is not.
 - Use it to find files by name. To search file contents use Grep; to see a directory's \
 layout use LS. For an open-ended search that may take several rounds of globbing and \
 grepping, use dispatch_agent.
