@@ -26,11 +26,11 @@ from orchestrator.tools.base import ToolContext
 
 __all__ = [
     "SNIFF_BYTES",
+    "LineDiff",
     "RipgrepResult",
     "TextFile",
     "binary_problem",
-    "changed_regions",
-    "count_line_changes",
+    "diff_lines",
     "encode_text",
     "existing_file_problem",
     "format_numbered",
@@ -185,14 +185,17 @@ def sniff_encoding(head: bytes) -> tuple[str, bytes]:
 def binary_problem(path: Path, head: bytes) -> str | None:
     """Why `path` looks binary (by name or content), or None for text."""
     if path.suffix.lower() in _BINARY_SUFFIXES:
-        return f"{path} is a binary file ({path.suffix}); it cannot be shown as text."
+        return (
+            f"{path} is a binary file ({path.suffix}); the file tools only show and change "
+            "text. Use Bash with a format-specific tool to inspect it."
+        )
     if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
         return None
     control = sum(1 for b in head if b < 9 or (13 < b < 32 and b != 27))
     if b"\0" in head or (head and control / len(head) > 0.1):
         return (
-            f"{path} appears to be a binary file; it cannot be shown as text. Use Bash "
-            "(for example `file`, `xxd | head` or a format-specific tool) to inspect it."
+            f"{path} appears to be a binary file; the file tools only show and change text. "
+            "Use Bash (for example `file`, `xxd | head` or a format-specific tool) to inspect it."
         )
     return None
 
@@ -253,8 +256,16 @@ def encode_text(text: str, encoding: str, bom: bytes) -> tuple[bytes, str | None
 # --- rendering and diffs ---------------------------------------------------------------------
 
 
-def format_numbered(numbered: Sequence[tuple[int, str]]) -> str:
-    """`cat -n` style: the line number right-aligned in six columns, a tab, the line."""
+def format_numbered(numbered: Sequence[tuple[int, str]], *, max_chars: int | None = None) -> str:
+    """`cat -n` style: the line number right-aligned in six columns, a tab, the line.
+
+    With `max_chars`, longer lines are cut there and marked.
+    """
+    if max_chars is not None:
+        numbered = [
+            (n, line if len(line) <= max_chars else f"{line[:max_chars]} [... line cut]")
+            for n, line in numbered
+        ]
     return "\n".join(f"{n:>6}\t{line}" for n, line in numbered)
 
 
@@ -287,18 +298,26 @@ def _opcodes(old: Sequence[str], new: Sequence[str]) -> list[Opcode]:
     ]
 
 
-def count_line_changes(old: str, new: str) -> tuple[int, int]:
-    """(lines added, lines removed) between two texts."""
-    added = removed = 0
-    for _tag, i1, i2, j1, j2 in _opcodes(old.splitlines(), new.splitlines()):
-        added += j2 - j1
-        removed += i2 - i1
-    return added, removed
+@dataclass(frozen=True)
+class LineDiff:
+    """How two versions of a text differ, line by line."""
+
+    added: int
+    removed: int
+    regions: list[tuple[int, int]]
+    """Half-open 0-based line ranges of the new text that changed (empty for deletions)."""
+
+    def describe(self) -> str:
+        return f"{self.added} line{'s' * (self.added != 1)} added, {self.removed} removed"
 
 
-def changed_regions(old: str, new: str) -> list[tuple[int, int]]:
-    """Half-open 0-based line ranges of `new` that differ from `old` (empty for deletions)."""
-    return [(j1, j2) for _t, _i1, _i2, j1, j2 in _opcodes(old.splitlines(), new.splitlines())]
+def diff_lines(old: str, new: str) -> LineDiff:
+    opcodes = _opcodes(old.splitlines(), new.splitlines())
+    return LineDiff(
+        added=sum(j2 - j1 for _t, _i1, _i2, j1, j2 in opcodes),
+        removed=sum(i2 - i1 for _t, i1, i2, _j1, _j2 in opcodes),
+        regions=[(j1, j2) for _t, _i1, _i2, j1, j2 in opcodes],
+    )
 
 
 def snippet(
@@ -321,7 +340,8 @@ def snippet(
             parts.append("[... more changed regions not shown; Read the file to see them ...]")
             break
         cut = min(hi, lo + room)
-        parts.append(format_numbered([(i + 1, lines[i]) for i in range(lo, cut)]))
+        numbered = [(i + 1, lines[i]) for i in range(lo, cut)]
+        parts.append(format_numbered(numbered, max_chars=2000))
         shown += cut - lo
         if cut < hi:
             parts.append(f"[... lines {cut + 1}-{hi} not shown; Read the file to see them ...]")
@@ -410,9 +430,9 @@ async def run_ripgrep(
                     proc.kill()
                     break
     assert proc.returncode is not None
+    if truncated:  # keep whole lines within the limit
+        del out[out.rfind(b"\n", 0, max_stdout_bytes) + 1 :]
     text = out.decode("utf-8", errors="replace")
-    if truncated:
-        text = text[: text.rfind("\n") + 1]
     return RipgrepResult(
         stdout=text,
         stderr=err.decode("utf-8", errors="replace"),

@@ -18,8 +18,7 @@ from pydantic import Field
 
 from orchestrator.tools._files import (
     TextFile,
-    changed_regions,
-    count_line_changes,
+    diff_lines,
     encode_text,
     load_text,
     missing_file_message,
@@ -172,12 +171,12 @@ def write_back(path: Path, before: TextFile | None, after: str, ctx: ToolContext
 
 def describe_change(path: Path, before: str, after: str, what: str) -> tuple[str, str]:
     """The result text (what changed, then the changed region with line numbers) and summary."""
-    added, removed = count_line_changes(before, after)
-    view = snippet(after, changed_regions(before, after))
-    text = f"Edited {path}: {what} ({added} lines added, {removed} removed)."
+    diff = diff_lines(before, after)
+    view = snippet(after, diff.regions)
+    text = f"Edited {path}: {what} ({diff.describe()})."
     if view:
         text += f" The changed region now reads (line numbers as Read shows them):\n{view}"
-    return text, f"{what} (+{added} -{removed})"
+    return text, f"{what} (+{diff.added} -{diff.removed})"
 
 
 def _check(input: EditInput, ctx: ToolContext) -> str | None:
@@ -241,7 +240,8 @@ on disk since you read it, is refused (Read it again, then retry).
 Copy it from Read's output without the line-number prefix (the number and the tab before \
 each line).
 - old_string must occur exactly once. If it occurs several times, add surrounding lines to \
-make it unique, or set replace_all to true to change every occurrence (useful for renaming).
+make it unique, or set replace_all to true to change every occurrence (useful for renaming). \
+Keep it short otherwise: the lines you change plus just enough context to be unique.
 - Replacement is literal: nothing in new_string is a regex or escape ($1 and backslashes are \
 written as given).
 - An empty old_string creates a new file with new_string as content (only if the file does \

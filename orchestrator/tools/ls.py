@@ -154,7 +154,8 @@ leave out.
         self, input: LSInput, ctx: ToolContext
     ) -> AsyncIterator[ToolProgress | ToolOutput]:
         root = Path(input.path)
-        listing = await trio.to_thread.run_sync(_walk, root, input.ignore or [])
+        patterns = [p.rstrip("/") for p in input.ignore or [] if p.rstrip("/")]
+        listing = await trio.to_thread.run_sync(_walk, root, patterns)
         more = "more than " if listing.truncated else ""
         yield ToolOutput.text(
             _render(root, listing), summary=f"Listed {more}{len(listing.entries)} entries"

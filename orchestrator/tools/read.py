@@ -53,8 +53,9 @@ MAX_LINES = 2000
 """Lines returned when the call gives no `limit`."""
 MAX_LINE_CHARS = 2000
 """Characters kept of each line; the rest is cut and the cut is reported."""
-MAX_OUTPUT_CHARS = 100_000
-"""Characters of numbered text in one result (about 25k tokens); reading stops at a line."""
+MAX_OUTPUT_CHARS = 96_000
+"""Characters of numbered text in one result (about 25k tokens); reading stops at a line.
+Kept under the pipeline's 100,000-character cap, so the notes at the end always survive."""
 MAX_IMAGE_SIDE = 1568
 """Pixels; a larger image is downscaled so its longer side fits (the API's own sweet spot)."""
 MAX_IMAGE_BYTES = 3_750_000
@@ -337,9 +338,9 @@ class ReadTool(Tool[ReadInput]):
 
 - file_path must be an absolute path inside the workspace, not a relative one.
 - By default up to {MAX_LINES} lines are returned from the start of the file, and each line \
-is cut at {MAX_LINE_CHARS} characters. For a longer file the result says how many lines it \
-has and which offset to use next; read it in pieces with offset and limit, or use Grep to find \
-the lines you need first.
+is cut at {MAX_LINE_CHARS} characters; one result holds at most {MAX_OUTPUT_CHARS:,} \
+characters. For a longer file the result says how many lines it has and which offset to use \
+next; read it in pieces with offset and limit, or use Grep to find the lines you need first.
 - Lines are numbered like `cat -n`: the line number, a tab, then the line as it is in the \
 file. The number and the tab are not part of the file: never include them in old_string \
 when you Edit.

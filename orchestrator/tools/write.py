@@ -16,7 +16,7 @@ import trio
 from pydantic import Field
 
 from orchestrator.tools._files import (
-    count_line_changes,
+    diff_lines,
     encode_text,
     load_text,
     path_problem,
@@ -81,9 +81,9 @@ def _write(input: WriteInput, ctx: ToolContext) -> ToolOutput:
         text = f"{path} already had exactly this content; nothing changed."
         summary = "Unchanged"
     else:
-        added, removed = count_line_changes(old_text, content)
-        text = f"Updated {path}: {added} lines added, {removed} removed ({lines} lines now)."
-        summary = f"Updated (+{added} -{removed})"
+        diff = diff_lines(old_text, content)
+        text = f"Updated {path}: {diff.describe()} ({lines} lines now)."
+        summary = f"Updated (+{diff.added} -{diff.removed})"
     if note:
         text += " " + note
     return ToolOutput.text(text, summary=summary)

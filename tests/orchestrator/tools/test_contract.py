@@ -16,6 +16,7 @@ from orchestrator.tools._files import (
     binary_problem,
     load_text,
     path_problem,
+    run_ripgrep,
     snippet,
     stale_read_problem,
 )
@@ -140,3 +141,14 @@ def test_snippet_merges_nearby_regions_and_caps() -> None:
     ]
     capped = snippet(text, [(0, 100)], context=0, max_lines=5)
     assert capped.splitlines()[-1].startswith("[... lines 6-100 not shown")
+
+
+async def test_run_ripgrep_stops_at_the_output_limit(ws: Path) -> None:
+    for i in range(200):
+        (ws / f"file{i:03d}.txt").write_text("x\n" * 2000)
+    result = await run_ripgrep(["--no-config", "x", str(ws)], cwd=ws, max_stdout_bytes=10_000)
+    assert result.truncated
+    assert 0 < len(result.stdout) <= 10_001 and result.stdout.endswith("\n")
+    complete = await run_ripgrep(["--no-config", "--files", str(ws)], cwd=ws)
+    assert not complete.truncated and complete.returncode == 0
+    assert len(complete.stdout.splitlines()) == 200

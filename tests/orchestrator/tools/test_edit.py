@@ -160,7 +160,7 @@ async def test_result_shows_the_edited_region_with_context(src: Path, ctx: ToolC
         "     8\t",
         "     9\t",
     ]
-    assert "1 lines added, 0 removed" in out.text
+    assert "1 line added, 0 removed" in out.text
 
 
 async def test_consecutive_edits_need_no_new_read(src: Path, ctx: ToolContext) -> None:

@@ -232,7 +232,7 @@ async def test_grep_refusals(
 
 async def test_ls_tree_skips_hidden_and_junk(repo: Path, ctx: ToolContext) -> None:
     _tree(repo, {"node_modules/pkg/index.js": "", "src/__pycache__/app.pyc": ""})
-    out = await run_tool(LS, {"path": str(repo), "ignore": ["*.log"]}, ctx)
+    out = await run_tool(LS, {"path": str(repo), "ignore": ["*.log", "nothing/"]}, ctx)
     assert out.stage == "ok"
     tree, footer = out.text.split("\n\n", 1)
     assert tree.splitlines() == [
@@ -252,6 +252,21 @@ async def test_ls_tree_skips_hidden_and_junk(repo: Path, ctx: ToolContext) -> No
         "    - test_app.py",
     ]
     assert ".git, .github, __pycache__, node_modules" in footer
+
+
+async def test_ls_ignore_patterns_match_names_and_relative_paths(
+    repo: Path, ctx: ToolContext
+) -> None:
+    out = await run_tool(LS, {"path": str(repo), "ignore": ["build/", "src/util", "*.md"]}, ctx)
+    listed = out.text.split("\n\n", 1)[0]
+    assert "build" not in listed and "helpers.py" not in listed and "README" not in listed
+    assert "    - web/" in listed
+
+
+async def test_grep_a_single_file(repo: Path, ctx: ToolContext) -> None:
+    raw = {"pattern": "TODO", "path": str(repo / "README.md"), "output_mode": "count"}
+    out = await run_tool(GREP, raw, ctx)
+    assert out.text.splitlines()[0] == f"{repo}/README.md:1"
 
 
 async def test_ls_truncates_breadth_first(ws: Path, ctx: ToolContext) -> None:
