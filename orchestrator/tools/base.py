@@ -9,7 +9,7 @@ tool by name.
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
@@ -92,6 +92,20 @@ class ReadLedger:
 
     def recorded_mtime(self, path: Path) -> int | None:
         return self._mtimes.get(path.resolve())
+
+    def entries(self) -> dict[Path, int]:
+        """A copy of every entry (resolved path -> mtime in ns), to ship to a tool host."""
+        return dict(self._mtimes)
+
+    def apply(self, recorded: Mapping[Path, int], forgotten: Iterable[Path]) -> None:
+        """Take entries made elsewhere (in a sandboxed tool host) as they are.
+
+        The paths were resolved and the mtimes read where the files are; nothing is touched on
+        disk here, so the coordinator never reads the workspace on a tool's behalf.
+        """
+        self._mtimes.update(recorded)
+        for path in forgotten:
+            self._mtimes.pop(path, None)
 
 
 T = TypeVar("T")

@@ -1,0 +1,330 @@
+"""SandboxedToolRunner against real tool hosts under real bwrap.
+
+Security tests assert on the host afterwards (the file is absent, the process is gone).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import trio
+
+from orchestrator.aio import closing_iter
+from orchestrator.errors import ToolError
+from orchestrator.messages import ToolUseBlock
+from orchestrator.permissions import default_permission, headless_asker
+from orchestrator.pipeline import ToolPipeline
+from orchestrator.tools.base import Tool, ToolContext, ToolOutput, ToolProgress
+from orchestrator.tools.bash import BashTool
+from orchestrator.tools.registry import ToolRegistry
+from tests.workers.host_tools import FACTORY, tools
+from workers.toolhost_runner import (
+    HostLaunch,
+    SandboxedToolRunner,
+    ToolHostError,
+    bwrap_launcher,
+    open_tool_runner,
+)
+
+
+def _bwrap_works() -> bool:
+    launch = HostLaunch("read_only", ("true",), Path("/"), (), Path("/"), {})
+    try:
+        return subprocess.run(list(bwrap_launcher(launch)), check=False).returncode == 0
+    except OSError:
+        return False
+
+
+pytestmark = pytest.mark.skipif(not _bwrap_works(), reason="bwrap cannot run here")
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a.txt").write_text("alpha\nbeta\n")
+    (ws / "sub").mkdir()
+    return ws.resolve()
+
+
+@pytest.fixture
+def ctx(workspace: Path) -> ToolContext:
+    return ToolContext(workspace=workspace, cwd=workspace)
+
+
+@pytest.fixture
+async def runner() -> AsyncIterator[SandboxedToolRunner]:
+    async with open_tool_runner(tools=FACTORY, cancel_wait_s=10, stop_grace_s=2) as runner:
+        yield runner
+
+
+REGISTRY = tools("read_write")
+
+
+def tool(name: str) -> Tool[Any]:
+    found = REGISTRY.get(name)
+    assert found is not None
+    return found
+
+
+async def call(
+    runner: SandboxedToolRunner,
+    tool: Tool[Any],
+    ctx: ToolContext,
+    progress: Callable[[str], None] | None = None,
+    **input: Any,
+) -> ToolOutput:
+    outputs = []
+    async with closing_iter(runner.call(tool, tool.parse_input(input), ctx)) as events:
+        async for event in events:
+            if isinstance(event, ToolProgress):
+                if progress is not None:
+                    progress(event.text)
+            else:
+                outputs.append(event)
+    assert len(outputs) == 1
+    return outputs[0]
+
+
+def descendants() -> list[psutil.Process]:
+    return [p for p in psutil.Process().children(recursive=True) if p.is_running()]
+
+
+def host_python(runner: SandboxedToolRunner, role: str) -> psutil.Process:
+    """The host's Python process (inside bwrap, a descendant of the pid we spawned)."""
+    spawned = psutil.Process(runner.host_pids()[role])  # type: ignore[index]
+    for proc in [spawned, *spawned.children(recursive=True)]:
+        if "workers.toolhost" in proc.cmdline() and "bwrap" not in proc.name():
+            return proc
+    raise AssertionError("no host python process found")
+
+
+async def test_read_in_read_only_host_counts_for_edit_in_read_write_host(
+    runner: SandboxedToolRunner, ctx: ToolContext, workspace: Path
+) -> None:
+    path = str(workspace / "a.txt")
+    edit = tool("Edit")
+    edit_input = edit.parse_input({"file_path": path, "old_string": "beta", "new_string": "gamma"})
+
+    # Validation runs where the call would: in the read-write host.
+    refusal = await runner.validate(edit, edit_input, ctx)
+    assert refusal is not None and "has not been read" in refusal
+    assert set(runner.host_pids()) == {"read_write"}
+
+    read = await call(runner, tool("Read"), ctx, file_path=path)
+    assert "alpha" in str(read.content) and not read.is_error
+    assert set(ctx.read_ledger.entries()) == {workspace / "a.txt"}
+
+    assert await runner.validate(edit, edit_input, ctx) is None
+    edited = await call(runner, edit, ctx, **edit_input.model_dump())
+    assert not edited.is_error, edited.content
+    assert (workspace / "a.txt").read_text() == "alpha\ngamma\n"
+    assert set(runner.host_pids()) == {"read_only", "read_write"}
+    # The edit recorded the new mtime: a second edit needs no new read.
+    assert ctx.read_ledger.entries()[workspace / "a.txt"] == os.stat(path).st_mtime_ns
+
+
+async def test_pipeline_runs_through_the_hosts(
+    runner: SandboxedToolRunner, ctx: ToolContext, workspace: Path
+) -> None:
+    pipeline = ToolPipeline(
+        tools=REGISTRY,
+        ctx=ctx,
+        permission=default_permission("bypass"),
+        asker=headless_asker,
+        runner=runner,
+        emit=lambda event: None,
+    )
+    path = str(workspace / "a.txt")
+    blocks = [
+        ToolUseBlock(id="t1", name="Read", input={"file_path": path}),
+        ToolUseBlock(id="t2", name="Write", input={"file_path": path, "content": "new\n"}),
+        ToolUseBlock(id="t3", name="Fail", input={"how": "tool_error"}),
+        ToolUseBlock(id="t4", name="Fail", input={"how": "exception"}),
+        ToolUseBlock(id="t5", name="Fail", input={"how": "nothing"}),
+    ]
+    results = [await pipeline.execute(pipeline.prepare(b)) for b in blocks]
+    assert [r.is_error for r in results] == [False, False, True, True, True]
+    assert (workspace / "a.txt").read_text() == "new\n"
+    assert results[2].content == "refused, for the model"
+    assert "Fail failed unexpectedly: RuntimeError: boom" in results[3].text()
+    assert "returned no result" in results[4].text()
+
+
+async def test_tool_error_is_raised_like_in_process(
+    runner: SandboxedToolRunner, ctx: ToolContext
+) -> None:
+    with pytest.raises(ToolError, match="refused, for the model"):
+        await call(runner, tool("Fail"), ctx, how="tool_error")
+
+
+async def test_misclassified_bash_cannot_write_in_the_read_only_host(
+    runner: SandboxedToolRunner, ctx: ToolContext, workspace: Path, tmp_path: Path
+) -> None:
+    lying_bash = BashTool(classifier=lambda command: True)
+    target = workspace / "pwned.txt"
+    outside = tmp_path / "outside.txt"
+    out = await call(
+        runner,
+        lying_bash,
+        ctx,
+        command=f"echo x > {target}; echo y > {outside}; rm -f {workspace / 'a.txt'}; echo done",
+    )
+    assert set(runner.host_pids()) == {"read_only"}
+    assert "Read-only file system" in str(out.content)
+    assert not target.exists()
+    assert not outside.exists()
+    assert (workspace / "a.txt").exists()
+
+
+async def test_misclassified_tool_cannot_write_in_the_read_only_host(
+    runner: SandboxedToolRunner, ctx: ToolContext, workspace: Path
+) -> None:
+    target = workspace / "pwned.txt"
+    out = await call(runner, tool("WriteAnyway"), ctx, file_path=str(target))
+    assert out.is_error
+    assert "Read-only file system" in str(out.content)
+    assert not target.exists()
+
+
+async def test_read_write_host_writes_and_nothing_escapes_the_workspace(
+    runner: SandboxedToolRunner, ctx: ToolContext, workspace: Path, tmp_path: Path
+) -> None:
+    in_tmp = tmp_path / "outside.txt"  # /tmp is a private tmpfs in the sandbox
+    beside_tests = Path(__file__).with_name(f"outside-{os.getpid()}.txt")  # read-only there
+    try:
+        out = await call(
+            runner,
+            tool("Bash"),
+            ctx,
+            command=f"echo in > made.txt; echo out > {in_tmp}; echo out > {beside_tests}",
+        )
+        assert (workspace / "made.txt").read_text() == "in\n"
+        assert not in_tmp.exists()
+        assert not beside_tests.exists()
+        assert "Read-only file system" in str(out.content)
+    finally:
+        beside_tests.unlink(missing_ok=True)
+
+
+async def test_read_only_bash_starts_from_the_persistent_shell_state(
+    runner: SandboxedToolRunner, ctx: ToolContext, workspace: Path
+) -> None:
+    bash = BashTool(classifier=lambda command: command.startswith(("pwd", "echo")))
+    await call(runner, bash, ctx, command="cd sub && export GREETING=hi")
+    out = await call(runner, bash, ctx, command="pwd; echo $GREETING")
+    assert set(runner.host_pids()) == {"read_only", "read_write"}
+    assert str(out.content).split() == [str(workspace / "sub"), "hi"]
+
+
+async def test_concurrent_read_only_calls_overlap_in_one_host(
+    runner: SandboxedToolRunner, ctx: ToolContext
+) -> None:
+    answers: list[str] = []
+
+    async def meet() -> None:
+        out = await call(runner, tool("Rendezvous"), ctx, key="k", count=4)
+        answers.append(str(out.content))
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(4):
+            nursery.start_soon(meet)
+    assert answers == ["met"] * 4
+    assert set(runner.host_pids()) == {"read_only"}
+
+
+@pytest.mark.parametrize("victim", ["python", "bwrap"])
+async def test_host_killed_mid_call_fails_the_call_and_a_fresh_host_takes_over(
+    runner: SandboxedToolRunner, ctx: ToolContext, victim: str
+) -> None:
+    started = trio.Event()
+    outputs: list[ToolOutput] = []
+
+    async def hang() -> None:
+        outputs.append(await call(runner, tool("Hang"), ctx, lambda _: started.set()))
+
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(hang)
+            nursery.start_soon(hang)
+            await started.wait()
+            first_pid = runner.host_pids()["read_write"]
+            doomed = host_python(runner, "read_write") if victim == "python" else None
+            os.kill(doomed.pid if doomed else first_pid, signal.SIGKILL)
+    assert len(outputs) == 2
+    for out in outputs:
+        assert out.is_error
+        assert "tool host running this call died" in str(out.content)
+        assert "may or may not have taken effect" in str(out.content)
+
+    again = await call(runner, tool("Bash"), ctx, command="echo alive")
+    assert str(again.content) == "alive"
+    assert runner.host_pids()["read_write"] != first_pid
+    assert not psutil.pid_exists(first_pid) or psutil.Process(first_pid).status() == "zombie"
+
+
+async def test_cancelled_call_stops_in_the_host_and_leaves_no_process(
+    ctx: ToolContext,
+) -> None:
+    marker = "sleep 312.5"
+    async with open_tool_runner(tools=FACTORY) as runner:
+        with trio.move_on_after(30) as scope:  # the bound of a broken test, not a timing
+            async with trio.open_nursery() as nursery:
+
+                async def run() -> None:
+                    await call(runner, tool("Bash"), ctx, command=marker)
+
+                nursery.start_soon(run)
+                # Another process's state has no event to wait on: poll it.
+                while not any(marker in " ".join(p.cmdline()) for p in descendants()):  # noqa: ASYNC110
+                    await trio.sleep(0.02)
+                nursery.cancel_scope.cancel()
+        assert not scope.cancelled_caught
+        # Cancel was answered: the command is gone while the host lives on.
+        assert not any(marker in " ".join(p.cmdline()) for p in descendants())
+        host = psutil.Process(runner.host_pids()["read_write"])
+        assert host.is_running()
+        out = await call(runner, tool("Bash"), ctx, command="echo still here")
+        assert str(out.content) == "still here"
+    assert descendants() == []
+
+
+async def test_runner_exit_leaves_no_process_behind(ctx: ToolContext) -> None:
+    async with open_tool_runner(tools=FACTORY) as runner:
+        await runner.start(ctx)
+        await call(runner, tool("Bash"), ctx, command="sleep 1000 & echo started")
+        assert len(runner.host_pids()) == 2
+    assert descendants() == []
+
+
+async def test_a_host_that_cannot_start_is_an_error_result(ctx: ToolContext) -> None:
+    async with open_tool_runner(launcher=lambda launch: ["/bin/false"]) as runner:
+        out = await call(runner, tool("Think"), ctx, thought="x")
+        assert out.is_error
+        assert "exited before it was ready (exit status 1)" in str(out.content)
+        with pytest.raises(ToolHostError, match="exited before it was ready"):
+            await runner.validate(
+                tool("Edit"),
+                tool("Edit").parse_input({"file_path": "/x", "old_string": "a", "new_string": "b"}),
+                ctx,
+            )
+
+
+async def test_tools_named_local_run_in_the_coordinator(ctx: ToolContext) -> None:
+    async with open_tool_runner(
+        launcher=lambda launch: ["/bin/false"], local_tools=frozenset({"Think"})
+    ) as runner:
+        out = await call(runner, tool("Think"), ctx, thought="x")
+        assert not out.is_error
+        assert runner.host_pids() == {}
+
+
+def test_registry_of_test_tools_is_a_superset_of_the_builtins() -> None:
+    assert {"Read", "Edit", "Bash", "Think"} <= set(ToolRegistry(REGISTRY).names())

@@ -1,0 +1,358 @@
+"""The wire protocol between the coordinator and its sandboxed workers.
+
+Newline-delimited JSON over the worker's stdin (coordinator -> worker) and stdout (worker ->
+coordinator); the worker's stderr carries its logs. Each line is one message, a frozen pydantic
+model with a `type` discriminator; both directions use the same models, so one `decode_line`
+serves both ends. The worker speaks first: `Ready` carries `PROTOCOL_VERSION`, and a coordinator
+that sees another version stops the worker instead of guessing.
+
+    coordinator                              worker (tool host)
+        |  <------------------------------------ Ready{version, pid, role, ...}
+        |  ValidateTool{id, tool, input} ------>
+        |  <------------------------------------ Validated{id, refusal | error}
+        |  RunTool{id, tool, input} ----------->
+        |  <------------------------------------ ToolProgress{id, text}   (any number)
+        |  Cancel{id} ------------------------->                          (optional)
+        |  <------------------------------------ ToolResult{id, outcome, ...}  (exactly one)
+        |  Shutdown --------------------------->                          (or stdin EOF)
+
+Read-before-write state travels with the calls: `ValidateTool`/`RunTool` carry the changes of
+the coordinator's `ReadLedger` since the worker last saw it, and `Validated`/`ToolResult` carry
+what the call recorded or forgot (`LedgerDelta`).
+
+Malformed and oversized lines never crash either side: `decode_line` returns a `ProtocolError`
+value (with the call id when one can be recovered, so that call can be failed), the receiver
+logs it and, in the worker, answers with `Malformed`. `LineReader` caps the bytes buffered per
+line at `MAX_LINE_BYTES` and skips the rest of a longer line.
+
+Later issues add messages for pooled subagents (`RunAgent`/`AgentEvent`/`AgentResult`,
+`ModelRequest`/`ModelEvent`/`ModelDone`, `PermissionAsk`/`PermissionReply`): each is one more
+model in `Message` and one more case in each receiver's `match`; `PROTOCOL_VERSION` goes up when
+an existing message changes incompatibly.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+import pydantic
+import trio
+from pydantic import BaseModel, ConfigDict, Field
+
+from orchestrator.messages import ToolResultContent
+
+__all__ = [
+    "MAX_LINE_BYTES",
+    "PROTOCOL_VERSION",
+    "Cancel",
+    "HostRole",
+    "LedgerDelta",
+    "LineReader",
+    "Malformed",
+    "Message",
+    "Oversized",
+    "ProtocolError",
+    "Ready",
+    "RunTool",
+    "ShellState",
+    "Shutdown",
+    "ToolOutcome",
+    "ToolProgress",
+    "ToolResult",
+    "ValidateTool",
+    "Validated",
+    "decode_line",
+    "encode",
+    "oversized_id",
+]
+
+PROTOCOL_VERSION = 1
+"""Sent in `Ready`; raised whenever an existing message changes incompatibly."""
+
+MAX_LINE_BYTES = 16 * 1024 * 1024
+"""Longest line either side accepts (16 MiB): a capped Read of an image fits with room to spare;
+anything longer is a bug or an attack, and is skipped and reported rather than buffered."""
+
+HostRole = Literal["read_write", "read_only"]
+"""A tool host's workspace mount: writable (calls that may write, the persistent shell) or
+read-only (calls classified read-only, so a misclassified command cannot write)."""
+
+ToolOutcome = Literal["output", "tool_error", "no_output", "cancelled"]
+"""How a call ended in the worker: a `ToolOutput`; a `ToolError` (its message for the model);
+the tool yielded no output; the call was cancelled by `Cancel` before it produced one."""
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class LedgerDelta(_Wire):
+    """Changes to a `ReadLedger`: paths (resolved, absolute) recorded with their mtime in
+    nanoseconds, and paths forgotten. Applying `recorded` then `forgotten` is the whole rule."""
+
+    recorded: dict[str, int] = Field(default_factory=dict)
+    forgotten: list[str] = Field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.recorded or self.forgotten)
+
+
+class ShellState(_Wire):
+    """Where the persistent shell is and what it exported: the read-write host reports it after
+    a call that changed it, and the read-only host's one-shot shells start from it, so `cd src`
+    in one call holds for a read-only `ls` in the next."""
+
+    cwd: str
+    snapshot: str
+    """The bash script that recreates the exported variables and functions."""
+
+
+class Ready(_Wire):
+    """The worker's first line: it runs, speaks `version`, and what it is."""
+
+    type: Literal["ready"] = "ready"
+    version: int
+    pid: int
+    """The worker's pid as it sees itself (inside a pid namespace this is not the host pid)."""
+    role: HostRole
+    workspace: str
+    tools: list[str]
+    """Names of the tools this worker can run."""
+
+
+class ValidateTool(_Wire):
+    """Run `tool.validate(input, ctx)` in the worker (it reads the workspace)."""
+
+    type: Literal["validate_tool"] = "validate_tool"
+    id: str
+    tool: str
+    input: dict[str, Any]
+    ledger: LedgerDelta = LedgerDelta()
+
+
+class Validated(_Wire):
+    """The answer to `ValidateTool`: `refusal` (a message for the model) or None to proceed;
+    `error` when validate itself failed (unknown tool, bad input, an exception)."""
+
+    type: Literal["validated"] = "validated"
+    id: str
+    refusal: str | None = None
+    error: str | None = None
+    ledger: LedgerDelta = LedgerDelta()
+
+
+class RunTool(_Wire):
+    """Run `tool.call(input, ctx)` in the worker; answered by progress and one `ToolResult`."""
+
+    type: Literal["run_tool"] = "run_tool"
+    id: str
+    tool: str
+    input: dict[str, Any]
+    ledger: LedgerDelta = LedgerDelta()
+    shell: ShellState | None = None
+    """The persistent shell's state, when it changed since this host last got it."""
+
+
+class ToolProgress(_Wire):
+    """A progress note of a running call (for humans)."""
+
+    type: Literal["tool_progress"] = "tool_progress"
+    id: str
+    text: str
+
+
+class ToolResult(_Wire):
+    """The one answer that ends a `RunTool`, whatever happened in the worker."""
+
+    type: Literal["tool_result"] = "tool_result"
+    id: str
+    outcome: ToolOutcome
+    content: str | ToolResultContent = ""
+    """The output's content (`output`), or the `ToolError` message (`tool_error`)."""
+    is_error: bool = False
+    summary: str | None = None
+    ledger: LedgerDelta = LedgerDelta()
+    """What the call recorded or forgot in the read ledger."""
+    shell: ShellState | None = None
+    """The persistent shell's state, when the call changed it."""
+
+
+class Cancel(_Wire):
+    """Cancel a running call; the worker still answers it with one `ToolResult`."""
+
+    type: Literal["cancel"] = "cancel"
+    id: str
+
+
+class Shutdown(_Wire):
+    """Stop: cancel what runs, close session resources, exit 0. Closing stdin means the same."""
+
+    type: Literal["shutdown"] = "shutdown"
+
+
+class Malformed(_Wire):
+    """The receiver could not use a line it was sent; `id` names the call if it could tell."""
+
+    type: Literal["malformed"] = "malformed"
+    detail: str
+    id: str | None = None
+
+
+Message = Annotated[
+    Ready
+    | ValidateTool
+    | Validated
+    | RunTool
+    | ToolProgress
+    | ToolResult
+    | Cancel
+    | Shutdown
+    | Malformed,
+    Field(discriminator="type"),
+]
+
+
+@functools.cache
+def _message_adapter() -> pydantic.TypeAdapter[Message]:
+    """Built on first use, not at import (start-up time of every worker counts)."""
+    return pydantic.TypeAdapter(Message)
+
+
+@dataclass(frozen=True)
+class ProtocolError:
+    """A line that is not a valid message: a value to report, never raised.
+
+    `call_id` is the line's `id` when the line was at least a JSON object with a string `id`,
+    so the receiver can fail that one call instead of leaving it waiting.
+    """
+
+    detail: str
+    call_id: str | None = None
+    line_prefix: str = ""
+    """The first 200 characters of the line, for the log."""
+
+
+@dataclass(frozen=True)
+class Oversized:
+    """A line longer than the reader's cap; its bytes were skipped, `size` counts them."""
+
+    size: int
+    head: bytes = b""
+    """The line's first bytes (up to 200), enough to find the call id with `oversized_id`."""
+
+
+_ID_IN_HEAD = re.compile(rb'"id":"([^"\\]{1,200})"')
+
+
+def oversized_id(line: Oversized) -> str | None:
+    """The call id near the start of an oversized line (`encode` puts `type`, then `id`)."""
+    found = _ID_IN_HEAD.search(line.head)
+    return found.group(1).decode("utf-8", errors="replace") if found else None
+
+
+def encode(message: BaseModel) -> bytes:
+    """One message as one line (compact JSON; a newline cannot occur inside it)."""
+    return message.model_dump_json().encode() + b"\n"
+
+
+def decode_line(
+    line: bytes | bytearray, *, max_bytes: int = MAX_LINE_BYTES
+) -> Message | ProtocolError:
+    """Parse one line (with or without its trailing newline) into a message.
+
+    Never raises on bad input: malformed JSON, an unknown `type`, missing or extra fields, and
+    lines over `max_bytes` all come back as a `ProtocolError` saying what was wrong.
+    """
+    prefix = bytes(line[:200]).decode("utf-8", errors="replace")
+    if len(line) > max_bytes:
+        return ProtocolError(
+            f"line of {len(line)} bytes exceeds the {max_bytes}-byte cap", None, prefix
+        )
+    try:
+        return _message_adapter().validate_json(line)
+    except pydantic.ValidationError as exc:
+        return ProtocolError(_describe(exc), _recover_id(line), prefix)
+    except Exception as exc:  # validate_json rejects some inputs (bad UTF-8) with other errors
+        return ProtocolError(f"undecodable line: {exc}", None, prefix)
+
+
+def _describe(exc: pydantic.ValidationError) -> str:
+    problems = []
+    for err in exc.errors(include_url=False)[:5]:
+        where = ".".join(str(p) for p in err["loc"]) or "(line)"
+        problems.append(f"{where}: {err['msg']}")
+    return "invalid message: " + "; ".join(problems)
+
+
+def _recover_id(line: bytes | bytearray) -> str | None:
+    try:
+        data = json.loads(line)
+    except ValueError:
+        return None
+    value = data.get("id") if isinstance(data, dict) else None
+    return value if isinstance(value, str) else None
+
+
+class LineReader:
+    """Splits a byte stream into lines, holding at most `max_bytes` of any one line.
+
+    `next()` returns a line (without its newline), `Oversized` for a line that ran past the cap
+    (its bytes are dropped as they arrive, so memory stays bounded), or None at end of stream.
+    A last line without a newline is still returned.
+    """
+
+    def __init__(self, stream: trio.abc.ReceiveStream, *, max_bytes: int = MAX_LINE_BYTES) -> None:
+        self._stream = stream
+        self._max = max_bytes
+        self._buffer = bytearray()
+        self._scanned = 0
+        """Bytes of `_buffer` already known to hold no newline."""
+        self._skipped = 0
+        """Bytes dropped so far of an oversized line still being skipped."""
+        self._head = b""
+        """The first bytes of the oversized line being skipped."""
+        self._eof = False
+
+    async def next(self) -> bytes | Oversized | None:
+        while True:
+            end = self._buffer.find(b"\n", self._scanned)
+            if end >= 0:
+                line = bytes(self._buffer[:end])
+                del self._buffer[: end + 1]
+                self._scanned = 0
+                if self._skipped or len(line) > self._max:
+                    return self._oversized(line)
+                return line
+            if self._skipped or len(self._buffer) > self._max:
+                self._skip(self._buffer)
+                self._buffer.clear()
+            self._scanned = len(self._buffer)
+            if self._eof:
+                if self._skipped:
+                    return self._oversized(b"")
+                if self._buffer:
+                    line = bytes(self._buffer)
+                    self._buffer.clear()
+                    self._scanned = 0
+                    return line
+                return None
+            data = await self._stream.receive_some(1 << 16)
+            if data:
+                self._buffer += data
+            else:
+                self._eof = True
+
+    def _skip(self, data: bytes | bytearray) -> None:
+        if not self._skipped:
+            self._head = bytes(data[:200])
+        self._skipped += len(data)
+
+    def _oversized(self, rest: bytes) -> Oversized:
+        self._skip(rest)
+        result = Oversized(self._skipped, self._head)
+        self._skipped, self._head = 0, b""
+        return result

