@@ -1,0 +1,337 @@
+"""The Anthropic Messages API as a `ModelClient`: streaming, retries, errors, cost.
+
+The coordinator holds the one instance that has the API key and network; subagents reach it
+through the broker. Each `stream()` call is one request, streamed event by event so the loop can
+start concurrency-safe tools at each `content_block_stop`, and retried *around the whole
+stream*: a failure after partial output (an SSE `error` event, a dropped connection, a read
+timeout) restarts the request, after a `Retry` event telling the consumer to discard what it
+got. The SDK's own retries are off so that there is one schedule (retry.py) and one place that
+tells the user what is happening.
+
+The SDK sends the request and raises status errors; the body is read with httpx2 directly and
+decoded by convert.py. (The SDK's event iterator leaves nested async generators unclosed when
+an `error` event arrives, which trio reports; reading bytes through `aiter_bytes`, which closes
+its chain, avoids that.)
+
+`anthropic` takes about a second to import, so it is imported on first use, in a thread
+(`warm_up`), never at module import.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, cast
+
+import trio
+
+from orchestrator.errors import ModelError
+from orchestrator.model.base import MessageComplete, ModelEvent, ModelRequest, Retry
+from orchestrator.model.convert import SSEDecoder, StreamAccumulator, request_params
+from orchestrator.model.retry import ApiFailure, RetryPolicy, classify_api_error
+
+if TYPE_CHECKING:
+    import httpx2
+    from anthropic import AsyncAnthropic, AsyncStream
+    from anthropic.types import RawMessageStreamEvent
+
+__all__ = ["DEFAULT_CONNECT_TIMEOUT_S", "DEFAULT_READ_TIMEOUT_S", "AnthropicModel", "warm_up"]
+
+DEFAULT_READ_TIMEOUT_S = 120.0
+"""Longest silence tolerated on an open stream (the API pings well within it)."""
+DEFAULT_CONNECT_TIMEOUT_S = 10.0
+_CLOSE_TIMEOUT_S = 2.0
+"""Bound on closing a response, shielded from cancellation."""
+_DRAIN_CHUNKS = 64
+"""Most chunks read from a closed response while its generators wind down."""
+
+
+async def warm_up() -> None:
+    """Import the SDK in a worker thread, so start-up work can overlap the ~1 s import.
+
+    **Cancellation:** the import finishes in its thread even if the caller is cancelled.
+    """
+    await trio.to_thread.run_sync(_import_sdk)
+
+
+def _import_sdk() -> None:
+    import anthropic  # noqa: F401
+    import httpx2  # noqa: F401
+
+
+class _AttemptFailed(Exception):
+    """One attempt failed; `failure` says whether to retry. Never escapes `stream`."""
+
+    def __init__(self, failure: ApiFailure) -> None:
+        super().__init__(failure.message)
+        self.failure = failure
+
+
+class AnthropicModel:
+    """A `ModelClient` for the Anthropic Messages API.
+
+    `api_key` defaults to `ANTHROPIC_API_KEY`, `base_url` to `ANTHROPIC_BASE_URL` (then the
+    public API). `http_client` (an `httpx2.AsyncClient`) is the transport seam; the model closes
+    it in `aclose`. `sleep` waits between attempts (tests inject one that records delays) and
+    `rng` draws the jitter.
+
+    **Cancellation:** cancelling the consumer closes the response at once (the close is shielded
+    and bounded by 2 s); cancelling during a backoff sleep ends it.
+    **Errors:** `ModelError` when a request failed for good: not retryable (its `reason` is
+    `prompt_too_long` for an over-long prompt, else `model_error`), or still failing after
+    `retry.max_attempts` attempts.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        retry: RetryPolicy | None = None,
+        read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
+        connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
+        http_client: httpx2.AsyncClient | None = None,
+        sleep: Callable[[float], Awaitable[None]] = trio.sleep,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._model = model
+        self._api_key = api_key if api_key is not None else os.environ.get("ANTHROPIC_API_KEY")
+        self._base_url = base_url or os.environ.get("ANTHROPIC_BASE_URL") or None
+        self._retry = retry or RetryPolicy()
+        self._read_timeout_s = read_timeout_s
+        self._connect_timeout_s = connect_timeout_s
+        self._http_client = http_client
+        self._sleep = sleep
+        self._rng = rng or random.Random()
+        self._client: AsyncAnthropic | None = None
+        self._closed = False
+
+    @property
+    def model(self) -> str:
+        return self._model
+
+    @property
+    def retry_policy(self) -> RetryPolicy:
+        return self._retry
+
+    async def warm_up(self) -> None:
+        """Import the SDK in a thread (see the module function); later calls are free."""
+        if self._client is None:
+            await warm_up()
+
+    async def aclose(self) -> None:
+        """Close the SDK client and its connections; idempotent.
+
+        **Cancellation:** shielded and bounded, so a cancelled caller still releases sockets.
+        """
+        self._closed = True
+        client, self._client = self._client, None
+        if client is None:
+            if self._http_client is not None:
+                with trio.CancelScope(shield=True), trio.move_on_after(_CLOSE_TIMEOUT_S):
+                    await self._http_client.aclose()
+            return
+        with trio.CancelScope(shield=True), trio.move_on_after(_CLOSE_TIMEOUT_S):
+            await client.close()
+
+    async def _sdk_client(self) -> AsyncAnthropic:
+        if self._closed:
+            raise ModelError("The Anthropic model client was used after it was closed.")
+        if self._client is not None:
+            return self._client
+        if not self._api_key and not os.environ.get("ANTHROPIC_AUTH_TOKEN"):
+            raise ModelError("No API key was found: set ANTHROPIC_API_KEY.")
+        await warm_up()
+        if self._client is None:  # another task may have made it while we imported
+            import anthropic
+            import httpx2
+
+            self._client = anthropic.AsyncAnthropic(
+                api_key=self._api_key or None,
+                base_url=self._base_url,
+                max_retries=0,
+                timeout=httpx2.Timeout(self._read_timeout_s, connect=self._connect_timeout_s),
+                http_client=self._http_client,
+            )
+        return self._client
+
+    async def stream(self, request: ModelRequest) -> AsyncGenerator[ModelEvent, None]:
+        """Stream one response, retrying the whole stream on transient failures.
+
+        Yields `TextDelta`s and `BlockComplete`s as they arrive, a `Retry` before each new
+        attempt (everything before it is void), and one `MessageComplete` at the end. Typed as
+        an async generator (narrower than the protocol) so callers can `aclosing` it.
+        """
+        client = await self._sdk_client()
+        params = request_params(self._model, request)
+        failure: ApiFailure | None = None
+        for attempt in range(1, self._retry.max_attempts + 1):
+            if failure is not None:
+                delay = self._retry.delay_s(
+                    attempt - 1, retry_after=failure.retry_after, rand=self._rng.random()
+                )
+                yield Retry(
+                    attempt=attempt, delay_s=delay, error=failure.message, status=failure.status
+                )
+                await self._sleep(delay)
+            try:
+                stream = await self._open(client, params)
+                # Each attempt accumulates from scratch: a retry never mixes two responses.
+                accumulator = StreamAccumulator(model=self._model)
+                decoder = SSEDecoder()
+                chunks = stream.response.aiter_bytes()
+                try:
+                    while not accumulator.stopped:
+                        chunk = await _next_chunk(chunks)
+                        if chunk is None:
+                            raise _AttemptFailed(
+                                ApiFailure(
+                                    "The API stream ended before the message was complete.",
+                                    retryable=True,
+                                )
+                            )
+                        for sse in decoder.feed(chunk):
+                            if sse.event == "error":
+                                raise _AttemptFailed(self._stream_error(sse.data))
+                            if sse.event == "ping" or not sse.data:
+                                continue
+                            for event in accumulator.feed(_event_data(sse.data)):
+                                yield event
+                    message = accumulator.finish(
+                        request_id=stream.response.headers.get("request-id")
+                    )
+                    yield MessageComplete(message)
+                    # Read to the end so the connection goes back to the pool.
+                    with trio.move_on_after(_CLOSE_TIMEOUT_S):
+                        while await _next_chunk(chunks, quiet=True) is not None:
+                            pass
+                    return
+                finally:
+                    await _close(chunks, stream)
+            except _AttemptFailed as failed:
+                if not failed.failure.retryable:
+                    raise ModelError(
+                        failed.failure.message,
+                        reason=failed.failure.reason,
+                        status=failed.failure.status,
+                    ) from failed.__cause__
+                failure = failed.failure
+        assert failure is not None
+        raise ModelError(
+            f"The model request failed after {self._retry.max_attempts} attempts; "
+            f"the last error was: {failure.message}",
+            status=failure.status,
+        )
+
+    async def _open(
+        self, client: AsyncAnthropic, params: Mapping[str, Any]
+    ) -> AsyncStream[RawMessageStreamEvent]:
+        """Send the request; status and connection errors become `_AttemptFailed`."""
+        import anthropic
+
+        try:
+            stream = await client.messages.create(**params, stream=True)
+            return cast("AsyncStream[RawMessageStreamEvent]", stream)
+        except anthropic.APIStatusError as exc:
+            raise _AttemptFailed(
+                classify_api_error(
+                    exc.status_code,
+                    exc.type,
+                    exc.api_message or exc.message,
+                    model=self._model,
+                    headers=exc.response.headers,
+                )
+            ) from exc
+        except anthropic.APITimeoutError as exc:
+            raise _AttemptFailed(
+                ApiFailure("The API request timed out before the response began.", retryable=True)
+            ) from exc
+        except anthropic.APIConnectionError as exc:
+            cause = exc.__cause__ or exc
+            raise _AttemptFailed(
+                ApiFailure(f"Could not reach the API ({cause}).", retryable=True)
+            ) from exc
+        except anthropic.AnthropicError as exc:
+            raise _AttemptFailed(
+                ApiFailure(f"The API request failed: {exc}", retryable=False)
+            ) from exc
+
+    def _stream_error(self, data: str) -> ApiFailure:
+        """Judge an SSE `error` event by its error type, as the same error before the stream."""
+        error_type: str | None = None
+        message = data
+        try:
+            body = _json_object(data)
+        except ValueError:
+            body = {}
+        error = body.get("error")
+        if isinstance(error, dict):
+            error_type = str(error.get("type")) if error.get("type") else None
+            message = str(error.get("message") or data)
+        return classify_api_error(None, error_type, message, model=self._model, mid_stream=True)
+
+
+def _json_object(data: str) -> dict[str, Any]:
+    value = json.loads(data)
+    return value if isinstance(value, dict) else {}
+
+
+def _event_data(data: str) -> dict[str, Any]:
+    """An event's JSON; a garbled event fails the attempt (retryably) rather than the run."""
+    try:
+        return _json_object(data)
+    except ValueError as exc:
+        raise _AttemptFailed(
+            ApiFailure(f"The API sent an event that is not JSON: {data[:200]!r}", retryable=True)
+        ) from exc
+
+
+async def _next_chunk(chunks: AsyncIterator[bytes], *, quiet: bool = False) -> bytes | None:
+    """The next piece of the body, None at its end; transport failures become retryable
+    `_AttemptFailed` (or None when `quiet`: after `message_stop` nothing is lost)."""
+    import httpx2
+
+    try:
+        return await chunks.__anext__()
+    except StopAsyncIteration:
+        return None
+    except httpx2.TimeoutException as exc:
+        if quiet:
+            return None
+        raise _AttemptFailed(
+            ApiFailure("The API stream went silent past the read timeout.", retryable=True)
+        ) from exc
+    except httpx2.TransportError as exc:
+        if quiet:
+            return None
+        raise _AttemptFailed(
+            ApiFailure(
+                f"The API connection dropped mid-stream ({exc or type(exc).__name__}).",
+                retryable=True,
+            )
+        ) from exc
+
+
+async def _close(chunks: AsyncIterator[bytes], stream: AsyncStream[Any]) -> None:
+    """Release the response even when cancelled: shielded, and bounded in time.
+
+    httpx2's response stream is a chain of async generators, and one link does not close the
+    next when closed from outside, which trio reports as a leak. So the response is closed
+    first and the chain is then pumped until it ends: every generator finishes from the inside.
+    """
+    with trio.CancelScope(shield=True), trio.move_on_after(_CLOSE_TIMEOUT_S):
+        try:
+            await stream.close()
+            for _ in range(_DRAIN_CHUNKS):
+                await chunks.__anext__()
+        except StopAsyncIteration:
+            pass
+        except Exception:
+            pass  # a failed close must not mask the stream's outcome
+        finally:
+            aclose = getattr(chunks, "aclose", None)
+            if aclose is not None:
+                await aclose()

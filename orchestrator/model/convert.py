@@ -1,0 +1,308 @@
+"""Between Warren's types and the Messages API's wire shapes, in both directions, as pure code.
+
+Out: `request_params` turns a `ModelRequest` into the body of `POST /v1/messages`, with the
+prompt-cache breakpoints placed and the shapes the API rejects (empty text, empty assistant
+turns) normalised away. In: `SSEDecoder` splits the response body into server-sent events and
+`StreamAccumulator` turns the API's stream events into `TextDelta`/`BlockComplete` events and
+the final `AssistantMessage`.
+
+The Anthropic client uses these around the SDK's transport; keeping them free of the SDK (and
+of I/O) lets them be tested with plain values (tests/model/test_convert.py).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, get_args
+
+from orchestrator.messages import (
+    AssistantMessage,
+    ContentBlock,
+    Message,
+    StopReason,
+    TextBlock,
+    ThinkingBlock,
+    ToolUseBlock,
+    Usage,
+)
+from orchestrator.model.base import BlockComplete, ModelRequest, TextDelta, ToolSpec
+from orchestrator.model.pricing import cost_usd
+
+__all__ = [
+    "EMPTY_CONTENT_TEXT",
+    "SSEDecoder",
+    "ServerSentEvent",
+    "StreamAccumulator",
+    "messages_param",
+    "request_params",
+    "system_param",
+    "tools_param",
+]
+
+EMPTY_CONTENT_TEXT = "(no content)"
+"""Stands in for a message whose content would be empty: the API rejects empty turns."""
+
+_EPHEMERAL: Mapping[str, str] = {"type": "ephemeral"}
+_UNCACHEABLE_TYPES = frozenset({"thinking", "redacted_thinking"})
+_STOP_REASONS: frozenset[str] = frozenset(get_args(StopReason))
+_PARSE_ERROR_SNIPPET = 300
+
+
+# --- out: the request ----------------------------------------------------------------------------
+
+
+def system_param(system: Sequence[str]) -> list[dict[str, Any]]:
+    """System blocks as text blocks, with a cache breakpoint on the last (the stable prefix)."""
+    blocks: list[dict[str, Any]] = [{"type": "text", "text": text} for text in system if text]
+    if blocks:
+        blocks[-1]["cache_control"] = dict(_EPHEMERAL)
+    return blocks
+
+
+def tools_param(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
+    """Tool definitions, with a cache breakpoint on the last so the tool list is cached."""
+    params = [tool.to_api() for tool in tools]
+    if params:
+        params[-1] = {**params[-1], "cache_control": dict(_EPHEMERAL)}
+    return params
+
+
+def messages_param(messages: Sequence[Message], *, breakpoints: int = 2) -> list[dict[str, Any]]:
+    """The conversation in API form, with cache breakpoints on the last `breakpoints` messages.
+
+    Each breakpoint sits on the last content block of its message that can carry one (thinking
+    blocks cannot). The caller's messages are not touched: `Message.to_api()` is cached, so
+    every block that changes is a copy.
+    """
+    params: list[dict[str, Any]] = []
+    first_breakpoint = len(messages) - breakpoints
+    for position, message in enumerate(messages):
+        api = message.to_api()
+        content: list[dict[str, Any]] = [
+            block
+            for block in api["content"]
+            if not (block.get("type") == "text" and not block.get("text"))
+        ]
+        if not content:
+            content = [{"type": "text", "text": EMPTY_CONTENT_TEXT}]
+        if position >= first_breakpoint:
+            for index in range(len(content) - 1, -1, -1):
+                if content[index].get("type") not in _UNCACHEABLE_TYPES:
+                    content[index] = {**content[index], "cache_control": dict(_EPHEMERAL)}
+                    break
+        params.append({"role": api["role"], "content": content})
+    return params
+
+
+def request_params(model: str, request: ModelRequest) -> dict[str, Any]:
+    """Keyword arguments for `messages.create`: model, max_tokens, messages, system, tools.
+
+    At most four cache breakpoints, the API's limit: system, tools, and the last two messages.
+    """
+    params: dict[str, Any] = {
+        "model": model,
+        "max_tokens": request.max_tokens,
+        "messages": messages_param(request.messages),
+    }
+    system = system_param(request.system)
+    if system:
+        params["system"] = system
+    if request.tools:
+        params["tools"] = tools_param(request.tools)
+    return params
+
+
+# --- in: server-sent events ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ServerSentEvent:
+    event: str
+    """The `event:` field; `message` when the event named none."""
+    data: str
+    """The `data:` lines joined with newlines."""
+
+    def json(self) -> Any:
+        return json.loads(self.data)
+
+
+@dataclass
+class SSEDecoder:
+    """An incremental decoder of a `text/event-stream` body (lines end with LF or CRLF).
+
+    Fed raw chunks as they arrive, it returns the events each chunk completes, so no event
+    waits for the next chunk. A plain object rather than an async generator: nothing is left
+    half-consumed when the stream fails mid-way.
+    """
+
+    _buffer: bytearray = field(default_factory=bytearray)
+    _event: str = ""
+    _data: list[str] = field(default_factory=list)
+
+    def feed(self, chunk: bytes) -> list[ServerSentEvent]:
+        self._buffer += chunk
+        events: list[ServerSentEvent] = []
+        start = 0
+        while (end := self._buffer.find(b"\n", start)) >= 0:
+            line = bytes(self._buffer[start:end]).rstrip(b"\r").decode("utf-8", errors="replace")
+            start = end + 1
+            event = self._line(line)
+            if event is not None:
+                events.append(event)
+        del self._buffer[:start]
+        return events
+
+    def _line(self, line: str) -> ServerSentEvent | None:
+        if not line:
+            if not self._data and not self._event:
+                return None
+            event = ServerSentEvent(self._event or "message", "\n".join(self._data))
+            self._event, self._data = "", []
+            return event
+        if line.startswith(":"):
+            return None
+        name, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        if name == "event":
+            self._event = value
+        elif name == "data":
+            self._data.append(value)
+        return None
+
+
+# --- in: the stream's events -------------------------------------------------------------------
+
+
+@dataclass
+class _BlockBuilder:
+    kind: str
+    start: Mapping[str, Any]
+    text: list[str] = field(default_factory=list)
+    partial_json: list[str] = field(default_factory=list)
+    signature: str = ""
+
+    def build(self) -> ContentBlock | None:
+        if self.kind == "text":
+            return TextBlock(text="".join(self.text))
+        if self.kind == "thinking":
+            return ThinkingBlock(
+                thinking="".join(self.text),
+                signature=self.signature or self.start.get("signature", ""),
+            )
+        if self.kind == "tool_use":
+            return _tool_use(self.start, "".join(self.partial_json))
+        return None
+
+
+def _tool_use(start: Mapping[str, Any], raw: str) -> ToolUseBlock:
+    """The tool call with its input parsed, or with `parse_error` saying why it did not parse."""
+    tool_id, name = str(start.get("id", "")), str(start.get("name", ""))
+    if not raw.strip():
+        initial = start.get("input")
+        return ToolUseBlock(
+            id=tool_id, name=name, input=initial if isinstance(initial, dict) else {}
+        )
+    snippet = raw if len(raw) <= _PARSE_ERROR_SNIPPET else raw[:_PARSE_ERROR_SNIPPET] + "..."
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        problem = (
+            f"The input of this {name} call is not valid JSON ({exc.msg} at character {exc.pos}); "
+            f"it was: {snippet}"
+        )
+        return ToolUseBlock(id=tool_id, name=name, input={}, parse_error=problem)
+    if not isinstance(value, dict):
+        problem = f"The input of this {name} call is JSON but not an object; it was: {snippet}"
+        return ToolUseBlock(id=tool_id, name=name, input={}, parse_error=problem)
+    return ToolUseBlock(id=tool_id, name=name, input=value)
+
+
+@dataclass
+class StreamAccumulator:
+    """Folds one attempt's stream events (as decoded JSON) into Warren's model events.
+
+    `feed` returns the events to pass on: a `TextDelta` per text delta, a `BlockComplete` at
+    each `content_block_stop` (a tool may start then). `finish` builds the `AssistantMessage`
+    once `message_stop` was seen. Block types Warren does not model (server tools, redacted
+    thinking) are skipped; `BlockComplete.index` is always the API's index.
+    """
+
+    model: str
+    """The requested model, used when the stream does not name one."""
+    _blocks: dict[int, _BlockBuilder] = field(default_factory=dict)
+    _complete: dict[int, ContentBlock] = field(default_factory=dict)
+    _usage: dict[str, int] = field(default_factory=dict)
+    _stop_reason: StopReason | None = None
+    stopped: bool = False
+    """`message_stop` arrived: the message is whole."""
+
+    def feed(self, data: Mapping[str, Any]) -> list[TextDelta | BlockComplete]:
+        kind = data.get("type")
+        if kind == "message_start":
+            message = data.get("message") or {}
+            self.model = str(message.get("model") or self.model)
+            self._merge_usage(message.get("usage") or {})
+        elif kind == "content_block_start":
+            block = data.get("content_block") or {}
+            self._blocks[int(data["index"])] = _BlockBuilder(str(block.get("type")), block)
+        elif kind == "content_block_delta":
+            return self._delta(int(data["index"]), data.get("delta") or {})
+        elif kind == "content_block_stop":
+            index = int(data["index"])
+            builder = self._blocks.pop(index, None)
+            built = builder.build() if builder is not None else None
+            if built is not None:
+                self._complete[index] = built
+                return [BlockComplete(index=index, block=built)]
+        elif kind == "message_delta":
+            reason = (data.get("delta") or {}).get("stop_reason")
+            # A reason newer than Warren's closed set is dropped: the loop decides from the
+            # message itself, never from the envelope alone.
+            self._stop_reason = reason if reason in _STOP_REASONS else None
+            self._merge_usage(data.get("usage") or {})
+        elif kind == "message_stop":
+            self.stopped = True
+        return []
+
+    def _delta(self, index: int, delta: Mapping[str, Any]) -> list[TextDelta | BlockComplete]:
+        builder = self._blocks.get(index)
+        if builder is None:
+            return []
+        kind = delta.get("type")
+        if kind == "text_delta":
+            text = str(delta.get("text", ""))
+            builder.text.append(text)
+            return [TextDelta(index=index, text=text)] if text else []
+        if kind == "input_json_delta":
+            builder.partial_json.append(str(delta.get("partial_json", "")))
+        elif kind == "thinking_delta":
+            builder.text.append(str(delta.get("thinking", "")))
+        elif kind == "signature_delta":
+            builder.signature = str(delta.get("signature", ""))
+        return []
+
+    def _merge_usage(self, usage: Mapping[str, Any]) -> None:
+        # Counts on message_delta are cumulative totals: they replace, never add, and a count
+        # the delta leaves out keeps its message_start value (as the SDK's own accumulator).
+        for name in Usage.model_fields:
+            value = usage.get(name)
+            if isinstance(value, int):
+                self._usage[name] = value
+
+    @property
+    def usage(self) -> Usage:
+        return Usage(**self._usage)
+
+    def finish(self, *, request_id: str | None = None) -> AssistantMessage:
+        content = [self._complete[index] for index in sorted(self._complete)]
+        usage = self.usage
+        return AssistantMessage(
+            message=Message(role="assistant", content=content),
+            model=self.model,
+            stop_reason=self._stop_reason,
+            usage=usage,
+            cost_usd=cost_usd(self.model, usage),
+            request_id=request_id,
+        )
