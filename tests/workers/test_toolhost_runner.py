@@ -5,15 +5,18 @@ Security tests assert on the host afterwards (the file is absent, the process is
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
-import subprocess
 from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
+import structlog
+import structlog.testing
 import trio
 
 from orchestrator.aio import closing_iter
@@ -24,25 +27,34 @@ from orchestrator.pipeline import ToolPipeline
 from orchestrator.tools.base import Tool, ToolContext, ToolOutput, ToolProgress
 from orchestrator.tools.bash import BashTool
 from orchestrator.tools.registry import ToolRegistry
+from sandbox.errors import SandboxError
+from sandbox.run import run_sandboxed
+from sandbox.spec import SandboxSpec
 from tests.workers.host_tools import FACTORY, tools
+from workers import protocol as wire
 from workers.toolhost_runner import (
     HostLaunch,
+    HostProcess,
     SandboxedToolRunner,
     ToolHostError,
-    bwrap_launcher,
     open_tool_runner,
+    unsandboxed_spawner,
 )
 
 
-def _bwrap_works() -> bool:
-    launch = HostLaunch("read_only", ("true",), Path("/"), (), Path("/"), {})
+def _sandbox_works() -> bool:
     try:
-        return subprocess.run(list(bwrap_launcher(launch)), check=False).returncode == 0
-    except OSError:
+        return trio.run(run_sandboxed, SandboxSpec(), ["true"]).ok
+    except (SandboxError, OSError):
         return False
 
 
-pytestmark = pytest.mark.skipif(not _bwrap_works(), reason="bwrap cannot run here")
+pytestmark = pytest.mark.skipif(not _sandbox_works(), reason="the sandbox cannot run here")
+
+
+def failing_spawner(launch: HostLaunch) -> AbstractAsyncContextManager[HostProcess]:
+    """A "host" that exits at once, before Ready."""
+    return unsandboxed_spawner(dataclasses.replace(launch, argv=("/bin/false",)))
 
 
 @pytest.fixture
@@ -163,6 +175,34 @@ async def test_tool_error_is_raised_like_in_process(
 ) -> None:
     with pytest.raises(ToolError, match="refused, for the model"):
         await call(runner, tool("Fail"), ctx, how="tool_error")
+
+
+async def test_stray_stdout_of_tools_does_not_corrupt_the_protocol(
+    runner: SandboxedToolRunner, ctx: ToolContext
+) -> None:
+    """What tools print lands in the host's log (stderr), never on the protocol's stdout."""
+    with structlog.testing.capture_logs() as logs:
+        out = await call(runner, tool("Noisy"), ctx)
+        assert out.content == "quiet now"
+
+        def forwarded() -> set[str]:
+            return {e.get("line", "") for e in logs if e["event"] == "host output"}
+
+        with trio.fail_after(10):  # the logs travel on their own pipe: wait for them
+            while len(forwarded()) < 2:  # noqa: ASYNC110
+                await trio.sleep(0.01)
+    assert forwarded() == {"stray print from a tool", "stray output of a child"}
+    assert not [e for e in logs if "malformed" in e["event"]]
+
+
+async def test_an_output_over_the_line_cap_becomes_an_error_result(
+    runner: SandboxedToolRunner, ctx: ToolContext
+) -> None:
+    out = await call(runner, tool("Noisy"), ctx, size=wire.MAX_LINE_BYTES + 1)
+    assert out.is_error
+    assert "too large to return" in str(out.content)
+    again = await call(runner, tool("Think"), ctx, thought="still in sync")
+    assert not again.is_error
 
 
 async def test_misclassified_bash_cannot_write_in_the_read_only_host(
@@ -304,8 +344,20 @@ async def test_runner_exit_leaves_no_process_behind(ctx: ToolContext) -> None:
     assert descendants() == []
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="sandbox.open_sandboxed_process spawns bwrap in our process group, and SIGINT kills "
+    "bwrap: a terminal's Ctrl-C would kill the hosts instead of interrupting the run",
+)
+async def test_hosts_are_out_of_the_terminals_process_group(ctx: ToolContext) -> None:
+    async with open_tool_runner(tools=FACTORY) as runner:
+        await runner.start(ctx)
+        for pid in runner.host_pids().values():
+            assert os.getpgid(pid) != os.getpgid(0)
+
+
 async def test_a_host_that_cannot_start_is_an_error_result(ctx: ToolContext) -> None:
-    async with open_tool_runner(launcher=lambda launch: ["/bin/false"]) as runner:
+    async with open_tool_runner(spawner=failing_spawner) as runner:
         out = await call(runner, tool("Think"), ctx, thought="x")
         assert out.is_error
         assert "exited before it was ready (exit status 1)" in str(out.content)
@@ -319,7 +371,7 @@ async def test_a_host_that_cannot_start_is_an_error_result(ctx: ToolContext) -> 
 
 async def test_tools_named_local_run_in_the_coordinator(ctx: ToolContext) -> None:
     async with open_tool_runner(
-        launcher=lambda launch: ["/bin/false"], local_tools=frozenset({"Think"})
+        spawner=failing_spawner, local_tools=frozenset({"Think"})
     ) as runner:
         out = await call(runner, tool("Think"), ctx, thought="x")
         assert not out.is_error
