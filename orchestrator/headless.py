@@ -114,7 +114,9 @@ def _make_model(name: str, cwd: Path) -> ModelClient:
 async def _warm_up_sdk(name: str) -> None:
     """Import the SDK in a thread while other start-up work runs."""
     if not name.startswith("scripted:"):
-        await trio.to_thread.run_sync(__import__, "anthropic")
+        from orchestrator.model.anthropic import warm_up
+
+        await warm_up()
 
 
 @dataclass

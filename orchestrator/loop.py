@@ -40,9 +40,12 @@ from orchestrator.model.base import (
 )
 from orchestrator.outcome import TerminalReason
 from orchestrator.pipeline import ToolPipeline
-from orchestrator.transcript_repair import INTERRUPTED_BY_USER, normalize_for_api
+from orchestrator.transcript_repair import INTERRUPTED_BY_USER, NO_CONTENT, normalize_for_api
 
 __all__ = ["LoopConfig", "RunControl", "RunResult", "run_loop"]
+
+_EMPTY_TURN = Message(role="assistant", content=[TextBlock(text=NO_CONTENT)])
+"""Stands in for an empty assistant message, which the API would refuse in a later request."""
 
 
 @dataclass(frozen=True)
@@ -111,7 +114,9 @@ async def run_loop(
     **Errors:** none for model or tool failures: they are terminal reasons or tool_results.
     """
     control = control or RunControl()
-    history = list(messages)
+    # Normalised once: from here on the loop only appends pairs that keep it valid, so a long
+    # history is not re-checked every turn (tests/bench/bench_loop.py, benchmark c).
+    history = normalize_for_api(list(messages))
     started = time.monotonic()
     usage = Usage()
     cost = 0.0
@@ -125,7 +130,7 @@ async def run_loop(
     for turn in range(1, config.max_turns + 1):
         request = ModelRequest(
             system=config.system,
-            messages=normalize_for_api(history),
+            messages=list(history),
             tools=tool_specs,
             max_tokens=config.max_tokens,
         )
@@ -147,7 +152,7 @@ async def run_loop(
                 else:
                     executor.message_complete(final.message.tool_uses())
                     emit(AssistantTurn(final))
-                    history.append(final.message)
+                    history.append(final.message if final.message.content else _EMPTY_TURN)
                     results = await executor.results()
         control._scope = None
         if control.interrupted:
@@ -209,7 +214,7 @@ def _close_interrupted(
 
     `results` are the executor's: one per scheduled call (every completed tool_use block was
     scheduled), with interruption texts for the unfinished ones. Two user messages in a row
-    are merged by `normalize_for_api` before the next request.
+    are merged by `normalize_for_api` when the conversation is next loaded or continued.
     """
     if final is None and completed:
         partial = Message(role="assistant", content=[completed[i] for i in sorted(completed)])

@@ -115,10 +115,12 @@ class OutputPrinter:
         match self.format:
             case "stream-json" | "json":
                 self._line(record)
-            case "text":
+            case "text" if result.reason == "completed":
                 text = result.result
                 self.out.write(text + ("\n" if text and not text.endswith("\n") else ""))
                 self.out.flush()
+            case "text":
+                pass  # the CLI reports a failed run on stderr; stdout stays the answer only
 
 
 @dataclass
