@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from orchestrator.loop import LoopConfig, run_loop  # noqa: E402
-from orchestrator.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock  # noqa: E402
+from orchestrator.messages import Message, TextBlock  # noqa: E402
 from orchestrator.model.anthropic import AnthropicModel  # noqa: E402
 from orchestrator.model.scripted import ScriptedModel, ScriptedTurn  # noqa: E402
 from orchestrator.permissions import default_permission, headless_asker  # noqa: E402
@@ -102,7 +102,8 @@ async def bench_a(ws: Path) -> None:
     )
     wall = time.monotonic() - started
     print(
-        f"(a) 10 read-only calls x 1 s in one turn: wall {wall:.3f} s, ratio {wall / 1.0:.3f} (goal <= 1.05)"
+        f"(a) 10 read-only calls x 1 s in one turn: wall {wall:.3f} s, "
+        f"ratio {wall / 1.0:.3f} (goal <= 1.05)"
     )
 
 
@@ -129,7 +130,8 @@ async def bench_b(ws: Path) -> None:
         for i in range(n)
     ]
     print(
-        f"(b) content_block_stop -> call start over a real socket: median {statistics.median(lags):.2f} ms, "
+        "(b) content_block_stop -> call start over a real socket: "
+        f"median {statistics.median(lags):.2f} ms, "
         f"max {max(lags):.2f} ms over {n} blocks (goal <= 5 ms)"
     )
 
@@ -140,9 +142,7 @@ def history(n: int) -> list[Message]:
         messages.append(
             Message(
                 role="user",
-                content=[TextBlock(text=f"request {i}: please look at file_{i}.py and report")]
-                if i == 0 or True
-                else [],
+                content=[TextBlock(text=f"request {i}: please look at file_{i}.py and report")],
             )
         )
         messages.append(
@@ -205,7 +205,8 @@ def bench_d_e(ws: Path) -> None:
                 )
                 launches.append(api.requests[0].started_at - t0)
         print(
-            f"(d) `warren -p` launch -> first request: median {statistics.median(launches) * 1000:.0f} ms; "
+            "(d) `warren -p` launch -> first request: "
+            f"median {statistics.median(launches) * 1000:.0f} ms; "
             f"`python -c 'import anthropic'`: median {statistics.median(imports) * 1000:.0f} ms "
             f"(ratio {statistics.median(launches) / statistics.median(imports):.2f})"
         )
