@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["truncate_middle"]
+__all__ = ["join_elided", "truncate_middle"]
 
 
 def truncate_middle(text: str, limit: int, *, what: str = "characters") -> str:
@@ -17,7 +17,18 @@ def truncate_middle(text: str, limit: int, *, what: str = "characters") -> str:
     tail = limit - head
     removed = len(text) - head - tail
     removed_lines = text.count("\n", head, len(text) - tail)
+    return join_elided(text[:head], text[len(text) - tail :], removed, removed_lines, what=what)
+
+
+def join_elided(
+    head: str, tail: str, removed: int, removed_lines: int, *, what: str = "characters"
+) -> str:
+    """`head` and `tail` around the note `truncate_middle` leaves where it cut.
+
+    For producers that drop the middle themselves and never hold the whole text (the shell
+    keeps only a bounded head and tail of a command's output), so the model sees one shape.
+    """
     return (
-        f"{text[:head]}\n\n[... {removed} {what} ({removed_lines} lines) removed from the "
-        f"middle of this output ...]\n\n{text[len(text) - tail :]}"
+        f"{head}\n\n[... {removed} {what} ({removed_lines} lines) removed from the "
+        f"middle of this output ...]\n\n{tail}"
     )
