@@ -71,7 +71,7 @@ def path_problem(raw: str, ctx: ToolContext, *, param: str, writing: bool = Fals
 
     The path must be absolute and, once resolved (symlinks followed), lie inside a workspace
     root. Roots are compared as resolved paths with `is_relative_to`, never by string prefix,
-    so `/repo-evil` is not inside `/repo` (tests/orchestrator/tools/test_files.py).
+    so `/repo-evil` is not inside `/repo` (tests/orchestrator/tools/test_contract.py).
     """
     path = Path(raw)
     if not path.is_absolute():

@@ -6,7 +6,7 @@ an rg `--glob` match overrides ignore files, so `--glob '*.log'` would list igno
 pattern whose last part is a file-name glob is therefore split into a literal directory to
 search and a file type (`--type-add`), which rg applies after its ignore rules; only other
 patterns go through `--glob`, and their results are then intersected with the ignore-aware
-listing (tests/orchestrator/tools/test_glob.py pins both). Grep reuses `plan_glob`.
+listing (tests/orchestrator/tools/test_search.py pins both). Grep reuses `plan_glob`.
 """
 
 from __future__ import annotations

@@ -37,6 +37,7 @@ def repo(ws: Path) -> Path:
             "src/app.py": "import os\n\ndef main():\n    return os.getcwd()\n",
             "src/util/helpers.py": "def helper():\n    return 'TODO'\n",
             "src/web/page.ts": "export const TODO = 1;\n",
+            "src/web/trace.log": "TODO ignored by *.log\n",
             "tests/test_app.py": "from src.app import main\n# TODO write tests\n",
             "build/gen.py": "# TODO generated\n",
             "debug.log": "TODO in a log\n",
@@ -85,6 +86,7 @@ def test_plan_glob(pattern: str, plan: GlobPlan) -> None:
         ("**/*.yml", [".github/workflows/ci.yml"]),
         ("**/config", []),
         ("s*/**", ["src/web/page.ts", "src/util/helpers.py", "src/app.py"]),
+        ("src/*/*.log", []),  # --glob would list it; the ignore-aware listing drops it
     ],
 )
 async def test_glob_newest_first_and_gitignore(
