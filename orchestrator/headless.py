@@ -193,7 +193,7 @@ async def run_headless(
         transcript.write({"type": "resume", "skipped_lines": loaded.skipped_lines})
     else:
         transcript = store.create(cwd=cwd, model=options.model)
-    log_file = configure_logging(
+    log_sink = configure_logging(
         log_file=dirs.logs / f"{transcript.session_id}.log", verbose=options.verbose
     )
     log = structlog.get_logger().bind(session_id=transcript.session_id)
@@ -276,8 +276,7 @@ async def run_headless(
     finally:
         transcript.close()
         audit.close()
-        if log_file is not None:
-            log_file.close()
+        log_sink.close()
 
 
 async def _interrupt_on_sigint(control: RunControl) -> None:

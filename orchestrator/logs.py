@@ -16,20 +16,25 @@ from typing import IO, Any
 
 import structlog
 
-__all__ = ["configure_logging"]
+__all__ = ["LogSink", "configure_logging"]
 
 
-class _Writer:
-    """The last processor: one JSON line to the file, one readable line to stderr if verbose."""
+class LogSink:
+    """The last processor: one JSON line to the file, one readable line to stderr if verbose.
+
+    `close()` detaches the file first, so a log call after the run (a library still logging
+    in the same process, as in the test suite) is dropped instead of hitting a closed file.
+    """
 
     def __init__(self, file: IO[str] | None, verbose: bool) -> None:
         self._file = file
         self._verbose = verbose
 
     def __call__(self, logger: Any, method: str, event: MutableMapping[str, Any]) -> str:
-        if self._file is not None:
-            self._file.write(json.dumps(event, default=str) + "\n")
-            self._file.flush()
+        file = self._file
+        if file is not None:
+            file.write(json.dumps(event, default=str) + "\n")
+            file.flush()
         if self._verbose:
             extras = " ".join(
                 f"{k}={v}" for k, v in event.items() if k not in ("event", "level", "timestamp")
@@ -37,20 +42,30 @@ class _Writer:
             sys.stderr.write(f"[{event.get('level', method)}] {event.get('event')} {extras}\n")
         raise structlog.DropEvent
 
+    def close(self) -> None:
+        file, self._file = self._file, None
+        self._verbose = False
+        if file is not None:
+            file.close()
 
-def configure_logging(*, log_file: Path | None, verbose: bool) -> IO[str] | None:
-    """Send logs to `log_file` (JSON lines) and, if `verbose`, to stderr. Returns the file."""
+
+def configure_logging(*, log_file: Path | None, verbose: bool) -> LogSink:
+    """Send logs to `log_file` (JSON lines) and, if `verbose`, to stderr.
+
+    Returns the sink; the caller closes it when the run ends.
+    """
     file: IO[str] | None = None
     if log_file is not None:
         log_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         file = log_file.open("a", encoding="utf-8")
+    sink = LogSink(file, verbose)
     structlog.configure(
         processors=[
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
-            _Writer(file, verbose),
+            sink,
         ],
         cache_logger_on_first_use=False,
     )
     structlog.get_logger().info("logging configured", pid=os.getpid(), started=time.time())
-    return file
+    return sink
