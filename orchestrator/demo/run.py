@@ -117,7 +117,8 @@ def demo_main(argv: list[str]) -> int:
     out.write(f"  transcript: {report.transcript}\n")
     if args.keep:
         out.write(f"  workspace kept: {workspace}\n")
-    out.write(f"\n{result.result}\n")
+    if result.reason != "completed":
+        out.write(f"\nThe demo did not complete: {result.result}\n")
     return exit_code(result.reason)
 
 

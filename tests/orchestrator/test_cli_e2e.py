@@ -1,0 +1,151 @@
+"""End to end through the `warren` CLI: a real process, the real SDK over a real socket to the
+fake Messages API, the real tools on a copy of the demo's sample repository."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from orchestrator.model.scripted import load_script
+from tests.kit.fake_api import FakeMessagesAPI, HttpError, Reply
+
+DEMO = Path(__file__).resolve().parents[2] / "orchestrator" / "demo"
+WARREN = [sys.executable, "-m", "orchestrator.cli"]
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    return {
+        **os.environ,
+        "XDG_STATE_HOME": str(tmp_path / "state"),
+        "ANTHROPIC_API_KEY": "sk-test-e2e",
+        "PYTHONPATH": str(DEMO.parents[1]),
+    }
+
+
+@pytest.fixture
+def sample(tmp_path: Path) -> Path:
+    ws = tmp_path / "shop"
+    shutil.copytree(DEMO / "sample", ws)
+    return ws
+
+
+def run_cli(args: list[str], env: dict[str, str], **kw: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*WARREN, *args], env=env, capture_output=True, text=True, timeout=120, check=False, **kw
+    )  # type: ignore[call-overload, no-any-return]
+
+
+def test_scripted_refactor_through_cli_and_fake_server(sample: Path, env: dict[str, str]) -> None:
+    """Greps, reads three files in parallel, edits two, runs the tests with Bash, finishes."""
+    turns = load_script(DEMO / "session.json")
+    replies = [Reply.from_turn(t, workspace=str(sample)) for t in turns]
+    with FakeMessagesAPI(replies) as api:
+        done = run_cli(
+            [
+                "-p",
+                "fix the tests",
+                "--cwd",
+                str(sample),
+                "--permission-mode",
+                "bypass",
+                "--output-format",
+                "stream-json",
+            ],
+            {**env, "ANTHROPIC_BASE_URL": api.base_url},
+        )
+        requests = api.requests
+    assert done.returncode == 0, done.stderr
+    events = [json.loads(line) for line in done.stdout.splitlines()]
+    assert events[0]["type"] == "system" and events[0]["subtype"] == "init"
+    assert events[-1]["type"] == "result" and events[-1]["subtype"] == "success"
+    assert events[-1]["num_turns"] == 5
+    assert len(requests) == 5
+    headers = requests[0].headers
+    assert "sk-test-e2e" in headers.get("x-api-key", "") + headers.get("authorization", "")
+    # The files were really edited, and the tests really ran green in the persistent shell.
+    assert "def order_total(" in (sample / "shop" / "pricing.py").read_text()
+    assert "net = order_total(lines)" in (sample / "shop" / "invoice.py").read_text()
+    bash_result = requests[4].messages[-1]["content"][0]
+    assert bash_result["is_error"] is False
+    assert "OK" in json.dumps(bash_result["content"])
+    # The three reads went back in one user message, in tool_use order.
+    reads = requests[2].messages[-1]["content"]
+    assert [r["type"] for r in reads] == ["tool_result"] * 3
+    assert "def calc(" in json.dumps(reads[0]["content"])
+
+
+def test_invalid_key_is_one_sentence_and_exit_1(sample: Path, env: dict[str, str]) -> None:
+    with FakeMessagesAPI([HttpError(401)]) as api:
+        done = run_cli(
+            ["-p", "hi", "--cwd", str(sample)], {**env, "ANTHROPIC_BASE_URL": api.base_url}
+        )
+        assert len(api.requests) == 1
+    assert done.returncode == 1
+    assert done.stdout == ""
+    assert "Traceback" not in done.stderr
+    assert "API key" in done.stderr
+
+
+def test_prompt_too_long_exit_code(sample: Path, env: dict[str, str]) -> None:
+    too_long = HttpError(400, "invalid_request_error", "prompt is too long: 250000 tokens > 200000")
+    with FakeMessagesAPI([too_long]) as api:
+        done = run_cli(
+            ["-p", "hi", "--cwd", str(sample), "--output-format", "json"],
+            {**env, "ANTHROPIC_BASE_URL": api.base_url},
+        )
+    assert done.returncode == 4
+    result = json.loads(done.stdout)
+    assert result["terminal_reason"] == "prompt_too_long" and result["is_error"] is True
+
+
+def test_prompt_on_stdin_and_retry_event(sample: Path, env: dict[str, str]) -> None:
+    with FakeMessagesAPI(
+        [HttpError(429, headers={"retry-after": "0"}), Reply.text("hello")]
+    ) as api:
+        done = run_cli(
+            ["--cwd", str(sample), "--output-format", "stream-json"],
+            {**env, "ANTHROPIC_BASE_URL": api.base_url},
+            input="say hello",
+        )
+    assert done.returncode == 0, done.stderr
+    events = [json.loads(line) for line in done.stdout.splitlines()]
+    retry = [e for e in events if e.get("subtype") == "api_retry"]
+    assert retry and retry[0]["attempt"] == 2
+    assert events[-1]["result"] == "hello"
+
+
+def test_headless_ask_becomes_deny(sample: Path, env: dict[str, str]) -> None:
+    replies = [
+        Reply.tool_use("Write", {"file_path": str(sample / "new.txt"), "content": "x"}),
+        Reply.text("could not write"),
+    ]
+    with FakeMessagesAPI(replies) as api:
+        done = run_cli(
+            ["-p", "write", "--cwd", str(sample)], {**env, "ANTHROPIC_BASE_URL": api.base_url}
+        )
+        denial = api.requests[1].messages[-1]["content"][0]
+    assert done.returncode == 0
+    assert not (sample / "new.txt").exists()
+    assert denial["is_error"] is True
+    assert "--allowed-tools Write" in json.dumps(denial["content"])
+
+
+def test_usage_errors_exit_2(sample: Path, env: dict[str, str]) -> None:
+    done = run_cli(["-p", "x", "--resume", "a", "--continue"], env)
+    assert done.returncode == 2
+    done = run_cli(["-p", "x", "--model", "scripted:/nonexistent.json", "--cwd", str(sample)], env)
+    assert done.returncode == 2 and "cannot read the script" in done.stderr
+
+
+def test_demo_runs_end_to_end(env: dict[str, str]) -> None:
+    done = run_cli(["demo"], env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "outcome: completed after 5 turns" in done.stdout
+    assert "parallel reads: 3 Read calls" in done.stdout
