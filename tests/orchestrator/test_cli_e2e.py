@@ -36,10 +36,18 @@ def sample(tmp_path: Path) -> Path:
     return ws
 
 
-def run_cli(args: list[str], env: dict[str, str], **kw: object) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    args: list[str], env: dict[str, str], input: str | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [*WARREN, *args], env=env, capture_output=True, text=True, timeout=120, check=False, **kw
-    )  # type: ignore[call-overload, no-any-return]
+        [*WARREN, *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        input=input,
+    )
 
 
 def test_scripted_refactor_through_cli_and_fake_server(sample: Path, env: dict[str, str]) -> None:
