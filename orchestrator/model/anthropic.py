@@ -8,10 +8,12 @@ timeout) restarts the request, after a `Retry` event telling the consumer to dis
 got. The SDK's own retries are off so that there is one schedule (retry.py) and one place that
 tells the user what is happening.
 
-The SDK sends the request and raises status errors; the body is read with httpx2 directly and
-decoded by convert.py. (The SDK's event iterator leaves nested async generators unclosed when
-an `error` event arrives, which trio reports; reading bytes through `aiter_bytes`, which closes
-its chain, avoids that.)
+The SDK sends the request (auth, headers, timeouts) and raises status errors; convert.py builds
+the JSON body and decodes the response, read as bytes through httpx2. Two SDK conveniences are
+skipped on purpose: `messages.create` deep-copies and re-encodes the whole conversation every
+turn (several ms at 1,000 messages; the body is built from cached per-message JSON instead), and
+its event iterator leaves nested async generators unclosed when an `error` event arrives, which
+trio reports as a leak.
 
 `anthropic` takes about a second to import, so it is imported on first use, in a thread
 (`warm_up`), never at module import.
@@ -22,14 +24,19 @@ from __future__ import annotations
 import json
 import os
 import random
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 from orchestrator.errors import ModelError
 from orchestrator.model.base import MessageComplete, ModelEvent, ModelRequest, Retry
-from orchestrator.model.convert import SSEDecoder, StreamAccumulator, request_params
+from orchestrator.model.convert import (
+    MessageJsonCache,
+    SSEDecoder,
+    StreamAccumulator,
+    encode_request,
+)
 from orchestrator.model.retry import ApiFailure, RetryPolicy, classify_api_error
 
 if TYPE_CHECKING:
@@ -107,6 +114,7 @@ class AnthropicModel:
         self._sleep = sleep
         self._rng = rng or random.Random()
         self._client: AsyncAnthropic | None = None
+        self._json_cache = MessageJsonCache()
         self._closed = False
 
     @property
@@ -166,7 +174,7 @@ class AnthropicModel:
         an async generator (narrower than the protocol) so callers can `aclosing` it.
         """
         client = await self._sdk_client()
-        params = request_params(self._model, request)
+        body = encode_request(self._model, request, self._json_cache)
         failure: ApiFailure | None = None
         for attempt in range(1, self._retry.max_attempts + 1):
             if failure is not None:
@@ -178,7 +186,7 @@ class AnthropicModel:
                 )
                 await self._sleep(delay)
             try:
-                stream = await self._open(client, params)
+                stream = await self._open(client, body)
                 # Each attempt accumulates from scratch: a retry never mixes two responses.
                 accumulator = StreamAccumulator(model=self._model)
                 decoder = SSEDecoder()
@@ -227,14 +235,27 @@ class AnthropicModel:
         )
 
     async def _open(
-        self, client: AsyncAnthropic, params: Mapping[str, Any]
+        self, client: AsyncAnthropic, body: bytes
     ) -> AsyncStream[RawMessageStreamEvent]:
-        """Send the request; status and connection errors become `_AttemptFailed`."""
+        """Send the request; status and connection errors become `_AttemptFailed`.
+
+        The body is already JSON: `messages.create` would deep-copy and re-encode the whole
+        conversation on every turn (several ms at 1,000 messages), so the request goes through
+        the SDK's generic `post`, which still brings auth, headers, timeouts and status errors.
+        """
         import anthropic
+        from anthropic.types import Message as ApiMessage
+        from anthropic.types import RawMessageStreamEvent
 
         try:
-            stream = await client.messages.create(**params, stream=True)
-            return cast("AsyncStream[RawMessageStreamEvent]", stream)
+            return await client.post(
+                "/v1/messages",
+                cast_to=ApiMessage,
+                content=body,
+                options={"headers": {"content-type": "application/json"}},
+                stream=True,
+                stream_cls=anthropic.AsyncStream[RawMessageStreamEvent],
+            )
         except anthropic.APIStatusError as exc:
             raise _AttemptFailed(
                 classify_api_error(

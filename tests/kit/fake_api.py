@@ -13,7 +13,11 @@ Responses are typed values: `Reply` (a message streamed event by event), `HttpEr
 before the stream), `MidStreamError` (an SSE `error` event after some events), `DropConnection`
 (the socket closes mid-body), `Stall` (the server goes quiet, for read timeouts) and
 `MalformedToolJson` (a `tool_use` whose `input_json_delta`s do not form JSON). When the script
-runs out the server answers 500 with a body that says so, and counts it in `api.unanswered`.
+runs out the server answers 500 with a body that says so (and `x-should-retry: false`, so the
+client gives up at once), and counts it in `api.unanswered`.
+
+`Reply(hold_before_block=i)` / `Reply(hold_before_stop=True)` pause the stream until the test
+calls `api.release()`: ordering is then proven without sleeping.
 
 Every request is recorded (`api.requests`): parsed body, headers, arrival and end times, and
 the send time of every SSE event, all on `time.monotonic()` (system-wide on Linux, so times
@@ -463,12 +467,16 @@ class _Server(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: _Server
+    _record: _Record | None = None
 
     def log_message(self, format: str, *args: Any) -> None:
         """Quiet: tests read `api.requests`, not the server's stderr."""
 
     def setup(self) -> None:
         super().setup()
+        # One small write per event: without this, Nagle's algorithm can hold an event back
+        # until the client acknowledges the previous one, which skews timing measurements.
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.server.api._track(self.connection, threading.current_thread())
 
     def finish(self) -> None:
@@ -496,12 +504,14 @@ class _Handler(BaseHTTPRequestHandler):
             body=parsed if isinstance(parsed, dict) else {},
             started_at=started,
         )
+        self._record = record
         try:
             self._answer(api, record)
         except _ClientGone:
             record.client_disconnected = True
             self.close_connection = True
         finally:
+            self._record = None
             api._end(record)
 
     # -- answering ------------------------------------------------------------------------------
@@ -524,7 +534,14 @@ class _Handler(BaseHTTPRequestHandler):
                     f"FakeMessagesAPI has no scripted response left for request #{record.number} "
                     f"(the script had {api._scripted} responses)"
                 )
-                self._send_json(500, _error_body("api_error", message, request_id), request_id)
+                # x-should-retry: false (a real API header) makes clients fail at once, quoting
+                # this message, instead of backing off ten times.
+                self._send_json(
+                    500,
+                    _error_body("api_error", message, request_id),
+                    request_id,
+                    {"x-should-retry": "false"},
+                )
             case HttpError():
                 record.response = f"HttpError({response.status})"
                 api._wait(response.latency_s)
@@ -615,6 +632,7 @@ class _Handler(BaseHTTPRequestHandler):
             for name, value in (headers or {}).items():
                 self.send_header(name, value)
             self.end_headers()
+            self._ending()
             self.wfile.write(payload)
             self.wfile.flush()
         except OSError as exc:
@@ -652,14 +670,22 @@ class _Handler(BaseHTTPRequestHandler):
                 self.wfile.write(b"%X\r\n%s\r\n" % (len(payload), payload))
                 self.wfile.flush()
             if end:
+                self._ending()
                 self.wfile.write(b"0\r\n\r\n")
                 self.wfile.flush()
         except OSError as exc:
             raise _ClientGone from exc
 
+    def _ending(self) -> None:
+        """Stamp the end just before the last write: a client that saw the end of a response
+        and sent the next request must never find the two overlapping in the log."""
+        if self._record is not None and self._record.ended_at is None:
+            self._record.ended_at = time.monotonic()
+
     def _drop(self) -> None:
         """Close the socket without finishing the chunked body: the client sees a broken read."""
         self.close_connection = True
+        self._ending()
         try:
             self.connection.shutdown(socket.SHUT_RDWR)
         except OSError:
@@ -824,7 +850,8 @@ class FakeMessagesAPI:
 
     def _end(self, record: _Record) -> None:
         with self._lock:
-            record.ended_at = time.monotonic()
+            if record.ended_at is None:
+                record.ended_at = time.monotonic()
             self._lock.notify_all()
 
     def _hold(self) -> bool:

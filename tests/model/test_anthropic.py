@@ -295,6 +295,13 @@ async def test_ten_failed_attempts_give_up_with_the_last_error() -> None:
     assert caught.value.reason == "model_error"
 
 
+async def test_running_out_of_script_fails_at_once_with_the_fakes_message() -> None:
+    with FakeMessagesAPI([]) as api:
+        with pytest.raises(ModelError, match="no scripted response left"):
+            await collect(model_for(api))
+        assert api.unanswered == 1
+
+
 async def test_cancelling_during_backoff_stops_at_once() -> None:
     with FakeMessagesAPI([HttpError(529, headers={"retry-after": "600"})]) as api:
         model = AnthropicModel(TEST_MODEL, api_key="k", base_url=api.base_url)  # real trio.sleep
@@ -399,10 +406,11 @@ async def test_cancelling_the_consumer_stops_the_stream_promptly() -> None:
                         if isinstance(event, TextDelta):
                             scope.cancel()
         assert scope.cancelled_caught
+        # We left while the server still held the end of the message back...
+        assert "message_delta" not in [e.name for e in api.requests[0].events]
         api.release()
         assert await trio.to_thread.run_sync(api.wait_idle)
-        # We left while the server still held the end of the message back, and hung up.
-        assert "message_stop" not in [e.name for e in api.requests[0].events]
+        # ...and hung up: the server's next writes failed.
         assert api.requests[0].client_disconnected
         # The model is still usable after a cancelled stream.
         events = await collect(model)

@@ -18,9 +18,11 @@ from orchestrator.messages import (
 from orchestrator.model.base import BlockComplete, ModelRequest, TextDelta, ToolSpec
 from orchestrator.model.convert import (
     EMPTY_CONTENT_TEXT,
+    MessageJsonCache,
     ServerSentEvent,
     SSEDecoder,
     StreamAccumulator,
+    encode_request,
     request_params,
 )
 
@@ -121,6 +123,27 @@ def test_parse_errors_are_not_sent_back() -> None:
         "m", ModelRequest(system=[], messages=[Message(role="assistant", content=[broken])])
     )
     assert "parse_error" not in params["messages"][0]["content"][0]
+
+
+def test_the_encoded_body_equals_the_params_as_the_conversation_grows() -> None:
+    cache = MessageJsonCache()
+    tools = [ToolSpec("Read", 'reads \u00e9 "quoted"', {"type": "object"})]
+    conversation: list[Message] = []
+    for turn in [*_conversation(), Message(role="assistant", content=[]), Message.user_text("é")]:
+        conversation.append(turn)
+        request = ModelRequest(system=["s1", "s2"], messages=list(conversation), tools=tools)
+        encoded = json.loads(encode_request("claude-x", request, cache))
+        assert encoded == {**request_params("claude-x", request), "stream": True}
+    # every message but the last two was encoded once and reused
+    assert len(cache._entries) == len(conversation) - 2
+
+
+def test_the_json_cache_is_bounded() -> None:
+    cache = MessageJsonCache(limit=3)
+    messages = [Message.user_text(str(i)) for i in range(5)]
+    for message in messages:
+        assert json.loads(cache.json(message))["content"][0]["text"] == message.text()
+    assert len(cache._entries) <= 3
 
 
 # --- SSE decoding --------------------------------------------------------------------------------

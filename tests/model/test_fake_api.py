@@ -104,10 +104,10 @@ def test_the_log_records_bodies_headers_and_times() -> None:
 def test_running_out_of_script_answers_500_and_says_so() -> None:
     with FakeMessagesAPI([Reply.text("only")]) as api:
         post(api, STREAM)
-        status, _, raw = post(api, STREAM)
+        status, headers, raw = post(api, STREAM)
         assert api.unanswered == 1 and api.remaining == 0
         assert api.requests[1].response == "unanswered"
-    assert status == 500
+    assert status == 500 and headers["x-should-retry"] == "false"
     assert "no scripted response left" in json.loads(raw)["error"]["message"]
 
 
