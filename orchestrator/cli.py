@@ -65,7 +65,7 @@ def _headless_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--model",
         default=None,
-        help="Claude model name, or scripted:PATH to replay a script (default: claude-sonnet-4-5)",
+        help="Claude model name, or scripted:PATH to replay a script (default: claude-sonnet-4-6)",
     )
     parser.add_argument(
         "--cwd",

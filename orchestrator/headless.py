@@ -41,7 +41,7 @@ from orchestrator.tools.registry import ToolRegistry, builtin_tools
 
 __all__ = ["HeadlessOptions", "RunReport", "run_headless"]
 
-DEFAULT_MODEL = "claude-sonnet-4-5"
+DEFAULT_MODEL = "claude-sonnet-4-6"
 
 
 class HeadlessOptions(BaseModel):

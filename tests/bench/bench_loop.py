@@ -113,7 +113,7 @@ async def bench_b(ws: Path) -> None:
     # Each block is followed by a pause, so "block complete" and "call started" pair up.
     reply = Reply(content=[nap(f"b{i}") for i in range(n)], block_delay_s=0.02)
     with FakeMessagesAPI([reply, Reply.text("done")]) as api:
-        model = AnthropicModel("claude-sonnet-4-5", api_key="sk-bench", base_url=api.base_url)
+        model = AnthropicModel("claude-sonnet-4-6", api_key="sk-bench", base_url=api.base_url)
         try:
             await run_loop(
                 model=model,
@@ -158,7 +158,7 @@ async def gap_median(ws: Path, prior: list[Message], turns: int) -> float:
     tool = NapTool()
     replies = [Reply(content=[nap(f"c{i}")]) for i in range(turns)] + [Reply.text("done")]
     with FakeMessagesAPI(replies) as api:
-        model = AnthropicModel("claude-sonnet-4-5", api_key="sk-bench", base_url=api.base_url)
+        model = AnthropicModel("claude-sonnet-4-6", api_key="sk-bench", base_url=api.base_url)
         try:
             await run_loop(
                 model=model,
