@@ -228,7 +228,7 @@ class _Job:
     """One command in the persistent shell: its files, its FIFOs and what the shell reported."""
 
     id: str
-    base: Path
+    dir: Path
     out: OutputCapture
     err: OutputCapture
     fds: list[int] = field(default_factory=list)
@@ -244,7 +244,7 @@ class _Job:
         return self.status is not None or self.shell_gone
 
     def path(self, suffix: str) -> Path:
-        return self.base.with_name(f"{self.id}.{suffix}")
+        return self.dir / f"{self.id}.{suffix}"
 
     def open(self, command: str) -> tuple[int, int]:
         """Write the command file and open both FIFOs; return their read ends (stdout, stderr)."""
@@ -356,15 +356,21 @@ class PersistentShell:
         return None if self._proc is None else self._proc.pid
 
     async def syntax_error(self, command: str) -> str | None:
-        """bash's own parser on `command` (`bash -n`, nothing runs): its complaint, or None."""
-        result = await trio.run_process(
-            ["bash", "--noprofile", "--norc", "-n"],
-            stdin=_encode(command),
-            capture_stdout=True,
-            capture_stderr=True,
-            check=False,
-            env=self._env,
-        )
+        """bash's own parser on `command` (`bash -n`, nothing runs): its complaint, or None.
+
+        **Errors:** `ToolError` if bash cannot be started.
+        """
+        try:
+            result = await trio.run_process(
+                ["bash", "--noprofile", "--norc", "-n"],
+                stdin=_encode(command),
+                capture_stdout=True,
+                capture_stderr=True,
+                check=False,
+                env=self._env,
+            )
+        except OSError as exc:
+            raise ToolError(f"Could not start bash: {exc}") from exc
         if result.returncode == 0:
             return None
         message = result.stderr.decode(errors="replace").strip()
@@ -384,7 +390,7 @@ class PersistentShell:
             self._counter += 1
             job = _Job(
                 id=str(self._counter),
-                base=self._workdir() / str(self._counter),
+                dir=self._workdir(),
                 out=self._capture(),
                 err=self._capture(),
             )
@@ -558,8 +564,7 @@ class PersistentShell:
                 await self._stop(job)
         _drain(out_r, job.out)
         _drain(err_r, job.err)
-        reset = job.status is None
-        if not reset and job.cwd is not None:
+        if job.cwd is not None:
             self._cwd = job.cwd
             state = job.state()
             if state is not None:
@@ -570,7 +575,7 @@ class PersistentShell:
             exit_code=job.status,
             cwd=self._cwd,
             timed_out=deadline.cancelled_caught,
-            shell_reset=reset or job.restarted,
+            shell_reset=job.status is None or job.restarted,
         )
 
     async def _submit(self, job: _Job) -> None:

@@ -143,16 +143,19 @@ async def test_background_job_does_not_keep_the_call_alive(tmp_path: Path) -> No
     sleep, marker = marker_sleep()
     shell = new_shell(tmp_path)
     try:
-        run = await shell.run(f"{sleep} & echo started", timeout_s=10)
-        assert (run.stdout, run.exit_code, run.timed_out) == ("started\n", 0, False)
-        assert len(processes_with(marker)) == 1  # still running, as asked
+        run = await shell.run(f"{sleep} & echo $!", timeout_s=10)
+        assert (run.exit_code, run.timed_out) == (0, False)
+        job = psutil.Process(int(run.stdout))
+        assert job.status() != psutil.STATUS_ZOMBIE  # still running, as asked
         # A background job that writes without end does not hold the call either.
         chatty = await shell.run("yes & echo started", timeout_s=10)
         assert (chatty.exit_code, chatty.timed_out) == (0, False)
         assert chatty.stdout.startswith("started\n")
     finally:
         await shell.aclose()
-    assert processes_with(marker) == []  # closing the session ends its background jobs
+    # Closing the session ends its background jobs.
+    assert not job.is_running() or job.status() == psutil.STATUS_ZOMBIE
+    assert processes_with(marker) == []
 
 
 async def test_cancellation_kills_the_command_and_keeps_the_shell(shell: PersistentShell) -> None:

@@ -143,6 +143,7 @@ async def test_output_is_capped(ctx: ToolContext) -> None:
 
 async def test_cancellation_leaves_no_process(ctx: ToolContext) -> None:
     sleep, marker = marker_sleep()
+    await call(BashTool(), ctx, command="true")  # the shell is up before the clock starts
     with trio.move_on_after(0.5) as scope:
         await call(BashTool(), ctx, command=f"{sleep} & {sleep}")
     assert scope.cancelled_caught
