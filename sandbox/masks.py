@@ -1,0 +1,394 @@
+"""Host facts: the impure step that turns a spec into plain paths the pure argv builder uses.
+
+`bwrap_argv` must stay a pure, golden-tested function, yet masks depend on the host: whether
+`~/.ssh` exists, where a symlinked secret really lives, which component of a missing
+`.git/hooks` is the first one missing, whether `.git` is a worktree pointer. This module looks
+once and returns a frozen `HostFacts`; nothing else in the package inspects the file system
+for masks.
+
+Rules it implements (each pinned by tests/sandbox/test_masks.py):
+
+- A secret (deny-read) that exists is masked at its resolved target: a directory by an empty
+  read-only tmpfs, a file by a `nodev` bind of /dev/null (opening it fails with EACCES).
+- A protected path under a writable root that exists is bound read-only onto itself at its
+  resolved target; a missing one gets a host stub at its first missing component, bound
+  read-only, so it cannot be created.
+- Every directory between a writable root and a masked path is bound onto itself (a "pin"):
+  a mount point cannot be renamed, so `mv .git .git2 && mkdir -p .git/hooks` fails with EBUSY
+  instead of planting a hook.
+- Paths outside every writable root need no protection (the root is read-only); paths in
+  the sandbox's private /tmp, /dev or /proc are not the host's and are skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from sandbox.env import build_env
+from sandbox.errors import SandboxConfigError
+from sandbox.spec import Mode, ProtectedPath, SandboxSpec
+
+__all__ = ["BindMount", "HostFacts", "StubRequest", "gather_host_facts", "resolve_home"]
+
+_PRIVATE_IN_SANDBOX = (Path("/tmp"), Path("/dev"), Path("/proc"))
+"""Mount points the sandbox replaces with its own: host paths below them are invisible."""
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class BindMount(_Frozen):
+    """A workspace or extra bind, at its resolved host path."""
+
+    path: Path
+    mode: Mode
+    label: str
+    """The spec field it came from (`workspaces[0]`), for error messages."""
+
+
+class StubRequest(_Frozen):
+    """A host path to create (if still missing) before bwrap runs, so it can be a mount point."""
+
+    path: Path
+    kind: Literal["dir", "file"]
+    content: str = ""
+
+
+class HostFacts(_Frozen):
+    """Everything `bwrap_argv` needs to know about the host, as plain values."""
+
+    home: Path
+    binds: tuple[BindMount, ...]
+    pins: tuple[Path, ...]
+    """Directories bound onto themselves read-write so they cannot be renamed away."""
+    protected: tuple[Path, ...]
+    """Paths bound onto themselves read-only (existing protected paths and stubs)."""
+    deny_dirs: tuple[Path, ...]
+    """Directories hidden under an empty read-only tmpfs."""
+    deny_files: tuple[Path, ...]
+    """Files hidden under a /dev/null bind."""
+    stubs: tuple[StubRequest, ...]
+    env: tuple[tuple[str, str], ...]
+    warnings: tuple[str, ...] = ()
+    """Things that weaken the floor but do not stop it (a protected path that is a symlink)."""
+
+
+def resolve_home(spec: SandboxSpec, environ: Mapping[str, str]) -> Path:
+    """The spec's home, else `$HOME`, else the password database entry of our uid."""
+    if spec.home is not None:
+        return spec.home
+    home = environ.get("HOME")
+    if home and Path(home).is_absolute():
+        return Path(home)
+    return Path(pwd.getpwuid(os.getuid()).pw_dir)
+
+
+def gather_host_facts(
+    spec: SandboxSpec,
+    *,
+    environ: Mapping[str, str] | None = None,
+    executables: Sequence[Path] = (),
+) -> HostFacts:
+    """Look at the host once and return what the sandbox's mounts and environment will be.
+
+    `executables` are host binaries we will run outside the sandbox (bwrap, prlimit): one
+    inside a writable root could be replaced by the sandbox and run by us later, so that is
+    refused.
+
+    Errors: `SandboxConfigError` for a missing workspace or bind, a root inside a masked
+    secret, or an executable inside a writable root.
+    """
+    env_map = os.environ if environ is None else environ
+    home = resolve_home(spec, env_map)
+    builder = _FactsBuilder(spec, home, env_map)
+    builder.check_executables(executables)
+    builder.add_protected()
+    builder.add_deny_read()
+    return builder.build()
+
+
+class _FactsBuilder:
+    def __init__(self, spec: SandboxSpec, home: Path, environ: Mapping[str, str]) -> None:
+        self.spec = spec
+        self.home = home
+        self.environ = environ
+        self.binds = self._resolve_binds()
+        self.pins: set[Path] = set()
+        self.protected: set[Path] = set()
+        self.protected_dirs: set[Path] = set()
+        self.deny_dirs: set[Path] = set()
+        self.deny_files: set[Path] = set()
+        self.stubs: dict[Path, StubRequest] = {}
+        self.warnings: list[str] = []
+
+    def _resolve_binds(self) -> list[BindMount]:
+        entries = [(f"workspaces[{i}]", w.path, w.mode) for i, w in enumerate(self.spec.workspaces)]
+        entries += [
+            (f"extra_binds[{i}]", b.path, b.mode) for i, b in enumerate(self.spec.extra_binds)
+        ]
+        binds: dict[Path, BindMount] = {}
+        for label, path, mode in entries:
+            if not path.exists():
+                raise SandboxConfigError(f"{label}: {path} does not exist", fields=(label,))
+            resolved = path.resolve()
+            previous = binds.get(resolved)
+            if previous is not None and previous.mode != mode:
+                raise SandboxConfigError(
+                    f"{previous.label} and {label} both resolve to {resolved}, "
+                    f"one {previous.mode!r} and one {mode!r}",
+                    fields=(previous.label, label),
+                )
+            binds.setdefault(resolved, BindMount(path=resolved, mode=mode, label=label))
+        return list(binds.values())
+
+    # -- where a host path ends up inside the sandbox ------------------------------------
+
+    def _covering_bind(self, path: Path) -> BindMount | None:
+        best: BindMount | None = None
+        for bind in self.binds:
+            if _within(path, bind.path) and (
+                best is None or len(bind.path.parts) > len(best.path.parts)
+            ):
+                best = bind
+        return best
+
+    def writable_root(self, path: Path) -> Path | None:
+        """The writable bind whose contents `path` is part of, or None if read-only there."""
+        bind = self._covering_bind(path)
+        if bind is None or bind.mode != "rw" or bind.path == path:
+            return None
+        return bind.path
+
+    def visible(self, path: Path) -> bool:
+        if self._covering_bind(path) is not None:
+            return True
+        return not any(_within(path, private) for private in _PRIVATE_IN_SANDBOX)
+
+    # -- executables ---------------------------------------------------------------------
+
+    def check_executables(self, executables: Sequence[Path]) -> None:
+        for exe in executables:
+            resolved = exe.resolve()
+            bind = self._covering_bind(resolved)
+            if bind is not None and bind.mode == "rw":
+                raise SandboxConfigError(
+                    f"{exe} lies inside the writable {bind.label} ({bind.path}); a sandboxed "
+                    "process could replace it and we would run it outside the sandbox. "
+                    "Install Warren outside the workspace.",
+                    fields=(bind.label,),
+                )
+
+    # -- protected paths ---------------------------------------------------------------
+
+    def add_protected(self) -> None:
+        entries = self.spec.all_protected
+        absolute = [e for e in entries if Path(e.path).is_absolute()]
+        relative = [e for e in entries if not Path(e.path).is_absolute()]
+        for entry in absolute:
+            self._protect(Path(entry.path), entry)
+        for bind in self.binds:
+            if bind.mode == "rw":
+                for path, entry in self._candidates(bind.path, relative):
+                    self._protect(path, entry)
+
+    def _candidates(
+        self, root: Path, entries: Sequence[ProtectedPath]
+    ) -> list[tuple[Path, ProtectedPath]]:
+        dotgit = root / ".git"
+        git_dirs = [dotgit]
+        out: list[tuple[Path, ProtectedPath]] = []
+        if dotgit.is_file():
+            # A worktree or submodule: `.git` is a pointer, and the hooks and config that
+            # git will run live in its gitdir and common dir. The pointer itself is protected
+            # so it cannot be redirected at a gitdir the sandbox wrote.
+            out.append((dotgit, ProtectedPath(path=".git", stub="file")))
+            git_dirs = self._linked_git_dirs(dotgit)
+        for entry in entries:
+            if entry.path.startswith(".git/"):
+                rest = entry.path.removeprefix(".git/")
+                out.extend((git_dir / rest, entry) for git_dir in git_dirs)
+            else:
+                out.append((root / entry.path, entry))
+        return out
+
+    def _linked_git_dirs(self, dotgit: Path) -> list[Path]:
+        try:
+            text = dotgit.read_text(encoding="utf-8", errors="replace")
+        except OSError as exc:
+            self.warnings.append(f"cannot read {dotgit}: {exc}")
+            return []
+        first = text.strip().splitlines()[0] if text.strip() else ""
+        if not first.startswith("gitdir:"):
+            self.warnings.append(f"{dotgit} is a file without a `gitdir:` line")
+            return []
+        gitdir = (dotgit.parent / first.removeprefix("gitdir:").strip()).resolve()
+        dirs = [gitdir]
+        commondir_file = gitdir / "commondir"
+        if commondir_file.is_file():
+            try:
+                common = commondir_file.read_text(encoding="utf-8", errors="replace").strip()
+            except OSError as exc:
+                self.warnings.append(f"cannot read {commondir_file}: {exc}")
+            else:
+                dirs.append((gitdir / common).resolve())
+        return list(dict.fromkeys(dirs))
+
+    def _protect(self, path: Path, entry: ProtectedPath) -> None:
+        if os.path.lexists(path) and path.exists():
+            target = path.resolve()
+            root = self.writable_root(target)
+            if root is None:
+                return
+            if path.is_symlink():
+                self.warnings.append(
+                    f"protected path {path} is a symlink: its target {target} is read-only, "
+                    "but the link itself can be replaced"
+                )
+            self._pin_between(root, target)
+            self.protected.add(target)
+            if target.is_dir():
+                self.protected_dirs.add(target)
+            return
+        missing, is_leaf = _first_missing(path.resolve())
+        root = self.writable_root(missing)
+        if root is None:
+            return
+        self._pin_between(root, missing)
+        kind: Literal["dir", "file"] = entry.stub if is_leaf else "dir"
+        previous = self.stubs.get(missing)
+        if previous is None or (previous.kind == "file" and kind == "dir"):
+            content = entry.stub_content if kind == "file" else ""
+            self.stubs[missing] = StubRequest(path=missing, kind=kind, content=content)
+        self.protected.add(missing)
+        if kind == "dir":
+            self.protected_dirs.add(missing)
+
+    def _pin_between(self, root: Path, target: Path) -> None:
+        for ancestor in target.parents:
+            if ancestor == root or not _within(ancestor, root):
+                break
+            self.pins.add(ancestor)
+
+    # -- secrets -------------------------------------------------------------------------
+
+    def add_deny_read(self) -> None:
+        for pattern in self.spec.all_deny_read:
+            for path in self._expand(pattern):
+                self._deny(pattern, path)
+
+    def _expand(self, pattern: str) -> list[Path]:
+        bases = [pattern]
+        if pattern.startswith("~"):
+            bases = [str(self.home) + pattern[1:]]
+        elif pattern.startswith("{config}"):
+            bases = [
+                str(d) + pattern.removeprefix("{config}")
+                for d in _xdg(self.environ, "XDG_CONFIG_HOME", self.home / ".config")
+            ]
+        elif pattern.startswith("{state}"):
+            bases = [
+                str(d) + pattern.removeprefix("{state}")
+                for d in _xdg(self.environ, "XDG_STATE_HOME", self.home / ".local" / "state")
+            ]
+        out: list[Path] = []
+        for base in bases:
+            path = Path(base)
+            if not path.is_absolute():
+                raise SandboxConfigError(
+                    f"deny_read pattern {pattern!r} is not absolute after expansion",
+                    fields=("deny_read",),
+                )
+            if any(ch in path.name for ch in "*?["):
+                out.extend(sorted(path.parent.glob(path.name)))
+            else:
+                out.append(path)
+        return out
+
+    def _deny(self, pattern: str, path: Path) -> None:
+        if not os.path.lexists(path):
+            self._deny_missing(path)
+            return
+        target = path.resolve()
+        if not target.exists():
+            self._deny_missing(target)
+            return
+        for bind in self.binds:
+            if _within(bind.path, target):
+                raise SandboxConfigError(
+                    f"{bind.label} ({bind.path}) lies inside the masked secret {target} "
+                    f"(deny_read {pattern!r}); bind something else or drop the pattern",
+                    fields=(bind.label, "deny_read"),
+                )
+        if not self.visible(target):
+            return
+        root = self.writable_root(target)
+        if root is not None:
+            self._pin_between(root, target)
+        if target.is_dir():
+            self.deny_dirs.add(target)
+        else:
+            self.deny_files.add(target)
+
+    def _deny_missing(self, path: Path) -> None:
+        # A missing secret only matters where the sandbox could create it (a writable root
+        # containing the home): there it becomes a read-only stub like a protected path.
+        self._protect(path, ProtectedPath(path=str(path)))
+
+    # -- result --------------------------------------------------------------------------
+
+    def build(self) -> HostFacts:
+        def covered(path: Path) -> bool:
+            return any(parent in self.protected_dirs for parent in path.parents)
+
+        protected = {p for p in self.protected if not covered(p)}
+        pins = {p for p in self.pins if not covered(p) and p not in protected}
+        stubs = [s for p, s in self.stubs.items() if not covered(p)]
+        return HostFacts(
+            home=self.home,
+            binds=tuple(self.binds),
+            pins=_ordered(pins),
+            protected=_ordered(protected),
+            deny_dirs=_ordered(self.deny_dirs),
+            deny_files=_ordered(self.deny_files),
+            stubs=tuple(sorted(stubs, key=lambda s: _depth_key(s.path))),
+            env=build_env(self.spec.env, self.environ, home=self.home),
+            warnings=tuple(self.warnings),
+        )
+
+
+def _within(path: Path, root: Path) -> bool:
+    """`path.is_relative_to(root)`, without the cost of pathlib's version (hot here)."""
+    parts = root.parts
+    return path.parts[: len(parts)] == parts
+
+
+def _first_missing(path: Path) -> tuple[Path, bool]:
+    """The first component of `path` (already resolved, so no links on the way) that does not
+    exist, and whether it is `path` itself. Walks up: usually only the leaf is missing."""
+    missing = path
+    for ancestor in path.parents:
+        if os.path.lexists(ancestor):
+            break
+        missing = ancestor
+    return missing, missing == path
+
+
+def _xdg(environ: Mapping[str, str], var: str, default: Path) -> list[Path]:
+    value = environ.get(var, "")
+    dirs = [Path(value)] if value and Path(value).is_absolute() else []
+    return list(dict.fromkeys([*dirs, default]))
+
+
+def _depth_key(path: Path) -> tuple[int, str]:
+    return (len(path.parts), str(path))
+
+
+def _ordered(paths: set[Path]) -> tuple[Path, ...]:
+    return tuple(sorted(paths, key=_depth_key))

@@ -1,0 +1,504 @@
+"""Running commands under a `SandboxSpec`: one-shot (`run_sandboxed`) or long-lived
+(`open_sandboxed_process`, for the tool host and pool workers).
+
+The runner owns what the kernel cannot enforce by itself: the wall clock, the output cap, the
+process watchdog (see `sandbox.limits`), the cgroup and the host stubs' lifetime. Every
+sandbox it starts is killed and reaped before the call returns, whatever happens: normal exit,
+a limit, an exception in the caller, or cancellation (teardown is shielded and bounded).
+
+Why we spawn bwrap ourselves instead of with `trio.lowlevel.open_process`: bwrap's
+`--die-with-parent` uses PR_SET_PDEATHSIG, which fires when the *thread* that forked the
+child exits. trio forks from a worker thread that exits after 10 s idle, which would SIGKILL
+every sandbox ten seconds in (pinned by tests/sandbox/test_run.py::test_outlives_thread_cache).
+So we fork from the thread running trio (a vfork+exec, about a millisecond), and wait on a
+pidfd. `SandboxProcess` offers the same surface as `trio.Process`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Literal
+
+import trio
+from pydantic import BaseModel, ConfigDict
+
+from sandbox.argv import bwrap_argv
+from sandbox.host import SandboxHost, detect_host
+from sandbox.limits import SandboxCgroup, classify_exit, count_sandbox_processes
+from sandbox.masks import gather_host_facts
+from sandbox.seccomp import build_filter
+from sandbox.spec import LimitName, Limits, SandboxSpec
+from sandbox.stubs import StubRegistry
+
+__all__ = [
+    "KILL_GRACE_S",
+    "WATCHDOG_INTERVAL_S",
+    "RunAs",
+    "SandboxProcess",
+    "SandboxResult",
+    "launch_prefix",
+    "open_sandboxed_process",
+    "run_sandboxed",
+]
+
+KILL_GRACE_S = 2.0
+"""Seconds between SIGTERM and SIGKILL when a long-lived sandbox is closed."""
+REAP_TIMEOUT_S = 5.0
+"""Seconds we wait for a SIGKILLed bwrap to be reaped before giving up on it."""
+WATCHDOG_INTERVAL_S = 0.1
+"""How often the process watchdog counts a sandbox's processes."""
+
+StdinSpec = bytes | int | Literal["inherit"] | None
+"""`bytes` fed through a pipe, an fd to hand over, `"inherit"` ours, None for /dev/null."""
+
+OutputCallback = Callable[[Literal["stdout", "stderr"], bytes], None]
+
+# Enter the cgroups named by the first N arguments, then exec the rest (bwrap). A shell and
+# not a preexec_fn: preexec_fn is unsafe in a process with threads (trio has some).
+_ENTER_CGROUP = (
+    'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; '
+    'n=$((n - 1)); done; exec "$@"'
+)
+
+
+class RunAs(BaseModel):
+    """Drop to this uid/gid (with no supplementary groups) before bwrap starts. Needs root.
+    Used to run sandboxes as an unprivileged account, and by the escape suite."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    uid: int
+    gid: int
+
+
+class SandboxResult(BaseModel):
+    """The outcome of `run_sandboxed`: never an exception for the command's own failures."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    exit_code: int
+    """bwrap's exit status: the command's, 128+N if it died of signal N, negative if we
+    killed bwrap (a limit or the wall clock)."""
+    stdout: bytes
+    stderr: bytes
+    timed_out: bool
+    """The wall-time limit ran out (`killed_by_limit` is then `wall_time`)."""
+    killed_by_limit: LimitName | None
+    """The limit that stopped the command, when we know one did."""
+    output_truncated: bool
+    """Captured output was cut at `limits.output_bytes`."""
+    duration_s: float
+    sandbox: str
+    """Which bwrap ran it (`BwrapBinary.describe()`), for the audit log."""
+    warnings: tuple[str, ...] = ()
+    """Weaknesses of this particular sandbox (from `HostFacts.warnings`)."""
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and self.killed_by_limit is None
+
+    def limit_message(self, limits: Limits) -> str | None:
+        """One sentence saying which limit stopped the command, or None."""
+        return (
+            None if self.killed_by_limit is None else describe_limit(self.killed_by_limit, limits)
+        )
+
+
+def describe_limit(name: LimitName, limits: Limits) -> str:
+    """`the sandbox was stopped: it ran longer than the wall-time limit of 600 s`."""
+    texts: dict[LimitName, str] = {
+        "wall_time": f"it ran longer than the wall-time limit of {limits.wall_time_s} s",
+        "output": f"it wrote more than {limits.output_bytes} bytes of output",
+        "processes": f"it reached the limit of {limits.processes} processes",
+        "memory": f"it used more than {limits.memory_bytes} bytes of memory",
+        "cpu_time": f"it used more than {limits.cpu_time_s} s of CPU time",
+        "file_size": f"it wrote a file larger than {limits.file_size_bytes} bytes",
+    }
+    return f"the sandbox was stopped: {texts[name]}"
+
+
+class SandboxProcess:
+    """A running sandbox (bwrap and everything inside). Like `trio.Process`: `stdin`,
+    `stdout`, `stderr` (trio streams or None), `pid`, `returncode`, `wait()`, `send_signal()`,
+    `terminate()`, `kill()`. Signalling bwrap reaches the whole sandbox: it forwards or dies,
+    and its child dies with it (PDEATHSIG), taking the pid namespace along."""
+
+    def __init__(
+        self,
+        popen: subprocess.Popen[bytes],
+        *,
+        stdin: trio.lowlevel.FdStream | None,
+        stdout: trio.lowlevel.FdStream | None,
+        stderr: trio.lowlevel.FdStream | None,
+    ) -> None:
+        self._popen = popen
+        self.pid = popen.pid
+        self.args = popen.args
+        self.stdin = stdin
+        self.stdout = stdout
+        self.stderr = stderr
+        self._wait_lock = trio.Lock()
+        self._pidfd: int | None = None
+        with contextlib.suppress(OSError, AttributeError):
+            self._pidfd = os.pidfd_open(popen.pid)
+        self.killed_by_limit: LimitName | None = None
+        """Set when the runner stops the sandbox for a limit (or after exit, from its
+        status)."""
+        self.warnings: tuple[str, ...] = ()
+        """`HostFacts.warnings` of this sandbox."""
+
+    @property
+    def returncode(self) -> int | None:
+        return self._popen.poll()
+
+    async def wait(self) -> int:
+        """Wait for bwrap to exit and reap it. Cancellation: safe, nothing is lost."""
+        async with self._wait_lock:
+            if self._popen.poll() is None:
+                if self._pidfd is not None:
+                    await trio.lowlevel.wait_readable(self._pidfd)
+                else:  # kernels before 5.3: no pidfd
+                    await trio.to_thread.run_sync(self._popen.wait, abandon_on_cancel=True)
+            return self._popen.wait()
+
+    def send_signal(self, sig: int) -> None:
+        self._popen.send_signal(sig)
+
+    def terminate(self) -> None:
+        self._popen.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self._popen.send_signal(signal.SIGKILL)
+
+    def _stop_for(self, limit: LimitName) -> None:
+        if self.killed_by_limit is None:
+            self.killed_by_limit = limit
+        self.kill()
+
+    def _close(self) -> None:
+        if self._pidfd is not None:
+            trio.lowlevel.notify_closing(self._pidfd)
+            os.close(self._pidfd)
+            self._pidfd = None
+
+
+def launch_prefix(
+    *,
+    shell: Path,
+    cgroup_procs: Sequence[Path],
+    setpriv: Path | None,
+    run_as: RunAs | None,
+) -> list[str]:
+    """What runs before bwrap: a shell entering the cgroups, then setpriv dropping to
+    `run_as`; each execs the next, so bwrap keeps the pid we spawned."""
+    out: list[str] = []
+    if cgroup_procs:
+        out += [str(shell), "-c", _ENTER_CGROUP, "warren-enter-cgroup", str(len(cgroup_procs))]
+        out += [str(p) for p in cgroup_procs]
+    if run_as is not None:
+        if setpriv is None:
+            raise RuntimeError("run_as needs util-linux setpriv, which was not found")
+        out += [
+            str(setpriv),
+            f"--reuid={run_as.uid}",
+            f"--regid={run_as.gid}",
+            "--clear-groups",
+            "--",
+        ]
+    return out
+
+
+@dataclass
+class _Io:
+    stdin: StdinSpec
+    stdout: Literal["pipe", "inherit", "devnull"]
+    stderr: Literal["pipe", "inherit", "devnull"]
+
+
+@asynccontextmanager
+async def _sandbox(
+    spec: SandboxSpec,
+    argv: Sequence[str],
+    *,
+    io: _Io,
+    cwd: Path | None,
+    host: SandboxHost,
+    run_as: RunAs | None,
+    graceful: bool,
+) -> AsyncIterator[SandboxProcess]:
+    executables = [host.bwrap.path] + ([host.prlimit] if host.prlimit else [])
+    facts = await trio.to_thread.run_sync(partial(gather_host_facts, spec, executables=executables))
+    registry = StubRegistry(host.stub_dir)
+    lease = await trio.to_thread.run_sync(registry.acquire, facts.stubs)
+    cgroup: SandboxCgroup | None = None
+    proc: SandboxProcess | None = None
+    try:
+        cgroup = SandboxCgroup.create(host.cgroups, spec.limits)
+        program = (
+            build_filter(allow_unix_sockets=spec.allow_unix_sockets, machine=host.machine)
+            if host.seccomp_supported
+            else None
+        )
+        seccomp_fd = _data_fd(program) if program is not None else None
+        try:
+            command = launch_prefix(
+                shell=host.shell,
+                cgroup_procs=cgroup.procs_files if cgroup else [],
+                setpriv=host.setpriv,
+                run_as=run_as,
+            ) + bwrap_argv(
+                spec,
+                argv,
+                bwrap=host.bwrap.path,
+                facts=facts,
+                prlimit=host.prlimit,
+                seccomp_fd=seccomp_fd,
+                cwd=cwd,
+            )
+            proc = _spawn(command, io, pass_fds=() if seccomp_fd is None else (seccomp_fd,))
+            proc.warnings = facts.warnings
+        finally:
+            if seccomp_fd is not None:
+                os.close(seccomp_fd)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_watch_processes, proc, spec.limits, cgroup)
+            if spec.limits.wall_time_s is not None:
+                nursery.start_soon(_wall_clock, proc, spec.limits.wall_time_s)
+            try:
+                yield proc
+            finally:
+                with trio.CancelScope(shield=True):
+                    await _stop(proc, graceful=graceful)
+                nursery.cancel_scope.cancel()
+    finally:
+        with trio.CancelScope(shield=True):
+            if proc is not None:
+                code = proc.returncode
+                if proc.killed_by_limit is None and code is not None:
+                    proc.killed_by_limit = classify_exit(code, spec.limits, cgroup=cgroup)
+                proc._close()
+                for stream in (proc.stdin, proc.stdout, proc.stderr):
+                    if stream is not None:
+                        await stream.aclose()
+            if cgroup is not None:
+                await _remove_cgroup(cgroup)
+            await trio.to_thread.run_sync(registry.release, lease)
+
+
+def _data_fd(data: bytes) -> int:
+    """A pipe's read end holding `data` (small: it must fit the pipe buffer)."""
+    read_fd, write_fd = os.pipe()
+    try:
+        os.write(write_fd, data)
+    finally:
+        os.close(write_fd)
+    return read_fd
+
+
+def _spawn(command: list[str], io: _Io, *, pass_fds: tuple[int, ...]) -> SandboxProcess:
+    to_close: list[int] = []
+    ours: dict[str, trio.lowlevel.FdStream | None] = {"stdin": None, "stdout": None, "stderr": None}
+    child: dict[str, int | None] = {}
+    try:
+        if isinstance(io.stdin, bytes):
+            read_fd, write_fd = os.pipe()
+            to_close.append(read_fd)
+            ours["stdin"] = trio.lowlevel.FdStream(write_fd)
+            child["stdin"] = read_fd
+        elif isinstance(io.stdin, int):
+            child["stdin"] = io.stdin
+        else:
+            child["stdin"] = None if io.stdin == "inherit" else subprocess.DEVNULL
+        for name, mode in (("stdout", io.stdout), ("stderr", io.stderr)):
+            if mode == "pipe":
+                read_fd, write_fd = os.pipe()
+                to_close.append(write_fd)
+                ours[name] = trio.lowlevel.FdStream(read_fd)
+                child[name] = write_fd
+            else:
+                child[name] = None if mode == "inherit" else subprocess.DEVNULL
+        popen = subprocess.Popen(
+            command,
+            stdin=child["stdin"],
+            stdout=child["stdout"],
+            stderr=child["stderr"],
+            pass_fds=pass_fds,
+            env={},
+        )
+    except BaseException:
+        for stream in ours.values():
+            if stream is not None:
+                stream.close()
+        raise
+    finally:
+        for fd in to_close:
+            os.close(fd)
+    return SandboxProcess(popen, stdin=ours["stdin"], stdout=ours["stdout"], stderr=ours["stderr"])
+
+
+async def _watch_processes(
+    proc: SandboxProcess, limits: Limits, cgroup: SandboxCgroup | None
+) -> None:
+    """Kill the sandbox when it reaches its process limit. Needed because RLIMIT_NPROC does
+    not bind host root; where a cgroup exists the kernel already refuses forks and this turns
+    the refusal into a clear stop."""
+    if limits.processes is None:
+        return
+    while proc.returncode is None:
+        await trio.sleep(WATCHDOG_INTERVAL_S)
+        if cgroup is not None and cgroup.pids_max_hit():
+            proc._stop_for("processes")
+            return
+        count = await trio.to_thread.run_sync(count_sandbox_processes, proc.pid)
+        if count is not None and count >= limits.processes:
+            proc._stop_for("processes")
+            return
+
+
+async def _wall_clock(proc: SandboxProcess, seconds: float) -> None:
+    await trio.sleep(seconds)
+    if proc.returncode is None:
+        proc._stop_for("wall_time")
+
+
+async def _stop(proc: SandboxProcess, *, graceful: bool) -> None:
+    """Make sure bwrap is gone and reaped: SIGTERM and a grace period if `graceful`, then
+    SIGKILL. Bounded: gives up waiting after `REAP_TIMEOUT_S`."""
+    if proc.returncode is None and graceful:
+        if proc.stdin is not None:
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                await proc.stdin.aclose()
+        with contextlib.suppress(ProcessLookupError):
+            proc.terminate()
+        with trio.move_on_after(KILL_GRACE_S):
+            await proc.wait()
+    if proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+    with trio.move_on_after(REAP_TIMEOUT_S):
+        await proc.wait()
+
+
+async def _remove_cgroup(cgroup: SandboxCgroup) -> None:
+    with trio.move_on_after(REAP_TIMEOUT_S):
+        while not cgroup.try_remove():
+            cgroup.kill_all()
+            await trio.sleep(0.01)
+
+
+async def run_sandboxed(
+    spec: SandboxSpec,
+    argv: Sequence[str],
+    *,
+    cwd: Path | None = None,
+    stdin: StdinSpec = None,
+    output: Literal["capture", "inherit"] = "capture",
+    on_output: OutputCallback | None = None,
+    host: SandboxHost | None = None,
+    run_as: RunAs | None = None,
+) -> SandboxResult:
+    """Run `argv` in a sandbox built from `spec` and return its outcome.
+
+    Output is captured up to `spec.limits.output_bytes` (stdout and stderr together; more
+    kills the sandbox), and passed to `on_output` as it arrives when given. With
+    `output="inherit"` the command writes to our stdout/stderr directly (the CLI) and the
+    output cap does not apply.
+
+    Cancellation: the sandbox is killed and reaped (shielded, bounded), then `Cancelled`
+    propagates.
+
+    Errors: `SandboxUnavailable` (no usable bwrap), `SandboxConfigError` (the spec cannot be
+    built on this host), `OSError` from spawning. The command's own failures, timeouts and
+    limits are a `SandboxResult`, not exceptions.
+    """
+    started = time.monotonic()
+    if host is None:
+        host = await detect_host()
+    mode: Literal["pipe", "inherit"] = "pipe" if output == "capture" else "inherit"
+    io = _Io(stdin=stdin, stdout=mode, stderr=mode)
+    chunks: dict[str, bytearray] = {"stdout": bytearray(), "stderr": bytearray()}
+    truncated = False
+    cap = spec.limits.output_bytes
+
+    async def pump(
+        proc: SandboxProcess, name: Literal["stdout", "stderr"], stream: trio.abc.ReceiveStream
+    ) -> None:
+        nonlocal truncated
+        while data := bytes(await stream.receive_some(65536)):
+            if on_output is not None:
+                on_output(name, data)
+            if cap is not None:
+                room = cap - len(chunks["stdout"]) - len(chunks["stderr"])
+                if len(data) > room:
+                    chunks[name] += data[: max(room, 0)]
+                    truncated = True
+                    proc._stop_for("output")
+                    return
+            chunks[name] += data
+
+    async def feed(stream: trio.abc.SendStream, data: bytes) -> None:
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            await stream.send_all(data)
+            await stream.aclose()
+
+    async with (
+        _sandbox(spec, argv, io=io, cwd=cwd, host=host, run_as=run_as, graceful=False) as proc,
+        trio.open_nursery() as nursery,
+    ):
+        if proc.stdin is not None and isinstance(stdin, bytes):
+            nursery.start_soon(feed, proc.stdin, stdin)
+        if proc.stdout is not None:
+            nursery.start_soon(pump, proc, "stdout", proc.stdout)
+        if proc.stderr is not None:
+            nursery.start_soon(pump, proc, "stderr", proc.stderr)
+        await proc.wait()
+    code = proc.returncode if proc.returncode is not None else -signal.SIGKILL
+    return SandboxResult(
+        exit_code=code,
+        stdout=bytes(chunks["stdout"]),
+        stderr=bytes(chunks["stderr"]),
+        timed_out=proc.killed_by_limit == "wall_time",
+        killed_by_limit=proc.killed_by_limit,
+        output_truncated=truncated,
+        duration_s=time.monotonic() - started,
+        sandbox=host.bwrap.describe(),
+        warnings=proc.warnings,
+    )
+
+
+@asynccontextmanager
+async def open_sandboxed_process(
+    spec: SandboxSpec,
+    argv: Sequence[str],
+    *,
+    cwd: Path | None = None,
+    stderr: Literal["pipe", "inherit", "devnull"] = "pipe",
+    host: SandboxHost | None = None,
+    run_as: RunAs | None = None,
+) -> AsyncIterator[SandboxProcess]:
+    """Start a long-lived sandboxed process with stdin/stdout pipes (and stderr as asked).
+
+    The wall-time limit and the process watchdog apply for its whole life; the output cap
+    does not (the caller reads the pipes). On exit from the block the process is stopped:
+    stdin closed, SIGTERM, `KILL_GRACE_S` of grace, SIGKILL, reaped.
+
+    Cancellation: the same teardown runs shielded and bounded, then `Cancelled` propagates.
+
+    Errors: as `run_sandboxed`.
+    """
+    if host is None:
+        host = await detect_host()
+    io = _Io(stdin=b"", stdout="pipe", stderr=stderr)
+    async with _sandbox(
+        spec, argv, io=io, cwd=cwd, host=host, run_as=run_as, graceful=True
+    ) as proc:
+        yield proc
