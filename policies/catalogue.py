@@ -1183,6 +1183,9 @@ _GIT_SUBCOMMANDS: Mapping[str, Callable[[Sequence[Word]], str | None]] = Mapping
 
 # --- the catalogue ------------------------------------------------------------------------
 
+# Left out on purpose: less, more and man (interactive; `!cmd` runs commands), top and tput
+# (terminal control), ruff check (writes .ruff_cache), xargs (runs commands), sdiff (-o
+# writes), split, csplit and shuf (write files or have -o).
 _SIMPLE_COMMANDS = _names(
     # Read files or print facts, and have no option that writes or runs a program.
     "cat head tail wc ls stat du df diff cmp comm which type pwd echo true false test [ :"

@@ -608,6 +608,7 @@ GRAMMAR_DIVERGENCES = [
     rw("{}"),
     rw("{ls;}"),
     rw("{ \U0001f600; }", parse_ok=False),  # tree-sitter-bash#337 would crash: not parsed
+    rw("xxd -fprint0<<'EOF'\n$xif "),  # no closing line: the scanner loses its place
     rw("awk 0<&- 'BEGIN{system(\"id\")}'"),  # `0` is a descriptor, not the awk program
     ro("echo 0>&- 2"),
     ro("ls 2>&1 -la"),
