@@ -17,8 +17,9 @@ the same way from the read-write host to the read-only one.
 
 A host that dies (crash, SIGKILL, OOM) fails every call in flight on it with an error result
 saying the call may or may not have happened; the next call starts a fresh host. Hosts are
-stopped with a shielded, bounded teardown (Shutdown, `stop_grace_s`, SIGTERM, `stop_grace_s`,
-SIGKILL); under bwrap `--die-with-parent` and a pid namespace, nothing they started survives.
+stopped with a shielded, bounded teardown (`Shutdown`, `stop_grace_s`, then the sandbox's own:
+end of stdin, SIGTERM, grace, SIGKILL, reap); with bwrap's `--die-with-parent` and pid
+namespace, nothing a host started survives it.
 
 Usage (the composition root):
 
@@ -507,11 +508,21 @@ class SandboxedToolRunner:
     async def start(self, ctx: ToolContext, roles: Sequence[wire.HostRole] = ()) -> None:
         """Start hosts now rather than on first use (all roles by default), concurrently.
 
-        **Errors:** `ToolHostError` when a host cannot start.
+        **Errors:** `ToolHostError` when a host cannot start (the first, if both fail).
         """
+        failed: list[ToolHostError] = []
+
+        async def start(role: wire.HostRole) -> None:
+            try:
+                await self._host(role, ctx)
+            except ToolHostError as exc:
+                failed.append(exc)
+
         async with trio.open_nursery() as nursery:
             for role in roles or ("read_write", "read_only"):
-                nursery.start_soon(self._host, role, ctx)
+                nursery.start_soon(start, role)
+        if failed:
+            raise failed[0]
 
     def start_soon(self, ctx: ToolContext, roles: Sequence[wire.HostRole] = ()) -> None:
         """Start hosts in the background (all roles by default), so their start-up (about half
@@ -606,7 +617,12 @@ class SandboxedToolRunner:
                         failure = ready
                     else:
                         host.ready = ready
-                        self._log.info("tool host ready", role=role, pid=process.pid)
+                        self._log.info(
+                            "tool host ready",
+                            role=role,
+                            pid=process.pid,
+                            sandbox_warnings=list(getattr(process, "warnings", ())),
+                        )
                         task_status.started(host)
                         await self._route(host, reader)
                 finally:
@@ -741,8 +757,12 @@ async def open_tool_runner(
     start_timeout_s: float = 30.0,
     cancel_wait_s: float = 5.0,
     stop_grace_s: float = 2.0,
+    prestart: ToolContext | None = None,
 ) -> AsyncIterator[SandboxedToolRunner]:
     """A `SandboxedToolRunner` whose hosts live as long as the `async with` block.
+
+    `prestart`: start both hosts for this context in the background at once (`start_soon`),
+    rather than on first use; the other arguments are `SandboxedToolRunner`'s.
 
     **Cancellation:** leaving the block (normally, by error or cancellation) stops every host,
     shielded and bounded by about three times `stop_grace_s` per host (concurrently).
@@ -757,6 +777,8 @@ async def open_tool_runner(
             cancel_wait_s=cancel_wait_s,
             stop_grace_s=stop_grace_s,
         )
+        if prestart is not None:
+            runner.start_soon(prestart)
         try:
             yield runner
         finally:

@@ -337,9 +337,9 @@ async def test_cancelled_call_stops_in_the_host_and_leaves_no_process(
 
 
 async def test_runner_exit_leaves_no_process_behind(ctx: ToolContext) -> None:
-    async with open_tool_runner(tools=FACTORY) as runner:
-        await runner.start(ctx)
+    async with open_tool_runner(tools=FACTORY, prestart=ctx) as runner:
         await call(runner, tool("Bash"), ctx, command="sleep 1000 & echo started")
+        await runner.start(ctx)  # waits for the prestarted read-only host
         assert len(runner.host_pids()) == 2
     assert descendants() == []
 
@@ -361,6 +361,8 @@ async def test_a_host_that_cannot_start_is_an_error_result(ctx: ToolContext) -> 
         out = await call(runner, tool("Think"), ctx, thought="x")
         assert out.is_error
         assert "exited before it was ready (exit status 1)" in str(out.content)
+        with pytest.raises(ToolHostError, match="exited before it was ready"):
+            await runner.start(ctx)
         with pytest.raises(ToolHostError, match="exited before it was ready"):
             await runner.validate(
                 tool("Edit"),
