@@ -1119,6 +1119,9 @@ class _Walk:
             # `[a]` or `[]` is a command (or glob) named that way to bash, not a test.
             reason = f"`{self.text(node)[:40]}` is not a test to bash"
             self.reasons.append(reason)
+        elif self._tests_subscripted_variable(node):
+            reason = "`-v NAME[SUBSCRIPT]` evaluates the subscript, which can run commands"
+            self.reasons.append(reason)
         elif opener == "[" and _has_anonymous(node, frozenset({">", ">>"})):
             # bash reads `[ a > b ]` as `[ a ]` with its output redirected to the file b.
             reason = "`>` inside `[ ]` is a write redirection"
@@ -1133,6 +1136,18 @@ class _Walk:
                 nested=nesting > 0,
             )
         )
+
+    def _tests_subscripted_variable(self, node: Node) -> bool:
+        """`[ -v 'a[$(cmd)]' ]` runs cmd: bash evaluates the subscript of a `-v` test."""
+        stack = list(node.children)
+        operators: set[str] = set()
+        while stack:
+            child = stack.pop()
+            if child.type == "test_operator":
+                operators.add(self.text(child))
+            stack.extend(child.children)
+        inner = self.text(node)[2:-2]
+        return bool(operators & {"-v", "-R"}) and "[" in inner
 
     def for_statement(self, node: Node, nesting: int) -> None:
         if node.children and node.children[0].type == "select":
@@ -1183,6 +1198,10 @@ class _Walk:
 
     def expansion(self, node: Node, nesting: int) -> None:
         self.has_expansion = True
+        if "@P" in self.text(node):
+            self.reasons.append(
+                f"`{self.text(node)[:40]}` expands a value as a prompt, which runs substitutions"
+            )
         if any(not child.is_named and child.type in ("=", ":=") for child in node.children):
             self.reasons.append(f"`{self.text(node)}` assigns a shell variable")
 

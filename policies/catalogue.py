@@ -381,6 +381,16 @@ def _check_xxd(args: Sequence[Word], ctx: CheckContext) -> str | None:
     return None
 
 
+def _check_test(args: Sequence[Word], ctx: CheckContext) -> str | None:
+    # bash evaluates the subscript of `test -v 'a[...]'` as arithmetic, and a `$(...)` in
+    # it runs, even though the word is quoted.
+    if any(word.value in ("-v", "-R") for word in args) and any(
+        "[" in word.text for word in args if word.value not in ("[", "]")
+    ):
+        return "`test -v NAME[SUBSCRIPT]` evaluates the subscript, which can run commands"
+    return None
+
+
 def _check_printf(args: Sequence[Word], ctx: CheckContext) -> str | None:
     if not args:
         return None
@@ -1188,7 +1198,7 @@ _GIT_SUBCOMMANDS: Mapping[str, Callable[[Sequence[Word]], str | None]] = Mapping
 # writes), split, csplit and shuf (write files or have -o).
 _SIMPLE_COMMANDS = _names(
     # Read files or print facts, and have no option that writes or runs a program.
-    "cat head tail wc ls stat du df diff cmp comm which type pwd echo true false test [ :"
+    "cat head tail wc ls stat du df diff cmp comm which type pwd echo true false :"
     " uname whoami id groups nproc seq tr cut paste nl od hexdump sha256sum md5sum sha1sum"
     " sha512sum sha224sum sha384sum b2sum cksum column fold fmt rev tac expand unexpand look"
     " strings ps free uptime locale getconf basename dirname realpath readlink sleep printenv"
@@ -1247,6 +1257,8 @@ _CATALOGUE: Mapping[str, Checker] = MappingProxyType(
         "uniq": _check_uniq,
         "xxd": _check_xxd,
         "printf": _check_printf,
+        "test": _check_test,
+        "[": _check_test,
         "hostname": _check_hostname,
         "read": _check_read,
         # Interpreters are read-only only when asked for their version.

@@ -312,6 +312,11 @@ WRAPPERS_AND_ASSIGNMENTS = [
     rw("read PATH"),
     rw("for PATH in /tmp; do ls; done"),
     rw("select x in a b; do ls; done"),
+    rw("test -v 'a[$(touch x)]'"),  # bash evaluates the quoted subscript and runs touch
+    rw("[ -v 'a[$(touch x)]' ]"),
+    rw("[[ -v 'a[$(touch x)]' ]]"),
+    ro("test -v name"),
+    rw("echo ${x@P}"),
     rw("(( i++ ))"),
     rw("for ((i=0;i<3;i++)); do echo $i; done"),
 ]
