@@ -1,0 +1,557 @@
+"""`warren policy ...`: the functions behind the subcommands, on parsed values.
+
+The CLI (in `orchestrator`) parses the command line and calls these; each prints to `out`
+and returns the exit code: 0 done, 1 a check failed (`test` mismatch, `init` refused), 2 the
+policy could not be loaded (the located `PolicyError` is printed). Everything outside the
+arguments (environment, managed policy path, trust store, the floor probe) comes through a
+`CommandEnvironment`, the seam tests use.
+
+    warren policy check [--json] [--cwd DIR] -- COMMAND...    check(" ".join(COMMAND), ...)
+    warren policy check [--json] [--cwd DIR] Edit PATH         check(("Edit", PATH), ...)
+    warren policy show [--cwd DIR]                             show(cwd)
+    warren policy test [--cwd DIR]                             test(cwd)
+    warren policy init [--cwd DIR]                             init(cwd)
+    warren policy trust [DIR] / untrust [DIR]                  trust_cmd(path) / untrust_cmd
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import tomllib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from policies.engine import STANDARD_READ_ONLY_TOOLS, PolicyDecision, PolicyEngine
+from policies.files import (
+    MANAGED_POLICY_PATH,
+    EffectivePolicy,
+    Example,
+    PolicyError,
+    PolicyFile,
+    PolicyPaths,
+    load_effective_policy,
+    load_policy_file,
+    parse_policy_text,
+    toml_string,
+)
+from policies.rules import PATH_INPUT_KEYS, PATH_TOOLS
+from policies.trust import (
+    LOCAL_POLICY,
+    PROJECT_POLICY,
+    TrustStore,
+    project_policy_files,
+    project_policy_hash,
+)
+
+__all__ = [
+    "CheckTarget",
+    "CommandEnvironment",
+    "check",
+    "check_target",
+    "detect_project_commands",
+    "init",
+    "probe_floor_sync",
+    "show",
+    "starter_policy",
+    "test",
+    "trust_cmd",
+    "untrust_cmd",
+]
+
+CheckTarget = str | tuple[str, str]
+"""A Bash command line, or a (tool, path) pair such as ("Edit", "src/a.py")."""
+
+EXIT_OK, EXIT_FAILED, EXIT_POLICY = 0, 1, 2
+
+
+def probe_floor_sync() -> bool:
+    """Run the floor probe (`sandbox.probe`) once, from synchronous code."""
+    import trio
+
+    from sandbox.probe import probe_floor
+
+    return trio.run(probe_floor).proven
+
+
+@dataclass(frozen=True)
+class CommandEnvironment:
+    """Everything the commands take from outside their arguments; tests inject each."""
+
+    env: Mapping[str, str] | None = None
+    """Environment for XDG directories and HOME (default: `os.environ`)."""
+    managed: Path | None = MANAGED_POLICY_PATH
+    """The managed policy file (default `/etc/warren/policy.toml`; None: no managed level)."""
+    trust_store: TrustStore | None = None
+    """Default: `$XDG_STATE_HOME/warren/trust.json` from `env`."""
+    probe: Callable[[], bool] = probe_floor_sync
+    """Proves the floor when a command is not told its state (runs a real sandbox)."""
+    out: TextIO | None = None
+    """Where to print (default: `sys.stdout` at call time)."""
+    command_line: PolicyFile | None = None
+    """The command line level (`--allowed-tools`, `--permission-mode`), if any."""
+
+    def stdout(self) -> TextIO:
+        return self.out or sys.stdout
+
+    def store(self) -> TrustStore:
+        return self.trust_store or TrustStore.from_env(self.env)
+
+    def load(self, workspace: Path) -> EffectivePolicy:
+        paths = PolicyPaths.for_workspace(workspace, env=self.env, managed=self.managed)
+        return load_effective_policy(
+            workspace,
+            command_line=self.command_line,
+            paths=paths,
+            trust_store=self.store(),
+            env=self.env,
+        )
+
+
+_DEFAULT_ENVIRONMENT = CommandEnvironment()
+
+
+def _error(err: PolicyError, out: TextIO) -> int:
+    print(f"error: {err}", file=out)
+    return EXIT_POLICY
+
+
+def _fmt(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "-" if value is None else str(value)
+
+
+# -- check --
+
+
+def check_target(args: Sequence[str], *, after_dashdash: bool) -> CheckTarget:
+    """Turn `check`'s positional arguments into a target.
+
+    After `--` the words are one command line joined by blanks (quote a pipeline as one
+    word: `-- 'ls | wc -l'`); otherwise `TOOL PATH` for a path tool.
+    """
+    if after_dashdash:
+        if not args:
+            raise PolicyError("give the command after `--`", file="command line", key="check")
+        return " ".join(args)
+    if len(args) == 2 and args[0] in PATH_TOOLS:
+        return (args[0], args[1])
+    raise PolicyError(
+        "give `-- COMMAND...` for a Bash command or `TOOL PATH` with TOOL one of "
+        + ", ".join(sorted(PATH_TOOLS)),
+        file="command line",
+        key="check",
+    )
+
+
+def _target_call(target: CheckTarget) -> tuple[str, dict[str, Any]]:
+    if isinstance(target, str):
+        return "Bash", {"command": target}
+    tool, path = target
+    return tool, {PATH_INPUT_KEYS.get(tool, "path"): path}
+
+
+def check(
+    target: CheckTarget,
+    *,
+    json_output: bool = False,
+    cwd: Path,
+    floor_proven: bool | None = None,
+    environment: CommandEnvironment = _DEFAULT_ENVIRONMENT,
+) -> int:
+    """Print the decision the policy gives one call in `cwd`.
+
+    `floor_proven=None` runs the floor probe (`environment.probe`). The JSON form has
+    exactly the keys decision, read_only, concurrency_safe, rule, source, mode, floor.
+    """
+    out = environment.stdout()
+    workspace = cwd.resolve()
+    try:
+        policy = environment.load(workspace)
+        floor = environment.probe() if floor_proven is None else floor_proven
+        engine = PolicyEngine(policy, workspace=workspace, floor_proven=floor, env=environment.env)
+    except PolicyError as err:
+        return _error(err, out)
+    tool, input = _target_call(target)
+    decision = engine.decide(tool, input, tool_read_only=tool in STANDARD_READ_ONLY_TOOLS)
+    if json_output:
+        print(json.dumps(_check_json(decision)), file=out)
+    else:
+        _print_decision(decision, out)
+    return EXIT_OK
+
+
+def _check_json(decision: PolicyDecision) -> dict[str, Any]:
+    return {
+        "decision": decision.decision,
+        "read_only": decision.read_only,
+        "concurrency_safe": decision.concurrency_safe,
+        "rule": decision.rule,
+        "source": decision.source,
+        "mode": decision.mode,
+        "floor": decision.floor,
+    }
+
+
+def _print_decision(decision: PolicyDecision, out: TextIO) -> None:
+    rows = [
+        ("decision", decision.decision),
+        ("reason", decision.reason),
+        ("read_only", decision.read_only),
+        ("concurrency_safe", decision.concurrency_safe),
+        ("run_read_only", decision.run_read_only),
+        ("rule", decision.rule),
+        ("source", decision.source),
+        ("mode", decision.mode),
+        ("floor", decision.floor),
+    ]
+    for name, value in rows:
+        print(f"{name + ':':<18}{_fmt(value)}", file=out)
+
+
+# -- show --
+
+
+_TRUST_NOTES = {
+    "trusted": "trusted",
+    "untrusted": "NOT trusted: its allow rules, hooks, mode, limits and writable roots are "
+    "ignored (review .warren/ and run `warren policy trust`)",
+    "changed": "NOT trusted: a policy file changed since you trusted it (review it and run "
+    "`warren policy trust` again)",
+    "no project policy": "no project policy files",
+}
+
+
+def show(cwd: Path, *, environment: CommandEnvironment = _DEFAULT_ENVIRONMENT) -> int:
+    """Print the effective policy: each rule and setting with the file it comes from."""
+    out = environment.stdout()
+    try:
+        policy = environment.load(cwd.resolve())
+    except PolicyError as err:
+        return _error(err, out)
+    print(f"workspace: {policy.workspace}", file=out)
+    print(f"project:   {_TRUST_NOTES[policy.trust]}", file=out)
+    print("files (lowest precedence first):", file=out)
+    for layer in policy.layers:
+        note = "" if layer.trusted else "  (not trusted)"
+        print(f"  {layer.level:<13}{layer.source}{note}", file=out)
+    print(f"mode: {policy.mode}  ({policy.mode_source})", file=out)
+    print("rules (deny wins, then ask, then allow):", file=out)
+    if not policy.rules:
+        print("  (none)", file=out)
+    for kind in ("deny", "ask", "allow"):
+        for entry in policy.rules:
+            if entry.kind == kind:
+                note = "" if entry.active else "  (ignored: project not trusted)"
+                print(f"  {kind:<6}{entry.text:<40} {entry.source}{note}", file=out)
+    if policy.deny_read or policy.protected or policy.writable_roots:
+        print("sandbox additions:", file=out)
+        for name, values in (("deny_read", policy.deny_read), ("protected", policy.protected)):
+            for value, source in values:
+                print(f"  {name:<15}{value:<30} {source}", file=out)
+        for root, source in policy.writable_roots:
+            print(f"  {'writable_root':<15}{root!s:<30} {source}", file=out)
+    if policy.limits:
+        print("limits:", file=out)
+        for name, setting in sorted(policy.limits.items()):
+            print(f"  {name} = {setting.value}  ({setting.source})", file=out)
+    if policy.hooks:
+        print("hooks:", file=out)
+        for hook, source in policy.hooks:
+            matcher = f" [{hook.matcher}]" if hook.matcher else ""
+            print(f"  {hook.event}{matcher}: {hook.command}  ({source})", file=out)
+    if policy.examples:
+        print(f"examples: {len(policy.examples)} (check them with `warren policy test`)", file=out)
+    return EXIT_OK
+
+
+# -- test --
+
+
+def _example_call(example: Example) -> tuple[str, dict[str, Any]]:
+    if example.command is not None:
+        return "Bash", {"command": example.command}
+    if example.path is not None:
+        return example.tool, {PATH_INPUT_KEYS[example.tool]: example.path}
+    return example.tool, dict(example.input or {})
+
+
+def _describe(example: Example) -> str:
+    if example.command is not None:
+        return f"Bash({example.command})"
+    if example.path is not None:
+        return f"{example.tool}({example.path})"
+    return example.tool if not example.input else f"{example.tool}({json.dumps(example.input)})"
+
+
+def test(
+    cwd: Path,
+    *,
+    floor_proven: bool | None = None,
+    environment: CommandEnvironment = _DEFAULT_ENVIRONMENT,
+) -> int:
+    """Check every `[[examples]]` entry of the loaded files; 1 when any gets another decision.
+
+    An example with `floor = true/false` is decided under that floor; the others under the
+    floor as probed (or as given). Decisions use the current trust state, so an untrusted
+    project's allow examples fail until it is trusted (the output says so).
+    """
+    out = environment.stdout()
+    workspace = cwd.resolve()
+    try:
+        policy = environment.load(workspace)
+    except PolicyError as err:
+        return _error(err, out)
+    if not policy.examples:
+        print("no examples in the loaded policy files", file=out)
+        return EXIT_OK
+    engines: dict[bool, PolicyEngine] = {}
+    failures = 0
+    for example, source in policy.examples:
+        floor = example.floor
+        if floor is None:
+            if floor_proven is None:
+                floor_proven = environment.probe()
+            floor = floor_proven
+        if floor not in engines:
+            engines[floor] = PolicyEngine(
+                policy,
+                workspace=workspace,
+                floor_proven=floor,
+                no_sandbox_consent=True,
+                env=environment.env,
+            )
+        tool, input = _example_call(example)
+        read_only = example.read_only
+        if read_only is None:
+            read_only = tool in STANDARD_READ_ONLY_TOOLS
+        decision = engines[floor].decide(tool, input, tool_read_only=read_only)
+        described = f"{_describe(example)} -> {example.decision}"
+        if decision.decision == example.decision:
+            print(f"ok    {described}  ({source})", file=out)
+            continue
+        failures += 1
+        print(f"FAIL  {described}  ({source})", file=out)
+        print(
+            f"      got {decision.decision}: rule {_fmt(decision.rule)} from {decision.source}; "
+            f"{decision.reason}",
+            file=out,
+        )
+    if failures and policy.trust in ("untrusted", "changed"):
+        print(f"note: the project is {_TRUST_NOTES[policy.trust]}", file=out)
+    total = len(policy.examples)
+    print(f"{total - failures} of {total} examples passed", file=out)
+    return EXIT_FAILED if failures else EXIT_OK
+
+
+# -- init --
+
+
+_MAKE_TARGET = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.-]*)\s*:(?![=:])", re.MULTILINE)
+_INTERESTING = ("test", "tests", "check", "lint", "typecheck", "build", "fmt", "format")
+
+
+def detect_project_commands(root: Path) -> list[tuple[str, str]]:
+    """(rule, where it was found) for the test and build commands the project declares."""
+    found: list[tuple[str, str]] = []
+
+    def add(rule: str, why: str) -> None:
+        if all(rule != existing for existing, _ in found):
+            found.append((rule, why))
+
+    makefile = next(
+        (root / n for n in ("Makefile", "GNUmakefile", "makefile") if (root / n).is_file()), None
+    )
+    if makefile is not None:
+        targets = set(_MAKE_TARGET.findall(_read(makefile)))
+        for target in _INTERESTING:
+            if target in targets:
+                add(f"Bash(make {target})", f"{makefile.name} target")
+    package = _json_object(root / "package.json")
+    scripts = package.get("scripts") if package else None
+    if isinstance(scripts, dict):
+        runner = (
+            "pnpm"
+            if (root / "pnpm-lock.yaml").exists()
+            else ("yarn" if (root / "yarn.lock").exists() else "npm")
+        )
+        for name in _INTERESTING:
+            if name in scripts:
+                add(f"Bash({runner} run {name}:*)", "package.json script")
+        if "test" in scripts:
+            add(f"Bash({runner} test:*)", "package.json script")
+    pyproject = _toml_object(root / "pyproject.toml")
+    if pyproject is not None:
+        tools = pyproject.get("tool") if isinstance(pyproject.get("tool"), dict) else {}
+        assert isinstance(tools, dict)
+        text = _read(root / "pyproject.toml")
+        prefix = "uv run " if (root / "uv.lock").exists() else ""
+        if "pytest" in tools or "pytest" in text:
+            add(f"Bash({prefix}pytest:*)", "pyproject.toml (pytest)")
+        if "tox" in tools or (root / "tox.ini").exists():
+            add("Bash(tox:*)", "pyproject.toml (tox)")
+        if "ruff" in tools:
+            add(f"Bash({prefix}ruff check:*)", "pyproject.toml (ruff)")
+        if "mypy" in tools:
+            add(f"Bash({prefix}mypy:*)", "pyproject.toml (mypy)")
+    if (root / "Cargo.toml").is_file():
+        for sub in ("test", "build", "check", "clippy"):
+            add(f"Bash(cargo {sub}:*)", "Cargo.toml")
+    if (root / "go.mod").is_file():
+        for sub in ("test", "build", "vet"):
+            add(f"Bash(go {sub}:*)", "go.mod")
+    return found
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def _json_object(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(_read(path)) if path.is_file() else None
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _toml_object(path: Path) -> dict[str, Any] | None:
+    if not path.is_file():
+        return None
+    try:
+        return tomllib.loads(_read(path))
+    except tomllib.TOMLDecodeError:
+        return None
+
+
+def starter_policy(commands: Sequence[tuple[str, str]]) -> str:
+    """The text of a commented starter `.warren/policy.toml` allowing `commands`."""
+    allow = "".join(f"    {toml_string(rule)},  # {why}\n" for rule, why in commands)
+    examples = "".join(
+        f'\n[[examples]]\ntool = "Bash"\ncommand = {toml_string(_example_command(rule))}\n'
+        'decision = "allow"\n'
+        for rule, _ in commands[:3]
+    )
+    return f"""\
+# Warren policy for this repository (committed). Levels, lowest to highest precedence:
+# built-in, user (~/.config/warren/policy.toml), this file, .warren/policy.local.toml (yours,
+# not committed), the command line, managed (/etc/warren/policy.toml). A deny anywhere wins.
+#
+# The allow rules here take effect only after each user trusts the repository
+# (`warren policy trust`); deny and ask rules apply at once. Check it with
+# `warren policy show` and `warren policy test`.
+#
+# Rules: `Bash(make check)` exact, `Bash(npm run test:*)` prefix, `Edit(src/**)` paths
+# (gitignore globs relative to the repository; `//abs` absolute, `~/` home), `Read(...)`
+# covers Read/Glob/Grep/LS, `Edit(...)` covers Edit/Write/MultiEdit/NotebookEdit.
+
+# mode = "default"   # default | accept-edits | plan | dont-ask | bypass
+
+[permissions]
+# Commands found in this repository's build files:
+allow = [
+{allow}]
+ask = [
+    # "Bash(git push:*)",
+]
+deny = [
+    # "Read(.env)",
+]
+
+# [sandbox]
+# deny_read = ["~/.config/some-tool"]   # more paths masked from every tool
+# protected = ["scripts/deploy.sh"]     # more paths kept read-only in the workspace
+
+# [limits]
+# max_turns = 100
+# tool_timeout_s = 300
+{examples}
+[[examples]]
+tool = "Bash"
+command = "rm -rf /"
+decision = "ask"
+"""
+
+
+def _example_command(rule: str) -> str:
+    return rule.removeprefix("Bash(").removesuffix(")").removesuffix(":*")
+
+
+def init(cwd: Path, *, environment: CommandEnvironment = _DEFAULT_ENVIRONMENT) -> int:
+    """Write a starter `.warren/policy.toml`; never overwrite an existing one."""
+    out = environment.stdout()
+    root = cwd.resolve()
+    target = root / PROJECT_POLICY
+    commands = detect_project_commands(root)
+    text = starter_policy(commands)
+    parse_policy_text(text, file=str(target))  # never write a file Warren cannot load
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with target.open("x", encoding="utf-8") as handle:
+            handle.write(text)
+    except FileExistsError:
+        print(f"error: {target} exists; edit it instead (nothing was written)", file=out)
+        return EXIT_FAILED
+    ignore = target.parent / ".gitignore"
+    if not ignore.exists():
+        ignore.write_text(f"{LOCAL_POLICY.name}\n", encoding="utf-8")
+    print(f"wrote {target}", file=out)
+    for rule, why in commands:
+        print(f"  allow {rule}  ({why})", file=out)
+    print("review it, then run `warren policy trust` so its allow rules apply", file=out)
+    return EXIT_OK
+
+
+# -- trust --
+
+
+def trust_cmd(path: Path, *, environment: CommandEnvironment = _DEFAULT_ENVIRONMENT) -> int:
+    """Trust the repository at `path` as its policy files are now, after showing them.
+
+    A broken policy file is not trusted (exit 2).
+    """
+    out = environment.stdout()
+    root = path.resolve()
+    current = project_policy_hash(root)
+    try:
+        loaded = [(f, load_policy_file(f)) for f in project_policy_files(root)]
+    except PolicyError as err:
+        return _error(err, out)
+    if current is None:
+        print(f"{root} has no .warren/policy.toml or policy.local.toml; nothing to trust", file=out)
+        return EXIT_OK
+    if project_policy_hash(root) != current:
+        print(
+            "error: a policy file changed while it was being read; run the command again", file=out
+        )
+        return EXIT_FAILED
+    environment.store().trust(root, current)
+    print(f"trusted {root} (policy {current[:12]})", file=out)
+    for file, policy in loaded:
+        if policy is None:
+            continue
+        for rule in policy.permissions.allow:
+            print(f"  now allowed: {rule}  ({file})", file=out)
+        for hook in policy.hooks:
+            print(f"  hook now runs: {hook.event}: {hook.command}  ({file})", file=out)
+        if policy.mode is not None:
+            print(f"  mode: {policy.mode}  ({file})", file=out)
+    return EXIT_OK
+
+
+def untrust_cmd(path: Path, *, environment: CommandEnvironment = _DEFAULT_ENVIRONMENT) -> int:
+    """Forget the trust decision for the repository at `path`."""
+    out = environment.stdout()
+    root = path.resolve()
+    if environment.store().untrust(root):
+        print(f"untrusted {root}", file=out)
+    else:
+        print(f"{root} was not trusted", file=out)
+    return EXIT_OK

@@ -1,0 +1,581 @@
+"""The policy decision for one tool call: allow, deny or ask, with the rule and file behind it.
+
+The coordinator's permission glue (in `orchestrator`) hands each call's tool name and input
+to `PolicyEngine.decide` and turns the `PolicyDecision` into the kernel's Allow/Deny/Ask. This
+module works on plain values (a tool name and a mapping) so `policies` never imports the
+orchestrator (DESIGN.md, "Packages").
+
+Order, first that applies wins:
+
+1. deny rules, from any level (an untrusted project's too);
+2. plan mode: a call that is not read-only is denied, with a message saying plan mode;
+3. built-in checks: an edit of a protected path (`.git/hooks`, `.warren/`, ...) or a file
+   call on a masked secret is denied; a Bash delete of a critical path asks;
+4. ask rules (except in bypass mode);
+5. allow rules of trusted levels, and rules remembered in this session. For Bash, every
+   simple command of the line must be allowed by a rule, or be read-only under a proven
+   floor, and nothing else in the line may write (`make check && ls` yes, `make check;
+   curl x` no);
+6. the mode: `bypass` allows everything left, `accept-edits` allows edits inside the
+   workspace and the writable roots;
+7. built-in read-only approval: a Bash command the analyser auto-approves (with the floor:
+   any read-only command, run with the workspace read-only; without it: a short exact list),
+   and any call the tool itself calls read-only;
+8. everything else asks. In `dont-ask` mode every ask becomes a deny.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, Literal
+
+from policies.bash_analysis import BashAnalyser, BashClassification, CommandPart
+from policies.files import EffectivePolicy, Mode, PolicyError, RuleEntry
+from policies.rules import (
+    EDIT_FAMILY,
+    PATH_INPUT_KEYS,
+    PATH_TOOLS,
+    CompiledRule,
+    PathPattern,
+    bash_rule_matches,
+    compile_path_pattern,
+    compile_rule,
+    parse_rule,
+)
+from sandbox.spec import DEFAULT_DENY_READ, DEFAULT_PROTECTED
+
+__all__ = [
+    "STANDARD_READ_ONLY_TOOLS",
+    "BypassRefused",
+    "Decision",
+    "FloorState",
+    "PolicyDecision",
+    "PolicyEngine",
+    "audit_fields",
+    "input_digest",
+]
+
+Decision = Literal["allow", "deny", "ask"]
+FloorState = Literal["proven", "unproven"]
+
+STANDARD_READ_ONLY_TOOLS: Final = frozenset({"Read", "Glob", "Grep", "LS", "Think"})
+"""Warren's tools that are read-only for every input (used where no tool object is at hand,
+such as `warren policy test`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyDecision:
+    """What the policy says about one call, and why."""
+
+    decision: Decision
+    reason: str
+    """Deny: the message for the model (why, and what to do instead). Ask: the question's
+    reason for the user. Allow: why, for the audit log."""
+    rule: str | None
+    """The rule that decided (`Bash(npm run test:*)`), or a built-in label (`read-only`,
+    `protected path`, `plan mode`, ...); None when nothing matched and the call asks."""
+    source: str
+    """The file that decided, or `built-in`, `command line`, `mode`, `session`."""
+    read_only: bool
+    """The call cannot change anything (Bash: the analyser's verdict; others: the tool's)."""
+    concurrency_safe: bool
+    """May run in parallel with other safe calls."""
+    mode: Mode
+    floor: FloorState
+    run_read_only: bool = False
+    """Must run with the workspace mounted read-only: a Bash command auto-approved because
+    the analyser classified it read-only under a proven floor. The kernel enforces it."""
+
+
+class BypassRefused(PolicyError):
+    """`bypass` mode without a proven floor and without the explicit consent flag."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Rule:
+    compiled: CompiledRule
+    entry_source: str
+
+    @property
+    def text(self) -> str:
+        return self.compiled.text
+
+
+@dataclass(frozen=True, slots=True)
+class _Call:
+    tool: str
+    input: Mapping[str, Any]
+    read_only: bool
+    any_paths: tuple[str, ...] = ()
+    """The path as written (normalised) and its resolved target: deny and ask match either."""
+    resolved: str | None = None
+    """The resolved path alone: allow rules and the workspace checks use only this."""
+    bash: BashClassification | None = None
+    command: str | None = None
+
+
+def input_digest(input: Mapping[str, Any]) -> str:
+    """The audit log's digest of a tool input (same scheme as `orchestrator.audit`)."""
+    text = json.dumps(dict(input), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def audit_fields(decision: PolicyDecision, tool: str, input: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of the audit record of one decision."""
+    return {
+        "tool": tool,
+        "input_digest": input_digest(input),
+        "decision": decision.decision,
+        "rule": decision.rule,
+        "source": decision.source,
+        "mode": decision.mode,
+        "floor": decision.floor,
+        "run_read_only": decision.run_read_only,
+    }
+
+
+class PolicyEngine:
+    """Decides tool calls for one session under one effective policy and floor.
+
+    Holds the compiled rules, the bash analyser (its parser is kept between calls) and the
+    rules remembered during the session. Construct one per session; `decide` is cheap
+    (well under a millisecond for a typical call, tests/bench/bench_policy.py).
+
+    Errors: `BypassRefused` when the mode is `bypass`, the floor is not proven and
+    `no_sandbox_consent` (`--i-know-there-is-no-sandbox`) was not given.
+    """
+
+    def __init__(
+        self,
+        policy: EffectivePolicy,
+        *,
+        workspace: Path,
+        floor_proven: bool,
+        analyser: BashAnalyser | None = None,
+        no_sandbox_consent: bool = False,
+        home: Path | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        env = os.environ if env is None else env
+        if policy.mode == "bypass" and not floor_proven and not no_sandbox_consent:
+            raise BypassRefused(
+                "bypass mode runs every call without asking, which needs the sandbox floor, "
+                "and the floor is not proven on this machine (see `warren doctor`); choose "
+                "another mode, or pass --i-know-there-is-no-sandbox to accept the risk",
+                file=policy.mode_source,
+                key="mode",
+            )
+        self.policy = policy
+        self.mode: Mode = policy.mode
+        self.floor_proven = floor_proven
+        self.floor: FloorState = "proven" if floor_proven else "unproven"
+        self.workspace = workspace.resolve()
+        self.analyser = analyser or BashAnalyser()
+        self._home = (home or Path(env.get("HOME") or Path.home())).resolve()
+        self._deny = self._compile(policy.rules, "deny")
+        self._ask = self._compile(policy.rules, "ask")
+        self._allow = self._compile(policy.rules, "allow")
+        self._session: list[_Rule] = []
+        self._roots = tuple(
+            _norm(str(root)) for root in (self.workspace, *(r for r, _ in policy.writable_roots))
+        )
+        self._protected = self._protected_paths()
+        self._masked = self._masked_patterns(env)
+
+    # -- set-up --
+
+    def _compile(self, entries: tuple[RuleEntry, ...], kind: str) -> tuple[_Rule, ...]:
+        return tuple(
+            _Rule(
+                compile_rule(
+                    entry.parsed, anchor=entry.anchor, workspace=self.workspace, home=self._home
+                ),
+                entry.source,
+            )
+            for entry in entries
+            if entry.kind == kind and entry.active
+        )
+
+    def _protected_paths(self) -> tuple[tuple[str, str], ...]:
+        """(absolute path, as configured) for every protected path in every writable root."""
+        configured = [p.path for p in DEFAULT_PROTECTED]
+        configured += [pattern for pattern, _ in self.policy.protected]
+        out: list[tuple[str, str]] = []
+        for name in configured:
+            if name.startswith("/"):
+                out.append((_norm(name), name))
+            else:
+                out.extend((_norm(f"{root}/{name}"), name) for root in self._roots)
+        return tuple(out)
+
+    def _masked_patterns(self, env: Mapping[str, str]) -> tuple[tuple[PathPattern, str], ...]:
+        config = {env.get("XDG_CONFIG_HOME") or "", str(self._home / ".config")} - {""}
+        state = {env.get("XDG_STATE_HOME") or "", str(self._home / ".local" / "state")} - {""}
+        out: list[tuple[PathPattern, str]] = []
+        patterns = [*DEFAULT_DENY_READ, *(pattern for pattern, _ in self.policy.deny_read)]
+        for pattern in patterns:
+            expansions = [pattern]
+            if pattern == "~" or pattern.startswith("~/"):
+                expansions = [str(self._home) + pattern[1:]]
+            for token, values in (("{config}", config), ("{state}", state)):
+                expansions = (
+                    [e.replace(token, v) for e in expansions for v in values]
+                    if any(token in e for e in expansions)
+                    else expansions
+                )
+            for expanded in expansions:
+                if not expanded.startswith("/"):
+                    continue
+                compiled = compile_path_pattern(
+                    "//" + _norm(expanded).lstrip("/"),
+                    anchor=self.workspace,
+                    workspace=self.workspace,
+                    home=self._home,
+                )
+                out.append((compiled, pattern))
+        return tuple(out)
+
+    # -- the decision --
+
+    def decide(
+        self, tool: str, input: Mapping[str, Any], *, tool_read_only: bool
+    ) -> PolicyDecision:
+        """Decide one call. Never raises for any input mapping."""
+        call = self._call(tool, input, tool_read_only)
+        hit = self._first_match(self._deny, call)
+        if hit is not None:
+            return self._result(
+                call,
+                "deny",
+                f"Permission to use {tool} was denied by the rule `{hit.text}` in "
+                f"{hit.entry_source}. Do not retry this call; find another way or ask the user.",
+                hit.text,
+                hit.entry_source,
+            )
+        if self.mode == "plan" and not call.read_only:
+            return self._result(
+                call,
+                "deny",
+                f"Plan mode: only read-only tools run, and this {tool} call could change "
+                "something. Finish the plan and present it to the user; they leave plan mode "
+                "to carry it out.",
+                "plan mode",
+                "mode",
+            )
+        builtin = self._builtin_check(call)
+        if builtin is not None:
+            return builtin
+        if self.mode != "bypass":
+            hit = self._first_match(self._ask, call)
+            if hit is not None:
+                return self._ask_result(
+                    call,
+                    f"the rule `{hit.text}` in {hit.entry_source} asks",
+                    hit.text,
+                    hit.entry_source,
+                )
+        hit = self._allowed(call)
+        if hit is not None:
+            return self._result(
+                call, "allow", f"allowed by `{hit.text}`", hit.text, hit.entry_source
+            )
+        if self.mode == "bypass":
+            return self._result(call, "allow", "bypass mode", "bypass mode", "mode")
+        if (
+            self.mode == "accept-edits"
+            and tool in EDIT_FAMILY
+            and call.resolved is not None
+            and self._in_roots(call.resolved)
+        ):
+            return self._result(
+                call,
+                "allow",
+                "accept-edits mode: an edit inside the workspace",
+                "accept-edits mode",
+                "mode",
+            )
+        if call.bash is not None:
+            if call.bash.decision_hint == "allow":
+                return self._result(call, "allow", call.bash.hint_reason, "read-only", "built-in")
+            return self._ask_result(call, _bash_reason(call.bash), None, "built-in")
+        if tool_read_only:
+            return self._result(call, "allow", "a read-only call", "read-only", "built-in")
+        return self._ask_result(call, _default_reason(call), None, "built-in")
+
+    def _builtin_check(self, call: _Call) -> PolicyDecision | None:
+        if call.tool in EDIT_FAMILY:
+            for candidate in call.any_paths:
+                for path, name in self._protected:
+                    if candidate == path or candidate.startswith(path + "/"):
+                        return self._result(
+                            call,
+                            "deny",
+                            f"{candidate} is a protected path ({name}): the sandbox keeps it "
+                            "read-only because it can run code outside the sandbox. Do not "
+                            "retry; tell the user what to change there.",
+                            "protected path",
+                            "built-in",
+                        )
+        if call.tool in PATH_TOOLS:
+            for candidate in call.any_paths:
+                for pattern, name in self._masked:
+                    if pattern.matches(candidate):
+                        return self._result(
+                            call,
+                            "deny",
+                            f"{candidate} holds secrets ({name}), which the sandbox masks from "
+                            "every tool. Do not retry; ask the user for what you need.",
+                            "masked secret",
+                            "built-in",
+                        )
+        if call.bash is not None and call.bash.critical_delete:
+            return self._ask_result(
+                call,
+                "the command deletes a critical path (/, ~, the workspace or a system "
+                "directory); it is never run without asking",
+                "critical delete",
+                "built-in",
+            )
+        return None
+
+    # -- matching --
+
+    def _call(self, tool: str, input: Mapping[str, Any], tool_read_only: bool) -> _Call:
+        if tool == "Bash":
+            command = input.get("command")
+            if not isinstance(command, str):
+                command = ""
+            classification = self.analyser.classify(
+                command, floor=self.floor_proven, workspace=self.workspace
+            )
+            return _Call(
+                tool, input, classification.read_only, bash=classification, command=command
+            )
+        if tool in PATH_TOOLS:
+            raw = input.get(PATH_INPUT_KEYS[tool])
+            if raw is None and tool in ("Glob", "Grep"):
+                raw = str(self.workspace)
+            if isinstance(raw, str) and raw and "\x00" not in raw:
+                path = raw if raw.startswith("/") else f"{self.workspace}/{raw}"
+                lexical = _norm(path)
+                resolved = _norm(os.path.realpath(path))
+                paths = (lexical,) if lexical == resolved else (lexical, resolved)
+                return _Call(tool, input, tool_read_only, any_paths=paths, resolved=resolved)
+        return _Call(tool, input, tool_read_only)
+
+    def _first_match(self, rules: tuple[_Rule, ...], call: _Call) -> _Rule | None:
+        for rule in rules:
+            if self._matches(rule.compiled, call, strict=False):
+                return rule
+        return None
+
+    def _matches(self, rule: CompiledRule, call: _Call, *, strict: bool) -> bool:
+        """Does `rule` match `call`? `strict` (allow rules): resolved paths only."""
+        if not rule.covers(call.tool):
+            return False
+        parsed = rule.parsed
+        match parsed.kind:
+            case "tool" | "mcp_server":
+                return True
+            case "path":
+                if strict:
+                    return call.resolved is not None and rule.matches_path((call.resolved,))
+                return rule.matches_path(call.any_paths)
+            case "agent":
+                name = call.input.get("subagent_type") or "general-purpose"
+                return name == parsed.specifier
+            case "exact" | "prefix":
+                assert parsed.specifier is not None and call.command is not None
+                if bash_rule_matches(parsed.kind, parsed.specifier, call.command):
+                    return True
+                assert call.bash is not None
+                return any(
+                    _part_matches(parsed.kind, parsed.specifier, part) for part in call.bash.parts
+                )
+        return False
+
+    def _allowed(self, call: _Call) -> _Rule | None:
+        rules = (*self._allow, *self._session)
+        if call.bash is None:
+            for rule in rules:
+                if self._matches(rule.compiled, call, strict=True):
+                    return rule
+            return None
+        return self._bash_allowed(rules, call)
+
+    def _bash_allowed(self, rules: tuple[_Rule, ...], call: _Call) -> _Rule | None:
+        classification = call.bash
+        assert classification is not None and call.command is not None
+        text = call.command.strip()
+        for rule in rules:
+            parsed = rule.compiled.parsed
+            if parsed.tool != "Bash":
+                continue
+            if parsed.kind == "tool" or (parsed.kind == "exact" and parsed.specifier == text):
+                return rule
+        if not classification.parse_ok or classification.too_long or not classification.parts:
+            return None
+        first: _Rule | None = None
+        excused: set[str] = set()
+        for part in classification.parts:
+            hit = next(
+                (
+                    rule
+                    for rule in rules
+                    if rule.compiled.parsed.kind in ("exact", "prefix")
+                    and _part_allowed(rule.compiled, part)
+                ),
+                None,
+            )
+            if hit is not None:
+                first = first or hit
+                if part.reason is not None:
+                    excused.add(part.reason)
+            elif not (part.read_only and self.floor_proven):
+                return None
+        if first is None:
+            return None
+        if any(reason not in excused for reason in classification.reasons):
+            return None  # something outside the allowed commands writes (a redirection, ...)
+        return first
+
+    def _in_roots(self, path: str) -> bool:
+        return any(path == root or path.startswith(root + "/") for root in self._roots)
+
+    # -- results --
+
+    def _result(
+        self, call: _Call, decision: Decision, reason: str, rule: str | None, source: str
+    ) -> PolicyDecision:
+        auto_read_only = (
+            decision == "allow" and call.bash is not None and call.bash.decision_hint == "allow"
+        )
+        if call.bash is not None:
+            concurrency_safe = auto_read_only
+        else:
+            concurrency_safe = decision == "allow" and call.read_only
+        return PolicyDecision(
+            decision=decision,
+            reason=reason,
+            rule=rule,
+            source=source,
+            read_only=call.read_only,
+            concurrency_safe=concurrency_safe,
+            mode=self.mode,
+            floor=self.floor,
+            run_read_only=auto_read_only and self.floor_proven,
+        )
+
+    def _ask_result(
+        self, call: _Call, reason: str, rule: str | None, source: str
+    ) -> PolicyDecision:
+        if self.mode == "dont-ask":
+            return self._result(
+                call,
+                "deny",
+                f"Not run: in dont-ask mode a call that needs permission is denied ({reason}). "
+                "Do not retry it; continue without it or tell the user what you need.",
+                rule or "dont-ask mode",
+                source if rule else "mode",
+            )
+        return self._result(call, "ask", reason, rule, source)
+
+    # -- "don't ask again" --
+
+    def remember(self, tool: str, input: Mapping[str, Any]) -> str:
+        """The rule to store for a "don't ask again" answer, also allowed for this session.
+
+        Bash: the analyser's suggestion (a prefix rule for a plain command, else the exact
+        line). Path tools: that one file (`Edit(/src/a.py)`, anchored to the workspace, or
+        `//abs/path` outside it). dispatch_agent: that agent type. Others: the tool name.
+        Persist it with `policies.files.save_remembered_rule`.
+
+        Errors: `PolicyError` when no rule covers just this call (a path that cannot be
+        written as a rule); then allow the call once and do not store anything.
+        """
+        rule = _suggest_rule(tool, input, self.workspace, self.analyser)
+        self.allow_for_session(rule)
+        return rule
+
+    def allow_for_session(self, rule: str) -> None:
+        """Allow calls matching `rule` until the engine is dropped (source `session`)."""
+        compiled = compile_rule(
+            parse_rule(rule), anchor=self.workspace, workspace=self.workspace, home=self._home
+        )
+        self._session.append(_Rule(compiled, "session"))
+
+
+def _suggest_rule(
+    tool: str, input: Mapping[str, Any], workspace: Path, analyser: BashAnalyser
+) -> str:
+    if tool == "Bash":
+        command = input.get("command")
+        return analyser.suggest_rule(command) if isinstance(command, str) else "Bash"
+    if tool in PATH_TOOLS:
+        raw = input.get(PATH_INPUT_KEYS[tool])
+        if not isinstance(raw, str) or not raw or "\x00" in raw:
+            raise PolicyError(f"cannot remember a {tool} call without a usable path", key=tool)
+        resolved = _norm(os.path.realpath(raw if raw.startswith("/") else f"{workspace}/{raw}"))
+        root = str(workspace)
+        inside = resolved.startswith(root + "/")
+        spec = "/" + _escape_glob(resolved[len(root) + 1 :] if inside else resolved)
+        candidate = f"{tool}({spec})"
+    elif tool == "dispatch_agent":
+        name = input.get("subagent_type") or "general-purpose"
+        candidate = f"dispatch_agent({name})"
+    else:
+        candidate = tool
+    try:
+        return parse_rule(candidate).text
+    except ValueError as exc:
+        # A rule for something else would allow more than the user agreed to.
+        raise PolicyError(f"cannot remember this call as a rule: {exc}", key=tool) from None
+
+
+def _escape_glob(path: str) -> str:
+    return "".join("\\" + c if c in "*?[" else c for c in path)
+
+
+def _norm(path: str) -> str:
+    """A normalised absolute path string (`//x` is `/x`, no trailing slash)."""
+    text = os.path.normpath(path)
+    return "/" + text.lstrip("/") if text.startswith("//") else text
+
+
+def _part_texts(part: CommandPart) -> list[str]:
+    texts = [part.text]
+    if part.assignments:
+        texts.append(" ".join(part.words))
+    if part.values and None not in part.values:
+        texts.append(" ".join(v for v in part.values if v is not None))
+    return texts
+
+
+def _part_matches(kind: Literal["exact", "prefix"], specifier: str, part: CommandPart) -> bool:
+    """Deny and ask: any spelling of the simple command, or its program, matches."""
+    if any(bash_rule_matches(kind, specifier, text) for text in _part_texts(part)):
+        return True
+    return kind == "prefix" and part.program is not None and specifier == part.program
+
+
+def _part_allowed(rule: CompiledRule, part: CommandPart) -> bool:
+    """Allow: the simple command exactly as written, assignments included."""
+    parsed = rule.parsed
+    if parsed.tool != "Bash" or parsed.specifier is None or not part.words:
+        return False
+    return bash_rule_matches(parsed.kind, parsed.specifier, part.text)
+
+
+def _bash_reason(classification: BashClassification) -> str:
+    return classification.hint_reason
+
+
+def _default_reason(call: _Call) -> str:
+    if call.tool in EDIT_FAMILY and call.resolved is not None:
+        return f"{call.tool} would change {call.resolved}"
+    return f"{call.tool} can change files or run commands"

@@ -1,0 +1,359 @@
+"""Permission rules: the `Tool(specifier)` syntax, parsed once and matched per call.
+
+Policy files list rules as strings (`allow = ["Bash(npm run test:*)", "Edit(src/**)"]`); the
+engine (`policies.engine`) asks a `CompiledRule` whether it matches one call. Parsing is a pure
+function of the text (`parse_rule`), so the loader can reject a bad rule with its file and
+line before anything runs; compiling binds a parsed rule to the directories its paths are
+relative to.
+
+Forms:
+
+- `Tool`: every call of that tool. `Read` and `Edit` name their family (below).
+- `Bash(make check)`: exactly that command line (surrounding blanks ignored).
+- `Bash(npm run test:*)`: the prefix `npm run test`, then the end or a blank (when the
+  prefix ends with a letter, digit or `_`; after any other character anything may follow).
+- Path rules, for Read, Write, Edit, MultiEdit, NotebookEdit, Glob, Grep and LS, with
+  gitignore-style globs (`*`, `?`, `[abc]`, `**`):
+  `//abs/path` is the absolute path `/abs/path`; `~/x` is relative to the home directory;
+  `/x` is relative to the directory of the file that defines the rule (for a project's
+  `.warren/policy*.toml` that is the project root, the directory holding `.warren/`);
+  anything else is relative to the workspace, and, as in gitignore, a pattern without a
+  `/` (`*.env`, `.env`) matches at any depth. A pattern that matches a directory matches
+  everything inside it.
+- Families: `Read(...)` covers Read, Glob, Grep and LS; `Edit(...)` covers Edit, Write,
+  MultiEdit and NotebookEdit. `Write(...)`, `Glob(...)` and the others cover only their tool.
+- `dispatch_agent(name)`: a subagent of that type.
+- `mcp__server__tool` (one MCP tool) and `mcp__server` (every tool of that server).
+
+Matching is string work on absolute paths that the engine resolved; it never touches disk.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final, Literal
+
+__all__ = [
+    "EDIT_FAMILY",
+    "PATH_INPUT_KEYS",
+    "PATH_TOOLS",
+    "READ_FAMILY",
+    "CompiledRule",
+    "ParsedRule",
+    "PathPattern",
+    "RuleKind",
+    "RuleSyntaxError",
+    "bash_rule_matches",
+    "compile_path_pattern",
+    "compile_rule",
+    "covered_tools",
+    "parse_rule",
+]
+
+READ_FAMILY: Final = frozenset({"Read", "Glob", "Grep", "LS"})
+"""Tools a `Read(...)` rule covers: everything that reads files by path."""
+EDIT_FAMILY: Final = frozenset({"Edit", "Write", "MultiEdit", "NotebookEdit"})
+"""Tools an `Edit(...)` rule covers: everything that changes files by path."""
+PATH_TOOLS: Final = READ_FAMILY | EDIT_FAMILY
+PATH_INPUT_KEYS: Final = {
+    "Read": "file_path",
+    "Write": "file_path",
+    "Edit": "file_path",
+    "MultiEdit": "file_path",
+    "NotebookEdit": "notebook_path",
+    "Glob": "path",
+    "Grep": "path",
+    "LS": "path",
+}
+"""Which input field of each path tool holds its path (Glob and Grep default to the
+workspace when it is absent)."""
+
+RuleKind = Literal["tool", "exact", "prefix", "path", "agent", "mcp_server"]
+
+_RULE = re.compile(
+    r"(?P<tool>mcp__[A-Za-z0-9_-]*__\*|[A-Za-z_][A-Za-z0-9_-]*)(?:\((?P<spec>.*)\))?", re.DOTALL
+)
+_AGENT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]*")
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+_WORD_END = re.compile(r"[A-Za-z0-9_]")
+
+
+class RuleSyntaxError(ValueError):
+    """A rule that does not parse; the loader turns it into a located `PolicyError`."""
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedRule:
+    """A rule's syntax, before it is bound to directories."""
+
+    text: str
+    """The rule as written, without surrounding blanks (what `show` and audit print)."""
+    tool: str
+    kind: RuleKind
+    specifier: str | None = None
+    """The command, prefix, path pattern or agent name; None for `tool` and `mcp_server`."""
+
+
+def parse_rule(text: str) -> ParsedRule:
+    """Parse one rule. Raises `RuleSyntaxError` with a message saying how to fix it."""
+    stripped = text.strip()
+    if not stripped:
+        raise RuleSyntaxError("empty rule; write a tool name such as `Bash` or `Edit(src/**)`")
+    match = _RULE.fullmatch(stripped)
+    if match is None:
+        raise RuleSyntaxError(
+            f"`{stripped}` is not a rule: write `Tool` or `Tool(specifier)`, "
+            "for example `Bash(make check)` or `Read(src/**)`"
+        )
+    tool, spec = match["tool"], match["spec"]
+    if tool.startswith("mcp__"):
+        return _parse_mcp(stripped, tool, spec)
+    if spec is None:
+        return ParsedRule(stripped, tool, "tool")
+    if _CONTROL.search(spec):
+        raise RuleSyntaxError(f"`{stripped}`: the specifier contains a control character")
+    if not spec.strip():
+        raise RuleSyntaxError(
+            f"`{stripped}`: empty specifier; write `{tool}` to match every call of the tool"
+        )
+    if tool == "Bash":
+        return _parse_bash(stripped, spec.strip())
+    if tool in PATH_TOOLS:
+        return ParsedRule(stripped, tool, "path", _check_path_spec(stripped, spec.strip()))
+    if tool == "dispatch_agent":
+        name = spec.strip()
+        if _AGENT_NAME.fullmatch(name) is None:
+            raise RuleSyntaxError(
+                f"`{stripped}`: `{name}` is not an agent name (letters, digits, `_.:-`)"
+            )
+        return ParsedRule(stripped, tool, "agent", name)
+    raise RuleSyntaxError(
+        f"`{stripped}`: {tool} rules take no specifier; write `{tool}` to match every call "
+        "(specifiers exist for Bash, the path tools and dispatch_agent)"
+    )
+
+
+def _parse_mcp(text: str, tool: str, spec: str | None) -> ParsedRule:
+    if spec is not None:
+        raise RuleSyntaxError(
+            f"`{text}`: MCP rules take no specifier; write `mcp__server__tool` or `mcp__server`"
+        )
+    name = tool.removeprefix("mcp__")
+    if not name or name.startswith("_"):
+        raise RuleSyntaxError(f"`{text}`: write `mcp__server` or `mcp__server__tool`")
+    if name.endswith("__*"):
+        return ParsedRule(text, tool.removesuffix("__*"), "mcp_server")
+    server, sep, rest = name.partition("__")
+    if not sep:
+        return ParsedRule(text, tool, "mcp_server")
+    if not rest or not server:
+        raise RuleSyntaxError(f"`{text}`: write `mcp__server` or `mcp__server__tool`")
+    return ParsedRule(text, tool, "tool")
+
+
+def _parse_bash(text: str, spec: str) -> ParsedRule:
+    if spec.endswith(":*"):
+        prefix = spec[:-2].rstrip()
+        if not prefix:
+            raise RuleSyntaxError(
+                f"`{text}`: empty prefix before `:*`; write `Bash` to match every command"
+            )
+        if ":*" in prefix:
+            raise RuleSyntaxError(f"`{text}`: `:*` may only end a Bash rule")
+        return ParsedRule(text, "Bash", "prefix", prefix)
+    if spec == "*":
+        raise RuleSyntaxError(f"`{text}`: write `Bash` to match every command")
+    if ":*" in spec:
+        raise RuleSyntaxError(f"`{text}`: `:*` may only end a Bash rule (`Bash(npm test:*)`)")
+    return ParsedRule(text, "Bash", "exact", spec)
+
+
+def _check_path_spec(text: str, spec: str) -> str:
+    if spec.startswith("~") and not (spec == "~" or spec.startswith("~/")):
+        raise RuleSyntaxError(
+            f"`{text}`: only `~/` (your home) is understood, not `~user`; "
+            "write `//home/user/...` for someone else's home"
+        )
+    if "\\" in spec.replace("\\*", "").replace("\\?", "").replace("\\[", ""):
+        raise RuleSyntaxError(f"`{text}`: a backslash may only escape `*`, `?` or `[`")
+    if "***" in spec:
+        raise RuleSyntaxError(f"`{text}`: `***` is not a glob; use `**` for any depth")
+    return spec
+
+
+def covered_tools(rule_tool: str) -> frozenset[str]:
+    """The tools a rule naming `rule_tool` applies to (the family for `Read` and `Edit`)."""
+    if rule_tool == "Read":
+        return READ_FAMILY
+    if rule_tool == "Edit":
+        return EDIT_FAMILY
+    return frozenset({rule_tool})
+
+
+# -- path patterns --
+
+
+@dataclass(frozen=True, slots=True)
+class PathPattern:
+    """A compiled gitignore-style pattern below one root directory."""
+
+    root: str
+    """Absolute, resolved, without a trailing `/` (except the filesystem root `/`)."""
+    regex: re.Pattern[str]
+    """Matches the path relative to `root` (`""` for the root itself)."""
+
+    def matches(self, path: str) -> bool:
+        """Does the absolute, normalised `path` fall under this pattern?"""
+        if self.root == "/":
+            relative = path[1:]
+        elif path == self.root:
+            relative = ""
+        elif path.startswith(self.root) and path[len(self.root)] == "/":
+            relative = path[len(self.root) + 1 :]
+        else:
+            return False  # `/repo-evil` is not inside `/repo`: never a string-prefix test
+        return self.regex.fullmatch(relative) is not None
+
+
+def _root_text(path: Path) -> str:
+    text = os.path.normpath(str(path))
+    return "/" if text == "//" else text
+
+
+def compile_path_pattern(spec: str, *, anchor: Path, workspace: Path, home: Path) -> PathPattern:
+    """Bind a path specifier to its root (see the module docstring for the four forms)."""
+    if spec.startswith("//"):
+        root, pattern, anchored = Path("/"), spec[2:], True
+    elif spec == "~" or spec.startswith("~/"):
+        root, pattern, anchored = home, spec[2:], True
+    elif spec.startswith("/"):
+        root, pattern, anchored = anchor, spec[1:], True
+    else:
+        root, pattern = workspace, spec
+        anchored = "/" in pattern.rstrip("/")
+    pattern = pattern.rstrip("/")
+    while pattern.startswith("./"):
+        pattern = pattern[2:]
+    if pattern in ("", "."):
+        body = ".*"
+    else:
+        body = _glob_to_regex(pattern)
+        if not anchored:
+            body = "(?:.*/)?" + body
+        body += "(?:/.*)?"
+    return PathPattern(_root_text(root), re.compile(body, re.DOTALL))
+
+
+def _glob_to_regex(pattern: str) -> str:
+    """Translate a gitignore glob (no leading `/`) to a regex over a relative path."""
+    out: list[str] = []
+    index, size = 0, len(pattern)
+    while index < size:
+        char = pattern[index]
+        if pattern.startswith("**", index):
+            before_ok = index == 0 or pattern[index - 1] == "/"
+            after = index + 2
+            if before_ok and pattern.startswith("/", after):
+                out.append("(?:.*/)?")  # `**/`: zero or more directories
+                index = after + 1
+                continue
+            out.append(".*")
+            index = after
+            continue
+        if char == "*":
+            out.append("[^/]*")
+        elif char == "?":
+            out.append("[^/]")
+        elif char == "[":
+            end = _class_end(pattern, index)
+            if end is None:
+                out.append(re.escape(char))
+            else:
+                inner = pattern[index + 1 : end]
+                negate = inner[:1] in ("!", "^")
+                inner = inner[1:] if negate else inner
+                inner = inner.replace("\\", "\\\\").replace("[", "\\[")
+                out.append(f"(?!/)[{'^' if negate else ''}{inner}]")
+                index = end + 1
+                continue
+        elif char == "\\" and index + 1 < size:
+            out.append(re.escape(pattern[index + 1]))
+            index += 2
+            continue
+        else:
+            out.append(re.escape(char))
+        index += 1
+    return "".join(out)
+
+
+def _class_end(pattern: str, start: int) -> int | None:
+    index = start + 1
+    if index < len(pattern) and pattern[index] in "!^":
+        index += 1
+    if index < len(pattern) and pattern[index] == "]":
+        index += 1  # a `]` first in the class is a member
+    end = pattern.find("]", index)
+    if end < 0 or "/" in pattern[start:end]:
+        return None
+    return end
+
+
+# -- Bash specifiers --
+
+
+def bash_rule_matches(kind: RuleKind, specifier: str, command: str) -> bool:
+    """Does one command text (a whole line or one simple command) match a Bash rule?"""
+    text = command.strip()
+    if kind == "exact":
+        return text == specifier
+    if kind != "prefix" or not text.startswith(specifier):
+        return False
+    if len(text) == len(specifier):
+        return True
+    if _WORD_END.fullmatch(specifier[-1]) is None:
+        return True  # `Bash(git log --format=:*)`: anything may follow `=`
+    return text[len(specifier)] in " \t"
+
+
+# -- compiled rules --
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledRule:
+    """A parsed rule bound to its directories, ready for matching."""
+
+    parsed: ParsedRule
+    tools: frozenset[str]
+    """The tool names it covers (empty for an MCP server rule, which matches by prefix)."""
+    path: PathPattern | None = None
+
+    @property
+    def text(self) -> str:
+        return self.parsed.text
+
+    def covers(self, tool: str) -> bool:
+        """Does this rule apply to calls of `tool` at all (before looking at the input)?"""
+        if self.parsed.kind == "mcp_server":
+            return tool.startswith(self.parsed.tool + "__")
+        return tool in self.tools
+
+    def matches_path(self, paths: tuple[str, ...]) -> bool:
+        """A path rule against the candidate paths of a call (any one matching is a match)."""
+        pattern = self.path
+        return pattern is not None and any(pattern.matches(path) for path in paths)
+
+
+def compile_rule(parsed: ParsedRule, *, anchor: Path, workspace: Path, home: Path) -> CompiledRule:
+    """Bind `parsed` to the defining file's directory (`anchor`), the workspace and home.
+
+    The three directories must already be absolute and resolved.
+    """
+    path = None
+    if parsed.kind == "path":
+        assert parsed.specifier is not None
+        path = compile_path_pattern(parsed.specifier, anchor=anchor, workspace=workspace, home=home)
+    tools = frozenset() if parsed.kind == "mcp_server" else covered_tools(parsed.tool)
+    return CompiledRule(parsed=parsed, tools=tools, path=path)
