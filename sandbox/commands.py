@@ -13,9 +13,9 @@ from pathlib import Path
 
 import trio
 
-from sandbox.errors import SandboxError
+from sandbox.errors import SandboxError, SandboxUnavailable
 from sandbox.host import detect_host
-from sandbox.probe import probe_floor
+from sandbox.probe import FloorReport, probe_floor
 from sandbox.run import run_sandboxed
 from sandbox.spec import SandboxSpec, WorkspaceRoot
 from sandbox.stubs import StubRegistry
@@ -29,13 +29,21 @@ EXIT_SANDBOX_ERROR = 125
 
 def doctor(json_output: bool) -> int:
     """Probe the floor and print the report (a fix under each problem). 0 when proven."""
-    report = trio.run(probe_floor)
-    # Stubs left behind by crashed sandboxes are harmless but untidy: sweep them here.
-    try:
-        host = trio.run(detect_host)
-        swept = StubRegistry(host.stub_dir).sweep()
-    except (SandboxError, OSError):
-        swept = []
+
+    async def main() -> tuple[FloorReport, list[Path]]:
+        try:
+            host = await detect_host()
+        except SandboxUnavailable:
+            return await probe_floor(), []  # reports the missing bwrap with its fix
+        report = await probe_floor(host=host)
+        # Stubs left by crashed sandboxes are harmless but untidy: sweep them here.
+        try:
+            swept = await trio.to_thread.run_sync(StubRegistry(host.stub_dir).sweep)
+        except OSError:
+            swept = []
+        return report, swept
+
+    report, swept = trio.run(main)
     if json_output:
         payload = report.model_dump(mode="json")
         payload["stubs_swept"] = [str(p) for p in swept]
@@ -78,3 +86,5 @@ def sandbox_run(workspace: Path, read_only: bool, net: str, argv: Sequence[str])
     except SandboxError as exc:
         print(f"warren sandbox run: {exc.message}", file=sys.stderr)
         return EXIT_SANDBOX_ERROR
+    except KeyboardInterrupt:  # the sandbox was killed and reaped on the way out
+        return 130

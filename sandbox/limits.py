@@ -37,6 +37,8 @@ __all__ = [
     "classify_exit",
     "count_sandbox_processes",
     "detect_cgroups",
+    "sandbox_command_pids",
+    "sandbox_init_pid",
 ]
 
 
@@ -261,18 +263,42 @@ def _counter(text: str | None, key: str) -> int:
     return 0
 
 
+def sandbox_init_pid(bwrap_pid: int) -> int | None:
+    """Host pid of the sandbox's init (bwrap's child, pid 1 in the sandbox), if running."""
+    try:
+        children = Path(f"/proc/{bwrap_pid}/task/{bwrap_pid}/children").read_text().split()
+    except OSError:
+        return None
+    return int(children[0]) if children else None
+
+
+def sandbox_command_pids(bwrap_pid: int) -> list[int]:
+    """Host pids of the init's children: the command we asked the sandbox to run."""
+    init = sandbox_init_pid(bwrap_pid)
+    if init is None:
+        return []
+    try:
+        return [int(p) for p in Path(f"/proc/{init}/task/{init}/children").read_text().split()]
+    except OSError:
+        return []
+
+
 def count_sandbox_processes(bwrap_pid: int) -> int | None:
     """Processes in the sandbox's pid namespace, counted through its own /proc.
 
     bwrap's child is the namespace's init; its /proc lists exactly the sandbox's processes.
-    None when it cannot be read (not started yet, or already gone).
+    None when it cannot be read: not set up yet (the child's root is still the host's, whose
+    /proc would count every process on the machine), or already gone.
     """
+    init = sandbox_init_pid(bwrap_pid)
+    if init is None:
+        return None
+    sandbox_proc = f"/proc/{init}/root/proc"
     try:
-        children = Path(f"/proc/{bwrap_pid}/task/{bwrap_pid}/children").read_text().split()
-        if not children:
+        if os.stat(sandbox_proc).st_dev == os.stat("/proc").st_dev:
             return None
-        names = os.listdir(f"/proc/{children[0]}/root/proc")
-    except (OSError, ValueError):
+        names = os.listdir(sandbox_proc)
+    except OSError:
         return None
     return sum(1 for name in names if name.isdigit())
 

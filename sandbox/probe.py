@@ -262,6 +262,7 @@ print(json.dumps(report))
 async def probe_floor(
     *,
     host: SandboxHost | None = None,
+    bwrap: Path | None = None,
     base_dir: Path | None = None,
     python: Path | None = None,
     kernel: KernelFacts | None = None,
@@ -269,6 +270,7 @@ async def probe_floor(
     """Run the probe and return the report. Never raises for a broken floor: a missing bwrap
     or a sandbox that cannot start is a report with `proven=False` and diagnoses.
 
+    `host` is detected when not given (with `bwrap` as an explicit binary, if set).
     `base_dir` holds the probe's scratch directories (default: Warren's cache directory,
     `/var/tmp` as a fallback); it must be visible on the host, not under /tmp, which the
     sandbox replaces. `python` runs the probe script (default: this interpreter).
@@ -279,7 +281,7 @@ async def probe_floor(
     kernel = kernel or read_kernel_facts()
     if host is None:
         try:
-            host = await detect_host()
+            host = await detect_host(bwrap=bwrap)
         except SandboxUnavailable as exc:
             return FloorReport(
                 proven=False,

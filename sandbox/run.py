@@ -33,7 +33,13 @@ from pydantic import BaseModel, ConfigDict
 
 from sandbox.argv import bwrap_argv
 from sandbox.host import SandboxHost, detect_host
-from sandbox.limits import SandboxCgroup, classify_exit, count_sandbox_processes
+from sandbox.limits import (
+    SandboxCgroup,
+    classify_exit,
+    count_sandbox_processes,
+    sandbox_command_pids,
+    sandbox_init_pid,
+)
 from sandbox.masks import gather_host_facts
 from sandbox.seccomp import build_filter
 from sandbox.spec import LimitName, Limits, SandboxSpec
@@ -171,13 +177,30 @@ class SandboxProcess:
             return self._popen.wait()
 
     def send_signal(self, sig: int) -> None:
+        """Signal bwrap itself (it does not forward signals: most kill it, and then its
+        child, the sandbox's init, dies of PDEATHSIG)."""
         self._popen.send_signal(sig)
 
     def terminate(self) -> None:
-        self._popen.send_signal(signal.SIGTERM)
+        """SIGTERM the command inside the sandbox, so it can clean up; bwrap when the
+        command is not running yet."""
+        targets = sandbox_command_pids(self.pid) if self._popen.poll() is None else []
+        if not targets:
+            self._popen.send_signal(signal.SIGTERM)
+        for pid in targets:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
 
     def kill(self) -> None:
-        self._popen.send_signal(signal.SIGKILL)
+        """SIGKILL the whole sandbox at once by killing its init (the kernel then kills every
+        process in the pid namespace). bwrap sees its child die and exits by itself: killing
+        bwrap first would orphan the init to the host's init, to be reaped there."""
+        init = sandbox_init_pid(self.pid) if self._popen.poll() is None else None
+        if init is None:
+            self._popen.send_signal(signal.SIGKILL)
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(init, signal.SIGKILL)
 
     def _stop_for(self, limit: LimitName) -> None:
         if self.killed_by_limit is None:
@@ -332,7 +355,8 @@ def _spawn(command: list[str], io: _Io, *, pass_fds: tuple[int, ...]) -> Sandbox
             stdout=child["stdout"],
             stderr=child["stderr"],
             pass_fds=pass_fds,
-            env={},
+            env={},  # bwrap's own environ is readable inside as /proc/1/environ
+            start_new_session=True,  # out of the terminal's process group: Ctrl-C is ours
         )
     except BaseException:
         for stream in ours.values():
@@ -358,7 +382,7 @@ async def _watch_processes(
         if cgroup is not None and cgroup.pids_max_hit():
             proc._stop_for("processes")
             return
-        count = await trio.to_thread.run_sync(count_sandbox_processes, proc.pid)
+        count = count_sandbox_processes(proc.pid)  # a few syscalls: no thread needed
         if count is not None and count >= limits.processes:
             proc._stop_for("processes")
             return
@@ -371,8 +395,9 @@ async def _wall_clock(proc: SandboxProcess, seconds: float) -> None:
 
 
 async def _stop(proc: SandboxProcess, *, graceful: bool) -> None:
-    """Make sure bwrap is gone and reaped: SIGTERM and a grace period if `graceful`, then
-    SIGKILL. Bounded: gives up waiting after `REAP_TIMEOUT_S`."""
+    """Make sure bwrap is gone and reaped: SIGTERM to the command and `KILL_GRACE_S` of grace
+    if `graceful`, then SIGKILL to the sandbox, then to bwrap itself. Bounded: gives up
+    waiting after `REAP_TIMEOUT_S`."""
     if proc.returncode is None and graceful:
         if proc.stdin is not None:
             with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
@@ -384,6 +409,11 @@ async def _stop(proc: SandboxProcess, *, graceful: bool) -> None:
     if proc.returncode is None:
         with contextlib.suppress(ProcessLookupError):
             proc.kill()
+        with trio.move_on_after(1.0):
+            await proc.wait()
+    if proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGKILL)
     with trio.move_on_after(REAP_TIMEOUT_S):
         await proc.wait()
 

@@ -214,12 +214,15 @@ class Arena:
         self.closers.append(sock.close)
         return sock
 
-    def unix_listener(self, path: Path | str) -> socket.socket:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    def unix_listener(
+        self, path: Path | str, kind: socket.SocketKind = socket.SOCK_STREAM
+    ) -> socket.socket:
+        sock = socket.socket(socket.AF_UNIX, kind)
         sock.bind(str(path))
         if isinstance(path, Path):
             os.chmod(path, 0o777)  # the unprivileged account could connect without a sandbox
-        sock.listen(16)
+        if kind == socket.SOCK_STREAM:
+            sock.listen(16)
         self.closers.append(sock.close)
         return sock
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import pty
 import shutil
+import socket
 import stat
 import subprocess
 import sys
@@ -651,7 +652,7 @@ async def _(a: Arena) -> None:
 
 @attempt("unix_socket_in_home")
 async def _(a: Arena) -> None:
-    listener = a.unix_listener(a.home / "bus.sock")
+    listener = a.unix_listener(a.home / "bus.sock", socket.SOCK_DGRAM)
     out = await a.py(
         "import socket\n"
         "def connect():\n"
@@ -1058,13 +1059,29 @@ async def _(a: Arena) -> None:
 
 @attempt("fork_bomb")
 async def _(a: Arena) -> None:
+    # Exponential, but bounded (2**10 processes at most) so that a regression in the limit
+    # hurts the test machine only a little.
     spec = a.spec(limits=Limits(processes=48, wall_time_s=30.0))
     out = await a.py(
-        "done()\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass",
+        "done()\n"
+        "import time\n"
+        "def bomb(depth):\n"
+        "    for _ in range(2):\n"
+        "        try:\n"
+        "            if os.fork() == 0:\n"
+        "                if depth < 9:\n"
+        "                    bomb(depth + 1)\n"
+        "                time.sleep(60)\n"
+        "                os._exit(0)\n"
+        "        except OSError:\n"
+        "            pass\n"
+        "bomb(0)\n"
+        "time.sleep(60)",
         spec=spec,
     )
     assert out.result.killed_by_limit == "processes", out.debug()
     assert out.result.limit_message(spec.limits) is not None
+    assert out.result.duration_s < 20
     await assert_gone(a.token)
 
 

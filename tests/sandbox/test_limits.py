@@ -1,0 +1,168 @@
+"""Limits: exit classification, cgroup discovery, the process watchdog without cgroups."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from sandbox.host import SandboxHost
+from sandbox.limits import (
+    CgroupSupport,
+    SandboxCgroup,
+    classify_exit,
+    count_sandbox_processes,
+    detect_cgroups,
+)
+from sandbox.run import run_sandboxed
+from sandbox.spec import Limits, SandboxSpec, WorkspaceRoot
+
+LIMITS = Limits()
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        (0, None),
+        (1, None),
+        (128 + signal.SIGXCPU, "cpu_time"),
+        (128 + signal.SIGXFSZ, "file_size"),
+        (-signal.SIGXCPU, "cpu_time"),
+        (128 + signal.SIGKILL, None),
+        (128 + signal.SIGSEGV, None),
+    ],
+)
+def test_classify_exit(code: int, expected: str | None) -> None:
+    assert classify_exit(code, LIMITS) == expected
+
+
+def test_classify_exit_ignores_signals_of_unset_limits() -> None:
+    unlimited = Limits(cpu_time_s=None, file_size_bytes=None)
+    assert classify_exit(128 + signal.SIGXCPU, unlimited) is None
+    assert classify_exit(128 + signal.SIGXFSZ, unlimited) is None
+
+
+def _fake_proc(root: Path, cgroup: str, mountinfo: str) -> Path:
+    proc = root / "proc-self"
+    proc.mkdir()
+    (proc / "cgroup").write_text(cgroup)
+    (proc / "mountinfo").write_text(mountinfo)
+    return proc
+
+
+def test_detect_cgroup_v2_below_our_own(scratch: Path) -> None:
+    mount = scratch / "cg2"
+    own = mount / "user.slice" / "warren.service"
+    own.mkdir(parents=True)
+    (own / "cgroup.subtree_control").write_text("cpu memory pids\n")
+    proc = _fake_proc(
+        scratch,
+        "0::/user.slice/warren.service\n",
+        f"30 25 0:26 / {mount} rw,nosuid - cgroup2 cgroup2 rw\n",
+    )
+    support = detect_cgroups(proc_self=proc, probe_write=False)
+    assert support.version == 2
+    assert support.pids_parent == own and support.memory_parent == own
+
+
+def test_detect_cgroup_v2_without_delegated_controllers_falls_back(scratch: Path) -> None:
+    mount, pids = scratch / "cg2", scratch / "pids"
+    mount.mkdir()
+    (mount / "cgroup.subtree_control").write_text("\n")
+    pids.mkdir()
+    proc = _fake_proc(
+        scratch,
+        "8:pids:/\n0::/\n",
+        f"30 25 0:26 / {mount} rw - cgroup2 cgroup2 rw\n"
+        f"31 25 0:27 / {pids} rw - cgroup cgroup rw,pids\n",
+    )
+    support = detect_cgroups(proc_self=proc, probe_write=False)
+    assert (support.version, support.pids_parent, support.memory_parent) == (1, pids, None)
+
+
+def test_detect_nothing_usable(scratch: Path) -> None:
+    proc = _fake_proc(
+        scratch,
+        "0::/docker/abc\n",
+        "30 25 0:26 /docker/other /sys/fs/cgroup ro - cgroup2 cgroup2 ro\n",
+    )
+    support = detect_cgroups(proc_self=proc, probe_write=False)
+    assert not support.available
+    assert "watchdog" in support.note
+
+
+def test_sandbox_cgroup_is_created_limited_and_removed(host: SandboxHost) -> None:
+    if not host.cgroups.available:
+        pytest.skip(host.cgroups.note)
+    cgroup = SandboxCgroup.create(host.cgroups, Limits(processes=33))
+    assert cgroup is not None
+    directories = list(cgroup.directories)
+    if host.cgroups.pids_parent is not None:
+        pids_dir = host.cgroups.pids_parent / directories[0].name
+        assert (pids_dir / "pids.max").read_text().strip() == "33"
+    assert not cgroup.pids_max_hit()
+    assert cgroup.try_remove()
+    assert not any(d.exists() for d in directories)
+
+
+async def test_no_cgroup_left_behind(host: SandboxHost, scratch: Path) -> None:
+    if not host.cgroups.available:
+        pytest.skip(host.cgroups.note)
+    parent = host.cgroups.pids_parent or host.cgroups.memory_parent
+    assert parent is not None
+
+    def ours() -> set[str]:
+        return {p.name for p in parent.iterdir() if p.name.startswith("warren-")}
+
+    before = ours()
+    spec = SandboxSpec(workspaces=(WorkspaceRoot(path=scratch),))
+    result = await run_sandboxed(spec, ["true"], host=host)
+    assert result.exit_code == 0
+    assert ours() == before
+
+
+async def test_watchdog_stops_a_fork_bomb_without_cgroups(host: SandboxHost, scratch: Path) -> None:
+    """As host root RLIMIT_NPROC is not enforced, so without a cgroup only the watchdog
+    stands between a fork bomb and the host (a bounded one here: 2**8 processes at most)."""
+    no_cgroups = host.model_copy(
+        update={
+            "cgroups": CgroupSupport(
+                version=None, pids_parent=None, memory_parent=None, note="disabled for the test"
+            )
+        }
+    )
+    script = (
+        "import os, time\n"
+        "def bomb(depth):\n"
+        "    for _ in range(2):\n"
+        "        try:\n"
+        "            if os.fork() == 0:\n"
+        "                if depth < 7:\n"
+        "                    bomb(depth + 1)\n"
+        "                time.sleep(60)\n"
+        "                os._exit(0)\n"
+        "        except OSError:\n"
+        "            pass\n"
+        "bomb(0)\n"
+        "time.sleep(60)\n"
+    )
+    spec = SandboxSpec(
+        workspaces=(WorkspaceRoot(path=scratch),), limits=Limits(processes=32, wall_time_s=30.0)
+    )
+    result = await run_sandboxed(spec, ["python3", "-I", "-S", "-c", script], host=no_cgroups)
+    assert result.killed_by_limit == "processes", result
+    assert result.duration_s < 20
+
+
+def test_count_sandbox_processes_of_a_non_sandbox() -> None:
+    """A child whose root is the host's must not be counted (its /proc is the host's: every
+    process on the machine), which is also what a sandbox looks like before bwrap pivots."""
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        assert count_sandbox_processes(os.getpid()) is None
+    finally:
+        child.kill()
+        child.wait()

@@ -1,0 +1,127 @@
+"""The seccomp program, checked by running it in a small BPF interpreter (table-driven), and
+once in the kernel (a sandbox that cannot create a Unix socket but can use socketpair)."""
+
+from __future__ import annotations
+
+import errno
+import struct
+from pathlib import Path
+
+import pytest
+
+from sandbox.host import SandboxHost
+from sandbox.run import run_sandboxed
+from sandbox.seccomp import SUPPORTED_ARCHES, build_filter
+from sandbox.spec import SandboxSpec, WorkspaceRoot
+
+ALLOW = "allow"
+KILL = "kill"
+X86_64 = 0xC000003E
+AARCH64 = 0xC00000B7
+I386 = 0x40000003
+
+
+def run_bpf(program: bytes, *, arch: int, nr: int, args: tuple[int, ...] = ()) -> str:
+    """Interpret the classic-BPF subset the filter uses against one seccomp_data."""
+    full = (*args, *([0] * (6 - len(args))))
+    data = struct.pack("<iIQ6Q", nr, arch, 0, *full)
+    insns = [struct.unpack_from("<HBBI", program, i) for i in range(0, len(program), 8)]
+    pc, acc = 0, 0
+    while True:
+        code, jt, jf, k = insns[pc]
+        if code == 0x20:
+            acc = struct.unpack_from("<I", data, k)[0]
+            pc += 1
+        elif code in (0x15, 0x35, 0x45):
+            taken = {0x15: acc == k, 0x35: acc >= k, 0x45: bool(acc & k)}[code]
+            pc += 1 + (jt if taken else jf)
+        elif code == 0x06:
+            if k == 0x7FFF0000:
+                return ALLOW
+            if k == 0x80000000:
+                return KILL
+            assert k & 0xFFFF0000 == 0x00050000
+            return errno.errorcode[k & 0xFFFF]
+        else:
+            raise AssertionError(f"unexpected opcode {code:#x}")
+
+
+PROGRAM = build_filter(allow_unix_sockets=False, machine="x86_64") or b""
+PROGRAM_UNIX = build_filter(allow_unix_sockets=True, machine="x86_64") or b""
+
+CASES = [
+    # (description, nr, args, expected)
+    ("read", 0, (), ALLOW),
+    ("socket AF_INET", 41, (2, 1), ALLOW),
+    ("socket AF_INET6", 41, (10, 1), ALLOW),
+    ("socket AF_NETLINK", 41, (16, 3), ALLOW),
+    ("socket AF_UNIX", 41, (1, 1), "EPERM"),
+    ("socket AF_UNIX, junk in the high bits", 41, (1 | (1 << 40), 1), "EPERM"),
+    ("socket AF_PACKET", 41, (17, 3), "EPERM"),
+    ("socket AF_VSOCK", 41, (40, 1), "EPERM"),
+    ("socketpair AF_UNIX", 53, (1, 1), ALLOW),
+    ("ioctl TIOCSTI", 16, (0, 0x5412), "EPERM"),
+    ("ioctl TIOCLINUX", 16, (0, 0x541C), "EPERM"),
+    ("ioctl TCGETS", 16, (0, 0x5401), ALLOW),
+    ("chmod 0755", 90, (0, 0o755), ALLOW),
+    ("chmod 04755", 90, (0, 0o4755), "EPERM"),
+    ("fchmod 02755", 91, (3, 0o2755), "EPERM"),
+    ("fchmodat 04755", 268, (0, 0, 0o4755), "EPERM"),
+    ("fchmodat2 06755", 452, (0, 0, 0o6755), "EPERM"),
+    ("open O_CREAT 0644", 2, (0, 0o101, 0o644), ALLOW),
+    ("open O_CREAT 04755", 2, (0, 0o101, 0o4755), "EPERM"),
+    ("openat O_CREAT 04755", 257, (0, 0, 0o101, 0o4755), "EPERM"),
+    ("creat 04755", 85, (0, 0o4755), "EPERM"),
+    ("mknodat S_IFREG|04755", 259, (0, 0, 0o104755), "EPERM"),
+    ("keyctl", 250, (), "ENOSYS"),
+    ("add_key", 248, (), "ENOSYS"),
+    ("io_uring_setup", 425, (), "ENOSYS"),
+    ("openat2", 437, (), "ENOSYS"),
+    ("x32 ABI read", 0x40000000, (), KILL),
+]
+
+
+@pytest.mark.parametrize(("name", "nr", "args", "expected"), CASES, ids=[c[0] for c in CASES])
+def test_x86_64_decisions(name: str, nr: int, args: tuple[int, ...], expected: str) -> None:
+    assert run_bpf(PROGRAM, arch=X86_64, nr=nr, args=args) == expected
+
+
+def test_other_abi_is_killed() -> None:
+    assert run_bpf(PROGRAM, arch=I386, nr=359, args=(1, 1)) == KILL
+
+
+def test_unix_sockets_when_allowed() -> None:
+    assert run_bpf(PROGRAM_UNIX, arch=X86_64, nr=41, args=(1, 1)) == ALLOW
+    assert run_bpf(PROGRAM_UNIX, arch=X86_64, nr=41, args=(40, 1)) == "EPERM"
+
+
+def test_aarch64_program() -> None:
+    program = build_filter(allow_unix_sockets=False, machine="aarch64")
+    assert program is not None
+    assert run_bpf(program, arch=AARCH64, nr=198, args=(1, 1)) == "EPERM"
+    assert run_bpf(program, arch=AARCH64, nr=53, args=(0, 0, 0o4755)) == "EPERM"
+    assert run_bpf(program, arch=AARCH64, nr=63, args=()) == ALLOW
+    assert run_bpf(program, arch=X86_64, nr=0, args=()) == KILL
+
+
+def test_unsupported_machine_gets_no_filter() -> None:
+    assert "riscv64" not in SUPPORTED_ARCHES
+    assert build_filter(allow_unix_sockets=False, machine="riscv64") is None
+
+
+async def test_kernel_applies_it(host: SandboxHost, scratch: Path) -> None:
+    if not host.seccomp_supported:
+        pytest.skip("no filter for this machine")
+    script = (
+        "import socket\n"
+        "a, b = socket.socketpair()\n"
+        "a.send(b'pair-ok')\n"
+        "print(b.recv(10).decode())\n"
+        "try:\n"
+        "    socket.socket(socket.AF_UNIX)\n"
+        "except PermissionError:\n"
+        "    print('unix-refused')\n"
+    )
+    spec = SandboxSpec(workspaces=(WorkspaceRoot(path=scratch, mode="ro"),))
+    result = await run_sandboxed(spec, ["python3", "-I", "-S", "-c", script], host=host)
+    assert result.stdout.decode().split() == ["pair-ok", "unix-refused"], result
