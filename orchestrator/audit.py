@@ -22,7 +22,8 @@ class AuditLog:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.path = path
         self._mode = mode
-        self._floor = floor
+        self.floor = floor
+        """`proven`, `unproven` or `off`; set once the start-up probe has answered."""
         self._file: IO[str] = path.open("a", encoding="utf-8")
 
     def record(self, kind: str, **fields: Any) -> None:
@@ -44,7 +45,7 @@ class AuditLog:
                 rule=event.rule,
                 answered_by=event.answered_by,
                 mode=self._mode,
-                floor=self._floor,
+                floor=self.floor,
                 message=event.message,
             )
 

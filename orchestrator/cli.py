@@ -2,6 +2,9 @@
 
     warren -p PROMPT [options]      a headless run (the prompt may also come on stdin)
     warren demo                     the offline demo on a bundled sample repository
+    warren doctor [--json]          prove the sandbox floor on this machine, or say how to fix it
+    warren sandbox run [--workspace DIR] [--ro] [--net off] -- CMD...
+                                    run one command under the floor
 
 Exit codes are the run's terminal reason (see `orchestrator.outcome.exit_code`); 2 is a bad
 command line or configuration.
@@ -11,7 +14,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from orchestrator.headless import RunnerFactory
+    from orchestrator.pipeline import ToolRunner
+    from orchestrator.tools.base import ToolContext
 
 __all__ = ["main"]
 
@@ -99,6 +109,13 @@ def _headless_parser() -> argparse.ArgumentParser:
         help="continue the most recent session in this directory",
     )
     parser.add_argument(
+        "--sandbox",
+        choices=["required", "off"],
+        default="required",
+        help="required (default): prove the bubblewrap floor and run every tool call inside "
+        "it, or refuse to start; off: run tools unsandboxed, with a warning on every run",
+    )
+    parser.add_argument(
         "-v", "--verbose", action="store_true", help="readable logs and progress on stderr"
     )
     parser.add_argument("--version", action="version", version=f"warren {_version()}")
@@ -143,6 +160,7 @@ def _run_headless(argv: list[str]) -> int:
             resume=args.resume,
             continue_last=args.continue_last,
             verbose=args.verbose,
+            sandbox=args.sandbox,
         )
     except ValidationError as exc:
         problems = "; ".join(
@@ -152,7 +170,7 @@ def _run_headless(argv: list[str]) -> int:
         print(f"warren: {problems}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        report = trio.run(run_headless, options)
+        report = trio.run(lambda: run_headless(options, runner_factory=sandboxed_runner_factory()))
     except ConfigError as exc:
         print(f"warren: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -165,13 +183,65 @@ def _run_headless(argv: list[str]) -> int:
     return exit_code(result.reason)
 
 
+def sandboxed_runner_factory() -> RunnerFactory:
+    """The sandboxed tool hosts (workers/): where every tool call of a run executes.
+
+    The one place the orchestrator is wired to a concrete worker implementation.
+    """
+    from workers.toolhost_runner import SandboxedSpawner, open_tool_runner
+
+    def open_runner(ctx: ToolContext) -> AbstractAsyncContextManager[ToolRunner]:
+        return open_tool_runner(spawner=SandboxedSpawner(), prestart=ctx)
+
+    return open_runner
+
+
+def _doctor(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="warren doctor", description="Prove the sandbox floor here, or say how to fix it."
+    )
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    args = parser.parse_args(argv)
+    from sandbox.commands import doctor
+
+    return doctor(args.json)
+
+
+def _sandbox(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="warren sandbox", description="Run one command under Warren's sandbox floor."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run CMD in the sandbox; its exit code is passed through")
+    run.add_argument(
+        "--workspace",
+        type=Path,
+        default=None,
+        help="the directory mounted writable (default: the current directory)",
+    )
+    run.add_argument("--ro", action="store_true", help="mount the workspace read-only")
+    run.add_argument("--net", choices=["off"], default="off", help="network (only off for now)")
+    run.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
+    args = parser.parse_args(argv)
+    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    from sandbox.commands import sandbox_run
+
+    return sandbox_run((args.workspace or Path.cwd()).absolute(), args.ro, args.net, cmd)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] == "demo":
-        from orchestrator.demo.run import demo_main
+    match argv[:1]:
+        case ["demo"]:
+            from orchestrator.demo.run import demo_main
 
-        return demo_main(argv[1:])
-    return _run_headless(argv)
+            return demo_main(argv[1:], runner_factory=sandboxed_runner_factory())
+        case ["doctor"]:
+            return _doctor(argv[1:])
+        case ["sandbox"]:
+            return _sandbox(argv[1:])
+        case _:
+            return _run_headless(argv)
 
 
 if __name__ == "__main__":

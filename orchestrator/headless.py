@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING, Literal
 
 import structlog
 import trio
@@ -34,12 +35,39 @@ from orchestrator.model.base import ModelClient
 from orchestrator.output import OutputFormat, OutputPrinter, ProgressPrinter
 from orchestrator.paths import WarrenDirs
 from orchestrator.permissions import PermissionMode, default_permission, headless_asker
-from orchestrator.pipeline import ToolPipeline
+from orchestrator.pipeline import InProcessRunner, ToolPipeline, ToolRunner
 from orchestrator.session import SessionStore, Transcript
 from orchestrator.tools.base import ToolContext
 from orchestrator.tools.registry import ToolRegistry, builtin_tools
 
-__all__ = ["HeadlessOptions", "RunReport", "run_headless"]
+if TYPE_CHECKING:
+    from sandbox.probe import FloorReport
+
+__all__ = ["FloorNotProven", "HeadlessOptions", "RunReport", "RunnerFactory", "run_headless"]
+
+RunnerFactory = Callable[[ToolContext], AbstractAsyncContextManager[ToolRunner]]
+"""Opens where tool calls run for one session (the CLI passes the sandboxed tool hosts)."""
+
+SANDBOX_OFF_WARNING = (
+    "warning: --sandbox=off: tool calls run directly on this machine, with your full "
+    "permissions, network and secrets; only the permission checks stand between the model "
+    "and your system."
+)
+
+
+class FloorNotProven(ConfigError):
+    """`--sandbox=required` and the start-up probe could not prove the floor."""
+
+    def __init__(self, report: str) -> None:
+        super().__init__(
+            "the sandbox floor is not proven on this machine, so no tool may run "
+            "(--sandbox=required). The probe said:\n"
+            + report
+            + "\nFix the problem above (`warren doctor` re-checks), or run with --sandbox=off "
+            "to run tools unsandboxed.",
+            source="sandbox",
+        )
+
 
 DEFAULT_MODEL = "claude-sonnet-4-6"
 
@@ -75,6 +103,9 @@ class HeadlessOptions(BaseModel):
     """Readable logs and progress on stderr."""
     progress: bool = False
     """Human progress lines (tool calls, results) on stderr."""
+    sandbox: Literal["required", "off"] = "required"
+    """`required`: prove the floor at start-up and run every tool call in a sandboxed tool
+    host, refusing to run otherwise; `off`: run tools in this process, loudly."""
 
     @model_validator(mode="after")
     def _consistent(self) -> HeadlessOptions:
@@ -158,6 +189,7 @@ async def run_headless(
     extra_sinks: list[EventSink] | None = None,
     tools: Callable[[], ToolRegistry] | None = None,
     model: ModelClient | None = None,
+    runner_factory: RunnerFactory | None = None,
     install_signal_handler: bool = True,
 ) -> RunReport:
     """Run one headless session to its terminal reason.
@@ -165,9 +197,11 @@ async def run_headless(
     **Cancellation:** SIGINT (Ctrl-C) interrupts the run (`interrupted`, resumable transcript);
     a second SIGINT cancels at once.
     `tools` and `model` replace the built-in tool set and the model named in `options`
-    (tests and embedders).
+    (tests and embedders). `runner_factory` opens the sandboxed tool hosts; it is required
+    unless `options.sandbox` is `off`.
 
-    **Errors:** `ConfigError` for a bad model script, session or directory; model and tool
+    **Errors:** `FloorNotProven` when the sandbox is required but unproven; `ConfigError` for
+    a bad model script, session or directory; model and tool
     failures are terminal reasons, never exceptions.
     """
     dirs = dirs or WarrenDirs.from_env()
@@ -202,15 +236,43 @@ async def run_headless(
     )
     try:
         snapshot = None
+        floor: FloorReport | None = None
 
         async def context() -> None:
             nonlocal snapshot
             snapshot = await gather_context(cwd)
 
+        async def probe() -> None:
+            nonlocal floor
+            from sandbox.probe import probe_floor
+
+            floor = await probe_floor()
+
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_warm_up_sdk, options.model)
             nursery.start_soon(context)
+            if options.sandbox == "required":
+                nursery.start_soon(probe)
         assert snapshot is not None
+        if options.sandbox == "off":
+            sys.stderr.write(SANDBOX_OFF_WARNING + "\n")
+            floor_state = "off"
+        else:
+            assert floor is not None
+            if not floor.proven:
+                raise FloorNotProven(floor.render())
+            if runner_factory is None:
+                raise ConfigError("no sandboxed tool runner was wired in", source="sandbox")
+            floor_state = "proven"
+            audit.record(
+                "floor",
+                proven=True,
+                bwrap=floor.bwrap_path,
+                bwrap_version=floor.bwrap_version,
+                bwrap_source=floor.bwrap_source,
+                notes=list(floor.notes),
+            )
+        audit.floor = floor_state
         model = model or _make_model(options.model, cwd)
         registry = tools() if tools is not None else builtin_tools()
         printer = OutputPrinter(options.output_format, transcript.session_id, out)
@@ -223,25 +285,32 @@ async def run_headless(
             tools=registry.names(),
             transcript=str(transcript.path),
             permission_mode=options.permission_mode,
+            sandbox=floor_state,
         )
         ctx = ToolContext(workspace=cwd, cwd=cwd, session_id=transcript.session_id)
-        pipeline = ToolPipeline(
-            tools=registry,
-            ctx=ctx,
-            permission=default_permission(
-                options.permission_mode,
-                allowed_tools=options.allowed_tools,
-                disallowed_tools=options.disallowed_tools,
-            ),
-            asker=headless_asker,
-            emit=sinks,
+        opened: AbstractAsyncContextManager[ToolRunner] = (
+            runner_factory(ctx)
+            if runner_factory is not None and options.sandbox == "required"
+            else _in_process(ctx)
         )
         prompt = Message.user_text(options.prompt)
         transcript.message(prompt)
         control = RunControl()
         log.info("run started", model=model.model, cwd=str(cwd), resumed=bool(history))
         try:
-            async with trio.open_nursery() as nursery:
+            async with opened as runner, trio.open_nursery() as nursery:
+                pipeline = ToolPipeline(
+                    runner=runner,
+                    tools=registry,
+                    ctx=ctx,
+                    permission=default_permission(
+                        options.permission_mode,
+                        allowed_tools=options.allowed_tools,
+                        disallowed_tools=options.disallowed_tools,
+                    ),
+                    asker=headless_asker,
+                    emit=sinks,
+                )
                 if install_signal_handler:
                     nursery.start_soon(_interrupt_on_sigint, control)
                 result = await run_loop(
@@ -258,7 +327,7 @@ async def run_headless(
                 )
                 nursery.cancel_scope.cancel()
         finally:
-            with trio.CancelScope(shield=True), trio.move_on_after(10):
+            with trio.CancelScope(shield=True), trio.move_on_after(15):
                 await ctx.aclose()
                 await model.aclose()
         printer.finish(result)
@@ -277,6 +346,11 @@ async def run_headless(
         transcript.close()
         audit.close()
         log_sink.close()
+
+
+@asynccontextmanager
+async def _in_process(ctx: ToolContext) -> AsyncIterator[ToolRunner]:
+    yield InProcessRunner()
 
 
 async def _interrupt_on_sigint(control: RunControl) -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 import trio
 
 from orchestrator.events import Event, ToolFinished, ToolStarted
-from orchestrator.headless import HeadlessOptions, run_headless
+from orchestrator.headless import HeadlessOptions, RunnerFactory, run_headless
 from orchestrator.outcome import exit_code
 from orchestrator.output import ProgressPrinter
 
@@ -73,7 +73,8 @@ def _prepare_workspace(root: Path) -> Path:
     return workspace
 
 
-def demo_main(argv: list[str]) -> int:
+def demo_main(argv: list[str], *, runner_factory: RunnerFactory | None = None) -> int:
+    """Run the demo; `runner_factory` is the sandboxed tool hosts (without one: unsandboxed)."""
     parser = argparse.ArgumentParser(prog="warren demo", description=__doc__)
     parser.add_argument("--keep", action="store_true", help="keep the workspace afterwards")
     parser.add_argument("-v", "--verbose", action="store_true", help="logs on stderr")
@@ -86,6 +87,7 @@ def demo_main(argv: list[str]) -> int:
         "Warren demo (offline: a scripted model; real tools on a real copy)\n"
         f"  workspace: {workspace}\n"
         "  permissions: --permission-mode bypass, inside this temporary copy only\n"
+        f"  sandbox: {'every tool call in a bubblewrap tool host' if runner_factory else 'OFF'}\n"
         f"  prompt: {PROMPT}\n\n"
     )
     timeline = _Timeline()
@@ -95,6 +97,7 @@ def demo_main(argv: list[str]) -> int:
         model=f"scripted:{HERE / 'session.json'}",
         permission_mode="bypass",
         verbose=args.verbose,
+        sandbox="required" if runner_factory is not None else "off",
     )
     started = time.monotonic()
     try:
@@ -103,6 +106,7 @@ def demo_main(argv: list[str]) -> int:
                 options,
                 stdout=open("/dev/null", "w"),  # noqa: SIM115 - the final text is printed below
                 extra_sinks=[ProgressPrinter(out, show_text=True), timeline],
+                runner_factory=runner_factory,
             )
         )
     finally:

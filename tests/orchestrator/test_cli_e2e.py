@@ -157,3 +157,45 @@ def test_demo_runs_end_to_end(env: dict[str, str]) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     assert "outcome: completed after 5 turns" in done.stdout
     assert "parallel reads: 3 Read calls" in done.stdout
+
+
+def test_sandbox_off_says_so_on_every_run(sample: Path, env: dict[str, str]) -> None:
+    with FakeMessagesAPI([Reply.text("ok")]) as api:
+        done = run_cli(
+            ["-p", "hi", "--cwd", str(sample), "--sandbox", "off"],
+            {**env, "ANTHROPIC_BASE_URL": api.base_url},
+        )
+    assert done.returncode == 0
+    assert "--sandbox=off" in done.stderr and "unsandboxed" not in done.stdout
+
+
+def test_tool_calls_run_in_a_sandboxed_host(sample: Path, env: dict[str, str]) -> None:
+    """Through the CLI: a Bash call runs in bwrap — it sees no API key and cannot write /etc,
+    and the init event says the floor is proven."""
+    replies = [
+        Reply.tool_use(
+            "Bash",
+            {"command": "echo key=${ANTHROPIC_API_KEY:-none}; touch /etc/warren-escape; echo $?"},
+        ),
+        Reply.text("done"),
+    ]
+    with FakeMessagesAPI(replies) as api:
+        done = run_cli(
+            [
+                "-p",
+                "x",
+                "--cwd",
+                str(sample),
+                "--permission-mode",
+                "bypass",
+                "--output-format",
+                "stream-json",
+            ],
+            {**env, "ANTHROPIC_BASE_URL": api.base_url},
+        )
+        result = json.dumps(api.requests[1].messages[-1]["content"][0]["content"])
+    assert done.returncode == 0, done.stderr
+    init = json.loads(done.stdout.splitlines()[0])
+    assert init["sandbox"] == "proven"
+    assert "key=none" in result
+    assert not Path("/etc/warren-escape").exists()

@@ -46,7 +46,7 @@ async def headless(
 ) -> tuple[Any, str]:
     out = io.StringIO()
     report = await run_headless(
-        options,
+        options.model_copy(update={"sandbox": "off"}),
         dirs=dirs,
         stdout=out,
         tools=lambda: ToolRegistry([ProbeTool(ProbeLog())]),
