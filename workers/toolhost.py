@@ -303,15 +303,12 @@ class ToolHost:
 
 
 def _shell_state(shell: PersistentShell) -> wire.ShellState:
-    # PersistentShell keeps its one-shot starting state private; read it here until it offers
-    # a public export (tests/workers/test_toolhost.py pins the behaviour).
-    return wire.ShellState(cwd=str(shell.cwd), snapshot=str(getattr(shell, "_snapshot", "")))
+    return wire.ShellState(cwd=str(shell.cwd), snapshot=shell.snapshot)
 
 
 def _adopt_shell_state(shell: PersistentShell, state: wire.ShellState) -> None:
     """Make `shell`'s one-shot runs start where the read-write host's shell is."""
-    shell._cwd = Path(state.cwd)
-    shell._snapshot = state.snapshot
+    shell.adopt_state(cwd=Path(state.cwd), snapshot=state.snapshot)
 
 
 def _exception_text(exc: Exception) -> str:
