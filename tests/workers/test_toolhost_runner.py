@@ -344,11 +344,6 @@ async def test_runner_exit_leaves_no_process_behind(ctx: ToolContext) -> None:
     assert descendants() == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="sandbox.open_sandboxed_process spawns bwrap in our process group, and SIGINT kills "
-    "bwrap: a terminal's Ctrl-C would kill the hosts instead of interrupting the run",
-)
 async def test_hosts_are_out_of_the_terminals_process_group(ctx: ToolContext) -> None:
     async with open_tool_runner(tools=FACTORY) as runner:
         await runner.start(ctx)
