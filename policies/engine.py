@@ -556,11 +556,29 @@ def _part_texts(part: CommandPart) -> list[str]:
     return texts
 
 
+_WRAPPERS: Final = frozenset(
+    {"env", "timeout", "nice", "nohup", "stdbuf", "time", "command", "builtin", "exec"}
+    | {"sudo", "doas", "xargs"}
+)
+
+
 def _part_matches(kind: Literal["exact", "prefix"], specifier: str, part: CommandPart) -> bool:
-    """Deny and ask: any spelling of the simple command, or its program, matches."""
+    """Deny and ask: any spelling of the simple command, or its program, matches.
+
+    When the analyser could not see through a wrapper (`env A=1 curl x` keeps `env` as the
+    program), every tail of the words is tried too: a deny may over-match there, never miss.
+    """
     if any(bash_rule_matches(kind, specifier, text) for text in _part_texts(part)):
         return True
-    return kind == "prefix" and part.program is not None and specifier == part.program
+    if kind == "prefix" and part.program is not None and specifier == part.program:
+        return True
+    if part.program in _WRAPPERS or (part.values and part.values[0] in _WRAPPERS):
+        words = [v if v is not None else w for v, w in zip(part.values, part.words, strict=False)]
+        return any(
+            bash_rule_matches(kind, specifier, " ".join(words[start:]))
+            for start in range(1, len(words))
+        )
+    return False
 
 
 def _part_allowed(rule: CompiledRule, part: CommandPart) -> bool:

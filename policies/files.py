@@ -404,11 +404,16 @@ def _key_index(text: str) -> list[tuple[KeyPath, int]]:
 def _locate(
     index: list[tuple[KeyPath, int]], text: str, loc: tuple[Any, ...], value: Any
 ) -> int | None:
-    best: tuple[int, int] | None = None  # (matched length, line)
+    best: tuple[int, int] | None = None  # (length of the common prefix, line)
     for path, number in index:
-        prefix = len(path) <= len(loc) and tuple(loc[: len(path)]) == path
-        if prefix and (best is None or len(path) > best[0]):
-            best = (len(path), number)
+        common = 0
+        for have, want in zip(path, loc, strict=False):
+            if have != want:
+                break
+            common += 1
+        # `[[mode]]` indexes as ("mode", 0) while the error is at ("mode",): still a match.
+        if common and (best is None or common > best[0]):
+            best = (common, number)
     if best is None:
         return None
     length, line = best

@@ -19,7 +19,7 @@ Forms:
   `.warren/policy*.toml` that is the project root, the directory holding `.warren/`);
   anything else is relative to the workspace, and, as in gitignore, a pattern without a
   `/` (`*.env`, `.env`) matches at any depth. A pattern that matches a directory matches
-  everything inside it.
+  everything inside it, and `dir/**` matches `dir` itself as well as its contents.
 - Families: `Read(...)` covers Read, Glob, Grep and LS; `Edit(...)` covers Edit, Write,
   MultiEdit and NotebookEdit. `Write(...)`, `Glob(...)` and the others cover only their tool.
 - `dispatch_agent(name)`: a subagent of that type.
@@ -237,6 +237,10 @@ def compile_path_pattern(spec: str, *, anchor: Path, workspace: Path, home: Path
     pattern = pattern.rstrip("/")
     while pattern.startswith("./"):
         pattern = pattern[2:]
+    while pattern.endswith("/**"):
+        # `secrets/**` also covers `secrets` itself, so listing or searching the directory
+        # is covered by the rule that covers its files (test_engine: Grep on a linked dir).
+        pattern = pattern[:-3]
     if pattern in ("", "."):
         body = ".*"
     else:
