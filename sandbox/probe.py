@@ -31,6 +31,7 @@ from typing import Literal
 import trio
 from pydantic import BaseModel, ConfigDict
 
+from sandbox.binary import find_system_tool
 from sandbox.errors import SandboxError, SandboxUnavailable
 from sandbox.host import SandboxHost, detect_host
 from sandbox.run import run_sandboxed
@@ -302,7 +303,7 @@ async def probe_floor(
     version = ".".join(map(str, host.bwrap.version))
     scratch = Path(tempfile.mkdtemp(prefix="warren-probe-", dir=_base_dir(base_dir)))
     try:
-        checks, diagnoses = await _run_probe(host, scratch, python or Path(sys.executable), kernel)
+        checks, diagnoses = await _run_probe(host, scratch, python or _probe_python(), kernel)
     finally:
         with trio.CancelScope(shield=True):
             await trio.to_thread.run_sync(partial_rmtree, scratch)
@@ -317,6 +318,15 @@ async def probe_floor(
         notes=tuple(host.notes()),
         duration_ms=(time.monotonic() - started) * 1000,
     )
+
+
+def _probe_python() -> Path:
+    """This interpreter, unless it lives under /tmp (invisible inside: the sandbox has its own
+    /tmp); then the system's python3."""
+    ours = Path(sys.executable)
+    if not ours.resolve().is_relative_to("/tmp"):
+        return ours
+    return find_system_tool("python3") or ours
 
 
 def partial_rmtree(path: Path) -> None:

@@ -92,8 +92,8 @@ class SandboxResult(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     exit_code: int
-    """bwrap's exit status: the command's, 128+N if it died of signal N, negative if we
-    killed bwrap (a limit or the wall clock)."""
+    """bwrap's exit status: the command's, or 128+N if it died of signal N (137 when the
+    runner killed the sandbox for a limit; `killed_by_limit` says which)."""
     stdout: bytes
     stderr: bytes
     timed_out: bool

@@ -151,6 +151,12 @@ DEFAULT_DENY_READ: tuple[str, ...] = (
     "/etc/shadow",
     "/etc/gshadow",
     "/etc/ssh/*_key",
+    # Root-owned secrets: with no capabilities, root inside can still read what root owns.
+    "/etc/ssl/private",
+    "/etc/wireguard",
+    "/etc/letsencrypt",
+    "/etc/NetworkManager/system-connections",
+    "/etc/kubernetes",
     # Agent, bus and container sockets; unreachable anyway while AF_UNIX sockets are blocked.
     "/run/user",
     "/run/docker.sock",

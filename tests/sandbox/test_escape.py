@@ -10,6 +10,7 @@ escape_kit.py for the arena and the host-side checks.
 
 from __future__ import annotations
 
+import json
 import os
 import pty
 import shutil
@@ -495,6 +496,22 @@ async def _(a: Arena) -> None:
     )
     out.assert_refused("attach", "mem")
     _assert_untouched(sleeper)
+
+
+@attempt("inherited_file_descriptors")
+async def _(a: Arena) -> None:
+    # The test process holds listening sockets; none of its descriptors may leak inside.
+    listener = a.tcp_listener()
+    out = await a.py(
+        "R['fds'] = json.dumps(sorted(int(fd) for fd in os.listdir('/proc/self/fd')))\n"
+        "R['targets'] = json.dumps([os.readlink('/proc/self/fd/' + fd) "
+        "for fd in os.listdir('/proc/self/fd') if os.path.exists('/proc/self/fd/' + fd)])"
+    )
+    out.assert_ran()
+    fds = json.loads(out.report["fds"])
+    assert fds[:3] == [0, 1, 2] and len(fds) <= 4, out.debug()  # + the listing itself
+    assert "socket:" not in out.report["targets"]
+    assert nothing_pending(listener)
 
 
 @attempt("host_environment_via_proc")

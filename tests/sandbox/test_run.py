@@ -90,6 +90,17 @@ async def test_long_lived_process_round_trip_and_teardown(host: SandboxHost, scr
     assert _our_bwraps() == []
 
 
+async def test_teardown_sends_sigterm_to_the_command_first(
+    host: SandboxHost, scratch: Path
+) -> None:
+    script = "trap 'echo bye > got-term; exit 0' TERM; echo ready; while :; do sleep 0.05; done"
+    async with open_sandboxed_process(_spec(scratch), ["sh", "-c", script], host=host) as proc:
+        assert proc.stdout is not None
+        assert await proc.stdout.receive_some(100) == b"ready\n"
+    assert (scratch / "got-term").read_text() == "bye\n"
+    assert proc.returncode == 0
+
+
 async def test_teardown_kills_a_child_that_ignores_sigterm(
     host: SandboxHost, scratch: Path
 ) -> None:
