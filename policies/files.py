@@ -30,6 +30,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from types import MappingProxyType
 from typing import Annotated, Any, Final, Literal, get_args
 
 from pydantic import (
@@ -103,11 +104,9 @@ HookEvent = Literal[
 _TOOL_EVENTS = frozenset({"PreToolUse", "PostToolUse"})
 
 MANAGED_POLICY_PATH: Final = Path("/etc/warren/policy.toml")
-_MODE_ALIASES: Final = {
-    "acceptEdits": "accept-edits",
-    "bypassPermissions": "bypass",
-    "dontAsk": "dont-ask",
-}
+_MODE_ALIASES: Final[Mapping[str, str]] = MappingProxyType(
+    {"acceptEdits": "accept-edits", "bypassPermissions": "bypass", "dontAsk": "dont-ask"}
+)
 
 
 class PolicyError(Exception):
@@ -257,13 +256,15 @@ class PolicyFile(_Section):
     examples: tuple[Example, ...] = ()
 
 
-_MODELS: Final[dict[str, type[BaseModel]]] = {
-    "permissions": PermissionRules,
-    "sandbox": SandboxAdditions,
-    "limits": Limits,
-    "hooks": Hook,
-    "examples": Example,
-}
+_MODELS: Final[Mapping[str, type[BaseModel]]] = MappingProxyType(
+    {
+        "permissions": PermissionRules,
+        "sandbox": SandboxAdditions,
+        "limits": Limits,
+        "hooks": Hook,
+        "examples": Example,
+    }
+)
 
 
 # -- loading one file --

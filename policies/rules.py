@@ -32,8 +32,10 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Final, Literal
 
 __all__ = [
@@ -58,16 +60,18 @@ READ_FAMILY: Final = frozenset({"Read", "Glob", "Grep", "LS"})
 EDIT_FAMILY: Final = frozenset({"Edit", "Write", "MultiEdit", "NotebookEdit"})
 """Tools an `Edit(...)` rule covers: everything that changes files by path."""
 PATH_TOOLS: Final = READ_FAMILY | EDIT_FAMILY
-PATH_INPUT_KEYS: Final = {
-    "Read": "file_path",
-    "Write": "file_path",
-    "Edit": "file_path",
-    "MultiEdit": "file_path",
-    "NotebookEdit": "notebook_path",
-    "Glob": "path",
-    "Grep": "path",
-    "LS": "path",
-}
+PATH_INPUT_KEYS: Final[Mapping[str, str]] = MappingProxyType(
+    {
+        "Read": "file_path",
+        "Write": "file_path",
+        "Edit": "file_path",
+        "MultiEdit": "file_path",
+        "NotebookEdit": "notebook_path",
+        "Glob": "path",
+        "Grep": "path",
+        "LS": "path",
+    }
+)
 """Which input field of each path tool holds its path (Glob and Grep default to the
 workspace when it is absent)."""
 
