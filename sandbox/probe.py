@@ -396,9 +396,10 @@ async def _run_probe(
                 result = await run_sandboxed(spec, argv, host=host)
             finally:
                 nursery.cancel_scope.cancel()
-    except SandboxError as exc:
-        return [FloorCheck(name="sandbox_starts", ok=False, detail=exc.message)], [
-            Diagnosis(code="unknown", message=exc.message, fix="see the message")
+    except (SandboxError, OSError) as exc:
+        message = exc.message if isinstance(exc, SandboxError) else f"cannot start bwrap: {exc}"
+        return [FloorCheck(name="sandbox_starts", ok=False, detail=message)], [
+            Diagnosis(code="unknown", message=message, fix="see the message")
         ]
     finally:
         listener.close()

@@ -704,7 +704,15 @@ async def _(a: Arena) -> None:
 # Protected paths inside a writable workspace, existing and missing
 # --------------------------------------------------------------------------------------
 
-_DIR_LIKE = {".git/hooks", ".git/modules", ".warren", ".vscode", ".idea", ".github/workflows"}
+_DIR_LIKE = {
+    # protected directory -> the file an attacker would plant in it
+    ".git/hooks": "pre-commit",
+    ".git/modules": "config",
+    ".warren": "policy.toml",
+    ".vscode": "tasks.json",
+    ".idea": "workspace.xml",
+    ".github/workflows": "ci.yml",
+}
 
 
 def _make_protected_attempt(rel: str, existing: bool) -> AttemptFn:
@@ -731,7 +739,7 @@ def _make_protected_attempt(rel: str, existing: bool) -> AttemptFn:
             "t('sibling', w, A['control_dir'] + '/sibling-' + A['token'])\n"
             "if A['is_dir']:\n"
             "    t('mkdirs', os.makedirs, p, exist_ok=True)\n"
-            "    t('new', w, p + '/new.txt')\n"
+            "    t('new', w, p + '/' + A['plant'])\n"
             "    t('modify', app, p + '/existing.txt')\n"
             "    t('rename', os.rename, p, p + '.moved')\n"
             "    t('rmdir', os.rmdir, p)\n"
@@ -741,14 +749,19 @@ def _make_protected_attempt(rel: str, existing: bool) -> AttemptFn:
             "    t('unlink', os.unlink, p)\n"
             "    w(A['control_dir'] + '/tmp-' + A['token'])\n"
             "    t('replace', os.replace, A['control_dir'] + '/tmp-' + A['token'], p)\n",
-            extra={"target": str(target), "is_dir": is_dir, "control_dir": str(control_dir)},
+            extra={
+                "target": str(target),
+                "is_dir": is_dir,
+                "control_dir": str(control_dir),
+                "plant": _DIR_LIKE.get(rel, ""),
+            },
         )
         out.assert_ran()
         assert out.report["sibling"] == "ok", f"the parent should stay writable: {out.debug()}"
         if is_dir:
             for name in ("new", "modify", "rename"):
                 assert out.refused(name), f"{name}: {out.debug()}"
-            assert not (target / "new.txt").exists()
+            assert not (target / _DIR_LIKE[rel]).exists()
             assert not Path(str(target) + ".moved").exists()
         else:
             for name in ("write", "append", "unlink", "replace"):
