@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Literal
@@ -34,7 +35,14 @@ from sandbox.env import build_env
 from sandbox.errors import SandboxConfigError
 from sandbox.spec import Mode, ProtectedPath, SandboxSpec
 
-__all__ = ["BindMount", "HostFacts", "StubRequest", "gather_host_facts", "resolve_home"]
+__all__ = [
+    "BindMount",
+    "HostFacts",
+    "StubRequest",
+    "gather_host_facts",
+    "python_runtime_paths",
+    "resolve_home",
+]
 
 _PRIVATE_IN_SANDBOX = (Path("/tmp"), Path("/dev"), Path("/proc"))
 """Mount points the sandbox replaces with its own: host paths below them are invisible."""
@@ -80,6 +88,22 @@ class HostFacts(_Frozen):
     """Things that weaken the floor but do not stop it (a protected path that is a symlink)."""
 
 
+def python_runtime_paths() -> tuple[Path, ...]:
+    """Where this interpreter and everything it imports live (prefixes and `sys.path`).
+
+    Warren's sandboxes mostly run Warren's own Python (tool hosts, workers, the probe); CI and
+    users may keep that virtualenv under /tmp, which every sandbox replaces with its own.
+    """
+    candidates = {
+        sys.prefix,
+        sys.exec_prefix,
+        sys.base_prefix,
+        sys.base_exec_prefix,
+        *(entry for entry in sys.path if entry),
+    }
+    return tuple(sorted({Path(c) for c in candidates if Path(c).is_absolute()}))
+
+
 def resolve_home(spec: SandboxSpec, environ: Mapping[str, str]) -> Path:
     """The spec's home, else `$HOME`, else the password database entry of our uid."""
     if spec.home is not None:
@@ -95,6 +119,7 @@ def gather_host_facts(
     *,
     environ: Mapping[str, str] | None = None,
     executables: Sequence[Path] = (),
+    runtime: Sequence[Path] = (),
 ) -> HostFacts:
     """Look at the host once and return what the sandbox's mounts and environment will be.
 
@@ -102,12 +127,17 @@ def gather_host_facts(
     inside a writable root could be replaced by the sandbox and run by us later, so that is
     refused.
 
+    `runtime` are host paths the sandboxed program needs to run at all (our Python and its
+    imports, `python_runtime_paths()`): any of them the sandbox would hide (a virtualenv under
+    /tmp, which the sandbox replaces) is bound read-only at its own path.
+
     Errors: `SandboxConfigError` for a missing workspace or bind, a root inside a masked
     secret, or an executable inside a writable root.
     """
     env_map = os.environ if environ is None else environ
     home = resolve_home(spec, env_map)
     builder = _FactsBuilder(spec, home, env_map)
+    builder.add_runtime(runtime)
     builder.check_executables(executables)
     builder.add_protected()
     builder.add_deny_read()
@@ -170,6 +200,12 @@ class _FactsBuilder:
         if self._covering_bind(path) is not None:
             return True
         return not any(_within(path, private) for private in _PRIVATE_IN_SANDBOX)
+
+    def add_runtime(self, paths: Sequence[Path]) -> None:
+        for i, path in enumerate(paths):
+            resolved = path.resolve()
+            if resolved.exists() and not self.visible(resolved):
+                self.binds.append(BindMount(path=resolved, mode="ro", label=f"runtime[{i}]"))
 
     # -- executables ---------------------------------------------------------------------
 

@@ -40,7 +40,7 @@ from sandbox.limits import (
     sandbox_command_pids,
     sandbox_init_pid,
 )
-from sandbox.masks import gather_host_facts
+from sandbox.masks import gather_host_facts, python_runtime_paths
 from sandbox.seccomp import build_filter
 from sandbox.spec import LimitName, Limits, SandboxSpec
 from sandbox.stubs import StubRegistry
@@ -259,7 +259,11 @@ async def _sandbox(
     graceful: bool,
 ) -> AsyncIterator[SandboxProcess]:
     executables = [host.bwrap.path] + ([host.prlimit] if host.prlimit else [])
-    facts = await trio.to_thread.run_sync(partial(gather_host_facts, spec, executables=executables))
+    facts = await trio.to_thread.run_sync(
+        partial(
+            gather_host_facts, spec, executables=executables, runtime=python_runtime_paths()
+        )
+    )
     registry = StubRegistry(host.stub_dir)
     lease = await trio.to_thread.run_sync(registry.acquire, facts.stubs)
     cgroup: SandboxCgroup | None = None
