@@ -21,7 +21,8 @@ class AuditLog:
     def __init__(self, path: Path, *, mode: str, floor: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.path = path
-        self._mode = mode
+        self.mode = mode
+        """The session's permission mode; set once the policy has loaded."""
         self.floor = floor
         """`proven`, `unproven` or `off`; set once the start-up probe has answered."""
         self._file: IO[str] = path.open("a", encoding="utf-8")
@@ -44,7 +45,7 @@ class AuditLog:
                 decision=event.decision,
                 rule=event.rule,
                 answered_by=event.answered_by,
-                mode=self._mode,
+                mode=self.mode,
                 floor=self.floor,
                 message=event.message,
             )

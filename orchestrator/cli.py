@@ -5,6 +5,8 @@
     warren doctor [--json]          prove the sandbox floor on this machine, or say how to fix it
     warren sandbox run [--workspace DIR] [--ro] [--net off] -- CMD...
                                     run one command under the floor
+    warren policy check|show|test|init   explain and tune the permission policy
+    warren trust [PATH] / warren untrust [PATH]   let a repository's policy allow things
 
 Exit codes are the run's terminal reason (see `orchestrator.outcome.exit_code`); 2 is a bad
 command line or configuration.
@@ -21,6 +23,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from orchestrator.headless import RunnerFactory
     from orchestrator.pipeline import ToolRunner
+    from orchestrator.session_policy import SessionPolicy
     from orchestrator.tools.base import ToolContext
 
 __all__ = ["main"]
@@ -64,7 +67,10 @@ def _headless_parser() -> argparse.ArgumentParser:
         help="what to print on stdout (default: text)",
     )
     parser.add_argument(
-        "--max-turns", type=int, default=100, help="model requests per run (default: 100)"
+        "--max-turns",
+        type=int,
+        default=None,
+        help="model requests per run (default: the policy's limits.max_turns, else 100)",
     )
     parser.add_argument(
         "--max-concurrency",
@@ -85,10 +91,18 @@ def _headless_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--permission-mode",
-        choices=["default", "bypass"],
-        default="default",
-        help="default: read-only calls run, others are asked (denied when "
-        "headless); bypass: everything runs",
+        choices=["default", "accept-edits", "plan", "dont-ask", "bypass"],
+        default=None,
+        help="default: read-only calls run, others ask (denied when headless); accept-edits: "
+        "edits in the workspace run too; plan: read-only tools only; dont-ask: asks become "
+        "denials; bypass: everything except deny rules, protected paths and critical deletes "
+        "(default: the policy files' mode)",
+    )
+    parser.add_argument(
+        "--i-know-there-is-no-sandbox",
+        dest="no_sandbox_consent",
+        action="store_true",
+        help="let --permission-mode bypass run without a proven sandbox floor",
     )
     parser.add_argument(
         "--allowed-tools",
@@ -161,6 +175,7 @@ def _run_headless(argv: list[str]) -> int:
             continue_last=args.continue_last,
             verbose=args.verbose,
             sandbox=args.sandbox,
+            no_sandbox_consent=args.no_sandbox_consent,
         )
     except ValidationError as exc:
         problems = "; ".join(
@@ -188,10 +203,18 @@ def sandboxed_runner_factory() -> RunnerFactory:
 
     The one place the orchestrator is wired to a concrete worker implementation.
     """
-    from workers.toolhost_runner import SandboxedSpawner, open_tool_runner
+    from sandbox.spec import SandboxSpec
+    from workers.toolhost_runner import HOST_LIMITS, SandboxedSpawner, open_tool_runner
 
-    def open_runner(ctx: ToolContext) -> AbstractAsyncContextManager[ToolRunner]:
-        return open_tool_runner(spawner=SandboxedSpawner(), prestart=ctx)
+    def open_runner(
+        ctx: ToolContext, policy: SessionPolicy
+    ) -> AbstractAsyncContextManager[ToolRunner]:
+        spec = SandboxSpec(
+            limits=HOST_LIMITS,
+            extra_deny_read=policy.deny_read(),
+            extra_protected=policy.protected(),
+        )
+        return open_tool_runner(spawner=SandboxedSpawner(spec), prestart=ctx)
 
     return open_runner
 
@@ -229,6 +252,69 @@ def _sandbox(argv: list[str]) -> int:
     return sandbox_run((args.workspace or Path.cwd()).absolute(), args.ro, args.net, cmd)
 
 
+def _policy(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="warren policy", description="Explain and tune the permission policy of a repository."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    check = sub.add_parser(
+        "check",
+        help="explain the decision for one call: `-- COMMAND...` or `TOOL PATH`",
+        description="warren policy check [--json] [--cwd DIR] -- COMMAND...  |  "
+        "warren policy check [--json] Edit PATH",
+    )
+    check.add_argument("--json", action="store_true", help="print the decision as JSON")
+    check.add_argument("--cwd", type=Path, default=None, help="the workspace (default: here)")
+    check.add_argument("target", nargs=argparse.REMAINDER, help="-- COMMAND... or TOOL PATH")
+    for name, text in (
+        ("show", "print the effective policy with the source of each rule"),
+        ("test", "check every [[examples]] entry of the loaded policy files"),
+        ("init", "write a commented starter .warren/policy.toml"),
+    ):
+        command = sub.add_parser(name, help=text, description=text)
+        command.add_argument("--cwd", type=Path, default=None, help="the workspace")
+    args = parser.parse_args(argv)
+    from policies import commands
+    from policies.files import PolicyError
+
+    cwd = (args.cwd or Path.cwd()).absolute()
+    match args.command:
+        case "check":
+            words = list(args.target)
+            after_dashdash = words[:1] == ["--"]
+            try:
+                target = commands.check_target(
+                    words[1:] if after_dashdash else words, after_dashdash=after_dashdash
+                )
+            except PolicyError as exc:
+                print(f"warren policy check: {exc}", file=sys.stderr)
+                return 2
+            return commands.check(target, json_output=args.json, cwd=cwd)
+        case "show":
+            return commands.show(cwd)
+        case "test":
+            return commands.test(cwd)
+        case _:
+            return commands.init(cwd)
+
+
+def _trust(argv: list[str], *, trust: bool) -> int:
+    verb = "trust" if trust else "untrust"
+    parser = argparse.ArgumentParser(
+        prog=f"warren {verb}",
+        description="Trust a repository: its policy's allow rules (and later hooks and agent "
+        "definitions) take effect. A changed policy file needs trusting again."
+        if trust
+        else "Stop trusting a repository's policy allow rules.",
+    )
+    parser.add_argument("path", nargs="?", type=Path, default=None, help="default: here")
+    args = parser.parse_args(argv)
+    from policies import commands
+
+    path = (args.path or Path.cwd()).absolute()
+    return commands.trust_cmd(path) if trust else commands.untrust_cmd(path)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     match argv[:1]:
@@ -240,6 +326,12 @@ def main(argv: list[str] | None = None) -> int:
             return _doctor(argv[1:])
         case ["sandbox"]:
             return _sandbox(argv[1:])
+        case ["policy"]:
+            return _policy(argv[1:])
+        case ["trust"]:
+            return _trust(argv[1:], trust=True)
+        case ["untrust"]:
+            return _trust(argv[1:], trust=False)
         case _:
             return _run_headless(argv)
 

@@ -34,18 +34,20 @@ from orchestrator.messages import Message
 from orchestrator.model.base import ModelClient
 from orchestrator.output import OutputFormat, OutputPrinter, ProgressPrinter
 from orchestrator.paths import WarrenDirs
-from orchestrator.permissions import PermissionMode, default_permission, headless_asker
+from orchestrator.permissions import headless_asker
 from orchestrator.pipeline import InProcessRunner, ToolPipeline, ToolRunner
 from orchestrator.session import SessionStore, Transcript
+from orchestrator.session_policy import SessionPolicy, load_session_policy
 from orchestrator.tools.base import ToolContext
 from orchestrator.tools.registry import ToolRegistry, builtin_tools
+from policies.files import Mode
 
 if TYPE_CHECKING:
     from sandbox.probe import FloorReport
 
 __all__ = ["FloorNotProven", "HeadlessOptions", "RunReport", "RunnerFactory", "run_headless"]
 
-RunnerFactory = Callable[[ToolContext], AbstractAsyncContextManager[ToolRunner]]
+RunnerFactory = Callable[[ToolContext, SessionPolicy], AbstractAsyncContextManager[ToolRunner]]
 """Opens where tool calls run for one session (the CLI passes the sandboxed tool hosts)."""
 
 SANDBOX_OFF_WARNING = (
@@ -85,12 +87,15 @@ class HeadlessOptions(BaseModel):
     """A Claude model name, or `scripted:PATH` to replay a script."""
     output_format: OutputFormat = "text"
     """What goes to stdout: the final text, one JSON result, or one JSON event per line."""
-    max_turns: int = Field(default=100, ge=1)
-    """Model requests in this run."""
+    max_turns: int | None = Field(default=None, ge=1)
+    """Model requests in this run; default: the policy's `limits.max_turns`, else 100."""
     max_concurrency: int = Field(default=10, ge=1, le=64)
     """Concurrency-safe tool calls at once."""
-    permission_mode: PermissionMode = "default"
-    """`default`: read-only calls allowed, others asked (denied headless); `bypass`: all."""
+    permission_mode: Mode | None = None
+    """Overrides the policy files' `mode`: `default` (read-only calls run, others ask, which
+    headless means deny), `accept-edits`, `plan`, `dont-ask`, `bypass`."""
+    no_sandbox_consent: bool = False
+    """`--i-know-there-is-no-sandbox`: let `bypass` run without a proven floor."""
     allowed_tools: frozenset[str] = frozenset()
     """Tools allowed without asking."""
     disallowed_tools: frozenset[str] = frozenset()
@@ -232,7 +237,9 @@ async def run_headless(
     )
     log = structlog.get_logger().bind(session_id=transcript.session_id)
     audit = AuditLog(
-        transcript.path.with_suffix(".audit.jsonl"), mode=options.permission_mode, floor="unproven"
+        transcript.path.with_suffix(".audit.jsonl"),
+        mode=options.permission_mode or "(policy)",
+        floor="unproven",
     )
     try:
         snapshot = None
@@ -273,8 +280,21 @@ async def run_headless(
                 notes=list(floor.notes),
             )
         audit.floor = floor_state
+        policy = load_session_policy(
+            cwd,
+            floor_proven=floor_state == "proven",
+            permission_mode=options.permission_mode,
+            allowed_tools=options.allowed_tools,
+            disallowed_tools=options.disallowed_tools,
+            no_sandbox_consent=options.no_sandbox_consent,
+        )
+        audit.mode = policy.mode
         model = model or _make_model(options.model, cwd)
-        registry = tools() if tools is not None else builtin_tools()
+        registry = (
+            tools()
+            if tools is not None
+            else builtin_tools(bash_classifier=policy.bash_classifier())
+        )
         printer = OutputPrinter(options.output_format, transcript.session_id, out)
         sinks = _Fanout([_transcript_sink(transcript), audit, printer, *(extra_sinks or [])])
         if options.progress or options.verbose:
@@ -284,12 +304,17 @@ async def run_headless(
             model=model.model,
             tools=registry.names(),
             transcript=str(transcript.path),
-            permission_mode=options.permission_mode,
+            permission_mode=policy.mode,
             sandbox=floor_state,
         )
-        ctx = ToolContext(workspace=cwd, cwd=cwd, session_id=transcript.session_id)
+        ctx = ToolContext(
+            workspace=cwd,
+            cwd=cwd,
+            session_id=transcript.session_id,
+            extra_roots=policy.writable_roots(),
+        )
         opened: AbstractAsyncContextManager[ToolRunner] = (
-            runner_factory(ctx)
+            runner_factory(ctx, policy)
             if runner_factory is not None and options.sandbox == "required"
             else _in_process(ctx)
         )
@@ -303,11 +328,7 @@ async def run_headless(
                     runner=runner,
                     tools=registry,
                     ctx=ctx,
-                    permission=default_permission(
-                        options.permission_mode,
-                        allowed_tools=options.allowed_tools,
-                        disallowed_tools=options.disallowed_tools,
-                    ),
+                    permission=policy.permission_fn(),
                     asker=headless_asker,
                     emit=sinks,
                 )
@@ -319,7 +340,7 @@ async def run_headless(
                     pipeline=pipeline,
                     config=LoopConfig(
                         system=system_prompt(snapshot),
-                        max_turns=options.max_turns,
+                        max_turns=options.max_turns or _policy_int(policy, "max_turns", 100),
                         max_concurrency=options.max_concurrency,
                     ),
                     emit=sinks,
@@ -346,6 +367,11 @@ async def run_headless(
         transcript.close()
         audit.close()
         log_sink.close()
+
+
+def _policy_int(policy: SessionPolicy, name: str, default: int) -> int:
+    value = policy.limit(name)
+    return int(value) if value is not None else default
 
 
 @asynccontextmanager

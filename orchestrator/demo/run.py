@@ -13,12 +13,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import trio
 
-from orchestrator.events import Event, ToolFinished, ToolStarted
+from orchestrator.events import Event, PermissionDecided, ToolFinished, ToolStarted
 from orchestrator.headless import HeadlessOptions, RunnerFactory, run_headless
 from orchestrator.outcome import exit_code
 from orchestrator.output import ProgressPrinter
@@ -38,10 +39,14 @@ class _Timeline:
 
     started: dict[str, float] = field(default_factory=dict)
     spans: list[tuple[str, float, float]] = field(default_factory=list)
+    decisions: Counter[str] = field(default_factory=Counter)
+    """`allow by <rule>` -> how many calls."""
 
     def __call__(self, event: Event) -> None:
         now = time.monotonic()
         match event:
+            case PermissionDecided(decision=decision, rule=rule):
+                self.decisions[f"{decision}: {rule}"] += 1
             case ToolStarted(tool_use_id=tid):
                 self.started[tid] = now
             case ToolFinished(tool_use_id=tid, tool=tool) if tid in self.started:
@@ -86,7 +91,8 @@ def demo_main(argv: list[str], *, runner_factory: RunnerFactory | None = None) -
     out.write(
         "Warren demo (offline: a scripted model; real tools on a real copy)\n"
         f"  workspace: {workspace}\n"
-        "  permissions: --permission-mode bypass, inside this temporary copy only\n"
+        "  permissions: --permission-mode accept-edits --allowed-tools "
+        "'Bash(python -m unittest:*)'\n"
         f"  sandbox: {'every tool call in a bubblewrap tool host' if runner_factory else 'OFF'}\n"
         f"  prompt: {PROMPT}\n\n"
     )
@@ -95,7 +101,8 @@ def demo_main(argv: list[str], *, runner_factory: RunnerFactory | None = None) -
         prompt=PROMPT,
         cwd=workspace,
         model=f"scripted:{HERE / 'session.json'}",
-        permission_mode="bypass",
+        permission_mode="accept-edits",
+        allowed_tools=frozenset({"Bash(python -m unittest:*)"}),
         verbose=args.verbose,
         sandbox="required" if runner_factory is not None else "off",
     )
@@ -118,6 +125,9 @@ def demo_main(argv: list[str], *, runner_factory: RunnerFactory | None = None) -
     out.write(f"  outcome: {result.reason} after {result.num_turns} turns in {wall:.2f} s\n")
     out.write(f"  tool calls: {len(timeline.spans)}\n")
     _parallel_note(out, timeline)
+    out.write("  policy decisions:\n")
+    for decision, count in sorted(timeline.decisions.items()):
+        out.write(f"    {count} x {decision}\n")
     out.write(f"  transcript: {report.transcript}\n")
     if args.keep:
         out.write(f"  workspace kept: {workspace}\n")

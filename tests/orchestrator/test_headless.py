@@ -121,7 +121,7 @@ async def test_json_output_and_transcript(
     audit = report.transcript.with_suffix(".audit.jsonl").read_text().splitlines()
     decision = json.loads(audit[0])
     assert decision["tool"] == "Probe" and decision["decision"] == "allow"
-    assert decision["rule"] == "read-only"
+    assert decision["rule"] == "read-only [built-in]"
 
 
 async def test_resume_after_crash_mid_turn(
