@@ -199,3 +199,80 @@ def test_tool_calls_run_in_a_sandboxed_host(sample: Path, env: dict[str, str]) -
     assert init["sandbox"] == "proven"
     assert "key=none" in result
     assert not Path("/etc/warren-escape").exists()
+
+
+def test_ctrl_c_interrupts_and_the_session_resumes(sample: Path, env: dict[str, str]) -> None:
+    """SIGINT mid-tool: exit 130, no process left, the transcript closes the dangling call,
+    and `--continue` carries on without an API protocol error."""
+    import signal
+    import time
+
+    import psutil
+
+    replies = [
+        Reply.tool_use("Bash", {"command": "echo started; sleep 60; echo never"}),
+        Reply.text("resumed fine"),
+    ]
+    with FakeMessagesAPI(replies) as api:
+        proc = subprocess.Popen(
+            [
+                *WARREN,
+                "-p",
+                "slow",
+                "--cwd",
+                str(sample),
+                "--permission-mode",
+                "bypass",
+                "--output-format",
+                "stream-json",
+            ],
+            env={**env, "ANTHROPIC_BASE_URL": api.base_url},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            deadline = time.monotonic() + 60
+            sleeping: list[psutil.Process] = []
+            while time.monotonic() < deadline and not sleeping:
+                try:
+                    family = psutil.Process(proc.pid).children(recursive=True)
+                except psutil.NoSuchProcess:
+                    break
+                sleeping = [p for p in family if _cmdline(p)[:2] == ["sleep", "60"]]
+                time.sleep(0.05)
+            assert sleeping, "the Bash call never started"
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        assert proc.returncode == 130, err
+        assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in sleeping)
+        events = [json.loads(line) for line in out.splitlines()]
+        assert events[-1]["terminal_reason"] == "interrupted"
+        session_id = events[0]["session_id"]
+
+        done = run_cli(
+            ["-p", "go on", "--cwd", str(sample), "--resume", session_id],
+            {**env, "ANTHROPIC_BASE_URL": api.base_url},
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == "resumed fine"
+        sent = api.requests[-1].messages
+    # The interrupted Bash call got its result, then the interruption note, then the new prompt.
+    results = sent[2]["content"]
+    assert results[0]["type"] == "tool_result" and results[0]["is_error"] is True
+    assert "Interrupted" in json.dumps(results[0]["content"])
+    assert sent[-1]["content"][-1]["text"] == "go on"
+
+
+def _cmdline(process: object) -> list[str]:
+    import psutil
+
+    assert isinstance(process, psutil.Process)
+    try:
+        return process.cmdline()
+    except psutil.Error:
+        return []
