@@ -25,10 +25,29 @@ value (with the call id when one can be recovered, so that call can be failed), 
 logs it and, in the worker, answers with `Malformed`. `LineReader` caps the bytes buffered per
 line at `MAX_LINE_BYTES` and skips the rest of a longer line.
 
-Later issues add messages for pooled subagents (`RunAgent`/`AgentEvent`/`AgentResult`,
-`ModelRequest`/`ModelEvent`/`ModelDone`, `PermissionAsk`/`PermissionReply`): each is one more
-model in `Message` and one more case in each receiver's `match`; `PROTOCOL_VERSION` goes up when
-an existing message changes incompatibly.
+A pool worker (`workers.agent_worker`) runs one subagent at a time and borrows the
+coordinator's model and permission function for it, so neither the API key nor the user's
+policy ever enters its sandbox:
+
+    coordinator                              worker (agent worker)
+        |  <------------------------------------ Ready{version, pid, role, ...}
+        |  RunAgent{id, prompt, system, tools, max_turns, ...} ---->
+        |  <------------------------------------ ModelRequest{id, agent, keep, messages, ...}
+        |  ModelEvent{id, block | retry} ------>                          (any number)
+        |  ModelDone{id, message} ------------->                          (or ModelFailed)
+        |  <------------------------------------ PermissionAsk{id, agent, tool, input}
+        |  PermissionReply{id, allow, ...} ---->
+        |  <------------------------------------ AgentEvent{id, turn | tool_results | ...}
+        |  Cancel{id: the agent's} ------------>                          (optional)
+        |  <------------------------------------ AgentResult{id, reason, result, usage, ...}
+        |  (the next RunAgent, or Shutdown)
+
+A `ModelRequest` carries only what is new since the agent's previous request (`keep` says how
+many of the previous request's messages come first), so a long subagent run does not send its
+whole history over the pipe every turn.
+
+Adding a message is one more model in `Message` and one more case in each receiver's `match`;
+`PROTOCOL_VERSION` goes up when an existing message changes incompatibly.
 """
 
 from __future__ import annotations
@@ -43,20 +62,48 @@ import pydantic
 import trio
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchestrator.messages import ToolResultContent
+from orchestrator.errors import ModelFailureReason
+from orchestrator.events import (
+    AssistantTurn,
+    Event,
+    PermissionDecided,
+    RetryScheduled,
+    ToolFinished,
+    ToolResultsMessage,
+    ToolStarted,
+)
+from orchestrator.messages import (
+    AssistantMessage,
+    ContentBlock,
+    ToolResultContent,
+    ToolUseBlock,
+    Usage,
+)
+from orchestrator.messages import Message as ChatMessage
+from orchestrator.model.base import BlockComplete, Retry, ToolSpec
+from orchestrator.outcome import TerminalReason
 
 __all__ = [
     "MAX_LINE_BYTES",
     "PROTOCOL_VERSION",
+    "AgentEvent",
+    "AgentResult",
     "Cancel",
     "HostRole",
     "LedgerDelta",
     "LineReader",
     "Malformed",
     "Message",
+    "ModelDone",
+    "ModelEvent",
+    "ModelFailed",
+    "ModelRequest",
     "Oversized",
+    "PermissionAsk",
+    "PermissionReply",
     "ProtocolError",
     "Ready",
+    "RunAgent",
     "RunTool",
     "ShellState",
     "Shutdown",
@@ -182,7 +229,8 @@ class ToolResult(_Wire):
 
 
 class Cancel(_Wire):
-    """Cancel a running call; the worker still answers it with one `ToolResult`."""
+    """Cancel a running call (or agent run); the worker still answers it with one `ToolResult`
+    (or `AgentResult`)."""
 
     type: Literal["cancel"] = "cancel"
     id: str
@@ -202,6 +250,187 @@ class Malformed(_Wire):
     id: str | None = None
 
 
+class RunAgent(_Wire):
+    """Run one subagent to its end in the worker; answered by one `AgentResult`."""
+
+    type: Literal["run_agent"] = "run_agent"
+    id: str
+    """The agent's id: it tags every message of this run."""
+    prompt: str
+    system: list[str]
+    """System prompt blocks, most stable first."""
+    tools: list[str]
+    """Names of the tools the agent may use (the worker has at least these)."""
+    model: str
+    """The model the coordinator will answer this agent's requests with (for its transcript)."""
+    max_turns: int = Field(ge=1)
+    max_tokens: int = Field(default=16_384, ge=1)
+    """Output tokens per model response."""
+
+
+class AgentEvent(_Wire):
+    """Progress of a running agent, for the coordinator's transcript, output and audit log.
+
+    Exactly one field besides `id` is set; `event()` gives it back as the loop's own event.
+    Text deltas are not sent: the complete turn follows soon enough for every consumer.
+    """
+
+    type: Literal["agent_event"] = "agent_event"
+    id: str
+    turn: AssistantMessage | None = None
+    tool_results: ChatMessage | None = None
+    tool_started: ToolStarted | None = None
+    tool_finished: ToolFinished | None = None
+    permission: PermissionDecided | None = None
+    retry: RetryScheduled | None = None
+
+    @classmethod
+    def of(cls, agent_id: str, event: Event) -> AgentEvent | None:
+        """The wire form of a loop event, or None for the events that are not sent."""
+        match event:
+            case AssistantTurn(turn=turn):
+                return cls(id=agent_id, turn=turn)
+            case ToolResultsMessage(message=message):
+                return cls(id=agent_id, tool_results=message)
+            case ToolStarted():
+                return cls(id=agent_id, tool_started=event)
+            case ToolFinished():
+                return cls(id=agent_id, tool_finished=event)
+            case PermissionDecided():
+                return cls(id=agent_id, permission=event)
+            case RetryScheduled():
+                return cls(id=agent_id, retry=event)
+            case _:
+                return None
+
+    def event(self) -> Event | None:
+        if self.turn is not None:
+            return AssistantTurn(self.turn)
+        if self.tool_results is not None:
+            return ToolResultsMessage(self.tool_results)
+        return self.tool_started or self.tool_finished or self.permission or self.retry
+
+
+class AgentResult(_Wire):
+    """How an agent's run ended (the loop's `RunResult`, without the conversation)."""
+
+    type: Literal["agent_result"] = "agent_result"
+    id: str
+    reason: TerminalReason
+    result: str
+    """The final assistant text, or the sentence saying why the run failed."""
+    num_turns: int
+    usage: Usage = Usage()
+    cost_usd: float = 0.0
+    duration_s: float = 0.0
+
+
+class ModelRequest(_Wire):
+    """A model request of agent `agent`; answered by `ModelEvent`s and one `ModelDone` or
+    `ModelFailed` with the same `id`."""
+
+    type: Literal["model_request"] = "model_request"
+    id: str
+    agent: str
+    keep: int = Field(default=0, ge=0)
+    """How many messages of this agent's previous request come before `messages`."""
+    messages: list[ChatMessage]
+    system: list[str]
+    tools: list[ToolSpec]
+    max_tokens: int = Field(ge=1)
+
+
+class ModelEvent(_Wire):
+    """One event of a streaming response: a complete content block, or a retry (everything
+    streamed since the previous retry is void). Exactly one of the two is set."""
+
+    type: Literal["model_event"] = "model_event"
+    id: str
+    block: BlockComplete | None = None
+    retry: Retry | None = None
+    parse_error: str | None = None
+    """The block's `ToolUseBlock.parse_error`, which its JSON form leaves out."""
+
+    @classmethod
+    def of(cls, request_id: str, event: BlockComplete | Retry) -> ModelEvent:
+        if isinstance(event, Retry):
+            return cls(id=request_id, retry=event)
+        return cls(id=request_id, block=event, parse_error=_parse_error(event.block))
+
+    def event(self) -> BlockComplete | Retry | None:
+        if self.block is not None and self.parse_error is not None:
+            block = self.block.block.model_copy(update={"parse_error": self.parse_error})
+            return BlockComplete(self.block.index, block)
+        return self.block or self.retry
+
+
+class ModelDone(_Wire):
+    """The complete response: the last message for a `ModelRequest`."""
+
+    type: Literal["model_done"] = "model_done"
+    id: str
+    message: AssistantMessage
+    parse_errors: dict[int, str] = Field(default_factory=dict)
+    """`ToolUseBlock.parse_error` by content index (the JSON form leaves them out)."""
+
+    @classmethod
+    def of(cls, request_id: str, message: AssistantMessage) -> ModelDone:
+        content = message.message.content
+        errors = {i: e for i, b in enumerate(content) if (e := _parse_error(b)) is not None}
+        return cls(id=request_id, message=message, parse_errors=errors)
+
+    def assistant_message(self) -> AssistantMessage:
+        if not self.parse_errors:
+            return self.message
+        content = [
+            b.model_copy(update={"parse_error": self.parse_errors[i]})
+            if i in self.parse_errors
+            else b
+            for i, b in enumerate(self.message.message.content)
+        ]
+        # A new Message, not model_copy: that would carry over a cached `to_api()` form.
+        message = ChatMessage(role="assistant", content=content)
+        return self.message.model_copy(update={"message": message})
+
+
+def _parse_error(block: ContentBlock) -> str | None:
+    return block.parse_error if isinstance(block, ToolUseBlock) else None
+
+
+class ModelFailed(_Wire):
+    """The request failed for good (the client's `ModelError`); the last message for it."""
+
+    type: Literal["model_failed"] = "model_failed"
+    id: str
+    message: str
+    reason: ModelFailureReason = "model_error"
+    status: int | None = None
+
+
+class PermissionAsk(_Wire):
+    """May agent `agent` make this tool call? The coordinator's policy decides, and asks the
+    user (or denies, headless) when it must; answered by one `PermissionReply`."""
+
+    type: Literal["permission_ask"] = "permission_ask"
+    id: str
+    agent: str
+    tool: str
+    input: dict[str, Any]
+
+
+class PermissionReply(_Wire):
+    """The final answer to a `PermissionAsk`: allow (with an optional rewritten input) or deny
+    (with the message the agent's model sees)."""
+
+    type: Literal["permission_reply"] = "permission_reply"
+    id: str
+    allow: bool
+    message: str = ""
+    """Why it was denied, for the model (empty when allowed)."""
+    rule: str | None = None
+    updated_input: dict[str, Any] | None = None
+
+
 Message = Annotated[
     Ready
     | ValidateTool
@@ -211,7 +440,16 @@ Message = Annotated[
     | ToolResult
     | Cancel
     | Shutdown
-    | Malformed,
+    | Malformed
+    | RunAgent
+    | AgentEvent
+    | AgentResult
+    | ModelRequest
+    | ModelEvent
+    | ModelDone
+    | ModelFailed
+    | PermissionAsk
+    | PermissionReply,
     Field(discriminator="type"),
 ]
 

@@ -19,6 +19,11 @@ client gives up at once), and counts it in `api.unanswered`.
 `Reply(hold_before_block=i)` / `Reply(hold_before_stop=True)` pause the stream until the test
 calls `api.release()`: ordering is then proven without sleeping.
 
+Concurrent clients (parallel subagents) arrive in no fixed order, so a script in arrival order
+cannot say who gets what. `FakeMessagesAPI(route=fn)` answers each request with `fn(request)`
+(a `RecordedRequest`: body, messages, system) when it returns a response, and falls back to the
+script when it returns None.
+
 Every request is recorded (`api.requests`): parsed body, headers, arrival and end times, and
 the send time of every SSE event, all on `time.monotonic()` (system-wide on Linux, so times
 from a subprocess client compare too). Delays are real sleeps in the server thread, and each
@@ -34,7 +39,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -524,7 +529,7 @@ class _Handler(BaseHTTPRequestHandler):
                 404, _error_body("not_found_error", f"Not found: {self.path}", request_id)
             )
             return
-        response = api._next_response()
+        response = api._next_response(record)
         model = str(record.body.get("model", "claude-fake"))
         message_id = f"msg_fake_{record.number:04d}"
         match response:
@@ -728,8 +733,17 @@ class FakeMessagesAPI:
     server's threads, so nothing writes after the test ends.
     """
 
-    def __init__(self, responses: Iterable[FakeResponse] = (), *, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self,
+        responses: Iterable[FakeResponse] = (),
+        *,
+        host: str = "127.0.0.1",
+        route: Callable[[RecordedRequest], FakeResponse | None] | None = None,
+    ) -> None:
+        """`route`: chooses the response to a request from its content (None: the script's
+        next); called in the server's threads, so it must be thread-safe."""
         self._host = host
+        self._route = route
         self._lock = threading.Condition()
         self._holds = threading.Semaphore(0)
         self._responses: deque[FakeResponse] = deque(responses)
@@ -861,7 +875,11 @@ class FakeMessagesAPI:
                 return False
         return True
 
-    def _next_response(self) -> FakeResponse | None:
+    def _next_response(self, record: _Record) -> FakeResponse | None:
+        if self._route is not None:
+            routed = self._route(record.snapshot())
+            if routed is not None:
+                return routed
         with self._lock:
             if self._responses:
                 return self._responses.popleft()

@@ -1,0 +1,340 @@
+"""Subagents as the orchestrator sees them: agent types, the runner seam, their events.
+
+`dispatch_agent` (orchestrator/tools/dispatch_agent.py) hands a `SubagentRequest` to a
+`SubagentRunner` and gets one `SubagentOutcome` back. The orchestrator never imports the
+implementation: the worker pool (`workers.pool.WorkerPool`) runs each subagent in its own
+sandboxed process, and only the composition root (the CLI) wires it in.
+
+Agent types are the built-in read-only explorer `general`, plus Markdown files with YAML front
+matter from the user's config directory (`~/.config/warren/agents/*.md`) and, once the user
+trusts the repository, from the project (`.warren/agents/*.md`); a later source replaces an
+earlier type of the same name:
+
+    ---
+    name: reviewer
+    description: Reviews a diff for bugs and missing tests.
+    tools: Read, Grep, Glob        # or a YAML list; default: general's tools
+    model: claude-haiku-4-5        # default: the session's model
+    max_turns: 20                  # default: 50
+    writable: false                # default: false (the workspace is mounted read-only)
+    ---
+    You are a careful reviewer. ...   (the body is the system prompt)
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable, Collection
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+import pydantic
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from orchestrator.errors import ConfigError
+from orchestrator.events import AssistantTurn, Event, RetryScheduled, ToolResultsMessage
+from orchestrator.messages import Usage
+from orchestrator.outcome import TerminalReason
+from orchestrator.permissions import Allow, Deny
+
+__all__ = [
+    "DEFAULT_MAX_TURNS",
+    "GENERAL",
+    "READ_ONLY_TOOLS",
+    "AgentType",
+    "SubagentEvent",
+    "SubagentFinished",
+    "SubagentOutcome",
+    "SubagentPermission",
+    "SubagentReason",
+    "SubagentRequest",
+    "SubagentRunner",
+    "SubagentStarted",
+    "SubagentUpdate",
+    "WorkerFailure",
+    "load_agent_types",
+    "parse_agent_file",
+    "subagent_record",
+]
+
+DEFAULT_MAX_TURNS = 50
+"""Model requests of a subagent whose definition does not say."""
+
+READ_ONLY_TOOLS: tuple[str, ...] = ("Read", "Glob", "Grep", "LS", "Think")
+"""The tools of `general` and of definitions that name none: they cannot change anything and
+leave no state behind (no shell), so their worker is reused for the next subagent."""
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
+_IGNORED_KEYS = frozenset({"color"})
+"""Front matter keys other agent tools write that mean nothing here."""
+
+
+class AgentType(BaseModel):
+    """What a subagent of this type may do, and how it is told to behave."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    """Model-facing name (`subagent_type`), also the policy specifier `dispatch_agent(name)`."""
+    description: str
+    """When to use this type: listed in dispatch_agent's description for the model."""
+    system_prompt: str
+    """The subagent's instructions (the body of its definition file)."""
+    tools: tuple[str, ...] = READ_ONLY_TOOLS
+    """Names of the tools the subagent gets. Default `READ_ONLY_TOOLS`."""
+    model: str | None = None
+    """The model that answers it; None (default) for the session's."""
+    max_turns: int = Field(default=DEFAULT_MAX_TURNS, ge=1)
+    """Model requests before the run ends with `max_turns`. Default 50."""
+    writable: bool = False
+    """Whether its worker gets the workspace writable (only once the permission function
+    allows the dispatch_agent call). Default False: mounted read-only, and the call is
+    concurrency-safe."""
+    source: Literal["builtin", "user", "project"] = "builtin"
+    path: Path | None = None
+    """The definition file, for messages."""
+
+    @field_validator("name")
+    @classmethod
+    def _valid_name(cls, value: str) -> str:
+        if not _NAME.match(value):
+            raise ValueError(
+                f"agent name {value!r} must be one word of letters, digits, '-' or '_'"
+            )
+        return value
+
+    @property
+    def leaves_state(self) -> bool:
+        """Whether a run can leave anything behind in its worker (files, a shell, background
+        processes): then the worker is replaced after the run instead of reused."""
+        return self.writable or any(t not in READ_ONLY_TOOLS for t in self.tools)
+
+    def system_blocks(self, *, workspace: Path, cwd: Path) -> list[str]:
+        access = "read and write" if self.writable else "read (it is mounted read-only)"
+        return [
+            self.system_prompt,
+            f"You are a subagent of Warren, dispatched by another agent. You may {access} the "
+            f"workspace {workspace}; the current directory is {cwd}. Use absolute paths. "
+            "When you are done, answer with a concise report of what you found or did: it is "
+            "returned to the agent that dispatched you, and the user does not see it.",
+        ]
+
+
+GENERAL = AgentType(
+    name="general",
+    description="A read-only explorer: searches and reads the codebase to answer a question "
+    "or survey an area, and reports what it found. Use it for open-ended searches that may "
+    "take several rounds of Glob, Grep and Read.",
+    system_prompt="You are an agent for exploring a codebase. Search broadly, read what "
+    "matters, and report precisely: file paths, line numbers and the relevant code. You "
+    "cannot modify files.",
+)
+
+
+def parse_agent_file(path: Path, source: Literal["user", "project"]) -> AgentType:
+    """One definition file (YAML front matter between `---` lines, then the system prompt).
+
+    **Errors:** `ConfigError` naming the file when it cannot be read or is not a valid
+    definition.
+    """
+    import yaml
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read the agent definition: {exc}", source=str(path)) from exc
+    lines = text.splitlines()
+    end = next((i for i, line in enumerate(lines[1:], 1) if line.strip() == "---"), None)
+    if not lines or lines[0].strip() != "---" or end is None:
+        raise ConfigError(
+            "an agent definition starts with YAML front matter between two `---` lines",
+            source=str(path),
+        )
+    try:
+        front: Any = yaml.safe_load("\n".join(lines[1:end])) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"the front matter is not valid YAML: {exc}", source=str(path)) from exc
+    if not isinstance(front, dict):
+        raise ConfigError("the front matter must be a mapping of keys", source=str(path))
+    fields = {k: v for k, v in front.items() if k not in _IGNORED_KEYS}
+    if isinstance(fields.get("tools"), str):
+        fields["tools"] = [t.strip() for t in fields["tools"].split(",") if t.strip()]
+    fields.setdefault("name", path.stem)
+    body = "\n".join(lines[end + 1 :]).strip()
+    try:
+        return AgentType.model_validate(
+            {**fields, "system_prompt": body, "source": source, "path": path}
+        )
+    except pydantic.ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        where = ".".join(str(p) for p in first["loc"]) or "front matter"
+        raise ConfigError(f"{where}: {first['msg']}", source=str(path)) from exc
+
+
+def load_agent_types(
+    workspace: Path,
+    *,
+    trusted: bool,
+    config_dir: Path,
+    known_tools: Collection[str] | None = None,
+) -> dict[str, AgentType]:
+    """Every agent type of a session, by name: `general`, then the user's definitions
+    (`config_dir/agents/*.md`), then the project's (`workspace/.warren/agents/*.md`) when
+    `trusted`. A later definition replaces an earlier one of the same name.
+
+    `known_tools`: when given, a definition naming any other tool is an error.
+
+    **Errors:** `ConfigError` naming the file of the first bad definition.
+    """
+    types = {GENERAL.name: GENERAL}
+    sources: list[tuple[Path, Literal["user", "project"]]] = [(config_dir / "agents", "user")]
+    if trusted:
+        sources.append((workspace / ".warren" / "agents", "project"))
+    for directory, source in sources:
+        for path in sorted(directory.glob("*.md")) if directory.is_dir() else []:
+            agent = parse_agent_file(path, source)
+            unknown = sorted(set(agent.tools) - set(known_tools or ())) if known_tools else []
+            if unknown:
+                raise ConfigError(
+                    f"tools: no tool named {', '.join(unknown)} (known: "
+                    f"{', '.join(sorted(known_tools or ()))})",
+                    source=str(path),
+                )
+            types[agent.name] = agent
+    return types
+
+
+# --- the runner seam -----------------------------------------------------------------------------
+
+WorkerFailure = Literal["worker_crashed", "worker_limit", "worker_protocol", "worker_unavailable"]
+"""Ends that only a subagent in another process has: its worker died, was killed past a
+limit, broke the protocol, or could not be started."""
+
+SubagentReason = TerminalReason | WorkerFailure
+
+SubagentPermission = Callable[[str, dict[str, Any]], Awaitable[Allow | Deny]]
+"""The final answer for one tool call of a subagent (tool name, raw input): the session's
+permission function, with asks resolved by its asker."""
+
+
+@dataclass(frozen=True)
+class SubagentRequest:
+    agent_id: str
+    """Unique in the session: names the sidechain transcript and tags every event."""
+    agent_type: AgentType
+    prompt: str
+    system: list[str]
+    """System prompt blocks, most stable first."""
+
+
+@dataclass(frozen=True)
+class SubagentOutcome:
+    agent_id: str
+    reason: SubagentReason
+    result: str
+    """The final text of the subagent, or a sentence saying what happened to it."""
+    num_turns: int = 0
+    usage: Usage = field(default_factory=Usage)
+    cost_usd: float = 0.0
+    duration_s: float = 0.0
+    worker_pid: int | None = None
+    """The host pid of the worker's sandbox (bwrap), when one ran it."""
+
+
+@dataclass(frozen=True)
+class SubagentStarted:
+    agent_id: str
+    agent_type: str
+    description: str
+    transcript: Path | None
+
+
+@dataclass(frozen=True)
+class SubagentEvent:
+    """An event of a subagent's own loop, tagged with its id."""
+
+    agent_id: str
+    event: Event
+
+
+@dataclass(frozen=True)
+class SubagentFinished:
+    outcome: SubagentOutcome
+
+
+SubagentUpdate = SubagentStarted | SubagentEvent | SubagentFinished
+"""What `dispatch_agent` reports about its subagents while they run."""
+
+
+class SubagentRunner(Protocol):
+    """Runs one subagent to its end somewhere else (the worker pool).
+
+    **Cancellation:** the subagent is stopped (bounded) before `Cancelled` propagates.
+    **Errors:** none for the subagent's own failures, which are outcomes.
+    """
+
+    async def run(
+        self,
+        request: SubagentRequest,
+        *,
+        on_event: Callable[[SubagentEvent], None],
+        permission: SubagentPermission,
+    ) -> SubagentOutcome: ...
+
+
+def subagent_record(update: SubagentUpdate, *, session_id: str) -> dict[str, Any] | None:
+    """The stream-json line for an update (None for those not printed): the main agent's
+    shapes, tagged with `agent_id`, plus `subagent_start` and `subagent_result`."""
+    tag: dict[str, Any]
+    match update:
+        case SubagentStarted():
+            return {
+                "type": "system",
+                "subtype": "subagent_start",
+                "agent_id": update.agent_id,
+                "agent_type": update.agent_type,
+                "description": update.description,
+                "transcript_path": None if update.transcript is None else str(update.transcript),
+                "session_id": session_id,
+            }
+        case SubagentFinished(outcome=outcome):
+            return {
+                "type": "system",
+                "subtype": "subagent_result",
+                "agent_id": outcome.agent_id,
+                "terminal_reason": outcome.reason,
+                "num_turns": outcome.num_turns,
+                "duration_ms": round(outcome.duration_s * 1000),
+                "usage": outcome.usage.model_dump(),
+                "total_cost_usd": round(outcome.cost_usd, 6),
+                "session_id": session_id,
+            }
+        case SubagentEvent(agent_id=agent_id, event=event):
+            tag = {"agent_id": agent_id, "session_id": session_id}
+            match event:
+                case AssistantTurn(turn=turn):
+                    message = {
+                        "id": turn.request_id,
+                        "type": "message",
+                        "role": "assistant",
+                        "model": turn.model,
+                        "content": turn.message.to_api()["content"],
+                        "stop_reason": turn.stop_reason,
+                        "usage": turn.usage.model_dump(),
+                    }
+                    return {"type": "assistant", "message": message, **tag}
+                case ToolResultsMessage(message=message):
+                    return {"type": "user", "message": message.to_api(), **tag}
+                case RetryScheduled():
+                    return {
+                        "type": "system",
+                        "subtype": "api_retry",
+                        "attempt": event.attempt,
+                        "delay_ms": round(event.delay_s * 1000),
+                        "error": event.error,
+                        "error_status": event.status,
+                        **tag,
+                    }
+                case _:
+                    return None

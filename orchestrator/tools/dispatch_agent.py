@@ -1,0 +1,321 @@
+"""The dispatch_agent tool: hand a task to a subagent that runs in its own sandboxed process.
+
+The tool runs in the coordinator (it touches no workspace itself) and talks to an injected
+`SubagentRunner` (the worker pool). It returns only the subagent's final text and its usage:
+the subagent's own turns go to its sidechain transcript
+(`<sessions>/<session id>.agents/<agent id>.jsonl`) and, tagged with its id, to the
+`on_update` sink (stream-json, progress). Each of the subagent's tool calls is decided by this
+session's permission function; asks go to the session's asker one at a time.
+
+A call is read-only and concurrency-safe exactly when its agent type cannot write, so several
+read-only dispatches in one turn run in parallel and the scheduler is never told a writing
+agent is read-only.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Mapping
+from pathlib import Path
+from typing import Any, ClassVar, assert_never
+
+import pydantic
+import trio
+from pydantic import Field
+
+from orchestrator.errors import ToolError
+from orchestrator.events import AssistantTurn, RetryScheduled, ToolResultsMessage
+from orchestrator.messages import Message
+from orchestrator.permissions import Allow, Ask, Asker, Deny, PermissionFn
+from orchestrator.session import Transcript
+from orchestrator.subagents import (
+    AgentType,
+    SubagentEvent,
+    SubagentFinished,
+    SubagentOutcome,
+    SubagentPermission,
+    SubagentRequest,
+    SubagentRunner,
+    SubagentStarted,
+    SubagentUpdate,
+)
+from orchestrator.tools.base import Tool, ToolContext, ToolInput, ToolOutput, ToolProgress
+from orchestrator.tools.registry import ToolRegistry
+
+__all__ = ["DispatchAgentInput", "DispatchAgentTool", "sidechain_path"]
+
+DESCRIPTION = """\
+Launches a subagent that works on a task on its own, in a separate sandboxed process, and \
+returns its final report to you.
+
+Use it for open-ended searches and surveys that may take several rounds of Glob, Grep and \
+Read, and to split independent work: dispatch several agents in one message (several \
+dispatch_agent calls in the same turn) and read-only agents run in parallel.
+
+- Each agent starts from nothing: it sees only your prompt. Give it everything it needs to \
+know, and say exactly what it should report back.
+- It returns one final message; you cannot talk to it meanwhile. Its report is for you, not \
+the user: tell the user what matters from it.
+- Read-only agents cannot change files. Do the edits yourself once the agents have reported, \
+unless an agent type below says it may write.
+
+Available agent types (`subagent_type`):
+"""
+
+
+class DispatchAgentInput(ToolInput):
+    description: str = Field(
+        min_length=1, description="A short (3-5 words) description of the task, for the user."
+    )
+    prompt: str = Field(
+        min_length=1,
+        description="The task for the agent: what to do, everything it needs to know, and "
+        "what to report back.",
+    )
+    subagent_type: str = Field(
+        default="general", description="The type of agent to dispatch (listed above)."
+    )
+
+
+def sidechain_path(sidechain_root: Path, session_id: str, agent_id: str) -> Path:
+    """Where a subagent's transcript goes: next to its session's `<session id>.jsonl`."""
+    return sidechain_root / f"{session_id}.agents" / f"{agent_id}.jsonl"
+
+
+class DispatchAgentTool(Tool[DispatchAgentInput]):
+    name: ClassVar[str] = "dispatch_agent"
+    input_model: ClassVar[type[ToolInput]] = DispatchAgentInput
+    description: ClassVar[str] = DESCRIPTION
+
+    def __init__(
+        self,
+        *,
+        runner: SubagentRunner,
+        agent_types: Mapping[str, AgentType],
+        tools: ToolRegistry,
+        permission: PermissionFn,
+        asker: Asker,
+        sidechain_root: Path | None = None,
+        on_update: Callable[[SubagentUpdate], None] | None = None,
+    ) -> None:
+        """
+        `runner`: where subagents run (the worker pool).
+        `agent_types`: the session's types by name (`load_agent_types`).
+        `tools`: the session's tools, to decide the subagents' calls with `permission`
+        (a subagent only ever gets the tools its type names).
+        `permission`, `asker`: the session's; asks are answered one at a time.
+        `sidechain_root`: the sessions directory; None writes no subagent transcripts.
+        `on_update`: receives every `SubagentUpdate` (quick, must not raise).
+        """
+        self._runner = runner
+        self._types = dict(agent_types)
+        self._tools = tools
+        self._permission = permission
+        self._asker = asker
+        self._sidechain_root = sidechain_root
+        self._on_update = on_update or _ignore
+        self._ask_lock = trio.Lock()
+        # The model is told which types exist, and they differ per session.
+        self.description = DESCRIPTION + "\n".join(  # type: ignore[misc]
+            _describe(t) for t in self._types.values()
+        )
+
+    def _type_of(self, input: DispatchAgentInput) -> AgentType | None:
+        return self._types.get(input.subagent_type)
+
+    def is_read_only(self, input: DispatchAgentInput) -> bool:
+        agent_type = self._type_of(input)
+        return agent_type is None or not agent_type.writable  # unknown: refused, no effect
+
+    def timeout_s(self, input: DispatchAgentInput) -> float:
+        return math.inf  # the pool enforces each subagent's own limits
+
+    async def validate(self, input: DispatchAgentInput, ctx: ToolContext) -> str | None:
+        if self._type_of(input) is None:
+            return (
+                f"There is no agent type {input.subagent_type!r}. Available types: "
+                f"{', '.join(self._types)}. Call dispatch_agent again with one of them."
+            )
+        return None
+
+    async def call(
+        self, input: DispatchAgentInput, ctx: ToolContext
+    ) -> AsyncIterator[ToolProgress | ToolOutput]:
+        agent_type = self._type_of(input)
+        if agent_type is None:
+            raise ToolError(f"There is no agent type {input.subagent_type!r}.")
+        agent_id = f"agent-{uuid.uuid4().hex[:12]}"
+        transcript = self._open_sidechain(ctx, agent_id, agent_type, input)
+        request = SubagentRequest(
+            agent_id=agent_id,
+            agent_type=agent_type,
+            prompt=input.prompt,
+            system=agent_type.system_blocks(workspace=ctx.workspace, cwd=ctx.cwd),
+        )
+
+        def on_event(update: SubagentEvent) -> None:
+            if transcript is not None:
+                _record(transcript, update)
+            self._on_update(update)
+
+        self._on_update(
+            SubagentStarted(
+                agent_id,
+                agent_type.name,
+                input.description,
+                None if transcript is None else transcript.path,
+            )
+        )
+        yield ToolProgress(f"{agent_id} ({agent_type.name}): {input.description}")
+        try:
+            outcome = await self._runner.run(
+                request, on_event=on_event, permission=self._decider(agent_type, ctx)
+            )
+            if transcript is not None:
+                transcript.write(_result_line(outcome))
+        finally:
+            if transcript is not None:
+                transcript.close()
+        self._on_update(SubagentFinished(outcome))
+        yield _tool_output(outcome, agent_type)
+
+    def render_use(self, input: DispatchAgentInput) -> str:
+        return f"dispatch_agent({input.subagent_type}: {' '.join(input.description.split())})"
+
+    def _decider(self, agent_type: AgentType, ctx: ToolContext) -> SubagentPermission:
+        """The final answer for each tool call of one subagent."""
+
+        async def decide(name: str, raw: dict[str, Any]) -> Allow | Deny:
+            tool = self._tools.get(name) if name in agent_type.tools else None
+            if tool is None:
+                return Deny(
+                    f"{name} is not one of the tools of a {agent_type.name} agent "
+                    f"({', '.join(agent_type.tools)}).",
+                    rule=f"agent type {agent_type.name}",
+                )
+            try:
+                parsed = tool.parse_input(raw)
+                result = await self._permission(tool, parsed, ctx)
+                if isinstance(result, Ask):
+                    async with self._ask_lock:
+                        return await self._asker(tool, parsed, result)
+                return result
+            except pydantic.ValidationError:
+                return Deny(f"The input of this {name} call is invalid; it was not run.")
+            except Exception as exc:
+                return Deny(f"The permission check failed ({exc}); the call was not run.")
+
+        return decide
+
+    def _open_sidechain(
+        self, ctx: ToolContext, agent_id: str, agent_type: AgentType, input: DispatchAgentInput
+    ) -> Transcript | None:
+        if self._sidechain_root is None:
+            return None
+        path = sidechain_path(self._sidechain_root, ctx.session_id, agent_id)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            transcript = Transcript(path, agent_id, path.open("a", encoding="utf-8"))
+        except OSError as exc:
+            raise ToolError(f"Could not create the subagent's transcript {path}: {exc}") from exc
+        transcript.write(
+            {
+                "type": "subagent",
+                "agent_id": agent_id,
+                "agent_type": agent_type.name,
+                "description": input.description,
+                "parent_session_id": ctx.session_id,
+                "cwd": str(ctx.cwd),
+            }
+        )
+        transcript.message(Message.user_text(input.prompt))
+        return transcript
+
+
+def _ignore(update: SubagentUpdate) -> None:
+    pass
+
+
+def _describe(agent_type: AgentType) -> str:
+    access = "may write files" if agent_type.writable else "read-only"
+    return (
+        f"- {agent_type.name}: {agent_type.description} "
+        f"(tools: {', '.join(agent_type.tools)}; {access})"
+    )
+
+
+def _record(transcript: Transcript, update: SubagentEvent) -> None:
+    match update.event:
+        case AssistantTurn(turn=turn):
+            transcript.message(turn.message)
+        case ToolResultsMessage(message=message):
+            transcript.message(message)
+        case RetryScheduled() as retry:
+            transcript.write(
+                {
+                    "type": "retry",
+                    "attempt": retry.attempt,
+                    "delay_s": retry.delay_s,
+                    "error": retry.error,
+                }
+            )
+        case _:
+            pass
+
+
+def _result_line(outcome: SubagentOutcome) -> dict[str, Any]:
+    return {
+        "type": "result",
+        "reason": outcome.reason,
+        "result": outcome.result,
+        "num_turns": outcome.num_turns,
+        "usage": outcome.usage.model_dump(),
+        "total_cost_usd": outcome.cost_usd,
+        "worker_pid": outcome.worker_pid,
+        "ts_end": round(time.time(), 3),
+    }
+
+
+def _usage_note(outcome: SubagentOutcome, agent_type: AgentType) -> str:
+    usage = outcome.usage
+    return (
+        f"[{outcome.agent_id} ({agent_type.name}): {outcome.reason}, {outcome.num_turns} turns, "
+        f"{outcome.duration_s:.1f} s; tokens: {usage.input_tokens} in, {usage.output_tokens} "
+        f"out, {usage.cache_read_input_tokens} cache read; cost ${outcome.cost_usd:.4f}]"
+    )
+
+
+def _tool_output(outcome: SubagentOutcome, agent_type: AgentType) -> ToolOutput:
+    """The tool_result: the final text and usage, or what happened, for the model."""
+    note = _usage_note(outcome, agent_type)
+    summary = f"{outcome.agent_id}: {outcome.reason}, {outcome.num_turns} turns"
+    result = outcome.result.strip()
+    match outcome.reason:
+        case "completed":
+            return ToolOutput(f"{result or '(no report)'}\n\n{note}", summary=summary)
+        case "max_turns":
+            text = (
+                f"The subagent stopped at its limit of {agent_type.max_turns} turns before it "
+                f"finished. Its last message was:\n{result or '(none)'}"
+            )
+        case "model_error" | "prompt_too_long":
+            text = f"The subagent's model request failed, so it stopped: {result}"
+        case "budget_exceeded":
+            text = (
+                f"The subagent stopped because the session's model budget is used up: {result} "
+                "Do not dispatch more agents; finish with what you have."
+            )
+        case "interrupted":
+            text = f"The subagent was interrupted before it finished: {result}"
+        case "permission_denied" | "hook_blocked":
+            text = f"The subagent stopped: {result}"
+        case "worker_crashed" | "worker_limit" | "worker_protocol" | "worker_unavailable":
+            text = (
+                f"The subagent did not finish: {result} Its work so far is lost; dispatch it "
+                "again (perhaps with a narrower task) or do the work yourself."
+            )
+        case _:
+            assert_never(outcome.reason)
+    return ToolOutput(f"{text}\n\n{note}", is_error=True, summary=summary)

@@ -1,0 +1,403 @@
+"""The worker pool against real agent workers under real bwrap: reuse and replacement, the
+sandbox profile per agent type, limits, and every fault the issue lists. Each fault must give
+an outcome that says what happened, leave the pool usable, and leave no process behind.
+
+The coordinator's model is a `FunctionModel` (tests/workers/agent_kit.py): the real SDK over a
+socket is exercised by tests/workers/test_dispatch_e2e.py.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import trio
+
+from orchestrator.errors import ModelError
+from orchestrator.events import PermissionDecided
+from orchestrator.messages import ContentBlock
+from orchestrator.model.base import ModelRequest
+from orchestrator.permissions import Allow, Deny
+from orchestrator.subagents import SubagentOutcome, SubagentRequest
+from sandbox.errors import SandboxError
+from sandbox.run import run_sandboxed
+from sandbox.spec import SandboxSpec
+from tests.workers.agent_kit import (
+    FACTORY,
+    Collected,
+    FunctionModel,
+    Respond,
+    agent,
+    allow_all,
+    descendants,
+    first_prompt,
+    request,
+    rogue_spawner,
+    text,
+    tool_use,
+    turn_of,
+    worker_python,
+    workspace_at,
+)
+from workers.broker import ModelBroker
+from workers.pool import PoolOptions, WorkerPool, open_worker_pool
+from workers.toolhost_runner import HostSpawner
+
+
+def _sandbox_works() -> bool:
+    try:
+        return trio.run(run_sandboxed, SandboxSpec(), ["true"]).ok
+    except (SandboxError, OSError):
+        return False
+
+
+pytestmark = pytest.mark.skipif(not _sandbox_works(), reason="the sandbox cannot run here")
+
+PROBE = agent("probe")
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    return workspace_at(tmp_path)
+
+
+def probe_then_report(done: str = "report") -> Respond:
+    """Turn 1: a Probe call labelled with the prompt; turn 2: `done` and the prompt."""
+
+    async def respond(req: ModelRequest) -> Sequence[ContentBlock]:
+        prompt = first_prompt(req)
+        if turn_of(req) == 1:
+            return tool_use("Probe", {"label": prompt})
+        return text(f"{done}: {prompt}")
+
+    return respond
+
+
+@asynccontextmanager
+async def pool_for(
+    workspace: Path,
+    respond: Respond,
+    *,
+    spawner: HostSpawner | None = None,
+    **options: Any,
+) -> AsyncIterator[tuple[WorkerPool, FunctionModel]]:
+    model = FunctionModel(respond)
+    async with open_worker_pool(
+        broker=ModelBroker(model),
+        workspace=workspace,
+        spawner=spawner,
+        options=PoolOptions.model_validate({"max_workers": 3, **options}),
+        tools=FACTORY,
+    ) as pool:
+        yield pool, model
+
+
+async def run(
+    pool: WorkerPool, req: SubagentRequest, events: Collected | None = None
+) -> SubagentOutcome:
+    return await pool.run(req, on_event=events or Collected(), permission=allow_all)
+
+
+async def test_a_subagent_runs_in_its_own_read_only_sandbox(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-secret-never-in-a-sandbox")
+    events = Collected()
+    async with pool_for(workspace, probe_then_report()) as (pool, model):
+        out = await run(pool, request(PROBE, "alpha"), events)
+        assert out.reason == "completed"
+        assert out.result == "report: alpha"
+        assert out.num_turns == 2
+        assert out.usage.input_tokens == 20
+        assert out.worker_pid is not None and out.worker_pid != os.getpid()
+        # The Probe's report is what the model saw as its tool_result.
+        probe = model.requests[1].messages[-1].tool_results()[0].text()
+        assert probe == "label=alpha write failed: Read-only file system key_seen=False"
+    assert not (workspace / "probe-alpha.txt").exists()
+    kinds = [type(e.event).__name__ for e in events.events]
+    assert kinds[0] == "AssistantTurn" and kinds[-1] == "AssistantTurn"
+    assert "PermissionDecided" in kinds and "ToolResultsMessage" in kinds
+    assert {e.agent_id for e in events.events} == {"agent-t1"}
+    assert descendants() == []
+
+
+async def test_a_writable_agent_type_gets_a_writable_workspace_then_a_fresh_worker(
+    workspace: Path,
+) -> None:
+    writer = agent("writer", writable=True)
+    async with pool_for(workspace, probe_then_report()) as (pool, model):
+        out = await run(pool, request(writer, "w1"))
+        assert out.reason == "completed"
+        assert (workspace / "probe-w1.txt").read_text() == "written"
+        # The writable worker is not reused: a read-only one takes the next run.
+        again = await run(pool, request(PROBE, "r1", "agent-t2"))
+        assert again.worker_pid != out.worker_pid
+        probe = model.requests[-1].messages[-1].tool_results()[0].text()
+        assert "Read-only file system" in probe
+
+
+async def test_workers_are_reused_unless_the_run_could_leave_state(workspace: Path) -> None:
+    async def respond(req: ModelRequest) -> Sequence[ContentBlock]:
+        if turn_of(req) == 1:
+            return tool_use("LS", {"path": str(workspace)})
+        return text("listed")
+
+    reader = agent("reader", tools=("Read", "LS"))
+    with_shell = agent("shell", tools=("LS", "Bash"))
+    async with pool_for(workspace, respond, max_workers=1) as (pool, _):
+        first = await run(pool, request(reader, "a", "agent-a"))
+        second = await run(pool, request(reader, "b", "agent-b"))
+        assert first.worker_pid == second.worker_pid
+        third = await run(pool, request(with_shell, "c", "agent-c"))
+        assert third.worker_pid == first.worker_pid
+        fourth = await run(pool, request(reader, "d", "agent-d"))
+        assert fourth.worker_pid != third.worker_pid
+        assert all(o.reason == "completed" for o in (first, second, third, fourth))
+
+
+async def test_an_eager_pool_starts_its_workers_at_once(workspace: Path) -> None:
+    async with pool_for(workspace, probe_then_report(), start="eager") as (pool, _):
+        with trio.fail_after(30):
+            await pool.wait_idle(3)
+        pids = pool.worker_pids()
+        assert len(set(pids)) == 3
+        out = await run(pool, request(PROBE, "x"))
+        assert out.worker_pid in pids
+    assert descendants() == []
+
+
+async def test_permission_answers_come_from_the_coordinator(workspace: Path) -> None:
+    asked: list[tuple[str, dict[str, object]]] = []
+
+    async def deny_probe(tool: str, input: dict[str, object]) -> Allow | Deny:
+        asked.append((tool, input))
+        if tool == "Probe":
+            return Deny("Probe is not allowed for subagents.", rule="test")
+        return Allow()
+
+    events = Collected()
+    async with pool_for(workspace, probe_then_report()) as (pool, model):
+        out = await pool.run(request(PROBE, "p"), on_event=events, permission=deny_probe)
+    assert out.reason == "completed"
+    assert asked == [("Probe", {"label": "p"})]
+    result = model.requests[1].messages[-1].tool_results()[0]
+    assert result.is_error and "Probe is not allowed for subagents." in result.text()
+    decided = [e.event for e in events.events if isinstance(e.event, PermissionDecided)]
+    assert [(d.decision, d.rule) for d in decided] == [("deny", "test")]
+
+
+# --- faults ---------------------------------------------------------------------------------
+
+
+async def test_a_worker_sigkilled_mid_run_is_a_crash_outcome_and_is_replaced(
+    workspace: Path,
+) -> None:
+    asked = trio.Event()
+
+    async def respond(req: ModelRequest) -> Sequence[ContentBlock]:
+        if first_prompt(req) == "doomed":
+            asked.set()
+            await trio.sleep_forever()
+        return text("fine")
+
+    async with pool_for(workspace, respond, max_workers=1) as (pool, _):
+        outcomes: list[SubagentOutcome] = []
+
+        async def doomed() -> None:
+            outcomes.append(await run(pool, request(PROBE, "doomed")))
+
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(doomed)
+                await asked.wait()
+                (victim,) = pool.worker_pids()
+                os.kill(worker_python(victim).pid, signal.SIGKILL)
+        (out,) = outcomes
+        assert out.reason == "worker_crashed"
+        assert "killed by SIGKILL" in out.result
+        assert out.worker_pid == victim
+        after = await run(pool, request(PROBE, "after", "agent-t2"))
+        assert after.reason == "completed" and after.worker_pid != victim
+    assert not psutil.pid_exists(victim) or psutil.Process(victim).status() == "zombie"
+    assert descendants() == []
+
+
+async def test_a_hung_worker_is_killed_at_its_wall_time(workspace: Path) -> None:
+    blocker = agent("blocker", tools=("Block",))
+
+    async def respond(req: ModelRequest) -> Sequence[ContentBlock]:
+        if first_prompt(req) == "hang" and turn_of(req) == 1:
+            return tool_use("Block", {"seconds": 1000})
+        return text("done")
+
+    async with pool_for(workspace, respond, wall_time_s=1.5, max_workers=1) as (pool, _):
+        out = await run(pool, request(blocker, "hang"))
+        assert out.reason == "worker_limit"
+        assert "wall-time limit of 1.5 s" in out.result
+        after = await run(pool, request(PROBE, "after", "agent-t2"))
+        assert after.reason == "completed"
+    assert descendants() == []
+
+
+@pytest.mark.parametrize(
+    ("mode", "reason", "says"),
+    [
+        ("flood-garbage", "worker_protocol", "lines that are not protocol messages"),
+        ("flood-logs", "worker_limit", "bytes of logs"),
+        ("hang", "worker_limit", "wall-time limit"),
+    ],
+)
+async def test_a_misbehaving_worker_is_killed_and_the_pool_goes_on(
+    workspace: Path, mode: str, reason: str, says: str
+) -> None:
+    async with pool_for(
+        workspace, probe_then_report(), spawner=rogue_spawner(mode), wall_time_s=2, max_workers=1
+    ) as (pool, _):
+        with trio.fail_after(30):
+            out = await run(pool, request(PROBE, "x"))
+        assert out.reason == reason
+        assert says in out.result
+        after = await run(pool, request(PROBE, "after", "agent-t2"))
+        assert after.reason == "completed"
+    assert descendants() == []
+
+
+async def test_some_garbage_on_the_protocol_is_survived(workspace: Path) -> None:
+    async with pool_for(workspace, probe_then_report(), spawner=rogue_spawner("garbage")) as (
+        pool,
+        _,
+    ):
+        out = await run(pool, request(PROBE, "x"))
+    assert (out.reason, out.result) == ("completed", "survived the garbage")
+
+
+async def test_a_subagent_that_exceeds_its_max_turns(workspace: Path) -> None:
+    async def respond(req: ModelRequest) -> Sequence[ContentBlock]:
+        return tool_use("LS", {"path": str(workspace)}, id=f"toolu_{len(req.messages)}")
+
+    async with pool_for(workspace, respond) as (pool, model):
+        out = await run(pool, request(agent("short", max_turns=2), "loop forever"))
+        assert out.reason == "max_turns"
+        assert out.num_turns == 2 and len(model.requests) == 2
+        assert (await run(pool, request(PROBE, "after", "agent-t2"))).reason == "max_turns"
+
+
+async def test_a_model_error_inside_a_subagent(workspace: Path) -> None:
+    async def respond(req: ModelRequest) -> Sequence[ContentBlock]:
+        if first_prompt(req) == "fail":
+            raise ModelError("The API is down (503).", status=503)
+        return text("ok")
+
+    events = Collected()
+    async with pool_for(workspace, respond) as (pool, _):
+        out = await run(pool, request(PROBE, "fail"), events)
+        assert (out.reason, out.result) == ("model_error", "The API is down (503).")
+        assert (await run(pool, request(PROBE, "after", "agent-t2"))).reason == "completed"
+
+
+@pytest.mark.parametrize(
+    ("tool", "input", "limits", "says"),
+    [
+        ("Hog", {"mib": 400}, {"max_memory_bytes": 200 * 1024**2}, "MiB of memory"),
+        ("Block", {"seconds": 30, "spin": True}, {"max_cpu_s": 0.5}, "s of CPU time"),
+    ],
+)
+async def test_a_worker_past_its_memory_or_cpu_limit_is_killed(
+    workspace: Path, tool: str, input: dict[str, object], limits: dict[str, Any], says: str
+) -> None:
+    async def respond(req: ModelRequest) -> Sequence[ContentBlock]:
+        if first_prompt(req) == "greedy":
+            return tool_use(tool, input)
+        return text("ok")
+
+    async with pool_for(workspace, respond, monitor_interval_s=0.1, max_workers=1, **limits) as (
+        pool,
+        _,
+    ):
+        with trio.fail_after(30):
+            out = await run(pool, request(agent("greedy", tools=(tool,)), "greedy"))
+        assert out.reason == "worker_limit"
+        assert says in out.result
+        assert (await run(pool, request(PROBE, "after", "agent-t2"))).reason == "completed"
+    assert descendants() == []
+
+
+async def test_cancelling_ten_running_subagents_stops_them_and_keeps_the_workers(
+    workspace: Path,
+) -> None:
+    waiting = 0
+    all_waiting = trio.Event()
+
+    async def respond(req: ModelRequest) -> Sequence[ContentBlock]:
+        nonlocal waiting
+        if first_prompt(req).startswith("slow"):
+            waiting += 1
+            if waiting == 10:
+                all_waiting.set()
+            await trio.sleep_forever()
+        return text("ok")
+
+    reader = agent("reader", tools=("Read", "LS"))
+    async with pool_for(workspace, respond, max_workers=10) as (pool, _):
+        with trio.fail_after(60):
+            async with trio.open_nursery() as nursery:
+                for i in range(10):
+                    nursery.start_soon(run, pool, request(reader, f"slow {i}", f"agent-{i}"))
+                await all_waiting.wait()
+                assert len(pool.worker_pids()) == 10
+                nursery.cancel_scope.cancel()
+        # Each worker interrupted its run and answered, so each is kept warm.
+        assert pool.idle == 10
+        assert (await run(pool, request(PROBE, "after", "agent-t2"))).reason == "completed"
+    assert descendants() == []
+
+
+async def test_a_coordinator_that_crashes_leaves_no_worker_behind(workspace: Path) -> None:
+    script = textwrap.dedent(
+        f"""
+        import sys, structlog, trio
+        from pathlib import Path
+        from tests.workers.agent_kit import FACTORY, FunctionModel
+        from workers.broker import ModelBroker
+        from workers.pool import PoolOptions, open_worker_pool
+
+        async def main():
+            structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
+            broker = ModelBroker(FunctionModel(None))
+            options = PoolOptions(max_workers=2, start="eager")
+            async with open_worker_pool(broker=broker, workspace=Path({str(workspace)!r}),
+                                        options=options, tools=FACTORY) as pool:
+                await pool.wait_idle(2)
+                print(" ".join(str(p) for p in pool.worker_pids()), flush=True)
+                await trio.sleep_forever()
+
+        trio.run(main)
+        """
+    )
+    coordinator = await trio.lowlevel.open_process(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    )
+    assert coordinator.stdout is not None
+    with trio.fail_after(30):
+        line = b""
+        while not line.endswith(b"\n"):
+            line += await coordinator.stdout.receive_some()
+    pids = [int(p) for p in line.split()]
+    assert len(pids) == 2
+    tree = [p for pid in pids for p in [psutil.Process(pid), *psutil.Process(pid).children()]]
+    coordinator.kill()
+    await coordinator.wait()
+    await coordinator.stdout.aclose()
+    with trio.fail_after(10):
+        # Another process's exit has no event to wait on: poll it.
+        while any(p.is_running() and p.status() != "zombie" for p in tree):  # noqa: ASYNC110
+            await trio.sleep(0.05)

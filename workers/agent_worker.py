@@ -1,0 +1,406 @@
+"""The agent worker: a pooled, sandboxed process that runs one subagent at a time.
+
+    python -m workers.agent_worker --workspace /repo [--role read_only] [--cwd DIR]
+        [--extra-root DIR]... [--tools MODULE:FUNCTION]
+
+The pool (`workers.pool`) starts it under the OS floor, with the workspace read-only unless the
+agent type may write, and sends it `RunAgent`. The worker runs the same `run_loop` as the main
+agent, with the agent type's tools executed here, inside its own sandbox. What the sandbox must
+not hold stays with the coordinator and is borrowed over the wire protocol:
+
+- the model: `BrokeredModel` sends each request upward (`ModelRequest`) and yields the
+  events that come back, so the API key and the network never enter the sandbox;
+- permissions: `forwarding_permission` asks the coordinator, whose policy (and user, or
+  headless deny) answers every tool call; the policy files are not even readable here.
+
+Everything the worker sends goes through one queue, in order, so a run's events always reach
+the coordinator before its `AgentResult`. Start-up does the slow work (imports, the message
+adapter, the tools' JSON schemas) before `Ready`, so a dispatch to a warm worker reaches its
+first model request in milliseconds (tests/bench/bench_pool.py).
+
+Stdin/stdout are taken over as in the tool host (a stray print or a child process cannot
+corrupt the stream); logs are JSON lines on stderr. The worker exits on `Shutdown`, end of
+stdin or SIGTERM, interrupting the run in progress.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import math
+import os
+import signal
+import sys
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pydantic
+import structlog
+import trio
+
+from orchestrator.errors import ModelError
+from orchestrator.events import Event
+from orchestrator.loop import LoopConfig, RunControl, run_loop
+from orchestrator.messages import Message
+from orchestrator.model.base import MessageComplete, ModelEvent, ModelRequest, ToolSpec
+from orchestrator.permissions import Allow, Ask, Deny, PermissionFn, PermissionResult
+from orchestrator.pipeline import ToolPipeline
+from orchestrator.tools.base import Tool, ToolContext, ToolInput
+from orchestrator.tools.registry import ToolRegistry
+from workers import protocol as wire
+from workers.toolhost import (
+    CLOSE_TIMEOUT_S,
+    DEFAULT_TOOLS,
+    _configure_logging,
+    _load_factory,
+    _take_stdio,
+)
+
+__all__ = ["AgentWorker", "BrokeredModel", "forwarding_permission", "main"]
+
+_Reply = wire.ModelEvent | wire.ModelDone | wire.ModelFailed | wire.PermissionReply
+
+
+class AgentWorker:
+    """Serves one coordinator: runs agents one at a time, routes the answers they wait for.
+
+    `tools` holds every tool an agent type may name; `send` writes one encoded line.
+    """
+
+    def __init__(
+        self,
+        *,
+        tools: ToolRegistry,
+        workspace: Path,
+        cwd: Path,
+        extra_roots: tuple[Path, ...] = (),
+        role: wire.HostRole = "read_only",
+        send: Callable[[bytes], Awaitable[None]],
+    ) -> None:
+        self.tools = tools
+        self.workspace = workspace
+        self.cwd = cwd
+        self.extra_roots = extra_roots
+        self.role = role
+        # The specs are the same for every run; building them is most of a run's set-up.
+        self._specs = {spec.name: spec for spec in tools.specs()}
+        self._send_bytes = send
+        self._outbox, self._outgoing = trio.open_memory_channel[pydantic.BaseModel](math.inf)
+        self._pending: dict[str, trio.MemorySendChannel[_Reply]] = {}
+        self._ids = itertools.count(1)
+        self._running: tuple[str, RunControl] | None = None
+        self._run_done = trio.Event()
+        self._serving = trio.CancelScope()
+        self._log = structlog.get_logger()
+
+    # -- plumbing used by the run's model and permission function -------------------------------
+
+    def post(self, message: pydantic.BaseModel) -> None:
+        """Queue a message for the coordinator (sent in order by one writer task); dropped
+        once the worker is stopping and has closed its queue."""
+        with contextlib.suppress(trio.ClosedResourceError):
+            self._outbox.send_nowait(message)
+
+    def expect(self, prefix: str) -> tuple[str, trio.MemoryReceiveChannel[_Reply]]:
+        """A fresh request id and the channel its answers will arrive on."""
+        request_id = f"{prefix}{next(self._ids)}"
+        send, receive = trio.open_memory_channel[_Reply](math.inf)
+        self._pending[request_id] = send
+        return request_id, receive
+
+    def forget(self, request_id: str) -> None:
+        self._pending.pop(request_id, None)
+
+    # -- serving --------------------------------------------------------------------------------
+
+    async def serve(self, reader: wire.LineReader) -> None:
+        """Announce `Ready`, then answer messages until `Shutdown` or end of input; then
+        interrupt the run in progress and write what it still has to say (bounded).
+
+        **Cancellation:** everything stops at once (SIGTERM).
+        """
+        async with trio.open_nursery() as nursery:
+            self._serving = nursery.cancel_scope
+            nursery.start_soon(self._write)
+            self.post(
+                wire.Ready(
+                    version=wire.PROTOCOL_VERSION,
+                    pid=os.getpid(),
+                    role=self.role,
+                    workspace=str(self.workspace),
+                    tools=self.tools.names(),
+                )
+            )
+            await self._receive(reader, nursery)
+            with trio.move_on_after(CLOSE_TIMEOUT_S):
+                if self._running is not None:
+                    self._running[1].interrupt()
+                    await self._run_done.wait()
+            self._outbox.close()  # the writer ends once everything queued is written
+
+    async def _write(self) -> None:
+        async for message in self._outgoing:
+            try:
+                await self._send_bytes(wire.encode(message))
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                self._log.info("coordinator gone; stopping")
+                self._serving.cancel()
+                return
+
+    async def _receive(self, reader: wire.LineReader, nursery: trio.Nursery) -> None:
+        while (line := await reader.next()) is not None:
+            if isinstance(line, wire.Oversized):
+                self.post(wire.Malformed(detail=f"line of {line.size} bytes exceeds the cap"))
+                continue
+            message = wire.decode_line(line)
+            match message:
+                case wire.RunAgent():
+                    if self._running is not None:
+                        self.post(
+                            wire.Malformed(detail="an agent is already running", id=message.id)
+                        )
+                        continue
+                    self._running = (message.id, RunControl())
+                    self._run_done = trio.Event()
+                    nursery.start_soon(self._run_agent, message, self._running[1])
+                case wire.Cancel(id=agent_id):
+                    if self._running is not None and self._running[0] == agent_id:
+                        self._running[1].interrupt()
+                case (
+                    wire.ModelEvent()
+                    | wire.ModelDone()
+                    | wire.ModelFailed()
+                    | wire.PermissionReply()
+                ):
+                    waiting = self._pending.get(message.id)
+                    if waiting is not None:
+                        waiting.send_nowait(message)
+                case wire.Shutdown():
+                    self._log.info("shutdown requested")
+                    return
+                case wire.ProtocolError(detail=detail, call_id=call_id):
+                    self._log.warning("malformed line", detail=detail, line=message.line_prefix)
+                    self.post(wire.Malformed(detail=detail, id=call_id))
+                case _:
+                    detail = f"an agent worker does not accept {message.type!r} messages"
+                    self.post(wire.Malformed(detail=detail))
+        self._log.info("end of input")
+
+    async def _run_agent(self, message: wire.RunAgent, control: RunControl) -> None:
+        agent_id = message.id
+        log = self._log.bind(agent_id=agent_id)
+        log.info("agent started", tools=message.tools, max_turns=message.max_turns)
+        ctx = ToolContext(
+            workspace=self.workspace,
+            cwd=self.cwd,
+            session_id=agent_id,
+            extra_roots=self.extra_roots,
+        )
+        tools = _Tools([t for t in self.tools if t.name in message.tools], self._specs)
+
+        def emit(event: Event) -> None:
+            wired = wire.AgentEvent.of(agent_id, event)
+            if wired is not None:
+                self.post(wired)
+
+        result: wire.AgentResult | None = None
+        try:
+            run = await run_loop(
+                model=BrokeredModel(self, agent_id, message.model),
+                messages=[Message.user_text(message.prompt)],
+                pipeline=ToolPipeline(
+                    tools=tools,
+                    ctx=ctx,
+                    permission=forwarding_permission(self, agent_id),
+                    asker=_unresolved_ask,
+                    emit=emit,
+                ),
+                config=LoopConfig(
+                    system=message.system,
+                    max_turns=message.max_turns,
+                    max_tokens=message.max_tokens,
+                ),
+                emit=emit,
+                control=control,
+            )
+            result = wire.AgentResult(
+                id=agent_id,
+                reason=run.reason,
+                result=run.result,
+                num_turns=run.num_turns,
+                usage=run.usage,
+                cost_usd=run.cost_usd,
+                duration_s=run.duration_s,
+            )
+            log.info("agent finished", reason=run.reason, turns=run.num_turns)
+        except Exception as exc:  # a bug in the loop: still answer, so the coordinator moves on
+            log.exception("agent failed")
+            result = wire.AgentResult(
+                id=agent_id,
+                reason="model_error",
+                result=f"The subagent failed inside its worker: {type(exc).__name__}: {exc}",
+                num_turns=0,
+            )
+        finally:
+            with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT_S):
+                await ctx.aclose()
+            if result is not None:
+                self.post(result)
+            self._running = None
+            self._run_done.set()
+
+
+class _Tools(ToolRegistry):
+    """A registry whose specs were built once, at start-up."""
+
+    def __init__(self, tools: Iterable[Tool[Any]], specs: dict[str, ToolSpec]) -> None:
+        super().__init__(tools)
+        self._built = specs
+
+    def specs(self) -> list[ToolSpec]:
+        return [self._built[tool.name] for tool in self]
+
+
+class BrokeredModel:
+    """The worker's `ModelClient`: each request goes to the coordinator, which streams it from
+    the real model and sends the events back. Sends only the messages that are new since the
+    agent's previous request."""
+
+    def __init__(self, worker: AgentWorker, agent_id: str, name: str) -> None:
+        self._worker = worker
+        self._agent_id = agent_id
+        self._name = name
+        self._sent: list[Message] = []
+
+    @property
+    def model(self) -> str:
+        return self._name
+
+    async def aclose(self) -> None:
+        return None
+
+    async def stream(self, request: ModelRequest) -> AsyncGenerator[ModelEvent, None]:
+        keep = _shared_prefix(self._sent, request.messages)
+        self._sent = list(request.messages)
+        request_id, replies = self._worker.expect("m")
+        try:
+            self._worker.post(
+                wire.ModelRequest(
+                    id=request_id,
+                    agent=self._agent_id,
+                    keep=keep,
+                    messages=request.messages[keep:],
+                    system=request.system,
+                    tools=request.tools,
+                    max_tokens=request.max_tokens,
+                )
+            )
+            async for reply in replies:
+                match reply:
+                    case wire.ModelEvent():
+                        event = reply.event()
+                        if event is not None:
+                            yield event
+                    case wire.ModelDone():
+                        yield MessageComplete(reply.assistant_message())
+                        return
+                    case wire.ModelFailed():
+                        raise ModelError(reply.message, reason=reply.reason, status=reply.status)
+                    case _:
+                        pass
+        finally:
+            self._worker.forget(request_id)
+
+
+def _shared_prefix(before: list[Message], now: list[Message]) -> int:
+    """How many leading messages `now` shares with `before`. The loop re-sends the very same
+    objects each turn, so identity is enough (and costs nothing)."""
+    count = 0
+    for old, new in zip(before, now, strict=False):
+        if old is not new:
+            break
+        count += 1
+    return count
+
+
+def forwarding_permission(worker: AgentWorker, agent_id: str) -> PermissionFn:
+    """A `PermissionFn` that lets the coordinator decide: its policy, then its asker for an
+    ask. The answer is final (Allow or Deny), so the worker's own asker is never used."""
+
+    async def decide(tool: Tool[Any], input: ToolInput, ctx: ToolContext) -> PermissionResult:
+        request_id, replies = worker.expect("p")
+        try:
+            worker.post(
+                wire.PermissionAsk(
+                    id=request_id,
+                    agent=agent_id,
+                    tool=tool.name,
+                    input=input.model_dump(mode="json", by_alias=True),
+                )
+            )
+            async for reply in replies:
+                if isinstance(reply, wire.PermissionReply):
+                    if reply.allow:
+                        return Allow(updated_input=reply.updated_input, rule=reply.rule)
+                    return Deny(reply.message or f"{tool.name} was denied.", rule=reply.rule)
+            return Deny("The coordinator did not answer the permission request.")
+        finally:
+            worker.forget(request_id)
+
+    return decide
+
+
+async def _unresolved_ask(tool: Tool[Any], input: ToolInput, ask: Ask) -> Allow | Deny:
+    return Deny(f"{tool.name} needs permission, and this worker cannot ask: {ask.reason}")
+
+
+def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m workers.agent_worker", description=__doc__)
+    parser.add_argument("--role", choices=["read_write", "read_only"], default="read_only")
+    parser.add_argument("--workspace", type=Path, required=True)
+    parser.add_argument("--cwd", type=Path, default=None)
+    parser.add_argument("--extra-root", type=Path, action="append", default=[])
+    parser.add_argument("--tools", default=DEFAULT_TOOLS)
+    return parser.parse_args(argv)
+
+
+async def _serve(args: argparse.Namespace, proto_in: int, proto_out: int) -> None:
+    workspace = args.workspace.resolve()
+    role: wire.HostRole = args.role
+    out = trio.lowlevel.FdStream(proto_out)
+    worker = AgentWorker(
+        tools=_load_factory(args.tools)(role),
+        workspace=workspace,
+        cwd=(args.cwd or workspace).resolve(),
+        extra_roots=tuple(p.resolve() for p in args.extra_root),
+        role=role,
+        send=out.send_all,
+    )
+    wire.decode_line(wire.encode(wire.Shutdown()))  # builds the message adapter now
+    async with trio.open_nursery() as nursery:
+
+        async def stop_on_sigterm() -> None:
+            with trio.open_signal_receiver(signal.SIGTERM) as signals:
+                async for _ in signals:
+                    structlog.get_logger().info("SIGTERM: stopping")
+                    nursery.cancel_scope.cancel()
+
+        nursery.start_soon(stop_on_sigterm)
+        await worker.serve(wire.LineReader(trio.lowlevel.FdStream(proto_in)))
+        nursery.cancel_scope.cancel()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of `python -m workers.agent_worker`; returns the exit status."""
+    args = _parse_args(argv)
+    proto_in, proto_out = _take_stdio()
+    _configure_logging(sys.stderr)
+    structlog.get_logger().info("agent worker starting", role=args.role, pid=os.getpid())
+    trio.run(_serve, args, proto_in, proto_out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,831 @@
+"""The worker pool: subagents in warm, sandboxed worker processes, each held to its limits.
+
+`WorkerPool` implements `orchestrator.subagents.SubagentRunner`. Each subagent runs in its own
+`workers.agent_worker` process started under the OS floor (`SandboxedSpawner`): the workspace
+read-only, or writable when the agent type may write (the dispatch_agent call of such a type
+was allowed by the permission function before it got here). At most `max_workers` subagents
+run at once; more wait for a worker.
+
+Lifecycle of a worker:
+
+- started eagerly when the pool opens (`start="eager"`), or when first needed (`"lazy"`);
+  either way the slow part (interpreter, imports) is done before a dispatch reaches it;
+- reused for the next subagent when its run ended normally and its agent type cannot leave
+  state behind (read-only tools, no shell); otherwise stopped, and a fresh read-only worker is
+  started in its place, so the pool stays warm;
+- killed when a run passes a limit: wall time, memory (resident set of its whole process tree,
+  measured with psutil), CPU time of the tree, the size of its logs or output, or too many
+  lines that are not protocol messages; the run ends with a `worker_*` reason saying which;
+- restarted after a crash; the run it was doing ends with `worker_crashed`.
+
+While a run goes on, the pool serves the worker: model requests stream through the
+`ModelBroker` (the coordinator's one client, with the session's limits), permission asks go to
+the session's permission function, and the run's events go to `on_event`.
+
+Cancelling a run (the main agent interrupted) sends `Cancel`; the worker interrupts its loop
+and answers, or is killed after `cancel_wait_s`. Closing the pool stops every worker
+(`Shutdown`, then the sandbox's SIGTERM, SIGKILL and reaping, shielded and bounded); bwrap's
+`--die-with-parent` and pid namespace take every worker down with a coordinator that crashes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import signal
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import psutil
+import pydantic
+import structlog
+import trio
+from pydantic import BaseModel, ConfigDict, Field
+
+from orchestrator.aio import closing_iter
+from orchestrator.errors import ModelError, WarrenError
+from orchestrator.messages import Message
+from orchestrator.model.base import BlockComplete, MessageComplete, ModelRequest, Retry
+from orchestrator.permissions import Allow, Deny
+from orchestrator.subagents import (
+    SubagentEvent,
+    SubagentOutcome,
+    SubagentPermission,
+    SubagentRequest,
+    WorkerFailure,
+)
+from sandbox.errors import SandboxError
+from workers import protocol as wire
+from workers.broker import ModelBroker
+from workers.toolhost import DEFAULT_TOOLS
+from workers.toolhost_runner import SEND_TIMEOUT_S, HostLaunch, HostProcess, HostSpawner
+
+__all__ = ["PoolOptions", "WorkerPool", "WorkerStartError", "open_worker_pool", "tree_usage"]
+
+_MiB = 1024**2
+
+
+class PoolOptions(BaseModel):
+    """How many workers, when they start, and the limits of each subagent run."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_workers: int = Field(default=10, ge=1, le=64)
+    """Worker processes (so subagents running at once). Default 10."""
+    start: Literal["lazy", "eager"] = "lazy"
+    """`eager`: start `max_workers` read-only workers when the pool opens; `lazy` (default):
+    start each when first needed. Either way a worker stays warm between runs."""
+    wall_time_s: float | None = Field(default=600.0, gt=0)
+    """Seconds a subagent run may take. Default 600."""
+    max_memory_bytes: int | None = Field(default=2048 * _MiB, gt=0)
+    """Resident memory of a worker's whole process tree. Default 2 GiB."""
+    max_cpu_s: float | None = Field(default=600.0, gt=0)
+    """CPU seconds a worker's process tree may use in one run. Default 600."""
+    max_log_bytes: int = Field(default=1 * _MiB, gt=0)
+    """Bytes of stderr (logs) a worker may write in one run. Default 1 MiB."""
+    max_output_bytes: int = Field(default=256 * _MiB, gt=0)
+    """Bytes of protocol output a worker may write in one run. Default 256 MiB."""
+    max_malformed_lines: int = Field(default=20, ge=0)
+    """Lines that are not protocol messages a worker may write in one run. Default 20."""
+    monitor_interval_s: float = Field(default=0.5, gt=0)
+    """How often memory and CPU are measured, in seconds. Default 0.5."""
+    start_timeout_s: float = Field(default=30.0, gt=0)
+    """Seconds a worker has to send `Ready`. Default 30."""
+    cancel_wait_s: float = Field(default=5.0, gt=0)
+    """Seconds a cancelled run has to answer before its worker is killed. Default 5."""
+    stop_grace_s: float = Field(default=2.0, gt=0)
+    """Seconds a worker has to exit after `Shutdown` before it is terminated. Default 2."""
+
+
+class WorkerStartError(WarrenError):
+    """A worker could not be started (the sandbox failed, or it never said `Ready`)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class _WorkerGone(Exception):
+    """The worker's stdin is closed: it died or is being stopped."""
+
+
+@dataclass(eq=False)
+class _Worker:
+    """One worker process as the pool sees it."""
+
+    writable: bool
+    process: HostProcess
+    inbox: trio.MemorySendChannel[wire.Message]
+    messages: trio.MemoryReceiveChannel[wire.Message]
+    """What the worker sent, in order; closed when its stdout ends."""
+    scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+    """Cancelled to stop the worker (its task then shuts it down)."""
+    alive: bool = True
+    failure: tuple[WorkerFailure, str] | None = None
+    """Why the pool killed it during the current run."""
+    answered: bool = False
+    """The current run ended in the worker with an `AgentResult`."""
+    malformed: int = 0
+    log_bytes: int = 0
+    output_bytes: int = 0
+    stderr_tail: bytearray = field(default_factory=bytearray)
+    send_lock: trio.Lock = field(default_factory=trio.Lock)
+
+    async def send(self, message: pydantic.BaseModel) -> None:
+        """Write one message, whole (shielded: a cut line would corrupt every later one). A
+        worker that does not take it within `SEND_TIMEOUT_S` is killed as wedged.
+
+        **Errors:** `_WorkerGone` when its stdin is closed.
+        """
+        stdin = self.process.stdin
+        assert stdin is not None
+        line = wire.encode(message)
+        with trio.CancelScope(shield=True) as scope:
+            scope.relative_deadline = SEND_TIMEOUT_S
+            try:
+                async with self.send_lock:
+                    await stdin.send_all(line)
+            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                raise _WorkerGone from exc
+        if scope.cancelled_caught:
+            self.kill("worker_protocol", f"it took no input for {SEND_TIMEOUT_S:g} s")
+            raise _WorkerGone
+
+    def kill(self, failure: WorkerFailure, text: str) -> None:
+        """Kill the whole sandbox for `failure`; the first reason given is kept."""
+        if self.failure is None:
+            self.failure = (failure, text)
+        self.process.kill()
+
+    def status(self) -> str:
+        code = self.process.returncode
+        if code is None:
+            return "it stopped answering"
+        if code < 0 or code > 128:
+            signum = -code if code < 0 else code - 128
+            try:
+                return f"killed by {signal.Signals(signum).name}"
+            except ValueError:
+                return f"killed by signal {signum}"
+        return f"exit status {code}"
+
+
+@dataclass
+class _Run:
+    """The pool's side of one subagent run."""
+
+    request: SubagentRequest
+    history: list[Message] = field(default_factory=list)
+    """The messages of the agent's last model request (they arrive as deltas)."""
+
+    def model_request(self, message: wire.ModelRequest) -> ModelRequest:
+        if message.keep > len(self.history):
+            raise ValueError(
+                f"keeps {message.keep} messages of a previous request that had {len(self.history)}"
+            )
+        self.history = [*self.history[: message.keep], *message.messages]
+        return ModelRequest(
+            system=message.system,
+            messages=list(self.history),
+            tools=message.tools,
+            max_tokens=message.max_tokens,
+        )
+
+
+_NORMAL_ENDS = frozenset(
+    {
+        "completed",
+        "max_turns",
+        "interrupted",
+        "model_error",
+        "prompt_too_long",
+        "budget_exceeded",
+        "permission_denied",
+        "hook_blocked",
+    }
+)
+"""Terminal reasons of a run that ended inside a healthy worker."""
+
+
+class WorkerPool:
+    """Runs subagents in pooled worker processes. Create with `open_worker_pool`."""
+
+    def __init__(
+        self,
+        nursery: trio.Nursery,
+        *,
+        broker: ModelBroker,
+        workspace: Path,
+        cwd: Path | None = None,
+        extra_roots: tuple[Path, ...] = (),
+        spawner: HostSpawner | None = None,
+        options: PoolOptions | None = None,
+        tools: str = DEFAULT_TOOLS,
+        python: Path | None = None,
+    ) -> None:
+        """
+        `broker`: answers the workers' model requests.
+        `workspace`, `cwd`, `extra_roots`: what every worker is started with.
+        `spawner`: starts a worker process (default `SandboxedSpawner()`, the floor's
+        defaults without a wall-time limit: the pool applies its own per run).
+        `tools`: `MODULE:FUNCTION` giving a worker's `ToolRegistry` for its role.
+        `python`: the workers' interpreter (default: ours, so the same venv).
+        """
+        if spawner is None:
+            from workers.toolhost_runner import SandboxedSpawner
+
+            spawner = SandboxedSpawner()
+        self._nursery = nursery
+        self._broker = broker
+        self._workspace = workspace
+        self._cwd = cwd or workspace
+        self._extra_roots = extra_roots
+        self._spawner = spawner
+        self.options = options or PoolOptions()
+        self._tools = tools
+        self._python = python or Path(sys.executable)
+        self._slots = trio.CapacityLimiter(self.options.max_workers)
+        self._workers: set[_Worker] = set()
+        self._idle: list[_Worker] = []
+        self._live = 0
+        """Workers started or starting, not yet told to stop."""
+        self._changed = trio.Event()
+        self._closing = False
+        self._log = structlog.get_logger().bind(component="worker_pool")
+
+    # -- SubagentRunner ---------------------------------------------------------------------
+
+    async def run(
+        self,
+        request: SubagentRequest,
+        *,
+        on_event: Callable[[SubagentEvent], None],
+        permission: SubagentPermission,
+    ) -> SubagentOutcome:
+        """Run one subagent in a worker to its end.
+
+        **Cancellation:** the worker is sent `Cancel` and given `cancel_wait_s` to stop the run
+        (shielded), or killed; then `Cancelled` propagates.
+        **Errors:** none: a worker that cannot start, dies or passes a limit is an outcome
+        (`worker_*`).
+        """
+        started = time.monotonic()
+        agent_id = request.agent_id
+        async with self._slots:
+            try:
+                worker = await self._checkout(request.agent_type.writable)
+            except WorkerStartError as exc:
+                return SubagentOutcome(agent_id, "worker_unavailable", exc.message + ".")
+            try:
+                result = await self._drive(worker, _Run(request), on_event, permission)
+            finally:  # after a cancelled run too: a worker that answered is kept
+                reusable = worker.answered and worker.alive and worker.failure is None
+                self._checkin(worker, reusable and not request.agent_type.leaves_state)
+        pid = worker.process.pid
+        if result is not None:
+            return SubagentOutcome(
+                agent_id,
+                result.reason,
+                result.result,
+                result.num_turns,
+                result.usage,
+                result.cost_usd,
+                time.monotonic() - started,
+                pid,
+            )
+        with trio.move_on_after(self.options.stop_grace_s):
+            await worker.process.wait()  # so the status below is known
+        kind, text = worker.failure or (
+            "worker_crashed",
+            f"its worker process died ({worker.status()})",
+        )
+        return SubagentOutcome(
+            agent_id,
+            kind,
+            f"The subagent's sandboxed worker was stopped: {text}.",
+            duration_s=time.monotonic() - started,
+            worker_pid=pid,
+        )
+
+    # -- one run ----------------------------------------------------------------------------
+
+    async def _drive(
+        self,
+        worker: _Worker,
+        run: _Run,
+        on_event: Callable[[SubagentEvent], None],
+        permission: SubagentPermission,
+    ) -> wire.AgentResult | None:
+        """Serve the worker through one run; its `AgentResult`, or None when it died."""
+        request = run.request
+        worker.failure = None
+        worker.answered = False
+        worker.malformed = worker.log_bytes = worker.output_bytes = 0
+        message = wire.RunAgent(
+            id=request.agent_id,
+            prompt=request.prompt,
+            system=request.system,
+            tools=list(request.agent_type.tools),
+            model=request.agent_type.model or self._broker.model,
+            max_turns=request.agent_type.max_turns,
+        )
+        try:
+            await worker.send(message)
+        except _WorkerGone:
+            return None
+        result: wire.AgentResult | None = None
+        finished = False
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._watch_limits, worker)
+            try:
+                with trio.move_on_after(self.options.wall_time_s or math.inf) as wall:
+                    result = await self._serve(worker, run, nursery, on_event, permission)
+                if wall.cancelled_caught:
+                    worker.kill(
+                        "worker_limit",
+                        f"it ran longer than the wall-time limit of {self.options.wall_time_s:g} s",
+                    )
+                finished = True
+            finally:
+                if not finished:  # cancelled from outside: stop the run, keep the worker
+                    with trio.CancelScope(shield=True):
+                        result = await self._cancel(worker, run)
+                worker.answered = result is not None and result.reason in _NORMAL_ENDS
+                nursery.cancel_scope.cancel()
+        return result
+
+    async def _serve(
+        self,
+        worker: _Worker,
+        run: _Run,
+        nursery: trio.Nursery,
+        on_event: Callable[[SubagentEvent], None],
+        permission: SubagentPermission,
+    ) -> wire.AgentResult | None:
+        agent_id = run.request.agent_id
+        async for message in worker.messages:
+            match message:
+                case wire.AgentResult(id=done) if done == agent_id:
+                    return message
+                case wire.AgentEvent(id=source) if source == agent_id:
+                    event = message.event()
+                    if event is not None:
+                        on_event(SubagentEvent(agent_id, event))
+                case wire.ModelRequest(agent=source) if source == agent_id:
+                    nursery.start_soon(self._serve_model, worker, run, message)
+                case wire.PermissionAsk(agent=source) if source == agent_id:
+                    nursery.start_soon(self._answer, worker, message, permission)
+                case wire.Malformed(detail=detail):
+                    self._log.warning("worker rejected a line", agent_id=agent_id, detail=detail)
+                case _:
+                    self._log.debug("stale or unexpected message", type=message.type)
+        return None
+
+    async def _serve_model(self, worker: _Worker, run: _Run, message: wire.ModelRequest) -> None:
+        """Stream one model request through the broker, back to the worker."""
+        try:
+            try:
+                request = run.model_request(message)
+            except ValueError as exc:
+                await worker.send(
+                    wire.ModelFailed(id=message.id, message=f"Malformed model request: {exc}")
+                )
+                return
+            model = run.request.agent_type.model
+            try:
+                async with closing_iter(self._broker.stream(request, model=model)) as events:
+                    async for event in events:
+                        match event:
+                            case BlockComplete() | Retry():
+                                await worker.send(wire.ModelEvent.of(message.id, event))
+                            case MessageComplete(message=done):
+                                await worker.send(wire.ModelDone.of(message.id, done))
+                                return
+                            case _:
+                                pass  # text deltas: the complete block follows
+            except ModelError as exc:
+                await worker.send(
+                    wire.ModelFailed(
+                        id=message.id, message=exc.message, reason=exc.reason, status=exc.status
+                    )
+                )
+        except _WorkerGone:
+            pass
+
+    async def _answer(
+        self, worker: _Worker, message: wire.PermissionAsk, permission: SubagentPermission
+    ) -> None:
+        try:
+            decision: Allow | Deny = await permission(message.tool, message.input)
+        except Exception as exc:
+            decision = Deny(f"The permission check failed ({exc}); the call was not run.")
+        reply = (
+            wire.PermissionReply(
+                id=message.id,
+                allow=True,
+                rule=decision.rule,
+                updated_input=decision.updated_input,
+            )
+            if isinstance(decision, Allow)
+            else wire.PermissionReply(
+                id=message.id, allow=False, message=decision.message, rule=decision.rule
+            )
+        )
+        try:
+            await worker.send(reply)
+        except _WorkerGone:
+            pass
+
+    async def _cancel(self, worker: _Worker, run: _Run) -> wire.AgentResult | None:
+        """Ask the worker to interrupt the run and wait (bounded) for its result; kill it if
+        none comes. Called shielded."""
+        agent_id = run.request.agent_id
+        if not worker.alive:
+            return None
+        with trio.move_on_after(self.options.cancel_wait_s):
+            try:
+                await worker.send(wire.Cancel(id=agent_id))
+            except _WorkerGone:
+                return None
+            async for message in worker.messages:
+                if isinstance(message, wire.AgentResult) and message.id == agent_id:
+                    return message
+                if isinstance(message, wire.ModelRequest | wire.PermissionAsk):
+                    await self._refuse(worker, message)
+            return None
+        worker.kill("worker_limit", f"it did not stop within {self.options.cancel_wait_s:g} s")
+        return None
+
+    @staticmethod
+    async def _refuse(worker: _Worker, message: wire.ModelRequest | wire.PermissionAsk) -> None:
+        reply: pydantic.BaseModel = (
+            wire.ModelFailed(id=message.id, message="The subagent is being stopped.")
+            if isinstance(message, wire.ModelRequest)
+            else wire.PermissionReply(
+                id=message.id, allow=False, message="The subagent is being stopped."
+            )
+        )
+        try:
+            await worker.send(reply)
+        except _WorkerGone:
+            pass
+
+    async def _watch_limits(self, worker: _Worker) -> None:
+        """Kill the worker when its process tree passes the memory or CPU limit."""
+        options = self.options
+        if options.max_memory_bytes is None and options.max_cpu_s is None:
+            return
+        first = tree_usage(worker.process.pid)
+        if first is None:
+            return
+        while True:
+            await trio.sleep(options.monitor_interval_s)
+            usage = tree_usage(worker.process.pid)
+            if usage is None:
+                return
+            rss, cpu = usage
+            if options.max_memory_bytes is not None and rss > options.max_memory_bytes:
+                worker.kill(
+                    "worker_limit",
+                    f"its processes used {rss // _MiB} MiB of memory, over the limit of "
+                    f"{options.max_memory_bytes // _MiB} MiB",
+                )
+                return
+            if options.max_cpu_s is not None and cpu - first[1] > options.max_cpu_s:
+                worker.kill(
+                    "worker_limit",
+                    f"it used more than {options.max_cpu_s:g} s of CPU time",
+                )
+                return
+
+    # -- workers ----------------------------------------------------------------------------
+
+    def worker_pids(self) -> list[int]:
+        """Host pids of the live workers' sandboxes (bwrap), busy or idle."""
+        return [w.process.pid for w in self._workers if w.alive]
+
+    @property
+    def idle(self) -> int:
+        """Workers ready for a run right now."""
+        return sum(1 for w in self._idle if w.alive)
+
+    def start_soon(self, count: int | None = None) -> None:
+        """Start up to `count` (default `max_workers`) read-only workers in the background."""
+        for _ in range(count if count is not None else self.options.max_workers):
+            self._nursery.start_soon(self._start_idle)
+
+    async def wait_idle(self, count: int) -> None:
+        """Wait until `count` workers are ready (tests and benchmarks)."""
+        while self.idle < count:
+            await self._wait_changed()
+
+    async def _checkout(self, writable: bool) -> _Worker:
+        while True:
+            if not writable:
+                while self._idle:
+                    worker = self._idle.pop()
+                    if worker.alive:
+                        return worker
+            if self._live < self.options.max_workers:
+                return await self._start(writable)
+            if writable and self._idle:
+                self._retire(self._idle[0])
+                continue
+            await self._wait_changed()
+
+    def _checkin(self, worker: _Worker, reusable: bool) -> None:
+        if reusable and not self._closing:
+            self._idle.append(worker)
+            self._notify()
+        else:
+            self._replace(worker)
+
+    def _replace(self, worker: _Worker) -> None:
+        """Stop `worker` and start a fresh read-only one, so the pool stays warm."""
+        if self._retire(worker) and not self._closing:
+            self._nursery.start_soon(self._start_idle)
+
+    def _retire(self, worker: _Worker) -> bool:
+        """Stop `worker` (its task shuts it down); False if it was retired already."""
+        worker.scope.cancel()
+        if worker in self._idle:
+            self._idle.remove(worker)
+        if worker not in self._workers:
+            return False
+        self._workers.discard(worker)
+        self._live -= 1
+        self._notify()
+        return True
+
+    async def _start_idle(self) -> None:
+        if self._live >= self.options.max_workers or self._closing:
+            return
+        try:
+            worker = await self._start(writable=False)
+        except WorkerStartError as exc:
+            self._log.warning("worker failed to start", error=exc.message)
+            return
+        self._idle.append(worker)
+        self._notify()
+
+    async def _start(self, writable: bool) -> _Worker:
+        self._live += 1
+        started = False
+        try:
+            with trio.move_on_after(self.options.start_timeout_s):
+                worker: _Worker = await self._nursery.start(self._run_worker, writable)
+                started = True
+                return worker
+            raise WorkerStartError(
+                f"a worker did not start within {self.options.start_timeout_s:g} s"
+            )
+        finally:
+            if not started:
+                self._live -= 1
+                self._notify()
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+
+    async def _wait_changed(self) -> None:
+        await self._changed.wait()
+
+    def _launch(self, writable: bool) -> HostLaunch:
+        role: wire.HostRole = "read_write" if writable else "read_only"
+        argv = [
+            str(self._python),
+            "-I",
+            "-m",
+            "workers.agent_worker",
+            "--role",
+            role,
+            "--workspace",
+            str(self._workspace),
+            "--cwd",
+            str(self._cwd),
+            "--tools",
+            self._tools,
+        ]
+        for root in self._extra_roots:
+            argv += ["--extra-root", str(root)]
+        return HostLaunch(
+            role=role,
+            argv=tuple(argv),
+            workspace=self._workspace,
+            extra_roots=self._extra_roots,
+            cwd=self._cwd,
+        )
+
+    async def _run_worker(
+        self, writable: bool, task_status: trio.TaskStatus[_Worker] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Spawn a worker, wait for `Ready`, report it started, then read its output until it
+        exits or is stopped; then shut it down (shielded, bounded).
+
+        Failures before `Ready` are raised from `nursery.start` as `WorkerStartError`, once
+        the spawner has stopped the process (outside its nursery, so unwrapped).
+        """
+        failure: str | None = None
+        worker: _Worker | None = None
+        try:
+            async with AsyncExitStack() as stack:
+                try:
+                    process = await stack.enter_async_context(self._spawner(self._launch(writable)))
+                except (SandboxError, OSError) as exc:
+                    raise WorkerStartError(f"a worker could not start: {exc}") from exc
+                inbox, messages = trio.open_memory_channel[wire.Message](64)
+                worker = _Worker(writable, process, inbox, messages)
+                assert process.stdout is not None and process.stderr is not None
+                stderr_done = trio.Event()
+                self._nursery.start_soon(self._read_stderr, worker, process.stderr, stderr_done)
+                try:
+                    reader = wire.LineReader(process.stdout)
+                    ready = await self._await_ready(worker, reader, stderr_done)
+                    if isinstance(ready, str):
+                        failure = ready
+                    else:
+                        self._workers.add(worker)
+                        task_status.started(worker)
+                        with worker.scope:
+                            await self._read(worker, reader)
+                finally:
+                    worker.alive = False
+                    inbox.close()
+                    with trio.CancelScope(shield=True):
+                        await self._shutdown(worker)
+        finally:
+            if worker is not None:
+                self._replace(worker)  # it died (or was stopped, then this does nothing)
+        if failure is not None:
+            raise WorkerStartError(failure)
+
+    async def _await_ready(
+        self, worker: _Worker, reader: wire.LineReader, stderr_done: trio.Event
+    ) -> wire.Ready | str:
+        line = await reader.next()
+        message = wire.decode_line(line) if isinstance(line, bytes) else None
+        if isinstance(message, wire.Ready) and message.version == wire.PROTOCOL_VERSION:
+            return message
+        if isinstance(message, wire.Ready):
+            return (
+                f"a worker speaks protocol {message.version}, this coordinator "
+                f"{wire.PROTOCOL_VERSION}; reinstall Warren so both come from the same version"
+            )
+        if line is None:
+            await worker.process.wait()
+            with trio.move_on_after(self.options.stop_grace_s):
+                await stderr_done.wait()
+            tail = worker.stderr_tail.decode(errors="replace").strip()[-1000:]
+            return f"a worker exited before it was ready ({worker.status()})" + (
+                f": {tail}" if tail else ""
+            )
+        return f"a worker did not start with Ready: {line!r:.200}"
+
+    async def _read(self, worker: _Worker, reader: wire.LineReader) -> None:
+        """Route the worker's messages to the run being served, until its stdout ends."""
+        options = self.options
+        while (line := await reader.next()) is not None:
+            size = line.size if isinstance(line, wire.Oversized) else len(line)
+            worker.output_bytes += size
+            if worker.output_bytes > options.max_output_bytes:
+                worker.kill(
+                    "worker_limit",
+                    f"it wrote more than {options.max_output_bytes} bytes of output in one run",
+                )
+                continue
+            message = wire.decode_line(line) if isinstance(line, bytes) else None
+            if message is None or isinstance(message, wire.ProtocolError):
+                worker.malformed += 1
+                detail = "an oversized line" if message is None else message.detail
+                if worker.malformed <= 3:
+                    self._log.warning("malformed line from worker", detail=detail)
+                if worker.malformed > options.max_malformed_lines and worker.failure is None:
+                    worker.kill(
+                        "worker_protocol",
+                        f"it wrote {worker.malformed} lines that are not protocol messages "
+                        f"(the last: {detail[:200]})",
+                    )
+                continue
+            await worker.inbox.send(message)
+
+    async def _read_stderr(
+        self, worker: _Worker, stream: trio.abc.ReceiveStream, done: trio.Event
+    ) -> None:
+        """The worker's logs into ours, up to `max_log_bytes` per run; keeps a tail."""
+        log = self._log.bind(worker=worker.process.pid)
+        reader = wire.LineReader(stream, max_bytes=65_536)
+        try:
+            while (line := await reader.next()) is not None:
+                size = line.size if isinstance(line, wire.Oversized) else len(line)
+                worker.log_bytes += size + 1
+                if worker.log_bytes > self.options.max_log_bytes:
+                    if worker.alive:
+                        worker.kill(
+                            "worker_limit",
+                            f"it wrote more than {self.options.max_log_bytes} bytes of logs",
+                        )
+                    continue
+                if isinstance(line, bytes):
+                    worker.stderr_tail += line + b"\n"
+                    del worker.stderr_tail[:-4096]
+                    _relay(log, line)
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            pass  # the spawner closed the pipe while stopping the worker
+        finally:
+            done.set()
+
+    async def _shutdown(self, worker: _Worker) -> None:
+        """Ask a live worker to stop and give it `stop_grace_s` (called shielded); the spawner
+        then closes stdin, SIGTERMs and SIGKILLs what is left, and reaps."""
+        if worker.process.returncode is not None:
+            return
+        with trio.move_on_after(self.options.stop_grace_s):
+            try:
+                await worker.send(wire.Shutdown())
+            except _WorkerGone:
+                pass
+            await worker.process.wait()
+
+    async def aclose(self) -> None:
+        """Stop every worker (the pool's nursery then reaps them)."""
+        self._closing = True
+        for worker in list(self._workers):
+            self._retire(worker)
+
+
+def _relay(log: Any, line: bytes) -> None:
+    """One line of a worker's log (JSON from structlog, or anything a tool printed) into ours."""
+    try:
+        event = json.loads(line)
+    except ValueError:
+        event = None
+    with contextlib.suppress(OSError):  # a log that cannot be written must not stop the pool
+        if isinstance(event, dict):
+            name = str(event.pop("event", ""))
+            event.pop("timestamp", None)
+            log.info(f"worker: {name}", worker_level=str(event.pop("level", "info")), **event)
+        else:
+            log.info("worker output", line=line.decode(errors="replace")[:2000])
+
+
+def tree_usage(pid: int) -> tuple[int, float] | None:
+    """Resident memory (bytes) and CPU time (seconds, reaped children included) of `pid` and
+    all its descendants; None when `pid` is gone."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return None
+    rss, cpu = 0, 0.0
+    for proc in procs:
+        try:
+            with proc.oneshot():
+                rss += proc.memory_info().rss
+                times = proc.cpu_times()
+        except psutil.Error:
+            continue  # exited meanwhile
+        cpu += times.user + times.system + times.children_user + times.children_system
+    return rss, cpu
+
+
+@asynccontextmanager
+async def open_worker_pool(
+    *,
+    broker: ModelBroker,
+    workspace: Path,
+    cwd: Path | None = None,
+    extra_roots: tuple[Path, ...] = (),
+    spawner: HostSpawner | None = None,
+    options: PoolOptions | None = None,
+    tools: str = DEFAULT_TOOLS,
+) -> AsyncIterator[WorkerPool]:
+    """A `WorkerPool` whose workers live as long as the `async with` block.
+
+    **Cancellation:** leaving the block (normally, by error or cancellation) stops every
+    worker, concurrently, shielded and bounded by about three times `stop_grace_s`.
+    """
+    async with trio.open_nursery() as nursery:
+        pool = WorkerPool(
+            nursery,
+            broker=broker,
+            workspace=workspace,
+            cwd=cwd,
+            extra_roots=extra_roots,
+            spawner=spawner,
+            options=options,
+            tools=tools,
+        )
+        if pool.options.start == "eager":
+            pool.start_soon()
+        try:
+            yield pool
+        finally:
+            await pool.aclose()
+            nursery.cancel_scope.cancel()
