@@ -1,0 +1,162 @@
+"""The model broker's global limits: concurrent requests, the session budget, the shared
+backoff after a 429/529, and a client per model. Timing runs on trio's autojump clock, except
+the last test, which drives the real SDK against the fake API over a socket."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+import trio
+import trio.testing
+
+from orchestrator.aio import closing_iter
+from orchestrator.errors import ModelError
+from orchestrator.messages import AssistantMessage, Message, TextBlock, Usage
+from orchestrator.model.base import MessageComplete, ModelEvent, ModelRequest, Retry
+from tests.kit.fake_api import FakeMessagesAPI, HttpError, Reply
+from workers.broker import BrokerLimits, ModelBroker
+
+REQUEST = ModelRequest(system=[], messages=[Message.user_text("hi")])
+USAGE = Usage(input_tokens=40, output_tokens=20)
+
+
+class SlowModel:
+    """Answers after `seconds`, optionally after a retry with `retry_status`."""
+
+    def __init__(
+        self,
+        name: str = "slow",
+        *,
+        seconds: float = 1.0,
+        usage: Usage = USAGE,
+        cost: float = 0.25,
+        retry_status: int | None = None,
+    ) -> None:
+        self._name = name
+        self.seconds = seconds
+        self.usage = usage
+        self.cost = cost
+        self.retry_status = retry_status
+        self.started: list[float] = []
+        self.closed = False
+
+    @property
+    def model(self) -> str:
+        return self._name
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+        self.started.append(trio.current_time())
+        if self.retry_status is not None:
+            yield Retry(attempt=2, delay_s=5.0, error="busy", status=self.retry_status)
+            await trio.sleep(5.0)
+        await trio.sleep(self.seconds)
+        yield MessageComplete(
+            AssistantMessage(
+                message=Message(role="assistant", content=[TextBlock(text="ok")]),
+                model=self._name,
+                usage=self.usage,
+                cost_usd=self.cost,
+            )
+        )
+
+
+async def consume(broker: ModelBroker, model: str | None = None) -> list[ModelEvent]:
+    async with closing_iter(broker.stream(REQUEST, model=model)) as events:
+        return [event async for event in events]
+
+
+async def test_concurrent_requests_are_capped(autojump_clock: trio.testing.MockClock) -> None:
+    model = SlowModel(seconds=1.0)
+    broker = ModelBroker(model, limits=BrokerLimits(max_concurrent_requests=2))
+    async with trio.open_nursery() as nursery:
+        for _ in range(5):
+            nursery.start_soon(consume, broker)
+    assert model.started == [0.0, 0.0, 1.0, 1.0, 2.0]
+
+
+@pytest.mark.parametrize(
+    ("limits", "says"),
+    [
+        (BrokerLimits(max_tokens=100), "budget of 100 tokens is used up (120 used)"),
+        (BrokerLimits(max_cost_usd=0.5), "budget of $0.50 is used up ($0.50 spent)"),
+    ],
+)
+async def test_a_used_up_budget_fails_new_requests(limits: BrokerLimits, says: str) -> None:
+    broker = ModelBroker(SlowModel(seconds=0), limits=limits)
+    await consume(broker)
+    await consume(broker)
+    with pytest.raises(ModelError) as failed:
+        await consume(broker)
+    assert failed.value.reason == "budget_exceeded"
+    assert says in failed.value.message
+    assert broker.usage.input_tokens == 80 and broker.cost_usd == 0.5
+
+
+@pytest.mark.parametrize(("status", "paused"), [(429, True), (529, True), (500, False)])
+async def test_a_rate_limit_retry_pauses_requests_that_start_meanwhile(
+    autojump_clock: trio.testing.MockClock, status: int, paused: bool
+) -> None:
+    limited = SlowModel("limited", seconds=1.0, retry_status=status)
+    other = SlowModel("other", seconds=1.0)
+    broker = ModelBroker(limited, client_for=lambda name: other)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(consume, broker)
+        await trio.sleep(1.0)  # the first request is in its 5 s backoff now
+        nursery.start_soon(consume, broker, "other")
+    assert other.started == [5.0 if paused else 1.0]
+
+
+async def test_each_model_gets_one_client_closed_with_the_broker() -> None:
+    made: list[SlowModel] = []
+
+    def client_for(name: str) -> SlowModel:
+        made.append(SlowModel(name, seconds=0))
+        return made[-1]
+
+    main = SlowModel("main", seconds=0)
+    broker = ModelBroker(main, client_for=client_for)
+    events = await consume(broker, "haiku")
+    await consume(broker, "haiku")
+    await consume(broker)
+    assert [m.model for m in made] == ["haiku"] and len(made[0].started) == 2
+    assert len(main.started) == 1
+    assert isinstance(events[-1], MessageComplete)
+    assert broker.model == "main"
+    await broker.aclose()
+    assert main.closed and made[0].closed
+
+
+async def test_a_429_from_the_real_api_holds_back_the_next_request() -> None:
+    """The SDK over a socket: request A is told to retry after 0.3 s; request B, started while
+    A waits, reaches the server only when A's retry is due."""
+    from orchestrator.model.anthropic import AnthropicModel
+
+    with FakeMessagesAPI(
+        [HttpError(429, headers={"retry-after": "0.3"}), Reply.text("a"), Reply.text("b")]
+    ) as api:
+        model = AnthropicModel(
+            "claude-sonnet-4-6", api_key="sk-ant-test", base_url=api.base_url, sleep=trio.sleep
+        )
+        broker = ModelBroker(model)
+        retried = trio.Event()
+
+        async def first() -> None:
+            async with closing_iter(broker.stream(REQUEST)) as events:
+                async for event in events:
+                    if isinstance(event, Retry):
+                        retried.set()
+
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(first)
+                await retried.wait()
+                nursery.start_soon(consume, broker)
+        await broker.aclose()
+        limited, *later = api.requests
+    assert limited.response == "HttpError(429)" and limited.ended_at is not None
+    assert len(later) == 2
+    assert all(r.started_at >= limited.ended_at + 0.3 for r in later)
