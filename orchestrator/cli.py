@@ -136,6 +136,11 @@ def _headless_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _at_terminal() -> bool:
+    """A person can answer permission asks: stdin and stderr are terminals."""
+    return bool(sys.stdin and sys.stdin.isatty() and sys.stderr.isatty())
+
+
 def _run_headless(argv: list[str]) -> int:
     import trio
     from pydantic import ValidationError
@@ -176,6 +181,7 @@ def _run_headless(argv: list[str]) -> int:
             verbose=args.verbose,
             sandbox=args.sandbox,
             no_sandbox_consent=args.no_sandbox_consent,
+            asks="terminal" if _at_terminal() else "deny",
         )
     except ValidationError as exc:
         problems = "; ".join(

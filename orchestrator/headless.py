@@ -38,6 +38,7 @@ from orchestrator.permissions import headless_asker
 from orchestrator.pipeline import InProcessRunner, ToolPipeline, ToolRunner
 from orchestrator.session import SessionStore, Transcript
 from orchestrator.session_policy import SessionPolicy, load_session_policy
+from orchestrator.terminal_asker import TerminalAsker
 from orchestrator.tools.base import ToolContext
 from orchestrator.tools.registry import ToolRegistry, builtin_tools
 from policies.files import Mode
@@ -96,6 +97,9 @@ class HeadlessOptions(BaseModel):
     headless means deny), `accept-edits`, `plan`, `dont-ask`, `bypass`."""
     no_sandbox_consent: bool = False
     """`--i-know-there-is-no-sandbox`: let `bypass` run without a proven floor."""
+    asks: Literal["deny", "terminal"] = "deny"
+    """Who answers a call the policy asks about: nobody (deny, with a message saying how to
+    allow it), or the user at the terminal (`/dev/tty`)."""
     allowed_tools: frozenset[str] = frozenset()
     """Tools allowed without asking."""
     disallowed_tools: frozenset[str] = frozenset()
@@ -329,7 +333,7 @@ async def run_headless(
                     tools=registry,
                     ctx=ctx,
                     permission=policy.permission_fn(),
-                    asker=headless_asker,
+                    asker=TerminalAsker(policy) if options.asks == "terminal" else headless_asker,
                     emit=sinks,
                 )
                 if install_signal_handler:

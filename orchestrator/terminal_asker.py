@@ -1,0 +1,106 @@
+"""Permission asks answered by the user at the terminal (`/dev/tty`).
+
+Used by `warren -p` when a person is at the terminal; headless runs without one deny asks
+instead (`permissions.headless_asker`). Questions are asked one at a time, however many calls
+run in parallel. Answers: `y` allows this call, `n` denies it (an optional reason goes to the
+model), `a` allows it and stores a "don't ask again" rule in the repository's local policy
+(`.warren/policy.local.toml`): for Bash a prefix rule only for a simple command, otherwise the
+exact command (`policies.engine.PolicyEngine.remember`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import IO, Any
+
+import trio
+
+from orchestrator.permissions import Allow, Ask, Deny
+from orchestrator.session_policy import SessionPolicy
+from orchestrator.tools.base import Tool, ToolInput
+from policies.files import PolicyError, save_remembered_rule
+from policies.trust import TrustStore
+
+__all__ = ["TerminalAsker"]
+
+
+class TerminalAsker:
+    """An `Asker` that prompts on a terminal device.
+
+    **Cancellation:** a cancelled run stops waiting at once; the blocked read is abandoned
+    to its thread and its answer, if any, ignored.
+    """
+
+    def __init__(self, policy: SessionPolicy, *, tty: Path = Path("/dev/tty")) -> None:
+        self._policy = policy
+        self._tty = tty
+        self._lock = trio.Lock()
+
+    async def __call__(self, tool: Tool[Any], input: ToolInput, ask: Ask) -> Allow | Deny:
+        async with self._lock:
+            raw = input.model_dump(mode="json", by_alias=True, exclude_none=True)
+            try:
+                answer, reason = await trio.to_thread.run_sync(
+                    self._prompt, tool, input, ask, abandon_on_cancel=True
+                )
+            except OSError as exc:
+                return Deny(
+                    f"Permission to use {tool.name} could not be asked ({exc}); "
+                    "the call was not run.",
+                    rule="terminal unavailable",
+                )
+            match answer:
+                case "y":
+                    return Allow(rule="user: yes")
+                case "a":
+                    return self._remember(tool, raw)
+                case _:
+                    why = f" The user said: {reason}" if reason else ""
+                    return Deny(
+                        f"The user denied this {tool.name} call.{why} Do not retry it as is; "
+                        "adjust your approach or ask what they want.",
+                        rule="user: no",
+                    )
+
+    def _remember(self, tool: Tool[Any], raw: dict[str, Any]) -> Allow:
+        engine = self._policy.engine
+        try:
+            rule = engine.remember(tool.name, raw)
+        except PolicyError:
+            return Allow(rule="user: yes (no rule can cover just this call)")
+        try:
+            path = save_remembered_rule(engine.workspace, rule, trust_store=TrustStore.from_env())
+        except (OSError, PolicyError) as exc:
+            return Allow(rule=f"user: always {rule} (this session only: {exc})")
+        return Allow(rule=f"user: always {rule} (saved to {path})")
+
+    def _prompt(self, tool: Tool[Any], input: ToolInput, ask: Ask) -> tuple[str, str]:
+        # Two handles: a terminal is not seekable, which a text-mode "r+" file requires.
+        with (
+            self._tty.open("w", encoding="utf-8") as term,
+            self._tty.open("r", encoding="utf-8") as answers,
+        ):
+            try:
+                use = tool.render_use(input)
+            except Exception:
+                use = f"{tool.name}({json.dumps(input.model_dump(mode='json'))[:200]})"
+            _write(term, f"\nWarren asks: allow {use}?\n  why: {ask.reason}\n")
+            while True:
+                _write(term, "  [y] yes  [n] no  [a] always (don't ask again here) > ")
+                line = answers.readline()
+                if not line:
+                    return "n", "no answer (end of input)"
+                choice = line.strip().lower()
+                if choice in ("y", "yes"):
+                    return "y", ""
+                if choice in ("a", "always"):
+                    return "a", ""
+                if choice in ("n", "no"):
+                    _write(term, "  reason for the model (optional) > ")
+                    return "n", answers.readline().strip()
+
+
+def _write(term: IO[str], text: str) -> None:
+    term.write(text)
+    term.flush()

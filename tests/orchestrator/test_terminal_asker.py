@@ -1,0 +1,94 @@
+"""Permission asks at a real terminal (a pty): yes, no with a reason, and "always", which
+stores a rule in the repository's local policy so the next identical call is not asked."""
+
+from __future__ import annotations
+
+import os
+import pty
+import threading
+from pathlib import Path
+
+import pytest
+
+from orchestrator.permissions import Allow, Ask, Deny
+from orchestrator.session_policy import load_session_policy
+from orchestrator.terminal_asker import TerminalAsker
+from orchestrator.tools.bash import BashTool
+
+
+class Terminal:
+    """A pty whose other end answers each prompt with the next scripted line."""
+
+    def __init__(self, answers: list[str]) -> None:
+        self.master, self._slave = pty.openpty()
+        self.path = Path(os.ttyname(self._slave))
+        self.seen = ""
+        self._answers = answers
+        self._thread = threading.Thread(target=self._answer, daemon=True)
+        self._thread.start()
+
+    def _answer(self) -> None:
+        answers = list(self._answers)
+        while answers:
+            try:
+                chunk = os.read(self.master, 4096).decode()
+            except OSError:
+                return
+            self.seen += chunk
+            if chunk.rstrip().endswith(">"):
+                os.write(self.master, (answers.pop(0) + "\n").encode())
+
+    def close(self) -> None:
+        self._thread.join(timeout=5)
+        os.close(self._slave)
+        os.close(self.master)
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    ws = tmp_path / "repo"
+    ws.mkdir()
+    return ws
+
+
+async def ask(workspace: Path, answers: list[str], command: str) -> tuple[Allow | Deny, str]:
+    policy = load_session_policy(workspace, floor_proven=True)
+    terminal = Terminal(answers)
+    try:
+        asker = TerminalAsker(policy, tty=terminal.path)
+        tool = BashTool()
+        result = await asker(tool, tool.parse_input({"command": command}), Ask("it runs a command"))
+    finally:
+        terminal.close()
+    return result, terminal.seen
+
+
+async def test_yes_allows_once(workspace: Path) -> None:
+    result, seen = await ask(workspace, ["y"], "make build")
+    assert isinstance(result, Allow)
+    assert "allow Bash(make build)" in seen and "it runs a command" in seen
+
+
+async def test_no_denies_with_the_users_reason(workspace: Path) -> None:
+    result, _ = await ask(workspace, ["n", "use the staging target"], "make deploy")
+    assert isinstance(result, Deny)
+    assert "use the staging target" in result.message
+
+
+async def test_unknown_answer_asks_again(workspace: Path) -> None:
+    result, seen = await ask(workspace, ["maybe", "y"], "make build")
+    assert isinstance(result, Allow)
+    assert seen.count("[y] yes") == 2
+
+
+async def test_always_stores_a_prefix_rule(workspace: Path) -> None:
+    result, _ = await ask(workspace, ["a"], "npm run test -- --watch=false")
+    assert isinstance(result, Allow)
+    local = workspace / ".warren" / "policy.local.toml"
+    assert "Bash(npm run test:*)" in local.read_text()
+    # A new session of the same repository allows the command without asking.
+    again = load_session_policy(workspace, floor_proven=True)
+    decision = again.engine.decide(
+        "Bash", {"command": "npm run test -- --ci"}, tool_read_only=False
+    )
+    assert decision.decision == "allow"
