@@ -42,7 +42,7 @@ from orchestrator.outcome import TerminalReason
 from orchestrator.pipeline import ToolPipeline
 from orchestrator.transcript_repair import INTERRUPTED_BY_USER, NO_CONTENT, normalize_for_api
 
-__all__ = ["LoopConfig", "RunControl", "RunResult", "run_loop"]
+__all__ = ["LoopConfig", "ModelUsage", "RunControl", "RunResult", "run_loop"]
 
 _EMPTY_TURN = Message(role="assistant", content=[TextBlock(text=NO_CONTENT)])
 """Stands in for an empty assistant message, which the API would refuse in a later request."""
@@ -84,6 +84,16 @@ class RunControl:
 
 
 @dataclass(frozen=True)
+class ModelUsage:
+    usage: Usage = Usage()
+    cost_usd: float = 0.0
+    requests: int = 0
+
+    def add(self, turn: AssistantMessage) -> ModelUsage:
+        return ModelUsage(self.usage + turn.usage, self.cost_usd + turn.cost_usd, self.requests + 1)
+
+
+@dataclass(frozen=True)
 class RunResult:
     reason: TerminalReason
     messages: list[Message]
@@ -94,6 +104,8 @@ class RunResult:
     result: str
     """The final assistant text, or the error sentence when the run failed."""
     duration_s: float
+    model_usage: dict[str, ModelUsage] = field(default_factory=dict)
+    """Usage and cost per model name (subagents may use other models)."""
 
 
 async def run_loop(
@@ -124,8 +136,12 @@ async def run_loop(
     tool_specs = pipeline.tools.specs()
     last_text = ""
 
+    by_model: dict[str, ModelUsage] = {}
+
     def finish(reason: TerminalReason, result: str, turns: int) -> RunResult:
-        return RunResult(reason, history, turns, usage, cost, result, time.monotonic() - started)
+        return RunResult(
+            reason, history, turns, usage, cost, result, time.monotonic() - started, by_model
+        )
 
     for turn in range(1, config.max_turns + 1):
         request = ModelRequest(
@@ -161,6 +177,7 @@ async def run_loop(
         if final is not None:
             usage += final.usage
             cost += final.cost_usd
+            by_model[final.model] = by_model.get(final.model, ModelUsage()).add(final)
             last_text = final.message.text() or last_text
         if control.interrupted:
             _close_interrupted(history, final, completed, results, emit)

@@ -43,6 +43,14 @@ def result_record(result: RunResult, *, session_id: str, turns_offset: int = 0) 
         "duration_ms": round(result.duration_s * 1000),
         "usage": result.usage.model_dump(),
         "total_cost_usd": round(result.cost_usd, 6),
+        "modelUsage": {
+            model: {
+                **entry.usage.model_dump(),
+                "costUSD": round(entry.cost_usd, 6),
+                "requests": entry.requests,
+            }
+            for model, entry in result.model_usage.items()
+        },
         "session_id": session_id,
     }
 

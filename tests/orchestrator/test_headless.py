@@ -86,7 +86,8 @@ async def test_stream_json_shape(tmp_path: Path, dirs: WarrenDirs, workspace: Pa
     assert final["result"] == "all done"
     assert final["num_turns"] == 2
     assert final["is_error"] is False
-    assert set(final) >= {"duration_ms", "usage", "total_cost_usd", "session_id"}
+    assert set(final) >= {"duration_ms", "usage", "total_cost_usd", "session_id", "modelUsage"}
+    assert final["modelUsage"]["scripted:s.json"]["requests"] == 2
 
 
 async def test_system_prompt_carries_context_and_memory(
