@@ -19,46 +19,82 @@ adapter, the tools' JSON schemas) before `Ready`, so a dispatch to a warm worker
 first model request in milliseconds (tests/bench/bench_pool.py).
 
 Stdin/stdout are taken over as in the tool host (a stray print or a child process cannot
-corrupt the stream); logs are JSON lines on stderr. The worker exits on `Shutdown`, end of
-stdin or SIGTERM, interrupting the run in progress.
+corrupt the stream); logs are JSON lines on stderr. The worker imports no more than it needs:
+an idle one is mostly the interpreter, trio and pydantic (tests/bench/bench_pool.py, c). It
+exits on `Shutdown`, end of stdin or SIGTERM, interrupting the run in progress.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import itertools
+import json
 import math
 import os
 import signal
 import sys
+import traceback
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pydantic
-import structlog
 import trio
 
+from orchestrator.aio import closing_iter
 from orchestrator.errors import ModelError
 from orchestrator.events import Event
 from orchestrator.loop import LoopConfig, RunControl, run_loop
 from orchestrator.messages import Message
-from orchestrator.model.base import MessageComplete, ModelEvent, ModelRequest, ToolSpec
+from orchestrator.model.base import (
+    BlockComplete,
+    MessageComplete,
+    ModelEvent,
+    ModelRequest,
+    Retry,
+    ToolSpec,
+)
+from orchestrator.model.scripted import ScriptedModel
 from orchestrator.permissions import Allow, Ask, Deny, PermissionFn, PermissionResult
 from orchestrator.pipeline import ToolPipeline
 from orchestrator.tools.base import Tool, ToolContext, ToolInput
-from orchestrator.tools.registry import ToolRegistry
+from orchestrator.tools.registry import ToolRegistry, builtin_tools
 from workers import protocol as wire
-from workers.toolhost import (
-    CLOSE_TIMEOUT_S,
-    DEFAULT_TOOLS,
-    _configure_logging,
-    _load_factory,
-    _take_stdio,
-)
 
-__all__ = ["AgentWorker", "BrokeredModel", "forwarding_permission", "main"]
+__all__ = [
+    "CLOSE_TIMEOUT_S",
+    "DEFAULT_TOOLS",
+    "AgentWorker",
+    "BrokeredModel",
+    "forwarding_permission",
+    "main",
+    "worker_tools",
+]
+
+DEFAULT_TOOLS = "workers.agent_worker:worker_tools"
+"""The `--tools` factory used when none is given: the built-in tools."""
+
+CLOSE_TIMEOUT_S = 10.0
+"""Seconds a run's resources (a shell) and the worker's queued messages get to close on exit."""
+
+
+def worker_tools(role: wire.HostRole) -> ToolRegistry:
+    """The built-in tools. In a read-only worker every Bash command counts as read-only (it
+    runs one-shot and concurrently; the read-only workspace is what makes that safe)."""
+    if role == "read_only":
+        return builtin_tools(bash_classifier=lambda _command: True)
+    return builtin_tools()
+
+
+def log(event: str, level: str = "info", **fields: Any) -> None:
+    """One JSON line on stderr, which the pool relays into the coordinator's log. Not
+    structlog: importing it (and asyncio with it) would add 3 MB to every idle worker."""
+    record = {"event": event, "level": level, **fields}
+    sys.stderr.write(json.dumps(record, default=str) + "\n")
+    sys.stderr.flush()
+
 
 _Reply = wire.ModelEvent | wire.ModelDone | wire.ModelFailed | wire.PermissionReply
 
@@ -93,7 +129,6 @@ class AgentWorker:
         self._running: tuple[str, RunControl] | None = None
         self._run_done = trio.Event()
         self._serving = trio.CancelScope()
-        self._log = structlog.get_logger()
 
     # -- plumbing used by the run's model and permission function -------------------------------
 
@@ -112,6 +147,46 @@ class AgentWorker:
 
     def forget(self, request_id: str) -> None:
         self._pending.pop(request_id, None)
+
+    async def rehearse(self) -> None:
+        """One run in process, before `Ready`: a Think call then an answer, from a scripted
+        model, with every wire message it would send or receive encoded and decoded. The first
+        run of a fresh process pays for lazily built validators and serializers and first-time
+        code paths; paid here, a dispatch does not (tests/bench/bench_pool.py)."""
+        from orchestrator.model.scripted import ScriptedModel, ScriptedTurn
+
+        think = {"type": "tool_use", "name": "Think", "input": {"thought": "warm up"}}
+        model = ScriptedModel(
+            [
+                ScriptedTurn.model_validate({"content": [think]}),
+                ScriptedTurn.model_validate({"content": [{"type": "text", "text": "done"}]}),
+            ]
+        )
+        tools = _Tools([t for t in self.tools if t.name == "Think"], self._specs)
+        ctx = ToolContext(workspace=self.workspace, cwd=self.cwd, session_id="rehearsal")
+
+        async def allow(tool: Tool[Any], input: ToolInput, ctx: ToolContext) -> PermissionResult:
+            _round_trip(wire.PermissionAsk(id="p", agent="r", tool=tool.name, input={}))
+            _round_trip(wire.PermissionReply(id="p", allow=True))
+            return Allow()
+
+        def emit(event: Event) -> None:
+            wired = wire.AgentEvent.of("rehearsal", event)
+            if wired is not None:
+                _round_trip(wired)
+
+        run = await run_loop(
+            model=_Rehearsed(model),
+            messages=[Message.user_text("rehearsal")],
+            pipeline=ToolPipeline(
+                tools=tools, ctx=ctx, permission=allow, asker=_unresolved_ask, emit=emit
+            ),
+            config=LoopConfig(max_turns=2),
+            emit=emit,
+        )
+        _round_trip(wire.RunAgent(id="r", prompt="", system=[], tools=[], model="", max_turns=1))
+        _round_trip(wire.AgentResult(id="r", reason=run.reason, result="", num_turns=1))
+        await ctx.aclose()
 
     # -- serving --------------------------------------------------------------------------------
 
@@ -142,10 +217,18 @@ class AgentWorker:
 
     async def _write(self) -> None:
         async for message in self._outgoing:
+            # Whatever else is queued goes in the same write: a tool call's events come in a
+            # burst, and one write wakes the coordinator once (tests/bench/bench_pool.py, b).
+            lines = [wire.encode(message)]
+            while True:
+                try:
+                    lines.append(wire.encode(self._outgoing.receive_nowait()))
+                except (trio.WouldBlock, trio.EndOfChannel):
+                    break
             try:
-                await self._send_bytes(wire.encode(message))
+                await self._send_bytes(b"".join(lines))
             except (trio.BrokenResourceError, trio.ClosedResourceError):
-                self._log.info("coordinator gone; stopping")
+                log("coordinator gone; stopping")
                 self._serving.cancel()
                 return
 
@@ -178,20 +261,19 @@ class AgentWorker:
                     if waiting is not None:
                         waiting.send_nowait(message)
                 case wire.Shutdown():
-                    self._log.info("shutdown requested")
+                    log("shutdown requested")
                     return
                 case wire.ProtocolError(detail=detail, call_id=call_id):
-                    self._log.warning("malformed line", detail=detail, line=message.line_prefix)
+                    log("malformed line", "warning", detail=detail, line=message.line_prefix)
                     self.post(wire.Malformed(detail=detail, id=call_id))
                 case _:
                     detail = f"an agent worker does not accept {message.type!r} messages"
                     self.post(wire.Malformed(detail=detail))
-        self._log.info("end of input")
+        log("end of input")
 
     async def _run_agent(self, message: wire.RunAgent, control: RunControl) -> None:
         agent_id = message.id
-        log = self._log.bind(agent_id=agent_id)
-        log.info("agent started", tools=message.tools, max_turns=message.max_turns)
+        log("agent started", agent_id=agent_id, tools=message.tools, max_turns=message.max_turns)
         ctx = ToolContext(
             workspace=self.workspace,
             cwd=self.cwd,
@@ -234,9 +316,9 @@ class AgentWorker:
                 cost_usd=run.cost_usd,
                 duration_s=run.duration_s,
             )
-            log.info("agent finished", reason=run.reason, turns=run.num_turns)
+            log("agent finished", agent_id=agent_id, reason=run.reason, turns=run.num_turns)
         except Exception as exc:  # a bug in the loop: still answer, so the coordinator moves on
-            log.exception("agent failed")
+            log("agent failed", "error", agent_id=agent_id, exception=traceback.format_exc())
             result = wire.AgentResult(
                 id=agent_id,
                 reason="model_error",
@@ -314,6 +396,43 @@ class BrokeredModel:
             self._worker.forget(request_id)
 
 
+class _Rehearsed:
+    """A model for `rehearse`: its requests and events make the wire round trip too."""
+
+    def __init__(self, model: ScriptedModel) -> None:
+        self._model = model
+
+    @property
+    def model(self) -> str:
+        return self._model.model
+
+    async def aclose(self) -> None:
+        return None
+
+    async def stream(self, request: ModelRequest) -> AsyncGenerator[ModelEvent, None]:
+        _round_trip(
+            wire.ModelRequest(
+                id="m",
+                agent="r",
+                messages=request.messages,
+                system=request.system,
+                tools=request.tools,
+                max_tokens=request.max_tokens,
+            )
+        )
+        async with closing_iter(self._model.stream(request)) as events:
+            async for event in events:
+                if isinstance(event, BlockComplete | Retry):
+                    _round_trip(wire.ModelEvent.of("m", event))
+                elif isinstance(event, MessageComplete):
+                    _round_trip(wire.ModelDone.of("m", event.message))
+                yield event
+
+
+def _round_trip(message: pydantic.BaseModel) -> None:
+    wire.decode_line(wire.encode(message))
+
+
 def _shared_prefix(before: list[Message], now: list[Message]) -> int:
     """How many leading messages `now` shares with `before`. The loop re-sends the very same
     objects each turn, so identity is enough (and costs nothing)."""
@@ -356,6 +475,28 @@ async def _unresolved_ask(tool: Tool[Any], input: ToolInput, ask: Ask) -> Allow 
     return Deny(f"{tool.name} needs permission, and this worker cannot ask: {ask.reason}")
 
 
+def _load_factory(spec: str) -> Callable[[wire.HostRole], ToolRegistry]:
+    module, _, name = spec.partition(":")
+    if not module or not name:
+        raise SystemExit(f"--tools must look like MODULE:FUNCTION, got {spec!r}")
+    factory: Callable[[wire.HostRole], ToolRegistry] = getattr(
+        importlib.import_module(module), name
+    )
+    return factory
+
+
+def _take_stdio() -> tuple[int, int]:
+    """Move the protocol's stdin/stdout to private descriptors (not inherited by children, so
+    a tool's process can neither corrupt the stream nor read coordinator input); fd 0 becomes
+    /dev/null and fd 1 a copy of stderr (as in the tool host)."""
+    proto_in, proto_out = os.dup(0), os.dup(1)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    os.dup2(2, 1)
+    return proto_in, proto_out
+
+
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m workers.agent_worker", description=__doc__)
     parser.add_argument("--role", choices=["read_write", "read_only"], default="read_only")
@@ -378,13 +519,13 @@ async def _serve(args: argparse.Namespace, proto_in: int, proto_out: int) -> Non
         role=role,
         send=out.send_all,
     )
-    wire.decode_line(wire.encode(wire.Shutdown()))  # builds the message adapter now
+    await worker.rehearse()
     async with trio.open_nursery() as nursery:
 
         async def stop_on_sigterm() -> None:
             with trio.open_signal_receiver(signal.SIGTERM) as signals:
                 async for _ in signals:
-                    structlog.get_logger().info("SIGTERM: stopping")
+                    log("SIGTERM: stopping")
                     nursery.cancel_scope.cancel()
 
         nursery.start_soon(stop_on_sigterm)
@@ -396,8 +537,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `python -m workers.agent_worker`; returns the exit status."""
     args = _parse_args(argv)
     proto_in, proto_out = _take_stdio()
-    _configure_logging(sys.stderr)
-    structlog.get_logger().info("agent worker starting", role=args.role, pid=os.getpid())
+    log("agent worker starting", role=args.role, pid=os.getpid())
     trio.run(_serve, args, proto_in, proto_out)
     return 0
 

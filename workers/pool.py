@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import signal
 import sys
 import time
@@ -40,7 +41,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import psutil
 import pydantic
@@ -62,11 +63,23 @@ from orchestrator.subagents import (
 )
 from sandbox.errors import SandboxError
 from workers import protocol as wire
+from workers.agent_worker import DEFAULT_TOOLS
 from workers.broker import ModelBroker
-from workers.toolhost import DEFAULT_TOOLS
 from workers.toolhost_runner import SEND_TIMEOUT_S, HostLaunch, HostProcess, HostSpawner
 
-__all__ = ["PoolOptions", "WorkerPool", "WorkerStartError", "open_worker_pool", "tree_usage"]
+if TYPE_CHECKING:
+    from orchestrator.model.base import ModelClient
+    from orchestrator.session_policy import SessionPolicy
+    from orchestrator.tools.base import ToolContext
+
+__all__ = [
+    "PoolOptions",
+    "WorkerPool",
+    "WorkerStartError",
+    "open_session_subagents",
+    "open_worker_pool",
+    "tree_usage",
+]
 
 _MiB = 1024**2
 
@@ -111,10 +124,6 @@ class WorkerStartError(WarrenError):
         self.message = message
 
 
-class _WorkerGone(Exception):
-    """The worker's stdin is closed: it died or is being stopped."""
-
-
 @dataclass(eq=False)
 class _Worker:
     """One worker process as the pool sees it."""
@@ -124,6 +133,9 @@ class _Worker:
     inbox: trio.MemorySendChannel[wire.Message]
     messages: trio.MemoryReceiveChannel[wire.Message]
     """What the worker sent, in order; closed when its stdout ends."""
+    outbox: trio.MemorySendChannel[bytes]
+    outgoing: trio.MemoryReceiveChannel[bytes]
+    """What we send it, in order, written by the pool's writer task for this worker."""
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
     """Cancelled to stop the worker (its task then shuts it down)."""
     alive: bool = True
@@ -137,25 +149,29 @@ class _Worker:
     stderr_tail: bytearray = field(default_factory=bytearray)
     send_lock: trio.Lock = field(default_factory=trio.Lock)
 
-    async def send(self, message: pydantic.BaseModel) -> None:
-        """Write one message, whole (shielded: a cut line would corrupt every later one). A
-        worker that does not take it within `SEND_TIMEOUT_S` is killed as wedged.
+    def post(self, message: pydantic.BaseModel) -> None:
+        """Queue a message for the worker. Dropped once the worker is stopping; a dead worker
+        is noticed by its reader, not here."""
+        with contextlib.suppress(trio.ClosedResourceError, trio.BrokenResourceError):
+            self.outbox.send_nowait(wire.encode(message))
 
-        **Errors:** `_WorkerGone` when its stdin is closed.
-        """
+    async def write(self, data: bytes) -> bool:
+        """Write whole lines (shielded: a cut line would corrupt every later one). A worker
+        that does not take them within `SEND_TIMEOUT_S` is killed as wedged. False when the
+        worker is gone."""
         stdin = self.process.stdin
         assert stdin is not None
-        line = wire.encode(message)
         with trio.CancelScope(shield=True) as scope:
             scope.relative_deadline = SEND_TIMEOUT_S
             try:
                 async with self.send_lock:
-                    await stdin.send_all(line)
-            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-                raise _WorkerGone from exc
+                    await stdin.send_all(data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return False
         if scope.cancelled_caught:
             self.kill("worker_protocol", f"it took no input for {SEND_TIMEOUT_S:g} s")
-            raise _WorkerGone
+            return False
+        return True
 
     def kill(self, failure: WorkerFailure, text: str) -> None:
         """Kill the whole sandbox for `failure`; the first reason given is kept."""
@@ -335,10 +351,7 @@ class WorkerPool:
             model=request.agent_type.model or self._broker.model,
             max_turns=request.agent_type.max_turns,
         )
-        try:
-            await worker.send(message)
-        except _WorkerGone:
-            return None
+        worker.post(message)
         result: wire.AgentResult | None = None
         finished = False
         async with trio.open_nursery() as nursery:
@@ -390,33 +403,28 @@ class WorkerPool:
     async def _serve_model(self, worker: _Worker, run: _Run, message: wire.ModelRequest) -> None:
         """Stream one model request through the broker, back to the worker."""
         try:
-            try:
-                request = run.model_request(message)
-            except ValueError as exc:
-                await worker.send(
-                    wire.ModelFailed(id=message.id, message=f"Malformed model request: {exc}")
+            request = run.model_request(message)
+        except ValueError as exc:
+            worker.post(wire.ModelFailed(id=message.id, message=f"Malformed model request: {exc}"))
+            return
+        model = run.request.agent_type.model
+        try:
+            async with closing_iter(self._broker.stream(request, model=model)) as events:
+                async for event in events:
+                    match event:
+                        case BlockComplete() | Retry():
+                            worker.post(wire.ModelEvent.of(message.id, event))
+                        case MessageComplete(message=done):
+                            worker.post(wire.ModelDone.of(message.id, done))
+                            return
+                        case _:
+                            pass  # text deltas: the complete block follows
+        except ModelError as exc:
+            worker.post(
+                wire.ModelFailed(
+                    id=message.id, message=exc.message, reason=exc.reason, status=exc.status
                 )
-                return
-            model = run.request.agent_type.model
-            try:
-                async with closing_iter(self._broker.stream(request, model=model)) as events:
-                    async for event in events:
-                        match event:
-                            case BlockComplete() | Retry():
-                                await worker.send(wire.ModelEvent.of(message.id, event))
-                            case MessageComplete(message=done):
-                                await worker.send(wire.ModelDone.of(message.id, done))
-                                return
-                            case _:
-                                pass  # text deltas: the complete block follows
-            except ModelError as exc:
-                await worker.send(
-                    wire.ModelFailed(
-                        id=message.id, message=exc.message, reason=exc.reason, status=exc.status
-                    )
-                )
-        except _WorkerGone:
-            pass
+            )
 
     async def _answer(
         self, worker: _Worker, message: wire.PermissionAsk, permission: SubagentPermission
@@ -437,10 +445,7 @@ class WorkerPool:
                 id=message.id, allow=False, message=decision.message, rule=decision.rule
             )
         )
-        try:
-            await worker.send(reply)
-        except _WorkerGone:
-            pass
+        worker.post(reply)
 
     async def _cancel(self, worker: _Worker, run: _Run) -> wire.AgentResult | None:
         """Ask the worker to interrupt the run and wait (bounded) for its result; kill it if
@@ -449,32 +454,25 @@ class WorkerPool:
         if not worker.alive:
             return None
         with trio.move_on_after(self.options.cancel_wait_s):
-            try:
-                await worker.send(wire.Cancel(id=agent_id))
-            except _WorkerGone:
-                return None
+            worker.post(wire.Cancel(id=agent_id))
             async for message in worker.messages:
                 if isinstance(message, wire.AgentResult) and message.id == agent_id:
                     return message
                 if isinstance(message, wire.ModelRequest | wire.PermissionAsk):
-                    await self._refuse(worker, message)
+                    self._refuse(worker, message)
             return None
         worker.kill("worker_limit", f"it did not stop within {self.options.cancel_wait_s:g} s")
         return None
 
     @staticmethod
-    async def _refuse(worker: _Worker, message: wire.ModelRequest | wire.PermissionAsk) -> None:
-        reply: pydantic.BaseModel = (
+    def _refuse(worker: _Worker, message: wire.ModelRequest | wire.PermissionAsk) -> None:
+        worker.post(
             wire.ModelFailed(id=message.id, message="The subagent is being stopped.")
             if isinstance(message, wire.ModelRequest)
             else wire.PermissionReply(
                 id=message.id, allow=False, message="The subagent is being stopped."
             )
         )
-        try:
-            await worker.send(reply)
-        except _WorkerGone:
-            pass
 
     async def _watch_limits(self, worker: _Worker) -> None:
         """Kill the worker when its process tree passes the memory or CPU limit."""
@@ -641,7 +639,8 @@ class WorkerPool:
                 except (SandboxError, OSError) as exc:
                     raise WorkerStartError(f"a worker could not start: {exc}") from exc
                 inbox, messages = trio.open_memory_channel[wire.Message](64)
-                worker = _Worker(writable, process, inbox, messages)
+                outbox, outgoing = trio.open_memory_channel[bytes](math.inf)
+                worker = _Worker(writable, process, inbox, messages, outbox, outgoing)
                 assert process.stdout is not None and process.stderr is not None
                 stderr_done = trio.Event()
                 self._nursery.start_soon(self._read_stderr, worker, process.stderr, stderr_done)
@@ -652,12 +651,14 @@ class WorkerPool:
                         failure = ready
                     else:
                         self._workers.add(worker)
+                        self._nursery.start_soon(self._write, worker)
                         task_status.started(worker)
                         with worker.scope:
                             await self._read(worker, reader)
                 finally:
                     worker.alive = False
                     inbox.close()
+                    outbox.close()
                     with trio.CancelScope(shield=True):
                         await self._shutdown(worker)
         finally:
@@ -687,6 +688,19 @@ class WorkerPool:
                 f": {tail}" if tail else ""
             )
         return f"a worker did not start with Ready: {line!r:.200}"
+
+    async def _write(self, worker: _Worker) -> None:
+        """Send what is queued for the worker; whatever queued up meanwhile goes in the same
+        write (a block and the end of the message, say), so the worker wakes once for it."""
+        async for line in worker.outgoing:
+            lines = [line]
+            while True:
+                try:
+                    lines.append(worker.outgoing.receive_nowait())
+                except (trio.WouldBlock, trio.EndOfChannel):
+                    break
+            if not await worker.write(b"".join(lines)):
+                return
 
     async def _read(self, worker: _Worker, reader: wire.LineReader) -> None:
         """Route the worker's messages to the run being served, until its stdout ends."""
@@ -747,10 +761,7 @@ class WorkerPool:
         if worker.process.returncode is not None:
             return
         with trio.move_on_after(self.options.stop_grace_s):
-            try:
-                await worker.send(wire.Shutdown())
-            except _WorkerGone:
-                pass
+            await worker.write(wire.encode(wire.Shutdown()))
             await worker.process.wait()
 
     async def aclose(self) -> None:
@@ -777,22 +788,66 @@ def _relay(log: Any, line: bytes) -> None:
 
 def tree_usage(pid: int) -> tuple[int, float] | None:
     """Resident memory (bytes) and CPU time (seconds, reaped children included) of `pid` and
-    all its descendants; None when `pid` is gone."""
-    try:
-        root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return None
+    all its descendants, measured with psutil; None when `pid` is gone."""
     rss, cpu = 0, 0.0
-    for proc in procs:
+    pids = _tree(pid)
+    for member in pids:
         try:
+            proc = psutil.Process(member)
             with proc.oneshot():
                 rss += proc.memory_info().rss
                 times = proc.cpu_times()
         except psutil.Error:
+            if member == pid:
+                return None
             continue  # exited meanwhile
         cpu += times.user + times.system + times.children_user + times.children_system
     return rss, cpu
+
+
+def _tree(pid: int) -> list[int]:
+    """`pid` and its descendants, from each thread's `children` file: a walk of the tree only,
+    where psutil's `children()` reads the parent of every process on the machine (a tenth of
+    the coordinator's CPU in a 10-worker run, tests/bench/bench_pool.py)."""
+    found = [pid]
+    for member in found:  # grows as we go
+        try:
+            tasks = os.listdir(f"/proc/{member}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            with contextlib.suppress(OSError):
+                found += map(int, Path(f"/proc/{member}/task/{task}/children").read_text().split())
+    return found
+
+
+@asynccontextmanager
+async def open_session_subagents(
+    ctx: ToolContext, policy: SessionPolicy, model: ModelClient
+) -> AsyncIterator[tuple[WorkerPool, ModelBroker]]:
+    """What a session needs for dispatch_agent, as the CLI wires it: a broker over the
+    session's model (the main agent should use it too, so the limits hold for everything) and a
+    pool for the session's workspace, its workers sandboxed with the policy's masks and
+    protected paths, at most the policy's `max_subagents` (default 10) at once."""
+    from sandbox.spec import SandboxSpec
+    from workers.toolhost_runner import HOST_LIMITS, SandboxedSpawner
+
+    spec = SandboxSpec(
+        limits=HOST_LIMITS,
+        extra_deny_read=policy.deny_read(),
+        extra_protected=policy.protected(),
+    )
+    max_workers = policy.limit("max_subagents")
+    broker = ModelBroker(model)
+    async with open_worker_pool(
+        broker=broker,
+        workspace=ctx.workspace,
+        cwd=ctx.cwd,
+        extra_roots=ctx.extra_roots,
+        spawner=SandboxedSpawner(spec),
+        options=PoolOptions(max_workers=int(max_workers or 10)),
+    ) as pool:
+        yield pool, broker
 
 
 @asynccontextmanager

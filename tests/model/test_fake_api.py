@@ -208,3 +208,23 @@ def test_base_url_needs_a_running_server() -> None:
     api = FakeMessagesAPI()
     with pytest.raises(RuntimeError, match="with"):
         _ = api.base_url
+
+
+def test_a_route_answers_by_content_and_falls_back_to_the_script() -> None:
+    def route(request: Any) -> Reply | None:
+        prompt = request.messages[0]["content"]
+        return Reply.text(f"routed {prompt}") if prompt.startswith("agent") else None
+
+    with FakeMessagesAPI([Reply.text("scripted")], route=route) as api:
+        answers = []
+        for prompt in ("agent B", "main", "agent A"):
+            body = {
+                "model": "m",
+                "max_tokens": 5,
+                "messages": [{"role": "user", "content": prompt}],
+            }
+            status, _, raw = post(api, body)
+            assert status == 200
+            answers.append(json.loads(raw)["content"][0]["text"])
+        assert answers == ["routed agent B", "scripted", "routed agent A"]
+        assert api.remaining == 0 and [r.response for r in api.requests] == ["Reply"] * 3

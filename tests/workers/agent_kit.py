@@ -36,8 +36,8 @@ from orchestrator.permissions import Allow, Deny
 from orchestrator.subagents import AgentType, SubagentEvent, SubagentRequest
 from orchestrator.tools.base import Tool, ToolContext, ToolInput, ToolOutput, ToolProgress
 from orchestrator.tools.registry import ToolRegistry
+from workers.agent_worker import worker_tools
 from workers.protocol import HostRole
-from workers.toolhost import host_tools
 from workers.toolhost_runner import HostLaunch, HostProcess, HostSpawner, SandboxedSpawner
 
 FACTORY = "tests.workers.agent_kit:tools"
@@ -128,7 +128,7 @@ class BlockTool(Tool[BlockInput]):
 
 def tools(role: HostRole) -> ToolRegistry:
     """The built-in tools of a worker of `role`, plus the test tools."""
-    return ToolRegistry([*host_tools(role), ProbeTool(), HogTool(), BlockTool()])
+    return ToolRegistry([*worker_tools(role), ProbeTool(), HogTool(), BlockTool()])
 
 
 # --- the coordinator side ----------------------------------------------------------------------

@@ -48,8 +48,8 @@ from tests.workers.agent_kit import (
     worker_python,
     workspace_at,
 )
-from workers.broker import ModelBroker
-from workers.pool import PoolOptions, WorkerPool, open_worker_pool
+from workers.broker import BrokerLimits, ModelBroker
+from workers.pool import PoolOptions, WorkerPool, open_session_subagents, open_worker_pool
 from workers.toolhost_runner import HostSpawner
 
 
@@ -401,3 +401,35 @@ async def test_a_coordinator_that_crashes_leaves_no_worker_behind(workspace: Pat
         # Another process's exit has no event to wait on: poll it.
         while any(p.is_running() and p.status() != "zombie" for p in tree):  # noqa: ASYNC110
             await trio.sleep(0.05)
+
+
+async def test_a_used_up_session_budget_ends_the_subagent(workspace: Path) -> None:
+    async def respond(req: ModelRequest) -> Sequence[ContentBlock]:
+        return tool_use("LS", {"path": str(workspace)}, id=f"toolu_{len(req.messages)}")
+
+    model = FunctionModel(respond)  # 15 tokens a response
+    broker = ModelBroker(model, limits=BrokerLimits(max_tokens=20))
+    async with open_worker_pool(
+        broker=broker, workspace=workspace, options=PoolOptions(max_workers=1)
+    ) as pool:
+        out = await run(pool, request(agent("reader", tools=("LS",)), "x"))
+    assert out.reason == "budget_exceeded"
+    assert "budget of 20 tokens is used up" in out.result
+    assert len(model.requests) == 2 and out.num_turns == 3
+
+
+async def test_the_session_composition_uses_the_policy(workspace: Path) -> None:
+    from orchestrator.session_policy import load_session_policy
+    from orchestrator.tools.base import ToolContext
+
+    policy = load_session_policy(workspace, floor_proven=True)
+    ctx = ToolContext(workspace=workspace, cwd=workspace)
+    async with open_session_subagents(ctx, policy, FunctionModel(probe_then_report())) as (
+        pool,
+        broker,
+    ):
+        assert pool.options.max_workers == 10
+        out = await pool.run(request(PROBE, "s"), on_event=Collected(), permission=allow_all)
+        assert out.reason == "completed"
+        assert broker.usage.input_tokens == 20
+    assert descendants() == []

@@ -1,0 +1,163 @@
+"""Worker pool benchmarks (issue "Worker pool and dispatch_agent"): numbers from one run, printed.
+
+    .venv/bin/python tests/bench/bench_pool.py
+
+(a) dispatch to a warm worker until the subagent's first model request reaches the coordinator's
+    model client, median of 50 dispatches                                   (goal <= 20 ms)
+(b) 10 subagents in parallel, each 5 turns (4 Think calls, then an answer) with 200 ms model
+    latency: wall time / ideal (5 x 200 ms)                                 (goal <= 1.1)
+(c) resident memory of an idle worker, over its whole process tree (bwrap, the sandbox's init,
+    python), and of a pool of 10: RSS counts the shared pages (interpreter, libraries) in every
+    worker, PSS shares them out                                             (goal <= 40 MB RSS)
+
+Real workers under real bwrap; the coordinator's model is an in-process function (the real
+SDK's own cost is measured by tests/bench/bench_loop.py).
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import psutil
+import structlog
+import trio
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from orchestrator.messages import ContentBlock, TextBlock, ToolUseBlock  # noqa: E402
+from orchestrator.model.base import ModelRequest  # noqa: E402
+from orchestrator.permissions import Allow, Deny  # noqa: E402
+from orchestrator.subagents import GENERAL, SubagentRequest  # noqa: E402
+from tests.workers.agent_kit import FunctionModel  # noqa: E402
+from workers.broker import ModelBroker  # noqa: E402
+from workers.pool import PoolOptions, WorkerPool, open_worker_pool  # noqa: E402
+
+DISPATCHES = 50
+_MiB = 1024 * 1024
+
+
+async def allow(tool: str, input: dict[str, object]) -> Allow | Deny:
+    return Allow()
+
+
+def request(agent_id: str, workspace: Path) -> SubagentRequest:
+    return SubagentRequest(
+        agent_id, GENERAL, "go", GENERAL.system_blocks(workspace=workspace, cwd=workspace)
+    )
+
+
+async def dispatch_latency(workspace: Path) -> list[float]:
+    async def answer(req: ModelRequest) -> Sequence[ContentBlock]:
+        return [TextBlock(text="done")]
+
+    model = FunctionModel(answer)
+    latencies = []
+    async with open_worker_pool(
+        broker=ModelBroker(model), workspace=workspace, options=PoolOptions(max_workers=1)
+    ) as pool:
+        await pool.run(request("warm-up", workspace), on_event=lambda e: None, permission=allow)
+        for i in range(DISPATCHES):
+            start = time.perf_counter()
+            await pool.run(request(f"a{i}", workspace), on_event=lambda e: None, permission=allow)
+            latencies.append(model.started_at[-1] - start)
+    return latencies
+
+
+async def parallel_ratio(workspace: Path, latency_s: float = 0.2, turns: int = 5) -> float:
+    async def respond(req: ModelRequest) -> Sequence[ContentBlock]:
+        await trio.sleep(latency_s)
+        turn = (len(req.messages) + 1) // 2
+        if turn < turns:
+            return [ToolUseBlock(id=f"toolu_{turn}", name="Think", input={"thought": "hmm"})]
+        return [TextBlock(text="done")]
+
+    model = FunctionModel(respond)
+    options = PoolOptions(max_workers=10, start="eager")
+    async with open_worker_pool(
+        broker=ModelBroker(model), workspace=workspace, options=options
+    ) as pool:
+        await pool.wait_idle(10)
+        start = time.perf_counter()
+        async with trio.open_nursery() as nursery:
+            for i in range(10):
+                nursery.start_soon(
+                    lambda i=i: pool.run(
+                        request(f"p{i}", workspace), on_event=lambda e: None, permission=allow
+                    )
+                )
+        wall = time.perf_counter() - start
+    assert len(model.requests) == 10 * turns
+    return wall / (turns * latency_s)
+
+
+def tree(pid: int) -> list[psutil.Process]:
+    root = psutil.Process(pid)
+    return [root, *root.children(recursive=True)]
+
+
+async def idle_memory(workspace: Path) -> None:
+    options = PoolOptions(max_workers=10, start="eager")
+    model = FunctionModel(lambda req: None)  # type: ignore[arg-type,return-value]
+    async with open_worker_pool(
+        broker=ModelBroker(model), workspace=workspace, options=options
+    ) as pool:
+        await pool.wait_idle(10)
+        await trio.sleep(1.0)  # let start-up garbage settle
+        per_worker = []
+        parts: dict[str, list[int]] = {"bwrap": [], "python": []}
+        pss_total = 0
+        for pid in pool.worker_pids():
+            rss = 0
+            for proc in tree(pid):
+                info = proc.memory_full_info()
+                rss += info.rss
+                pss_total += info.pss
+                parts["bwrap" if proc.name() == "bwrap" else "python"].append(info.rss)
+            per_worker.append(rss)
+        _report_memory(pool, per_worker, parts, pss_total)
+
+
+def _report_memory(
+    pool: WorkerPool, per_worker: list[int], parts: dict[str, list[int]], pss_total: int
+) -> None:
+    median = statistics.median(per_worker) / _MiB
+    bwraps = len(parts["bwrap"]) // max(1, len(per_worker))
+    print(
+        f"(c) idle worker, process tree RSS: median {median:.1f} MB "
+        f"(python {statistics.median(parts['python']) / _MiB:.1f} MB + {bwraps} bwrap processes "
+        f"{statistics.median(parts['bwrap']) / _MiB:.1f} MB each)            goal <= 40 MB"
+    )
+    print(
+        f"    pool of {len(per_worker)}: RSS {sum(per_worker) / _MiB:.0f} MB summed, "
+        f"PSS {pss_total / _MiB:.0f} MB (shared pages counted once)"
+    )
+
+
+async def main() -> None:
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))
+    with tempfile.TemporaryDirectory(dir="/var/tmp") as tmp:
+        workspace = Path(tmp).resolve()
+        (workspace / "a.txt").write_text("alpha\n")
+        latencies = await dispatch_latency(workspace)
+        print(
+            f"(a) dispatch to a warm worker -> its first model request: median "
+            f"{statistics.median(latencies) * 1000:.1f} ms, p90 "
+            f"{statistics.quantiles(latencies, n=10)[-1] * 1000:.1f} ms over {DISPATCHES}"
+            "      goal <= 20 ms"
+        )
+        ratio = await parallel_ratio(workspace)
+        print(
+            f"(b) 10 subagents x 5 turns x 200 ms in parallel: wall / ideal = {ratio:.3f}"
+            "                goal <= 1.1"
+        )
+        await idle_memory(workspace)
+
+
+if __name__ == "__main__":
+    trio.run(main)
