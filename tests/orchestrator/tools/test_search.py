@@ -294,13 +294,11 @@ async def test_ls_refusals(repo: Path, ctx: ToolContext, path: str, expected: st
     assert out.stage == "refused" and expected in out.text
 
 
-async def test_grep_content_is_in_path_order_with_hunks_kept(tmp_path: Path) -> None:
+async def test_grep_content_is_in_path_order_with_hunks_kept(ws: Path, ctx: ToolContext) -> None:
     """ripgrep searches in parallel (no --sort); Warren puts whole files in path order and
     keeps the `--` between context hunks, within a file and between files."""
-    ws = tmp_path.resolve()
     for name in ("b.txt", "a.txt", "c.txt"):
         (ws / name).write_text("hit\nx\nx\nx\nx\nhit\n")
-    ctx = ToolContext(workspace=ws, cwd=ws)
     raw = {"pattern": "hit", "output_mode": "content", "-A": 1, "path": str(ws)}
     out = await run_tool(GREP, raw, ctx)
     block = ["{p}:1:hit", "{p}-2-x", "--", "{p}:6:hit"]
