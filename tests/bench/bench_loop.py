@@ -175,8 +175,8 @@ async def gap_median(ws: Path, prior: list[Message], turns: int) -> float:
 
 
 async def bench_c(ws: Path) -> None:
-    small = await gap_median(ws, history(10), 15)
-    large = await gap_median(ws, history(1000), 15)
+    small = await gap_median(ws, history(10), 40)
+    large = await gap_median(ws, history(1000), 40)
     print(
         f"(c) last tool result -> next request: median {small:.2f} ms with 10 messages, "
         f"{large:.2f} ms with 1,000 (ratio {large / small:.2f}; goals <= 5 ms, <= 2x)"
