@@ -297,7 +297,8 @@ class WorkerPool:
             try:
                 worker = await self._checkout(request.agent_type.writable)
             except WorkerStartError as exc:
-                return SubagentOutcome(agent_id, "worker_unavailable", exc.message + ".")
+                text = f"No worker could be started for the subagent: {exc.message}."
+                return SubagentOutcome(agent_id, "worker_unavailable", text)
             try:
                 result = await self._drive(worker, _Run(request), on_event, permission)
             finally:  # after a cancelled run too: a worker that answered is kept
@@ -317,16 +318,15 @@ class WorkerPool:
             )
         with trio.move_on_after(self.options.stop_grace_s):
             await worker.process.wait()  # so the status below is known
-        kind, text = worker.failure or (
-            "worker_crashed",
-            f"its worker process died ({worker.status()})",
-        )
+        if worker.failure is not None:
+            kind, text = (
+                worker.failure[0],
+                f"The subagent's worker was killed: {worker.failure[1]}.",
+            )
+        else:
+            kind, text = "worker_crashed", f"The subagent's worker died ({worker.status()})."
         return SubagentOutcome(
-            agent_id,
-            kind,
-            f"The subagent's sandboxed worker was stopped: {text}.",
-            duration_s=time.monotonic() - started,
-            worker_pid=pid,
+            agent_id, kind, text, duration_s=time.monotonic() - started, worker_pid=pid
         )
 
     # -- one run ----------------------------------------------------------------------------

@@ -313,7 +313,7 @@ def _tool_output(outcome: SubagentOutcome, agent_type: AgentType) -> ToolOutput:
             text = f"The subagent stopped: {result}"
         case "worker_crashed" | "worker_limit" | "worker_protocol" | "worker_unavailable":
             text = (
-                f"The subagent did not finish: {result} Its work so far is lost; dispatch it "
+                f"The subagent did not finish. {result} Its work so far is lost; dispatch it "
                 "again (perhaps with a narrower task) or do the work yourself."
             )
         case _:

@@ -8,13 +8,14 @@ socket is exercised by tests/workers/test_dispatch_e2e.py.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
 import sys
 import textwrap
 from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +51,7 @@ from tests.workers.agent_kit import (
 )
 from workers.broker import BrokerLimits, ModelBroker
 from workers.pool import PoolOptions, WorkerPool, open_session_subagents, open_worker_pool
-from workers.toolhost_runner import HostSpawner
+from workers.toolhost_runner import HostLaunch, HostProcess, HostSpawner, unsandboxed_spawner
 
 
 def _sandbox_works() -> bool:
@@ -269,6 +270,17 @@ async def test_a_misbehaving_worker_is_killed_and_the_pool_goes_on(
         after = await run(pool, request(PROBE, "after", "agent-t2"))
         assert after.reason == "completed"
     assert descendants() == []
+
+
+async def test_a_worker_that_cannot_start_is_an_outcome(workspace: Path) -> None:
+    def failing(launch: HostLaunch) -> AbstractAsyncContextManager[HostProcess]:
+        return unsandboxed_spawner(dataclasses.replace(launch, argv=("/bin/false",)))
+
+    async with pool_for(workspace, probe_then_report(), spawner=failing) as (pool, _):
+        out = await run(pool, request(PROBE, "x"))
+    assert out.reason == "worker_unavailable"
+    assert "a worker exited before it was ready (exit status 1)" in out.result
+    assert out.worker_pid is None
 
 
 async def test_some_garbage_on_the_protocol_is_survived(workspace: Path) -> None:

@@ -183,7 +183,7 @@ async def test_the_result_is_the_final_text_and_usage(ctx: ToolContext) -> None:
         ("model_error", "model request failed, so it stopped"),
         ("budget_exceeded", "Do not dispatch more agents"),
         ("interrupted", "was interrupted before it finished"),
-        ("worker_crashed", "did not finish: The result text. Its work so far is lost"),
+        ("worker_crashed", "did not finish. The result text. Its work so far is lost"),
         ("worker_limit", "did not finish"),
         ("worker_unavailable", "did not finish"),
     ],
@@ -252,6 +252,17 @@ async def test_subagent_calls_are_decided_by_the_session_permission_function(
     assert allowed == Allow(rule="read-only")
     assert isinstance(not_its_tool, Deny) and "Bash is not one of the tools" in not_its_tool.message
     assert isinstance(invalid, Deny) and "invalid" in invalid.message
+
+
+async def test_headless_asks_of_a_subagent_become_denies_its_model_sees(
+    ctx: ToolContext,
+) -> None:
+    edit = {"file_path": "/f", "old_string": "a", "new_string": "b"}
+    runner = FakeRunner(calls=(("Edit", edit),))
+    writer = {"description": "d", "prompt": "p", "subagent_type": "writer"}
+    await run_tool(dispatcher(runner), writer, ctx)
+    (denied,) = runner.decisions
+    assert isinstance(denied, Deny) and "this is a non-interactive run" in denied.message
 
 
 async def test_asks_of_parallel_subagents_are_answered_one_at_a_time(ctx: ToolContext) -> None:
