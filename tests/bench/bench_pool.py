@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 from orchestrator.messages import ContentBlock, TextBlock, ToolUseBlock  # noqa: E402
 from orchestrator.model.base import ModelRequest  # noqa: E402
 from orchestrator.permissions import Allow, Deny  # noqa: E402
-from orchestrator.subagents import GENERAL, SubagentRequest  # noqa: E402
+from orchestrator.subagents import GENERAL, SubagentEvent, SubagentRequest  # noqa: E402
 from tests.workers.agent_kit import FunctionModel  # noqa: E402
 from workers.broker import ModelBroker  # noqa: E402
 from workers.pool import PoolOptions, WorkerPool, open_worker_pool  # noqa: E402
@@ -44,6 +44,10 @@ _MiB = 1024 * 1024
 
 async def allow(tool: str, input: dict[str, object]) -> Allow | Deny:
     return Allow()
+
+
+def ignore(event: SubagentEvent) -> None:
+    pass
 
 
 def request(agent_id: str, workspace: Path) -> SubagentRequest:
@@ -61,10 +65,10 @@ async def dispatch_latency(workspace: Path) -> list[float]:
     async with open_worker_pool(
         broker=ModelBroker(model), workspace=workspace, options=PoolOptions(max_workers=1)
     ) as pool:
-        await pool.run(request("warm-up", workspace), on_event=lambda e: None, permission=allow)
+        await pool.run(request("warm-up", workspace), on_event=ignore, permission=allow)
         for i in range(DISPATCHES):
             start = time.perf_counter()
-            await pool.run(request(f"a{i}", workspace), on_event=lambda e: None, permission=allow)
+            await pool.run(request(f"a{i}", workspace), on_event=ignore, permission=allow)
             latencies.append(model.started_at[-1] - start)
     return latencies
 
@@ -83,14 +87,14 @@ async def parallel_ratio(workspace: Path, latency_s: float = 0.2, turns: int = 5
         broker=ModelBroker(model), workspace=workspace, options=options
     ) as pool:
         await pool.wait_idle(10)
+
+        async def one(agent_id: str) -> None:
+            await pool.run(request(agent_id, workspace), on_event=ignore, permission=allow)
+
         start = time.perf_counter()
         async with trio.open_nursery() as nursery:
             for i in range(10):
-                nursery.start_soon(
-                    lambda i=i: pool.run(
-                        request(f"p{i}", workspace), on_event=lambda e: None, permission=allow
-                    )
-                )
+                nursery.start_soon(one, f"p{i}")
         wall = time.perf_counter() - start
     assert len(model.requests) == 10 * turns
     return wall / (turns * latency_s)
