@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from orchestrator.headless import RunnerFactory
+    from orchestrator.headless import RunnerFactory, SubagentsFactory
     from orchestrator.pipeline import ToolRunner
     from orchestrator.session_policy import SessionPolicy
     from orchestrator.tools.base import ToolContext
@@ -191,7 +191,13 @@ def _run_headless(argv: list[str]) -> int:
         print(f"warren: {problems}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        report = trio.run(lambda: run_headless(options, runner_factory=sandboxed_runner_factory()))
+        report = trio.run(
+            lambda: run_headless(
+                options,
+                runner_factory=sandboxed_runner_factory(),
+                subagents_factory=subagents_factory(),
+            )
+        )
     except ConfigError as exc:
         print(f"warren: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -220,9 +226,19 @@ def sandboxed_runner_factory() -> RunnerFactory:
             extra_deny_read=policy.deny_read(),
             extra_protected=policy.protected(),
         )
-        return open_tool_runner(spawner=SandboxedSpawner(spec), prestart=ctx)
+        return open_tool_runner(
+            spawner=SandboxedSpawner(spec), prestart=ctx, local_tools=frozenset({"dispatch_agent"})
+        )
 
     return open_runner
+
+
+def subagents_factory() -> SubagentsFactory:
+    """The worker pool (workers/): where dispatch_agent's subagents run, each in its own
+    sandboxed process, their model requests through one broker."""
+    from workers.pool import open_session_subagents
+
+    return open_session_subagents
 
 
 def _doctor(argv: list[str]) -> int:

@@ -38,6 +38,7 @@ from orchestrator.permissions import headless_asker
 from orchestrator.pipeline import InProcessRunner, ToolPipeline, ToolRunner
 from orchestrator.session import SessionStore, Transcript
 from orchestrator.session_policy import SessionPolicy, load_session_policy
+from orchestrator.subagents import SubagentEvent, SubagentRunner, SubagentUpdate, load_agent_types
 from orchestrator.terminal_asker import TerminalAsker
 from orchestrator.tools.base import ToolContext
 from orchestrator.tools.registry import ToolRegistry, builtin_tools
@@ -46,10 +47,25 @@ from policies.files import Mode
 if TYPE_CHECKING:
     from sandbox.probe import FloorReport
 
-__all__ = ["FloorNotProven", "HeadlessOptions", "RunReport", "RunnerFactory", "run_headless"]
+__all__ = [
+    "FloorNotProven",
+    "HeadlessOptions",
+    "RunReport",
+    "RunnerFactory",
+    "SubagentsFactory",
+    "run_headless",
+]
 
 RunnerFactory = Callable[[ToolContext, SessionPolicy], AbstractAsyncContextManager[ToolRunner]]
 """Opens where tool calls run for one session (the CLI passes the sandboxed tool hosts)."""
+
+SubagentsFactory = Callable[
+    [ToolContext, SessionPolicy, ModelClient],
+    AbstractAsyncContextManager[tuple[SubagentRunner, ModelClient]],
+]
+"""Opens the worker pool of one session; yields it with the model the session uses from then on
+(a broker over the given one, whose limits the subagents share). The CLI passes
+`workers.pool.open_session_subagents`."""
 
 SANDBOX_OFF_WARNING = (
     "warning: --sandbox=off: tool calls run directly on this machine, with your full "
@@ -199,6 +215,7 @@ async def run_headless(
     tools: Callable[[], ToolRegistry] | None = None,
     model: ModelClient | None = None,
     runner_factory: RunnerFactory | None = None,
+    subagents_factory: SubagentsFactory | None = None,
     install_signal_handler: bool = True,
 ) -> RunReport:
     """Run one headless session to its terminal reason.
@@ -303,14 +320,6 @@ async def run_headless(
         sinks = _Fanout([_transcript_sink(transcript), audit, printer, *(extra_sinks or [])])
         if options.progress or options.verbose:
             sinks.sinks.append(ProgressPrinter(sys.stderr))
-        printer.init(
-            cwd=str(cwd),
-            model=model.model,
-            tools=registry.names(),
-            transcript=str(transcript.path),
-            permission_mode=policy.mode,
-            sandbox=floor_state,
-        )
         ctx = ToolContext(
             workspace=cwd,
             cwd=cwd,
@@ -322,18 +331,57 @@ async def run_headless(
             if runner_factory is not None and options.sandbox == "required"
             else _in_process(ctx)
         )
+        subagents: AbstractAsyncContextManager[tuple[SubagentRunner | None, ModelClient]] = (
+            subagents_factory(ctx, policy, model)
+            if subagents_factory is not None
+            and options.sandbox == "required"
+            and policy.limit("max_subagents") != 0
+            else _no_subagents(model)
+        )
+        permission = policy.permission_fn()
+        asker = TerminalAsker(policy) if options.asks == "terminal" else headless_asker
         prompt = Message.user_text(options.prompt)
         transcript.message(prompt)
         control = RunControl()
         log.info("run started", model=model.model, cwd=str(cwd), resumed=bool(history))
         try:
-            async with opened as runner, trio.open_nursery() as nursery:
+            async with (
+                opened as runner,
+                subagents as (pool, model),
+                trio.open_nursery() as nursery,
+            ):
+                if pool is not None:
+                    from orchestrator.tools.dispatch_agent import DispatchAgentTool
+
+                    dispatch = DispatchAgentTool(
+                        runner=pool,
+                        agent_types=load_agent_types(
+                            cwd,
+                            trusted=policy.effective.trust == "trusted",
+                            config_dir=dirs.config,
+                            known_tools=registry.names(),
+                        ),
+                        tools=registry,
+                        permission=permission,
+                        asker=asker,
+                        sidechain_root=dirs.sessions,
+                        on_update=_subagent_sink(printer, audit),
+                    )
+                    registry = ToolRegistry([*registry, dispatch])
+                printer.init(
+                    cwd=str(cwd),
+                    model=model.model,
+                    tools=registry.names(),
+                    transcript=str(transcript.path),
+                    permission_mode=policy.mode,
+                    sandbox=floor_state,
+                )
                 pipeline = ToolPipeline(
                     runner=runner,
                     tools=registry,
                     ctx=ctx,
-                    permission=policy.permission_fn(),
-                    asker=TerminalAsker(policy) if options.asks == "terminal" else headless_asker,
+                    permission=permission,
+                    asker=asker,
                     emit=sinks,
                 )
                 if install_signal_handler:
@@ -376,6 +424,25 @@ async def run_headless(
 def _policy_int(policy: SessionPolicy, name: str, default: int) -> int:
     value = policy.limit(name)
     return int(value) if value is not None else default
+
+
+@asynccontextmanager
+async def _no_subagents(
+    model: ModelClient,
+) -> AsyncIterator[tuple[SubagentRunner | None, ModelClient]]:
+    yield None, model
+
+
+def _subagent_sink(printer: OutputPrinter, audit: AuditLog) -> Callable[[SubagentUpdate], None]:
+    """Subagents' events: tagged lines in stream-json, their permission decisions in the
+    session's audit log."""
+
+    def report(update: SubagentUpdate) -> None:
+        printer.subagent(update)
+        if isinstance(update, SubagentEvent):
+            audit(update.event)
+
+    return report
 
 
 @asynccontextmanager

@@ -85,7 +85,7 @@ class RunControl:
 
 @dataclass(frozen=True)
 class ModelUsage:
-    usage: Usage = Usage()
+    usage: Usage = field(default_factory=Usage)
     cost_usd: float = 0.0
     requests: int = 0
 

@@ -23,6 +23,7 @@ from orchestrator.events import (
     ToolStarted,
 )
 from orchestrator.loop import RunResult
+from orchestrator.subagents import SubagentUpdate, subagent_record
 
 __all__ = ["OutputFormat", "OutputPrinter", "ProgressPrinter", "result_record"]
 
@@ -117,6 +118,13 @@ class OutputPrinter:
                 )
             case _:
                 pass
+
+    def subagent(self, update: SubagentUpdate) -> None:
+        """A subagent's event, tagged with its id (stream-json only)."""
+        if self.format == "stream-json":
+            record = subagent_record(update, session_id=self.session_id)
+            if record is not None:
+                self._line(record)
 
     def finish(self, result: RunResult) -> None:
         record = result_record(result, session_id=self.session_id)
