@@ -39,10 +39,15 @@ def _version() -> str:
 
 
 def _tool_list(values: list[str] | None) -> frozenset[str]:
-    names: set[str] = set()
-    for value in values or []:
-        names.update(n.strip() for n in value.replace(",", " ").split() if n.strip())
-    return frozenset(names)
+    """The rules given to --allowed-tools / --disallowed-tools, each split the policy's way
+    (commas and blanks between rules, never inside `Bash(npm run test:*)`)."""
+    from policies.files import PolicyError, split_tool_list
+
+    try:
+        return frozenset(split_tool_list(values or []))
+    except PolicyError as exc:
+        print(f"warren: {exc}", file=sys.stderr)
+        raise SystemExit(2) from exc
 
 
 def _headless_parser() -> argparse.ArgumentParser:
@@ -343,7 +348,11 @@ def main(argv: list[str] | None = None) -> int:
         case ["demo"]:
             from orchestrator.demo.run import demo_main
 
-            return demo_main(argv[1:], runner_factory=sandboxed_runner_factory())
+            return demo_main(
+                argv[1:],
+                runner_factory=sandboxed_runner_factory(),
+                subagents=subagents_factory(),
+            )
         case ["doctor"]:
             return _doctor(argv[1:])
         case ["sandbox"]:

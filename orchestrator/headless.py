@@ -216,6 +216,7 @@ async def run_headless(
     model: ModelClient | None = None,
     runner_factory: RunnerFactory | None = None,
     subagents_factory: SubagentsFactory | None = None,
+    on_subagent: Callable[[SubagentUpdate], None] | None = None,
     install_signal_handler: bool = True,
 ) -> RunReport:
     """Run one headless session to its terminal reason.
@@ -365,7 +366,7 @@ async def run_headless(
                         permission=permission,
                         asker=asker,
                         sidechain_root=dirs.sessions,
-                        on_update=_subagent_sink(printer, audit),
+                        on_update=_subagent_sink(printer, audit, on_subagent),
                     )
                     registry = ToolRegistry([*registry, dispatch])
                 printer.init(
@@ -433,14 +434,20 @@ async def _no_subagents(
     yield None, model
 
 
-def _subagent_sink(printer: OutputPrinter, audit: AuditLog) -> Callable[[SubagentUpdate], None]:
+def _subagent_sink(
+    printer: OutputPrinter,
+    audit: AuditLog,
+    extra: Callable[[SubagentUpdate], None] | None,
+) -> Callable[[SubagentUpdate], None]:
     """Subagents' events: tagged lines in stream-json, their permission decisions in the
-    session's audit log."""
+    session's audit log, and whatever the embedder wants (`on_subagent`)."""
 
     def report(update: SubagentUpdate) -> None:
         printer.subagent(update)
         if isinstance(update, SubagentEvent):
             audit(update.event)
+        if extra is not None:
+            extra(update)
 
     return report
 

@@ -1,8 +1,10 @@
-"""`warren demo`: run a scripted session end to end on a copy of the bundled sample repository.
+"""`warren demo`: a scripted multi-file refactor on a generated repository, end to end.
 
 Offline and deterministic: the model is the scripted client replaying `session.json`, but
-everything else is the real path of `warren -p` — the loop, streaming tool execution, the real
-tools on real files, the persistent shell running the sample's tests, the transcript.
+everything else is the real path of `warren -p`: the floor is probed, three read-only
+subagents survey the repository in parallel in their own sandboxed worker processes, every
+tool call of the main agent runs in a sandboxed tool host, the policy engine decides each call,
+the sample's tests run in the persistent shell, and the transcript is written.
 """
 
 from __future__ import annotations
@@ -16,84 +18,112 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 import trio
 
-from orchestrator.events import Event, PermissionDecided, ToolFinished, ToolStarted
-from orchestrator.headless import HeadlessOptions, RunnerFactory, run_headless
+from orchestrator.demo.sample_repo import generate
+from orchestrator.events import AssistantTurn, Event, PermissionDecided, ToolStarted
+from orchestrator.headless import HeadlessOptions, RunnerFactory, SubagentsFactory, run_headless
 from orchestrator.outcome import exit_code
 from orchestrator.output import ProgressPrinter
+from orchestrator.subagents import SubagentFinished, SubagentOutcome, SubagentUpdate
 
 __all__ = ["demo_main"]
 
 HERE = Path(__file__).parent
 PROMPT = (
-    "The test suite of this repository fails with an ImportError. Find the cause, fix it "
-    "across the code base, and run the tests."
+    "The test suite fails with an ImportError: the tests expect shop.money.round_money. "
+    "Rename legacy_round to round_money across the code base and run the tests."
 )
 
 
 @dataclass
 class _Timeline:
-    """When each tool call started and finished, to show what ran in parallel."""
+    """What the summary reports: phases (one per model turn), tool calls, agents, decisions."""
 
-    started: dict[str, float] = field(default_factory=dict)
-    spans: list[tuple[str, float, float]] = field(default_factory=list)
+    started: float = field(default_factory=time.monotonic)
+    phases: list[tuple[str, float]] = field(default_factory=list)
+    """(the tools the turn's calls used, its wall time from the previous turn's end)."""
+    _turn_tools: Counter[str] = field(default_factory=Counter)
+    _last: float = field(default_factory=time.monotonic)
     decisions: Counter[str] = field(default_factory=Counter)
-    """`allow by <rule>` -> how many calls."""
+    agents: list[SubagentOutcome] = field(default_factory=list)
 
     def __call__(self, event: Event) -> None:
-        now = time.monotonic()
         match event:
+            case ToolStarted(tool=tool):
+                self._turn_tools[tool] += 1
+            case AssistantTurn():
+                self._close_phase()
             case PermissionDecided(decision=decision, rule=rule):
                 self.decisions[f"{decision}: {rule}"] += 1
-            case ToolStarted(tool_use_id=tid):
-                self.started[tid] = now
-            case ToolFinished(tool_use_id=tid, tool=tool) if tid in self.started:
-                self.spans.append((tool, self.started.pop(tid), now))
             case _:
                 pass
 
+    def subagent(self, update: SubagentUpdate) -> None:
+        if isinstance(update, SubagentFinished):
+            self.agents.append(update.outcome)
 
-def _prepare_workspace(root: Path) -> Path:
-    workspace = root / "shop"
-    shutil.copytree(HERE / "sample", workspace)
+    def _close_phase(self) -> None:
+        now = time.monotonic()
+        label = ", ".join(f"{n} x {tool}" for tool, n in self._turn_tools.items()) or "answer"
+        if self.phases or self._turn_tools:
+            self.phases.append((label, now - self._last))
+        self._turn_tools.clear()
+        self._last = now
+
+    def finish(self) -> None:
+        if self._turn_tools:
+            self._close_phase()
+
+
+def _git_init(workspace: Path) -> None:
     git = shutil.which("git")
-    if git is not None:
-        for args in (
-            ["init", "-q", "-b", "main"],
-            ["add", "-A"],
-            [
-                "-c",
-                "user.name=demo",
-                "-c",
-                "user.email=demo@example.invalid",
-                "commit",
-                "-q",
-                "-m",
-                "sample",
-            ],
-        ):
-            subprocess.run([git, *args], cwd=workspace, check=False, capture_output=True)
-    return workspace
+    if git is None:
+        return
+    for args in (
+        ["init", "-q", "-b", "main"],
+        ["add", "-A"],
+        [
+            "-c",
+            "user.name=demo",
+            "-c",
+            "user.email=demo@example.invalid",
+            "commit",
+            "-q",
+            "-m",
+            "sample",
+        ],
+    ):
+        subprocess.run([git, *args], cwd=workspace, check=False, capture_output=True)
 
 
-def demo_main(argv: list[str], *, runner_factory: RunnerFactory | None = None) -> int:
-    """Run the demo; `runner_factory` is the sandboxed tool hosts (without one: unsandboxed)."""
+def demo_main(
+    argv: list[str],
+    *,
+    runner_factory: RunnerFactory | None = None,
+    subagents: SubagentsFactory | None = None,
+) -> int:
+    """Run the demo. `runner_factory` and `subagents` are the sandboxed tool hosts and worker
+    pool (the CLI passes them); without them tools run unsandboxed and nothing is dispatched."""
     parser = argparse.ArgumentParser(prog="warren demo", description=__doc__)
     parser.add_argument("--keep", action="store_true", help="keep the workspace afterwards")
     parser.add_argument("-v", "--verbose", action="store_true", help="logs on stderr")
     args = parser.parse_args(argv)
 
     root = Path(tempfile.mkdtemp(prefix="warren-demo-"))
-    workspace = _prepare_workspace(root)
+    workspace = generate(root / "shop")
+    _git_init(workspace)
     out = sys.stdout
+    files = sum(1 for _ in workspace.rglob("*.py"))
+    floor = "bubblewrap floor (tool hosts and subagent workers)" if runner_factory else "OFF"
     out.write(
-        "Warren demo (offline: a scripted model; real tools on a real copy)\n"
-        f"  workspace: {workspace}\n"
+        "Warren demo (offline: a scripted model; real sandboxes, tools and policy)\n"
+        f"  workspace: {workspace} ({files} Python files, generated)\n"
         "  permissions: --permission-mode accept-edits --allowed-tools "
         "'Bash(python -m unittest:*)'\n"
-        f"  sandbox: {'every tool call in a bubblewrap tool host' if runner_factory else 'OFF'}\n"
+        f"  sandbox: {floor}\n"
         f"  prompt: {PROMPT}\n\n"
     )
     timeline = _Timeline()
@@ -106,42 +136,44 @@ def demo_main(argv: list[str], *, runner_factory: RunnerFactory | None = None) -
         verbose=args.verbose,
         sandbox="required" if runner_factory is not None else "off",
     )
-    started = time.monotonic()
     try:
-        report = trio.run(
-            lambda: run_headless(
-                options,
-                stdout=open("/dev/null", "w"),  # noqa: SIM115 - the final text is printed below
-                extra_sinks=[ProgressPrinter(out, show_text=True), timeline],
-                runner_factory=runner_factory,
+        with open("/dev/null", "w") as discard:  # the final text is in the summary
+            report = trio.run(
+                lambda: run_headless(
+                    options,
+                    stdout=discard,
+                    extra_sinks=[ProgressPrinter(out, show_text=True), timeline],
+                    runner_factory=runner_factory,
+                    subagents_factory=subagents,
+                    on_subagent=timeline.subagent,
+                )
             )
-        )
     finally:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
-    wall = time.monotonic() - started
-    result = report.result
-    out.write("\nSummary\n")
-    out.write(f"  outcome: {result.reason} after {result.num_turns} turns in {wall:.2f} s\n")
-    out.write(f"  tool calls: {len(timeline.spans)}\n")
-    _parallel_note(out, timeline)
+    timeline.finish()
+    _summary(out, report.result.reason, report.result.num_turns, timeline, report.transcript)
+    if args.keep:
+        out.write(f"  workspace kept: {workspace}\n")
+    if report.result.reason != "completed":
+        out.write(f"\nThe demo did not complete: {report.result.result}\n")
+    return exit_code(report.result.reason)
+
+
+def _summary(out: IO[str], reason: str, turns: int, timeline: _Timeline, transcript: Path) -> None:
+    wall = time.monotonic() - timeline.started
+    out.write(f"\nSummary\n  outcome: {reason} after {turns} turns in {wall:.2f} s\n")
+    out.write("  phases (wall time per model turn and the tools it ran):\n")
+    for label, seconds in timeline.phases:
+        out.write(f"    {seconds * 1000:7.0f} ms  {label}\n")
+    if timeline.agents:
+        out.write(f"  subagents: {len(timeline.agents)}, each in its own sandboxed worker\n")
+        for agent in timeline.agents:
+            out.write(
+                f"    {agent.agent_id}: {agent.reason} in {agent.num_turns} turns, "
+                f"{agent.duration_s * 1000:.0f} ms, worker pid {agent.worker_pid}\n"
+            )
     out.write("  policy decisions:\n")
     for decision, count in sorted(timeline.decisions.items()):
         out.write(f"    {count} x {decision}\n")
-    out.write(f"  transcript: {report.transcript}\n")
-    if args.keep:
-        out.write(f"  workspace kept: {workspace}\n")
-    if result.reason != "completed":
-        out.write(f"\nThe demo did not complete: {result.result}\n")
-    return exit_code(result.reason)
-
-
-def _parallel_note(out: object, timeline: _Timeline) -> None:
-    reads = [(s, e) for tool, s, e in timeline.spans if tool == "Read"]
-    if len(reads) > 1:
-        wall = max(e for _, e in reads) - min(s for s, _ in reads)
-        total = sum(e - s for s, e in reads)
-        sys.stdout.write(
-            f"  parallel reads: {len(reads)} Read calls, {wall * 1000:.1f} ms wall for "
-            f"{total * 1000:.1f} ms of work\n"
-        )
+    out.write(f"  transcript: {transcript}\n")

@@ -11,6 +11,15 @@ Users run it with `--model scripted:PATH`. The script is a list of turns (or an 
 
 The text `{{workspace}}` in any string is replaced by the run's workspace, so one script works
 wherever the demo repository is copied.
+
+Subagents dispatched with `dispatch_agent` ask the same model concurrently, so their turns
+are scripted apart, keyed by text their prompt contains:
+
+    {"turns": [...the main agent's turns...],
+     "agents": [{"match": "[survey:billing]", "turns": [...]}, ...]}
+
+A request whose first user message contains an agent's `match` takes that agent's next turn;
+every other request takes the next main turn.
 """
 
 from __future__ import annotations
@@ -41,7 +50,7 @@ from orchestrator.model.base import (
     TextDelta,
 )
 
-__all__ = ["ScriptedModel", "ScriptedTurn", "load_script"]
+__all__ = ["AgentScript", "Script", "ScriptedModel", "ScriptedTurn", "load_script"]
 
 
 class _ScriptedText(BaseModel):
@@ -70,12 +79,22 @@ class ScriptedTurn(BaseModel):
     usage: Usage | None = None
 
 
-class _Script(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class AgentScript(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    match: str = Field(min_length=1)
+    """Text a subagent's prompt contains."""
     turns: list[ScriptedTurn]
 
 
-def load_script(path: Path) -> list[ScriptedTurn]:
+class Script(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    turns: list[ScriptedTurn]
+    agents: list[AgentScript] = []
+
+
+def load_script(path: Path) -> Script:
     """Read and check a script file; errors name the file and the offending turn."""
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
@@ -86,7 +105,7 @@ def load_script(path: Path) -> list[ScriptedTurn]:
             f"not valid JSON (line {exc.lineno}, column {exc.colno}): {exc.msg}", source=str(path)
         ) from exc
     try:
-        return _Script.model_validate({"turns": raw} if isinstance(raw, list) else raw).turns
+        return Script.model_validate({"turns": raw} if isinstance(raw, list) else raw)
     except ValidationError as exc:
         first = exc.errors(include_url=False)[0]
         where = ".".join(str(p) for p in first["loc"])
@@ -106,25 +125,43 @@ def _substitute(value: Any, variables: dict[str, str]) -> Any:
 
 
 class ScriptedModel:
-    """Replays `turns` in order, one per request; running out is a `model_error`."""
+    """Replays `turns` in order, one per request (subagents' from `agents`, by prompt);
+    running out is a `model_error`."""
 
     def __init__(
         self,
         turns: list[ScriptedTurn],
         *,
+        agents: list[AgentScript] | None = None,
         name: str = "scripted",
         variables: dict[str, str] | None = None,
     ) -> None:
-        self._turns = turns
-        self._name = name
         self._variables = variables or {}
-        self._next = 0
+        self._queues: list[tuple[str | None, list[ScriptedTurn]]] = [
+            (self._sub(agent.match), list(agent.turns)) for agent in agents or []
+        ]
+        self._queues.append((None, list(turns)))
+        self._name = name
         self.requests: list[ModelRequest] = []
         """Every request received, for tests and demos."""
 
     @classmethod
     def from_file(cls, path: Path, *, variables: dict[str, str] | None = None) -> ScriptedModel:
-        return cls(load_script(path), name=f"scripted:{path.name}", variables=variables)
+        script = load_script(path)
+        return cls(
+            script.turns, agents=script.agents, name=f"scripted:{path.name}", variables=variables
+        )
+
+    def _sub(self, text: str) -> str:
+        result: str = _substitute(text, self._variables)
+        return result
+
+    def _queue_for(self, request: ModelRequest) -> tuple[str, list[ScriptedTurn]]:
+        first = request.messages[0].text() if request.messages else ""
+        for match, queue in self._queues:
+            if match is None or match in first:
+                return match or "main agent", queue
+        raise AssertionError("the main queue always matches")
 
     @property
     def model(self) -> str:
@@ -135,14 +172,11 @@ class ScriptedModel:
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
         self.requests.append(request)
-        index = self._next
-        if index >= len(self._turns):
-            raise ModelError(
-                f"The scripted model has no turn {index + 1}: the script has "
-                f"{len(self._turns)} turns."
-            )
-        self._next += 1
-        turn = self._turns[index]
+        who, queue = self._queue_for(request)
+        if not queue:
+            raise ModelError(f"The scripted model has no turn left for the {who}.")
+        turn = queue.pop(0)
+        index = len(self.requests)
         if turn.latency_ms:
             await trio.sleep(turn.latency_ms / 1000)
         blocks: list[ContentBlock] = []
@@ -155,7 +189,7 @@ class ScriptedModel:
                 yield TextDelta(i, block.text)
             else:
                 block = ToolUseBlock(
-                    id=item.id or f"toolu_script_{index + 1:03d}_{i:02d}",
+                    id=item.id or f"toolu_script_{index:03d}_{i:02d}",
                     name=item.name,
                     input=_substitute(item.input, self._variables),
                 )

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from orchestrator.demo.sample_repo import CALL_SITES, generate
 from orchestrator.model.scripted import load_script
-from tests.kit.fake_api import FakeMessagesAPI, HttpError, Reply
+from tests.kit.fake_api import FakeMessagesAPI, FakeResponse, HttpError, RecordedRequest, Reply
 
 DEMO = Path(__file__).resolve().parents[2] / "orchestrator" / "demo"
 WARREN = [sys.executable, "-m", "orchestrator.cli"]
@@ -31,9 +31,7 @@ def env(tmp_path: Path) -> dict[str, str]:
 
 @pytest.fixture
 def sample(tmp_path: Path) -> Path:
-    ws = tmp_path / "shop"
-    shutil.copytree(DEMO / "sample", ws)
-    return ws
+    return generate(tmp_path / "shop")
 
 
 def run_cli(
@@ -51,42 +49,63 @@ def run_cli(
 
 
 def test_scripted_refactor_through_cli_and_fake_server(sample: Path, env: dict[str, str]) -> None:
-    """Greps, reads three files in parallel, edits two, runs the tests with Bash, finishes."""
-    turns = load_script(DEMO / "session.json")
-    replies = [Reply.from_turn(t, workspace=str(sample)) for t in turns]
-    with FakeMessagesAPI(replies) as api:
+    """The demo's refactor through the real CLI and SDK: three subagents survey in parallel
+    (each its own sandboxed worker), six reads in parallel, six edits, the tests run green."""
+    script = load_script(DEMO / "session.json")
+    agents = {
+        agent.match.replace("{{workspace}}", str(sample)): [
+            Reply.from_turn(t, workspace=str(sample)) for t in agent.turns
+        ]
+        for agent in script.agents
+    }
+
+    def route(request: RecordedRequest) -> FakeResponse | None:
+        first = request.messages[0]["content"]
+        text = first if isinstance(first, str) else " ".join(b.get("text", "") for b in first)
+        for match, replies in agents.items():
+            if match in text:
+                return replies.pop(0)
+        return None
+
+    main = [Reply.from_turn(t, workspace=str(sample)) for t in script.turns]
+    with FakeMessagesAPI(main, route=route) as api:
         done = run_cli(
             [
                 "-p",
                 "fix the tests",
                 "--cwd",
                 str(sample),
-                "--permission-mode",
-                "bypass",
                 "--output-format",
                 "stream-json",
+                "--permission-mode",
+                "accept-edits",
+                "--allowed-tools",
+                "Bash(python -m unittest:*)",
             ],
             {**env, "ANTHROPIC_BASE_URL": api.base_url},
         )
         requests = api.requests
     assert done.returncode == 0, done.stderr
     events = [json.loads(line) for line in done.stdout.splitlines()]
-    assert events[0]["type"] == "system" and events[0]["subtype"] == "init"
+    assert events[0]["type"] == "system" and "dispatch_agent" in events[0]["tools"]
     assert events[-1]["type"] == "result" and events[-1]["subtype"] == "success"
     assert events[-1]["num_turns"] == 5
-    assert len(requests) == 5
+    assert len(requests) == 5 + 3 * 2
     headers = requests[0].headers
     assert "sk-test-e2e" in headers.get("x-api-key", "") + headers.get("authorization", "")
-    # The files were really edited, and the tests really ran green in the persistent shell.
-    assert "def order_total(" in (sample / "shop" / "pricing.py").read_text()
-    assert "net = order_total(lines)" in (sample / "shop" / "invoice.py").read_text()
-    bash_result = requests[4].messages[-1]["content"][0]
+    # Every file was really edited, and the tests really ran green in the persistent shell.
+    for path in ["shop/money.py", *CALL_SITES]:
+        text = (sample / path).read_text()
+        assert "legacy_round" not in text and "round_money" in text
+    main_requests = [r for r in requests if "[survey:" not in json.dumps(r.messages[0])]
+    bash_result = main_requests[4].messages[-1]["content"][0]
     assert bash_result["is_error"] is False
     assert "OK" in json.dumps(bash_result["content"])
-    # The three reads went back in one user message, in tool_use order.
-    reads = requests[2].messages[-1]["content"]
-    assert [r["type"] for r in reads] == ["tool_result"] * 3
-    assert "def calc(" in json.dumps(reads[0]["content"])
+    # The three survey reports came back to the main agent in dispatch order.
+    reports = main_requests[1].messages[-1]["content"]
+    assert [r["is_error"] for r in reports] == [False, False, False]
+    for area, report in zip(("billing", "catalog", "shipping"), reports, strict=True):
+        assert f"shop/{area}:" in json.dumps(report["content"])
 
 
 def test_invalid_key_is_one_sentence_and_exit_1(sample: Path, env: dict[str, str]) -> None:
@@ -156,7 +175,8 @@ def test_demo_runs_end_to_end(env: dict[str, str]) -> None:
     done = run_cli(["demo"], env)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "outcome: completed after 5 turns" in done.stdout
-    assert "parallel reads: 3 Read calls" in done.stdout
+    assert "subagents: 3, each in its own sandboxed worker" in done.stdout
+    assert "6 x Edit" in done.stdout
 
 
 def test_sandbox_off_says_so_on_every_run(sample: Path, env: dict[str, str]) -> None:

@@ -260,7 +260,7 @@ async def test_max_turns(tmp_path: Path) -> None:
 async def test_model_error_ends_run(tmp_path: Path) -> None:
     result = await run([turn(probe("a"))], tmp_path)
     assert result.reason == "model_error"
-    assert "no turn 2" in result.result
+    assert "no turn left for the main agent" in result.result
 
 
 async def test_headless_ask_becomes_deny_naming_the_tool(tmp_path: Path) -> None:

@@ -1,1 +1,0 @@
-"""A tiny order-pricing library."""
