@@ -7,6 +7,7 @@ loop. Field names follow the Anthropic Messages API so `to_api()` is a plain dum
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import cached_property
 from typing import Annotated, Any, Literal
 
@@ -118,6 +119,12 @@ class Message(BaseModel):
     @cached_property
     def _api_form(self) -> dict[str, Any]:
         return self.model_dump(mode="json", exclude_none=True)
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Message:
+        """A copy without the cached API form (which `update` may have made stale)."""
+        copy = super().model_copy(update=update, deep=deep)
+        copy.__dict__.pop("_api_form", None)
+        return copy
 
 
 class Usage(BaseModel):

@@ -387,7 +387,7 @@ class PolicyEngine:
                     return call.resolved is not None and rule.matches_path((call.resolved,))
                 return rule.matches_path(call.any_paths)
             case "agent":
-                name = call.input.get("subagent_type") or "general-purpose"
+                name = call.input.get("subagent_type") or "general"
                 return name == parsed.specifier
             case "exact" | "prefix":
                 assert parsed.specifier is not None and call.command is not None
@@ -526,7 +526,7 @@ def _suggest_rule(
         spec = "/" + _escape_glob(resolved[len(root) + 1 :] if inside else resolved)
         candidate = f"{tool}({spec})"
     elif tool == "dispatch_agent":
-        name = input.get("subagent_type") or "general-purpose"
+        name = input.get("subagent_type") or "general"
         candidate = f"dispatch_agent({name})"
     else:
         candidate = tool

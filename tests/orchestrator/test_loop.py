@@ -11,7 +11,7 @@ import trio.testing
 
 from orchestrator.events import Event
 from orchestrator.loop import LoopConfig, RunControl, RunResult, run_loop
-from orchestrator.messages import Message, ToolResultBlock, ToolUseBlock
+from orchestrator.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
 from orchestrator.model.scripted import ScriptedModel, ScriptedTurn
 from orchestrator.permissions import Allow, Ask, Deny, default_permission, headless_asker
 from orchestrator.pipeline import INTERRUPTED_RUNNING, INTERRUPTED_WAITING, ToolPipeline
@@ -335,3 +335,10 @@ async def test_interrupt_mid_stream_keeps_completed_blocks(
     assistant = result.messages[1]
     assert [b.id for b in assistant.tool_uses()] == ["toolu_a"]
     assert [r.tool_use_id for r in results_of(result)] == ["toolu_a"]
+
+
+def test_message_copy_does_not_keep_a_stale_api_form() -> None:
+    original = Message.user_text("before")
+    assert original.to_api()["content"][0]["text"] == "before"
+    changed = original.model_copy(update={"content": [TextBlock(text="after")]})
+    assert changed.to_api()["content"][0]["text"] == "after"

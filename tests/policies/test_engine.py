@@ -486,7 +486,7 @@ def test_remember_returns_the_rule_and_allows_it_for_the_session(world: World) -
     assert engine.remember("dispatch_agent", {"subagent_type": "reviewer"}) == (
         "dispatch_agent(reviewer)"
     )
-    assert engine.remember("dispatch_agent", {}) == "dispatch_agent(general-purpose)"
+    assert engine.remember("dispatch_agent", {}) == "dispatch_agent(general)"
     assert engine.remember("mcp__x__y", {}) == "mcp__x__y"
 
 
