@@ -19,7 +19,7 @@ import trio
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from orchestrator.audit import AuditLog
-from orchestrator.context import gather_context, system_prompt
+from orchestrator.context import ContextSnapshot, gather_context, system_prompt
 from orchestrator.errors import ConfigError
 from orchestrator.events import (
     AssistantTurn,
@@ -228,8 +228,8 @@ async def run_headless(
     unless `options.sandbox` is `off`.
 
     **Errors:** `FloorNotProven` when the sandbox is required but unproven; `ConfigError` for
-    a bad model script, session or directory; model and tool
-    failures are terminal reasons, never exceptions.
+    a bad model script, policy, session or directory. Model and tool failures are terminal
+    reasons, never exceptions.
     """
     dirs = dirs or WarrenDirs.from_env()
     out = stdout or sys.stdout
@@ -264,38 +264,12 @@ async def run_headless(
         floor="unproven",
     )
     try:
-        snapshot = None
-        floor: FloorReport | None = None
-
-        async def context() -> None:
-            nonlocal snapshot
-            snapshot = await gather_context(cwd)
-
-        async def probe() -> None:
-            nonlocal floor
-            from sandbox.probe import probe_floor
-
-            floor = await probe_floor()
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(_warm_up_sdk, options.model)
-            nursery.start_soon(context)
-            if options.sandbox == "required":
-                nursery.start_soon(probe)
-        assert snapshot is not None
-        if options.sandbox == "off":
-            sys.stderr.write(SANDBOX_OFF_WARNING + "\n")
-            floor_state = "off"
-        else:
-            assert floor is not None
-            if not floor.proven:
-                raise FloorNotProven(floor.render())
-            if runner_factory is None:
-                raise ConfigError("no sandboxed tool runner was wired in", source="sandbox")
-            floor_state = "proven"
+        snapshot, floor = await _start_up(options, cwd)
+        floor_state = _floor_state(options, floor, runner_factory)
+        if floor is not None:
             audit.record(
                 "floor",
-                proven=True,
+                proven=floor.proven,
                 bwrap=floor.bwrap_path,
                 bwrap_version=floor.bwrap_version,
                 bwrap_source=floor.bwrap_source,
@@ -420,6 +394,48 @@ async def run_headless(
         transcript.close()
         audit.close()
         log_sink.close()
+
+
+async def _start_up(
+    options: HeadlessOptions, cwd: Path
+) -> tuple[ContextSnapshot, FloorReport | None]:
+    """Everything a run needs before its first request, at once: the SDK import (about a
+    second), the context snapshot, and the floor probe (unless the sandbox is off)."""
+    snapshot: ContextSnapshot | None = None
+    floor: FloorReport | None = None
+
+    async def context() -> None:
+        nonlocal snapshot
+        snapshot = await gather_context(cwd)
+
+    async def probe() -> None:
+        nonlocal floor
+        from sandbox.probe import probe_floor
+
+        floor = await probe_floor()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_warm_up_sdk, options.model)
+        nursery.start_soon(context)
+        if options.sandbox == "required":
+            nursery.start_soon(probe)
+    assert snapshot is not None
+    return snapshot, floor
+
+
+def _floor_state(
+    options: HeadlessOptions, floor: FloorReport | None, runner_factory: RunnerFactory | None
+) -> Literal["proven", "off"]:
+    """`off` (said loudly), or `proven`; an unproven floor under `required` stops the run."""
+    if options.sandbox == "off":
+        sys.stderr.write(SANDBOX_OFF_WARNING + "\n")
+        return "off"
+    assert floor is not None
+    if not floor.proven:
+        raise FloorNotProven(floor.render())
+    if runner_factory is None:
+        raise ConfigError("no sandboxed tool runner was wired in", source="sandbox")
+    return "proven"
 
 
 def _policy_int(policy: SessionPolicy, name: str, default: int) -> int:

@@ -83,12 +83,14 @@ def find_system_tool(name: str) -> Path | None:
 
 
 async def find_bwrap(*, explicit: Path | None = None, prefer_system: bool = True) -> BwrapBinary:
-    """The bwrap to use (see the module docstring for the order).
+    """The bwrap to use: `explicit`, else `$WARREN_BWRAP`, else the module docstring's order.
 
     Errors: `SandboxUnavailable` when no candidate is usable; `tried` says why each one was
     refused (missing, setuid, too old, does not run).
     """
     candidates: list[tuple[Path, BwrapSource]] = []
+    if explicit is None and os.environ.get("WARREN_BWRAP"):
+        explicit = Path(os.environ["WARREN_BWRAP"])  # the user's choice, checked like any other
     if explicit is not None:
         candidates.append((explicit, "explicit"))
     else:

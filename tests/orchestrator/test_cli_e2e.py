@@ -296,3 +296,17 @@ def _cmdline(process: object) -> list[str]:
         return process.cmdline()
     except psutil.Error:
         return []
+
+
+def test_unproven_floor_refuses_to_run_tools(sample: Path, env: dict[str, str]) -> None:
+    """--sandbox=required (the default) with a bwrap that cannot sandbox: no model request,
+    exit 2, and the probe's explanation with a fix."""
+    with FakeMessagesAPI([Reply.text("never")]) as api:
+        done = run_cli(
+            ["-p", "hi", "--cwd", str(sample)],
+            {**env, "ANTHROPIC_BASE_URL": api.base_url, "WARREN_BWRAP": "/bin/false"},
+        )
+        assert api.requests == []
+    assert done.returncode == 2
+    assert "floor is not proven" in done.stderr
+    assert "--sandbox=off" in done.stderr and "Traceback" not in done.stderr
