@@ -62,10 +62,11 @@ def default_permission(
     allowed_tools: frozenset[str] = frozenset(),
     disallowed_tools: frozenset[str] = frozenset(),
 ) -> PermissionFn:
-    """The kernel's stand-in until the policy engine lands.
+    """A permission function without policy files, for tests and embedders of the loop.
 
-    Disallowed tools are denied, allowed tools allowed; then read-only calls are allowed and
-    everything else asks, unless `mode` is `bypass`, which allows all.
+    Warren's own runs use the policy engine (`orchestrator.session_policy`). Here disallowed
+    tools are denied, allowed tools allowed; then read-only calls are allowed and everything
+    else asks, unless `mode` is `bypass`, which allows all.
     """
 
     async def decide(tool: Tool[Any], input: ToolInput, ctx: ToolContext) -> PermissionResult:
