@@ -8,6 +8,7 @@ final `result`. Nothing else is ever written to stdout in that mode.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import dataclass
 from typing import IO, Any, Literal
@@ -81,6 +82,7 @@ class OutputPrinter:
                     "model": model,
                     "tools": tools,
                     "transcript_path": transcript,
+                    "pid": os.getpid(),
                     **extra,
                 }
             )

@@ -308,6 +308,7 @@ def subagent_record(update: SubagentUpdate, *, session_id: str) -> dict[str, Any
                 "duration_ms": round(outcome.duration_s * 1000),
                 "usage": outcome.usage.model_dump(),
                 "total_cost_usd": round(outcome.cost_usd, 6),
+                "worker_pid": outcome.worker_pid,
                 "session_id": session_id,
             }
         case SubagentEvent(agent_id=agent_id, event=event):

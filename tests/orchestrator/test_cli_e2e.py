@@ -3,10 +3,13 @@ fake Messages API, the real tools on a copy of the demo's sample repository."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -52,9 +55,12 @@ def test_scripted_refactor_through_cli_and_fake_server(sample: Path, env: dict[s
     """The demo's refactor through the real CLI and SDK: three subagents survey in parallel
     (each its own sandboxed worker), six reads in parallel, six edits, the tests run green."""
     script = load_script(DEMO / "session.json")
+    # Each survey's first answer is held until all three are in flight at once: that is the
+    # proof they run concurrently (no timing guess).
     agents = {
-        agent.match.replace("{{workspace}}", str(sample)): [
-            Reply.from_turn(t, workspace=str(sample)) for t in agent.turns
+        agent.match: [
+            dataclasses.replace(Reply.from_turn(t, workspace=str(sample)), hold_before_stop=i == 0)
+            for i, t in enumerate(agent.turns)
         ]
         for agent in script.agents
     }
@@ -68,22 +74,29 @@ def test_scripted_refactor_through_cli_and_fake_server(sample: Path, env: dict[s
         return None
 
     main = [Reply.from_turn(t, workspace=str(sample)) for t in script.turns]
+    args = ["-p", "fix the tests", "--cwd", str(sample), "--output-format", "stream-json"]
+    args += ["--permission-mode", "accept-edits", "--allowed-tools", "Bash(python -m unittest:*)"]
     with FakeMessagesAPI(main, route=route) as api:
-        done = run_cli(
-            [
-                "-p",
-                "fix the tests",
-                "--cwd",
-                str(sample),
-                "--output-format",
-                "stream-json",
-                "--permission-mode",
-                "accept-edits",
-                "--allowed-tools",
-                "Bash(python -m unittest:*)",
-            ],
-            {**env, "ANTHROPIC_BASE_URL": api.base_url},
+        finished: list[subprocess.CompletedProcess[str]] = []
+        cli = threading.Thread(
+            target=lambda: finished.append(
+                run_cli(args, {**env, "ANTHROPIC_BASE_URL": api.base_url})
+            )
         )
+        cli.start()
+        deadline = time.monotonic() + 90
+        in_flight = 0
+        while time.monotonic() < deadline and cli.is_alive() and in_flight < 3:
+            in_flight = sum(
+                1
+                for r in api.requests
+                if "[survey:" in json.dumps(r.messages[:1]) and r.ended_at is None
+            )
+            time.sleep(0.01)
+        api.release(3)
+        cli.join(timeout=120)
+        assert in_flight == 3, "the three surveys were never in flight together"
+        [done] = finished
         requests = api.requests
     assert done.returncode == 0, done.stderr
     events = [json.loads(line) for line in done.stdout.splitlines()]
@@ -101,6 +114,10 @@ def test_scripted_refactor_through_cli_and_fake_server(sample: Path, env: dict[s
     bash_result = main_requests[4].messages[-1]["content"][0]
     assert bash_result["is_error"] is False
     assert "OK" in json.dumps(bash_result["content"])
+    # Each survey ran in its own worker process, none of them the coordinator.
+    results = [e for e in events if e.get("subtype") == "subagent_result"]
+    pids = {e["worker_pid"] for e in results}
+    assert len(pids) == 3 and events[0]["pid"] not in pids and None not in pids
     # The three survey reports came back to the main agent in dispatch order.
     reports = main_requests[1].messages[-1]["content"]
     assert [r["is_error"] for r in reports] == [False, False, False]
@@ -225,7 +242,6 @@ def test_ctrl_c_interrupts_and_the_session_resumes(sample: Path, env: dict[str, 
     """SIGINT mid-tool: exit 130, no process left, the transcript closes the dangling call,
     and `--continue` carries on without an API protocol error."""
     import signal
-    import time
 
     import psutil
 
