@@ -24,9 +24,21 @@ from orchestrator.events import (
     ToolStarted,
 )
 from orchestrator.loop import RunResult
-from orchestrator.subagents import SubagentUpdate, subagent_record
+from orchestrator.subagents import (
+    SubagentEvent,
+    SubagentFinished,
+    SubagentStarted,
+    SubagentUpdate,
+)
 
-__all__ = ["OutputFormat", "OutputPrinter", "ProgressPrinter", "result_record"]
+__all__ = [
+    "OutputFormat",
+    "OutputPrinter",
+    "ProgressPrinter",
+    "event_record",
+    "result_record",
+    "subagent_record",
+]
 
 OutputFormat = Literal["text", "json", "stream-json"]
 
@@ -55,6 +67,72 @@ def result_record(result: RunResult, *, session_id: str, turns_offset: int = 0) 
         },
         "session_id": session_id,
     }
+
+
+def event_record(event: Event, **tag: Any) -> dict[str, Any] | None:
+    """The stream-json line for a run's event, Claude Code's shapes (None: not printed).
+
+    `tag` ends every line: the session id, and a subagent's id for its events.
+    """
+    match event:
+        case AssistantTurn(turn=turn):
+            message = {
+                "id": turn.request_id,
+                "type": "message",
+                "role": "assistant",
+                "model": turn.model,
+                "content": turn.message.to_api()["content"],
+                "stop_reason": turn.stop_reason,
+                "usage": turn.usage.model_dump(),
+            }
+            return {"type": "assistant", "message": message, **tag}
+        case ToolResultsMessage(message=message):
+            return {"type": "user", "message": message.to_api(), **tag}
+        case RetryScheduled():
+            return {
+                "type": "system",
+                "subtype": "api_retry",
+                "attempt": event.attempt,
+                "delay_ms": round(event.delay_s * 1000),
+                "error": event.error,
+                "error_status": event.status,
+                **tag,
+            }
+        case _:
+            return None
+
+
+def subagent_record(update: SubagentUpdate, *, session_id: str) -> dict[str, Any] | None:
+    """The stream-json line for a subagent update: its events in the main agent's shapes
+    tagged with `agent_id`, plus `subagent_start` and `subagent_result`."""
+    match update:
+        case SubagentStarted():
+            return {
+                "type": "system",
+                "subtype": "subagent_start",
+                "agent_id": update.agent_id,
+                "agent_type": update.agent_type,
+                "description": update.description,
+                "transcript_path": None if update.transcript is None else str(update.transcript),
+                "session_id": session_id,
+            }
+        case SubagentFinished(outcome=outcome):
+            return {
+                "type": "system",
+                "subtype": "subagent_result",
+                "agent_id": outcome.agent_id,
+                "terminal_reason": outcome.reason,
+                "num_turns": outcome.num_turns,
+                "duration_ms": round(outcome.duration_s * 1000),
+                "usage": outcome.usage.model_dump(),
+                "total_cost_usd": round(outcome.cost_usd, 6),
+                "worker_pid": outcome.worker_pid,
+                "session_id": session_id,
+            }
+        case SubagentEvent(agent_id=agent_id, event=event):
+            return event_record(event, agent_id=agent_id, session_id=session_id)
+        case _:
+            return None
 
 
 @dataclass
@@ -88,38 +166,10 @@ class OutputPrinter:
             )
 
     def __call__(self, event: Event) -> None:
-        if self.format != "stream-json":
-            return
-        match event:
-            case AssistantTurn(turn=turn):
-                message = {
-                    "id": turn.request_id,
-                    "type": "message",
-                    "role": "assistant",
-                    "model": turn.model,
-                    "content": turn.message.to_api()["content"],
-                    "stop_reason": turn.stop_reason,
-                    "usage": turn.usage.model_dump(),
-                }
-                self._line({"type": "assistant", "message": message, "session_id": self.session_id})
-            case ToolResultsMessage(message=message):
-                self._line(
-                    {"type": "user", "message": message.to_api(), "session_id": self.session_id}
-                )
-            case RetryScheduled():
-                self._line(
-                    {
-                        "type": "system",
-                        "subtype": "api_retry",
-                        "attempt": event.attempt,
-                        "delay_ms": round(event.delay_s * 1000),
-                        "error": event.error,
-                        "error_status": event.status,
-                        "session_id": self.session_id,
-                    }
-                )
-            case _:
-                pass
+        if self.format == "stream-json":
+            record = event_record(event, session_id=self.session_id)
+            if record is not None:
+                self._line(record)
 
     def subagent(self, update: SubagentUpdate) -> None:
         """A subagent's event, tagged with its id (stream-json only)."""

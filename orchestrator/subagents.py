@@ -33,7 +33,7 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from orchestrator.errors import ConfigError
-from orchestrator.events import AssistantTurn, Event, RetryScheduled, ToolResultsMessage
+from orchestrator.events import Event
 from orchestrator.messages import Usage
 from orchestrator.outcome import TerminalReason
 from orchestrator.permissions import Allow, Deny
@@ -55,7 +55,6 @@ __all__ = [
     "WorkerFailure",
     "load_agent_types",
     "parse_agent_file",
-    "subagent_record",
 ]
 
 DEFAULT_MAX_TURNS = 50
@@ -281,61 +280,3 @@ class SubagentRunner(Protocol):
         on_event: Callable[[SubagentEvent], None],
         permission: SubagentPermission,
     ) -> SubagentOutcome: ...
-
-
-def subagent_record(update: SubagentUpdate, *, session_id: str) -> dict[str, Any] | None:
-    """The stream-json line for an update (None for those not printed): the main agent's
-    shapes, tagged with `agent_id`, plus `subagent_start` and `subagent_result`."""
-    tag: dict[str, Any]
-    match update:
-        case SubagentStarted():
-            return {
-                "type": "system",
-                "subtype": "subagent_start",
-                "agent_id": update.agent_id,
-                "agent_type": update.agent_type,
-                "description": update.description,
-                "transcript_path": None if update.transcript is None else str(update.transcript),
-                "session_id": session_id,
-            }
-        case SubagentFinished(outcome=outcome):
-            return {
-                "type": "system",
-                "subtype": "subagent_result",
-                "agent_id": outcome.agent_id,
-                "terminal_reason": outcome.reason,
-                "num_turns": outcome.num_turns,
-                "duration_ms": round(outcome.duration_s * 1000),
-                "usage": outcome.usage.model_dump(),
-                "total_cost_usd": round(outcome.cost_usd, 6),
-                "worker_pid": outcome.worker_pid,
-                "session_id": session_id,
-            }
-        case SubagentEvent(agent_id=agent_id, event=event):
-            tag = {"agent_id": agent_id, "session_id": session_id}
-            match event:
-                case AssistantTurn(turn=turn):
-                    message = {
-                        "id": turn.request_id,
-                        "type": "message",
-                        "role": "assistant",
-                        "model": turn.model,
-                        "content": turn.message.to_api()["content"],
-                        "stop_reason": turn.stop_reason,
-                        "usage": turn.usage.model_dump(),
-                    }
-                    return {"type": "assistant", "message": message, **tag}
-                case ToolResultsMessage(message=message):
-                    return {"type": "user", "message": message.to_api(), **tag}
-                case RetryScheduled():
-                    return {
-                        "type": "system",
-                        "subtype": "api_retry",
-                        "attempt": event.attempt,
-                        "delay_ms": round(event.delay_s * 1000),
-                        "error": event.error,
-                        "error_status": event.status,
-                        **tag,
-                    }
-                case _:
-                    return None

@@ -21,6 +21,7 @@ from orchestrator.events import (
     ToolStarted,
 )
 from orchestrator.messages import AssistantMessage, Message, TextBlock, ToolResultBlock, Usage
+from orchestrator.output import subagent_record
 from orchestrator.permissions import Allow, Ask, Deny, default_permission, headless_asker
 from orchestrator.session import SessionStore
 from orchestrator.subagents import (
@@ -36,7 +37,6 @@ from orchestrator.subagents import (
     SubagentUpdate,
     load_agent_types,
     parse_agent_file,
-    subagent_record,
 )
 from orchestrator.tools.base import Tool, ToolContext, ToolInput
 from orchestrator.tools.dispatch_agent import DispatchAgentTool, sidechain_path
