@@ -596,29 +596,14 @@ class WorkerPool:
         await self._changed.wait()
 
     def _launch(self, writable: bool) -> HostLaunch:
-        role: wire.HostRole = "read_write" if writable else "read_only"
-        argv = [
-            str(self._python),
-            "-I",
-            "-m",
+        return HostLaunch.of_module(
             "workers.agent_worker",
-            "--role",
-            role,
-            "--workspace",
-            str(self._workspace),
-            "--cwd",
-            str(self._cwd),
-            "--tools",
-            self._tools,
-        ]
-        for root in self._extra_roots:
-            argv += ["--extra-root", str(root)]
-        return HostLaunch(
-            role=role,
-            argv=tuple(argv),
+            python=self._python,
+            role="read_write" if writable else "read_only",
             workspace=self._workspace,
-            extra_roots=self._extra_roots,
             cwd=self._cwd,
+            extra_roots=self._extra_roots,
+            tools=self._tools,
         )
 
     async def _run_worker(

@@ -109,6 +109,31 @@ class HostLaunch:
     def writable(self) -> bool:
         return self.role == "read_write"
 
+    @classmethod
+    def of_module(
+        cls,
+        module: str,
+        *,
+        python: Path,
+        role: wire.HostRole,
+        workspace: Path,
+        cwd: Path,
+        extra_roots: tuple[Path, ...],
+        tools: str,
+        session_id: str | None = None,
+    ) -> HostLaunch:
+        """`python -I -m module` with the arguments every worker entry point takes (the tool
+        host's and the agent worker's)."""
+        argv = [str(python), "-I", "-m", module, "--role", role, "--workspace", str(workspace)]
+        argv += ["--cwd", str(cwd), "--tools", tools]
+        if session_id is not None:
+            argv += ["--session-id", session_id]
+        for root in extra_roots:
+            argv += ["--extra-root", str(root)]
+        return cls(
+            role=role, argv=tuple(argv), workspace=workspace, extra_roots=extra_roots, cwd=cwd
+        )
+
 
 class HostProcess(Protocol):
     """The process surface the runner uses: `trio.Process` and `sandbox.SandboxProcess`."""
@@ -561,30 +586,15 @@ class SandboxedToolRunner:
             )
 
     def _launch(self, role: wire.HostRole, ctx: ToolContext) -> HostLaunch:
-        argv = [
-            str(self._python),
-            "-I",
-            "-m",
+        return HostLaunch.of_module(
             "workers.toolhost",
-            "--role",
-            role,
-            "--workspace",
-            str(ctx.workspace),
-            "--cwd",
-            str(ctx.cwd),
-            "--session-id",
-            ctx.session_id,
-            "--tools",
-            self._tools,
-        ]
-        for root in ctx.extra_roots:
-            argv += ["--extra-root", str(root)]
-        return HostLaunch(
+            python=self._python,
             role=role,
-            argv=tuple(argv),
             workspace=ctx.workspace,
-            extra_roots=ctx.extra_roots,
             cwd=ctx.cwd,
+            extra_roots=ctx.extra_roots,
+            tools=self._tools,
+            session_id=ctx.session_id,
         )
 
     async def _run_host(
