@@ -80,8 +80,9 @@ def _headless_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--max-concurrency",
         type=int,
-        default=10,
-        help="read-only tool calls run at once (default: 10)",
+        default=None,
+        help="read-only tool calls run at once (default: the policy's "
+        "limits.max_concurrency, else 10)",
     )
     parser.add_argument(
         "--model",
@@ -297,6 +298,8 @@ def _policy(argv: list[str]) -> int:
         ("show", "print the effective policy with the source of each rule"),
         ("test", "check every [[examples]] entry of the loaded policy files"),
         ("init", "write a commented starter .warren/policy.toml"),
+        ("trust", "let this repository's policy allow things (same as `warren trust`)"),
+        ("untrust", "stop trusting this repository's policy (same as `warren untrust`)"),
     ):
         command = sub.add_parser(name, help=text, description=text)
         command.add_argument("--cwd", type=Path, default=None, help="the workspace")
@@ -321,6 +324,10 @@ def _policy(argv: list[str]) -> int:
             return commands.show(cwd)
         case "test":
             return commands.test(cwd)
+        case "trust":
+            return commands.trust_cmd(cwd)
+        case "untrust":
+            return commands.untrust_cmd(cwd)
         case _:
             return commands.init(cwd)
 

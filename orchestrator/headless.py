@@ -106,8 +106,9 @@ class HeadlessOptions(BaseModel):
     """What goes to stdout: the final text, one JSON result, or one JSON event per line."""
     max_turns: int | None = Field(default=None, ge=1)
     """Model requests in this run; default: the policy's `limits.max_turns`, else 100."""
-    max_concurrency: int = Field(default=10, ge=1, le=64)
-    """Concurrency-safe tool calls at once."""
+    max_concurrency: int | None = Field(default=None, ge=1, le=64)
+    """Concurrency-safe tool calls at once; default: the policy's `limits.max_concurrency`,
+    else 10."""
     permission_mode: Mode | None = None
     """Overrides the policy files' `mode`: `default` (read-only calls run, others ask, which
     headless means deny), `accept-edits`, `plan`, `dont-ask`, `bypass`."""
@@ -368,7 +369,8 @@ async def run_headless(
                     config=LoopConfig(
                         system=system_prompt(snapshot),
                         max_turns=options.max_turns or _policy_int(policy, "max_turns", 100),
-                        max_concurrency=options.max_concurrency,
+                        max_concurrency=options.max_concurrency
+                        or _policy_int(policy, "max_concurrency", 10),
                     ),
                     emit=sinks,
                     control=control,

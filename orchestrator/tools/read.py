@@ -308,7 +308,7 @@ def _render_notebook(path: Path, nb: dict[str, Any]) -> ToolOutput:
                 if not body and "text/html" in data:
                     body = "[text/html output omitted]"
             body = truncate_middle(_ANSI.sub("", body).rstrip("\n"), _NOTEBOOK_OUTPUT_CHARS)
-            text.append(f"<output cell=\"{index}\" {label}>\n{body}\n</output>")
+            text.append(f'<output cell="{index}" {label}>\n{body}\n</output>')
     flush()
     summary = f"Read notebook ({len(cells)} cells)"
     if all(isinstance(b, TextBlock) for b in blocks):

@@ -326,3 +326,38 @@ def test_unproven_floor_refuses_to_run_tools(sample: Path, env: dict[str, str]) 
     assert done.returncode == 2
     assert "floor is not proven" in done.stderr
     assert "--sandbox=off" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_policy_commands_through_the_cli(sample: Path, env: dict[str, str]) -> None:
+    """init writes a starter policy from the build files; its allow rule waits for trust;
+    check explains a decision as JSON; the [[examples]] pass once trusted."""
+    (sample / "Makefile").write_text("check:\n\tpython -m unittest\n")
+    cwd = ["--cwd", str(sample)]
+    done = run_cli(["policy", "init", *cwd], env)
+    assert done.returncode == 0, done.stderr
+    assert "Bash(make check)" in (sample / ".warren" / "policy.toml").read_text()
+
+    def check() -> dict[str, object]:
+        done = run_cli(["policy", "check", "--json", *cwd, "--", "make", "check"], env)
+        assert done.returncode == 0, done.stderr
+        decision: dict[str, object] = json.loads(done.stdout)
+        return decision
+
+    before = check()
+    assert before["decision"] == "ask"
+    assert set(before) == {
+        "decision",
+        "read_only",
+        "concurrency_safe",
+        "rule",
+        "source",
+        "mode",
+        "floor",
+    }
+    assert run_cli(["policy", "test", *cwd], env).returncode == 1
+    assert run_cli(["policy", "trust", *cwd], env).returncode == 0
+    after = check()
+    assert after["decision"] == "allow" and after["rule"] == "Bash(make check)"
+    assert run_cli(["policy", "test", *cwd], env).returncode == 0
+    assert run_cli(["untrust", str(sample)], env).returncode == 0
+    assert check()["decision"] == "ask"
