@@ -359,6 +359,7 @@ async def run_headless(
                     permission=permission,
                     asker=asker,
                     emit=sinks,
+                    default_timeout_s=float(policy.limit("tool_timeout_s") or 300.0),
                 )
                 if install_signal_handler:
                     nursery.start_soon(_interrupt_on_sigint, control)

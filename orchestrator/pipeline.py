@@ -25,7 +25,14 @@ from orchestrator.events import EventSink, PermissionDecided, ToolFinished, Tool
 from orchestrator.messages import ToolResultBlock, ToolUseBlock
 from orchestrator.permissions import Allow, Ask, Asker, Deny, PermissionFn
 from orchestrator.text import truncate_middle
-from orchestrator.tools.base import Tool, ToolContext, ToolInput, ToolOutput, ToolProgress
+from orchestrator.tools.base import (
+    DEFAULT_TOOL_TIMEOUT_S,
+    Tool,
+    ToolContext,
+    ToolInput,
+    ToolOutput,
+    ToolProgress,
+)
 from orchestrator.tools.registry import ToolRegistry
 
 __all__ = [
@@ -121,6 +128,7 @@ class ToolPipeline:
         runner: ToolRunner | None = None,
         emit: EventSink,
         output_cap: int = DEFAULT_OUTPUT_CAP,
+        default_timeout_s: float = DEFAULT_TOOL_TIMEOUT_S,
     ) -> None:
         self.tools = tools
         self.ctx = ctx
@@ -129,6 +137,8 @@ class ToolPipeline:
         self.runner: ToolRunner = runner or InProcessRunner()
         self.emit = emit
         self.output_cap = output_cap
+        self.default_timeout_s = default_timeout_s
+        """The time limit of a tool that sets none of its own (Bash has its own rule)."""
 
     def prepare(self, block: ToolUseBlock) -> PreparedCall:
         """Unknown tool, unparsable JSON and schema checks: cheap enough to run while streaming."""
@@ -221,7 +231,11 @@ class ToolPipeline:
         started = time.monotonic()
         self.emit(ToolStarted(block.id, tool.name, self._render_use(tool, input)))
         output: ToolOutput | None = None
-        limit = tool.timeout_s(input)
+        limit = (
+            self.default_timeout_s
+            if type(tool).timeout_s is Tool.timeout_s
+            else tool.timeout_s(input)
+        )
         with trio.move_on_after(limit if math.isfinite(limit) else math.inf) as scope:
             try:
                 async with closing_iter(self.runner.call(tool, input, self.ctx)) as events:

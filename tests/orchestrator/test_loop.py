@@ -342,3 +342,37 @@ def test_message_copy_does_not_keep_a_stale_api_form() -> None:
     assert original.to_api()["content"][0]["text"] == "before"
     changed = original.model_copy(update={"content": [TextBlock(text="after")]})
     assert changed.to_api()["content"][0]["text"] == "after"
+
+
+async def test_a_tool_without_its_own_limit_gets_the_sessions(
+    autojump_clock: trio.testing.MockClock, tmp_path: Path
+) -> None:
+    from collections.abc import AsyncIterator
+
+    from orchestrator.tools.base import Tool, ToolInput, ToolOutput, ToolProgress
+
+    class Nothing(ToolInput):
+        pass
+
+    class Hang(Tool[Nothing]):
+        name = "Hang"
+        input_model = Nothing
+        description = "Never returns."
+
+        async def call(
+            self, input: Nothing, ctx: ToolContext
+        ) -> AsyncIterator[ToolProgress | ToolOutput]:
+            await trio.sleep_forever()
+            yield ToolOutput.text("unreachable")
+
+    pipeline = ToolPipeline(
+        tools=ToolRegistry([Hang()]),
+        ctx=ToolContext(workspace=tmp_path, cwd=tmp_path),
+        permission=default_permission("bypass"),
+        asker=headless_asker,
+        emit=lambda e: None,
+        default_timeout_s=7,
+    )
+    block = ToolUseBlock(id="toolu_h", name="Hang", input={})
+    result = await pipeline.execute(pipeline.prepare(block))
+    assert result.is_error and "timed out after 7 s" in result.text()
