@@ -23,7 +23,6 @@ __all__ = [
     "ToolFinished",
     "ToolResultsMessage",
     "ToolStarted",
-    "discard_events",
 ]
 
 
@@ -94,7 +93,3 @@ Event = (
     | RetryScheduled
 )
 EventSink = Callable[[Event], None]
-
-
-def discard_events(event: Event) -> None:
-    """An `EventSink` that drops everything (tests and subagents that do not report)."""
