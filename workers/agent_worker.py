@@ -28,12 +28,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import itertools
 import json
 import math
 import os
-import signal
 import sys
 import traceback
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Sequence
@@ -62,6 +60,7 @@ from orchestrator.pipeline import ToolPipeline
 from orchestrator.tools.base import Tool, ToolContext, ToolInput
 from orchestrator.tools.registry import ToolRegistry, builtin_tools
 from workers import protocol as wire
+from workers.entry import load_tools_factory, serve_until_sigterm, take_stdio
 
 __all__ = [
     "CLOSE_TIMEOUT_S",
@@ -475,28 +474,6 @@ async def _unresolved_ask(tool: Tool[Any], input: ToolInput, ask: Ask) -> Allow 
     return Deny(f"{tool.name} needs permission, and this worker cannot ask: {ask.reason}")
 
 
-def _load_factory(spec: str) -> Callable[[wire.HostRole], ToolRegistry]:
-    module, _, name = spec.partition(":")
-    if not module or not name:
-        raise SystemExit(f"--tools must look like MODULE:FUNCTION, got {spec!r}")
-    factory: Callable[[wire.HostRole], ToolRegistry] = getattr(
-        importlib.import_module(module), name
-    )
-    return factory
-
-
-def _take_stdio() -> tuple[int, int]:
-    """Move the protocol's stdin/stdout to private descriptors (not inherited by children, so
-    a tool's process can neither corrupt the stream nor read coordinator input); fd 0 becomes
-    /dev/null and fd 1 a copy of stderr (as in the tool host)."""
-    proto_in, proto_out = os.dup(0), os.dup(1)
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    os.close(devnull)
-    os.dup2(2, 1)
-    return proto_in, proto_out
-
-
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m workers.agent_worker", description=__doc__)
     parser.add_argument("--role", choices=["read_write", "read_only"], default="read_only")
@@ -512,7 +489,7 @@ async def _serve(args: argparse.Namespace, proto_in: int, proto_out: int) -> Non
     role: wire.HostRole = args.role
     out = trio.lowlevel.FdStream(proto_out)
     worker = AgentWorker(
-        tools=_load_factory(args.tools)(role),
+        tools=load_tools_factory(args.tools)(role),
         workspace=workspace,
         cwd=(args.cwd or workspace).resolve(),
         extra_roots=tuple(p.resolve() for p in args.extra_root),
@@ -520,23 +497,13 @@ async def _serve(args: argparse.Namespace, proto_in: int, proto_out: int) -> Non
         send=out.send_all,
     )
     await worker.rehearse()
-    async with trio.open_nursery() as nursery:
-
-        async def stop_on_sigterm() -> None:
-            with trio.open_signal_receiver(signal.SIGTERM) as signals:
-                async for _ in signals:
-                    log("SIGTERM: stopping")
-                    nursery.cancel_scope.cancel()
-
-        nursery.start_soon(stop_on_sigterm)
-        await worker.serve(wire.LineReader(trio.lowlevel.FdStream(proto_in)))
-        nursery.cancel_scope.cancel()
+    await serve_until_sigterm(worker.serve, proto_in, on_sigterm=lambda: log("SIGTERM: stopping"))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `python -m workers.agent_worker`; returns the exit status."""
     args = _parse_args(argv)
-    proto_in, proto_out = _take_stdio()
+    proto_in, proto_out = take_stdio()
     log("agent worker starting", role=args.role, pid=os.getpid())
     trio.run(_serve, args, proto_in, proto_out)
     return 0

@@ -23,13 +23,11 @@ closing the context's resources (bounded).
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
-import signal
 import sys
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pydantic
 import structlog
@@ -42,6 +40,7 @@ from orchestrator.tools.base import ReadLedger, ToolContext, ToolOutput
 from orchestrator.tools.bash import MAX_OUTPUT_CHARS, SHELL_RESOURCE
 from orchestrator.tools.registry import ToolRegistry, builtin_tools
 from workers import protocol as wire
+from workers.entry import load_tools_factory, serve_until_sigterm, take_stdio
 
 __all__ = [
     "CLOSE_TIMEOUT_S",
@@ -56,8 +55,6 @@ DEFAULT_TOOLS = "workers.toolhost:host_tools"
 
 CLOSE_TIMEOUT_S = 10.0
 """Seconds the host gives its context's resources (the persistent shell) to close on exit."""
-
-ToolsFactory = Callable[[wire.HostRole], ToolRegistry]
 
 
 def host_tools(role: wire.HostRole) -> ToolRegistry:
@@ -319,13 +316,6 @@ def _exception_text(exc: Exception) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def _load_factory(spec: str) -> ToolsFactory:
-    module, _, name = spec.partition(":")
-    if not module or not name:
-        raise SystemExit(f"--tools must look like MODULE:FUNCTION, got {spec!r}")
-    return cast(ToolsFactory, getattr(importlib.import_module(module), name))
-
-
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m workers.toolhost", description=__doc__)
     parser.add_argument("--role", choices=["read_write", "read_only"], required=True)
@@ -350,17 +340,6 @@ def _configure_logging(stream: Any) -> None:
     )
 
 
-def _take_stdio() -> tuple[int, int]:
-    """Move the protocol's stdin/stdout to private descriptors (not inherited by children);
-    fd 0 becomes /dev/null and fd 1 a copy of stderr."""
-    proto_in, proto_out = os.dup(0), os.dup(1)
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    os.close(devnull)
-    os.dup2(2, 1)
-    return proto_in, proto_out
-
-
 async def _serve(args: argparse.Namespace, proto_in: int, proto_out: int) -> None:
     workspace = args.workspace.resolve()
     roots: Iterable[Path] = (p.resolve() for p in args.extra_root)
@@ -372,24 +351,18 @@ async def _serve(args: argparse.Namespace, proto_in: int, proto_out: int) -> Non
     )
     role: wire.HostRole = args.role
     out = trio.lowlevel.FdStream(proto_out)
-    host = ToolHost(role=role, tools=_load_factory(args.tools)(role), ctx=ctx, send=out.send_all)
-    async with trio.open_nursery() as nursery:
-
-        async def stop_on_sigterm() -> None:
-            with trio.open_signal_receiver(signal.SIGTERM) as signals:
-                async for _ in signals:
-                    structlog.get_logger().info("SIGTERM: stopping")
-                    nursery.cancel_scope.cancel()
-
-        nursery.start_soon(stop_on_sigterm)
-        await host.serve(wire.LineReader(trio.lowlevel.FdStream(proto_in)))
-        nursery.cancel_scope.cancel()
+    host = ToolHost(
+        role=role, tools=load_tools_factory(args.tools)(role), ctx=ctx, send=out.send_all
+    )
+    await serve_until_sigterm(
+        host.serve, proto_in, on_sigterm=lambda: structlog.get_logger().info("SIGTERM: stopping")
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `python -m workers.toolhost`; returns the exit status."""
     args = _parse_args(argv)
-    proto_in, proto_out = _take_stdio()
+    proto_in, proto_out = take_stdio()
     _configure_logging(sys.stderr)
     structlog.get_logger().info("tool host starting", role=args.role, pid=os.getpid())
     trio.run(_serve, args, proto_in, proto_out)

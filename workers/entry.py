@@ -1,0 +1,62 @@
+"""What both worker entry points (`workers.toolhost`, `workers.agent_worker`) do the same way:
+take the protocol off stdio, load the tool set named on the command line, and serve until the
+coordinator hangs up or sends SIGTERM. Imports nothing heavy (the agent worker counts its RSS).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import signal
+from collections.abc import Awaitable, Callable
+
+import trio
+
+from orchestrator.tools.registry import ToolRegistry
+from workers import protocol as wire
+
+__all__ = ["ToolsFactory", "load_tools_factory", "serve_until_sigterm", "take_stdio"]
+
+ToolsFactory = Callable[[wire.HostRole], ToolRegistry]
+
+
+def load_tools_factory(spec: str) -> ToolsFactory:
+    """`MODULE:FUNCTION` from `--tools`; a malformed spec exits with a message."""
+    module, _, name = spec.partition(":")
+    if not module or not name:
+        raise SystemExit(f"--tools must look like MODULE:FUNCTION, got {spec!r}")
+    factory: ToolsFactory = getattr(importlib.import_module(module), name)
+    return factory
+
+
+def take_stdio() -> tuple[int, int]:
+    """Move the protocol's stdin/stdout to private descriptors (not inherited by children, so
+    a tool's process can neither corrupt the stream nor read coordinator input); fd 0 becomes
+    /dev/null and fd 1 a copy of stderr."""
+    proto_in, proto_out = os.dup(0), os.dup(1)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    os.dup2(2, 1)
+    return proto_in, proto_out
+
+
+async def serve_until_sigterm(
+    serve: Callable[[wire.LineReader], Awaitable[None]],
+    proto_in: int,
+    *,
+    on_sigterm: Callable[[], None],
+) -> None:
+    """Run `serve` on the protocol's input until it returns (end of input, `Shutdown`) or
+    SIGTERM arrives (then `on_sigterm` logs it and serving is cancelled)."""
+    async with trio.open_nursery() as nursery:
+
+        async def stop_on_sigterm() -> None:
+            with trio.open_signal_receiver(signal.SIGTERM) as signals:
+                async for _ in signals:
+                    on_sigterm()
+                    nursery.cancel_scope.cancel()
+
+        nursery.start_soon(stop_on_sigterm)
+        await serve(wire.LineReader(trio.lowlevel.FdStream(proto_in)))
+        nursery.cancel_scope.cancel()
