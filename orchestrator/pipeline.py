@@ -231,11 +231,8 @@ class ToolPipeline:
         started = time.monotonic()
         self.emit(ToolStarted(block.id, tool.name, self._render_use(tool, input)))
         output: ToolOutput | None = None
-        limit = (
-            self.default_timeout_s
-            if type(tool).timeout_s is Tool.timeout_s
-            else tool.timeout_s(input)
-        )
+        own = tool.timeout_s(input)
+        limit = self.default_timeout_s if own is None else own
         with trio.move_on_after(limit if math.isfinite(limit) else math.inf) as scope:
             try:
                 async with closing_iter(self.runner.call(tool, input, self.ctx)) as events:

@@ -169,9 +169,10 @@ class Tool(Generic[InputT]):
     def is_concurrency_safe(self, input: InputT) -> bool:
         return self.is_read_only(input)
 
-    def timeout_s(self, input: InputT) -> float:
-        """Wall-time limit of this call; the pipeline enforces it."""
-        return DEFAULT_TOOL_TIMEOUT_S
+    def timeout_s(self, input: InputT) -> float | None:
+        """Wall-time limit of this call, enforced by the pipeline; None (the default): the
+        session's limit (`limits.tool_timeout_s`, `DEFAULT_TOOL_TIMEOUT_S`)."""
+        return None
 
     async def validate(self, input: InputT, ctx: ToolContext) -> str | None:
         """Business checks before permission is asked. A string refuses the call (for the model)."""
