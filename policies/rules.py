@@ -185,6 +185,10 @@ def _check_path_spec(text: str, spec: str) -> str:
         raise RuleSyntaxError(f"`{text}`: a backslash may only escape `*`, `?` or `[`")
     if "***" in spec:
         raise RuleSyntaxError(f"`{text}`: `***` is not a glob; use `**` for any depth")
+    try:
+        re.compile(_glob_to_regex(spec.lstrip("/~")))
+    except re.error as exc:
+        raise RuleSyntaxError(f"`{text}`: not a valid glob ({exc.msg})") from exc
     return spec
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from policies.rules import (
@@ -178,6 +178,8 @@ def test_bash_specifiers(kind: str, spec: str, command: str, expected: bool) -> 
 
 @settings(max_examples=300, deadline=None)
 @given(st.text(max_size=60))
+@example("Read([z-a])")
+@example("Read([?-.])")
 def test_parse_never_raises_anything_else(text: str) -> None:
     try:
         parsed = parse_rule(text)
@@ -192,6 +194,7 @@ def test_parse_never_raises_anything_else(text: str) -> None:
     st.text(alphabet="ab*?[]!/\\.~-", max_size=16),
     st.lists(st.text(alphabet="ab.-*[]", min_size=1, max_size=4), max_size=5),
 )
+@example("[b-a]", ["a"])
 def test_any_pattern_matches_any_path_without_error(spec: str, parts: list[str]) -> None:
     try:
         parsed = parse_rule(f"Read({spec})")
@@ -200,3 +203,9 @@ def test_any_pattern_matches_any_path_without_error(spec: str, parts: list[str])
     compiled = compile_rule(parsed, anchor=ANCHOR, workspace=WS, home=HOME)
     path = "/".join(["/work/repo", *parts])
     compiled.matches_path((path,))
+
+
+@pytest.mark.parametrize("spec", ["[z-a]", "[?-.]", "src/[b-a].py"])
+def test_a_reversed_range_is_a_syntax_error_not_a_crash(spec: str) -> None:
+    with pytest.raises(RuleSyntaxError, match="not a valid glob"):
+        parse_rule(f"Read({spec})")
