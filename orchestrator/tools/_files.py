@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import codecs
 import difflib
+import errno
 import os
+import secrets
+import stat
 import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Literal
+from typing import BinaryIO, Literal
 
 import trio
 
@@ -25,6 +28,7 @@ from orchestrator.errors import ToolError
 from orchestrator.tools.base import ToolContext
 
 __all__ = [
+    "HARD_LINK_NOTE",
     "SNIFF_BYTES",
     "LineDiff",
     "RipgrepResult",
@@ -37,6 +41,8 @@ __all__ = [
     "load_text",
     "missing_file_message",
     "newest_first",
+    "non_regular_problem",
+    "open_regular",
     "path_problem",
     "ripgrep_path",
     "run_ripgrep",
@@ -44,6 +50,7 @@ __all__ = [
     "snippet",
     "stale_read_problem",
     "to_line_ending",
+    "write_atomically",
 ]
 
 SNIFF_BYTES = 8192
@@ -141,7 +148,8 @@ def path_problem(raw: str, ctx: ToolContext, *, param: str, writing: bool = Fals
 
 
 def existing_file_problem(raw: str, ctx: ToolContext, *, param: str, writing: bool) -> str | None:
-    """`path_problem`, then: the path must name an existing regular file (not a directory)."""
+    """`path_problem`, then: the path must name an existing regular file (not a directory, a
+    FIFO, a device or a socket)."""
     problem = path_problem(raw, ctx, param=param, writing=writing)
     if problem:
         return problem
@@ -150,7 +158,7 @@ def existing_file_problem(raw: str, ctx: ToolContext, *, param: str, writing: bo
         return f"{path} is a directory, not a file. Use LS to list it, or Glob to find files in it."
     if not path.exists():
         return missing_file_message(path, ctx)
-    return None
+    return non_regular_problem(path)
 
 
 def stale_read_problem(path: Path, ctx: ToolContext) -> str | None:
@@ -197,6 +205,71 @@ def missing_file_message(path: Path, ctx: ToolContext) -> str:
     if suggestions:
         return f"{message} Did you mean: {', '.join(suggestions)}?"
     return f"{message} The current working directory is {ctx.cwd}."
+
+
+# --- regular files only ----------------------------------------------------------------------
+
+
+_KINDS: tuple[tuple[int, str], ...] = (
+    (stat.S_IFIFO, "a FIFO (named pipe)"),
+    (stat.S_IFCHR, "a character device"),
+    (stat.S_IFBLK, "a block device"),
+    (stat.S_IFSOCK, "a socket"),
+)
+
+
+def _kind(mode: int) -> str:
+    fmt = stat.S_IFMT(mode)
+    return next((name for kind, name in _KINDS if kind == fmt), "not a regular file")
+
+
+def _not_regular_message(path: Path, mode: int) -> str:
+    return (
+        f"{path} is {_kind(mode)}, not a regular file. The file tools only read and write "
+        "regular files (reading a pipe or device could wait forever or never end)."
+    )
+
+
+def non_regular_problem(path: Path) -> str | None:
+    """Why `path` (symlinks followed) is neither a regular file nor a directory, or None.
+
+    A stat never blocks, unlike opening a FIFO, so this is safe before any open. Missing
+    paths and directories are left to the callers' own messages.
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    return _not_regular_message(path, mode)
+
+
+def open_regular(path: Path) -> BinaryIO:
+    """Open an existing regular file for reading, never blocking and never opening anything
+    else (a FIFO, a device, a socket).
+
+    The kind is checked before the open (opening a device can have effects) and again on the
+    open descriptor, which is opened with O_NONBLOCK: a path swapped for a FIFO in between
+    neither blocks the open nor gets read (tests/orchestrator/tools/test_special_files.py).
+
+    **Errors:** `ToolError` for a non-regular file; `FileNotFoundError`, `IsADirectoryError`,
+    `PermissionError` and other `OSError`s as `open` raises them.
+    """
+    problem = non_regular_problem(path)
+    if problem:
+        raise ToolError(problem)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+        if not stat.S_ISREG(mode):
+            raise ToolError(_not_regular_message(path, mode))
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "rb")
 
 
 # --- text and encodings ----------------------------------------------------------------------
@@ -258,10 +331,11 @@ class TextFile:
 def load_text(path: Path) -> TextFile:
     """Read and decode a whole text file.
 
-    **Errors:** `ToolError` when the file is missing, a directory, or binary.
+    **Errors:** `ToolError` when the file is missing, a directory, not a regular file, or binary.
     """
     try:
-        raw = path.read_bytes()
+        with open_regular(path) as f:
+            raw = f.read()
     except FileNotFoundError:
         raise ToolError(f"{path} no longer exists (it was deleted or moved).") from None
     except IsADirectoryError:
@@ -294,6 +368,159 @@ def encode_text(text: str, encoding: str, bom: bytes) -> tuple[bytes, str | None
     except UnicodeEncodeError:
         note = f"The content cannot be encoded as {encoding}, so the file was written as UTF-8."
         return text.encode("utf-8"), note
+
+
+# --- atomic writes ---------------------------------------------------------------------------
+
+
+HARD_LINK_NOTE = (
+    "- The file is replaced as a whole (the new content goes to a temporary file beside it, "
+    "which is then renamed over it), so a write that fails (a full disk, say) changes nothing. "
+    "A symlink whose target is inside the workspace is written through (the link stays a "
+    "link); any other symlink is refused. A hard-linked file is replaced, not written "
+    "through: its other names keep the old content."
+)
+"""The sentence every writing tool's description carries about how files are replaced."""
+
+_TEMP_NAME_BYTES = 200
+"""Longest target name kept whole in a temporary file's name (names are at most 255 bytes)."""
+
+
+def _temp_name(name: str) -> str:
+    if len(os.fsencode(name)) > _TEMP_NAME_BYTES:
+        name = name[:40]
+    return f".{name}.warren-{secrets.token_hex(6)}.tmp"
+
+
+def _write_failed(path: Path, why: str, exc: OSError | None, *, existed: bool) -> ToolError:
+    reason = f" ({exc.strerror or exc})" if exc is not None else ""
+    if exc is not None and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        reason += "; the disk (or quota) is full"
+    state = "the file is exactly as it was" if existed else "no file was created"
+    return ToolError(f"Writing {path} failed: {why}{reason}. Nothing changed: {state}.")
+
+
+def _write_target(path: Path, ctx: ToolContext) -> Path:
+    """The file a write to `path` replaces: `path` with every symlink resolved, which must lie
+    inside a workspace root (a link pointing elsewhere is refused, never written through)."""
+    try:
+        target = path.resolve()
+    except (OSError, RuntimeError) as exc:  # a symlink loop
+        raise ToolError(f"Cannot resolve {path} ({exc}); nothing changed.") from exc
+    if ctx.is_inside_roots(target):
+        return target
+    roots = ", ".join(str(r) for r in ctx.roots())
+    raise ToolError(
+        f"{path} resolves to {target}, which is outside the workspace ({roots}). A symlink is "
+        "only written through when its target is inside the workspace. Nothing changed."
+    )
+
+
+def _keep_owner_and_mode(fd: int, old: os.stat_result, path: Path) -> None:
+    """Give the temporary file the old file's owner, group and permission bits.
+
+    The owner goes first: a chown clears set-user-ID bits that the chmod then restores. A
+    file whose owner cannot be kept (someone else's file, writable through group bits) is not
+    replaced: renaming our copy over it would quietly make it ours.
+    """
+    now = os.fstat(fd)
+    if (now.st_uid, now.st_gid) != (old.st_uid, old.st_gid):
+        try:
+            os.fchown(fd, old.st_uid, old.st_gid)
+        except OSError as exc:
+            raise _write_failed(
+                path,
+                f"its owner ({old.st_uid}:{old.st_gid}) could not be kept on the new copy",
+                exc,
+                existed=True,
+            ) from exc
+    os.fchmod(fd, stat.S_IMODE(old.st_mode))
+
+
+def _fsync_directory(directory: Path) -> None:
+    """Make a rename in `directory` durable. Best effort: the rename has already happened,
+    so a failure here (a filesystem that cannot sync directories) must not be reported as
+    a failed write."""
+    try:
+        dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        os.fsync(dir_fd)
+    except OSError:
+        pass
+    finally:
+        os.close(dir_fd)
+
+
+def write_atomically(path: Path, data: bytes, ctx: ToolContext) -> None:
+    """Replace the file at `path` with `data`, all or nothing, and record it in the ledger.
+
+    The bytes go to a new file beside the target (`.<name>.warren-<random>.tmp`, created with
+    O_EXCL), which gets the old file's owner and mode, is fsynced and then renamed over the
+    target; the directory is fsynced last. A crash or SIGKILL at any moment leaves the old
+    bytes or the complete new ones, never a torn file (tests/orchestrator/tools/
+    test_atomic_write.py kills a 40 MB Write at ten moments). A symlink inside the workspace
+    is written through (the link stays); a hard link is replaced, not written through.
+    Missing parent directories are created. After the rename the new file's mtime is recorded
+    in the read ledger, so the next change needs no new Read.
+
+    **Errors:** `ToolError` saying that the write failed and nothing changed (the original is
+    byte-identical, the temporary file removed): no space, no permission, a read-only
+    filesystem, an owner that cannot be kept, a target that is not a regular file, a symlink
+    leading outside the workspace.
+    """
+    target = _write_target(path, ctx)
+    try:
+        old: os.stat_result | None = os.stat(target)
+    except FileNotFoundError:
+        old = None
+    except OSError as exc:
+        raise _write_failed(path, "it cannot be examined", exc, existed=True) from exc
+    existed = old is not None
+    if old is not None:
+        if stat.S_ISDIR(old.st_mode):
+            raise ToolError(f"{path} is a directory; give the path of a file. Nothing changed.")
+        if not stat.S_ISREG(old.st_mode):
+            raise ToolError(f"{_not_regular_message(path, old.st_mode)} Nothing changed.")
+        if not os.access(target, os.W_OK):
+            raise _write_failed(path, "the file is not writable", None, existed=True)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _write_failed(path, "its directory cannot be created", exc, existed=False) from exc
+    temp = target.parent / _temp_name(target.name)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
+    try:
+        # Private until its mode is set; a new file gets 0o666 less the umask, as open() does.
+        fd = os.open(temp, flags, 0o600 if existed else 0o666)
+    except OSError as exc:
+        why = "a temporary file cannot be created beside it"
+        raise _write_failed(path, why, exc, existed=existed) from exc
+    renamed = False
+    try:
+        try:
+            if old is not None:
+                _keep_owner_and_mode(fd, old, path)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(temp, target)
+        renamed = True
+    except OSError as exc:
+        why = "the new content could not be saved"
+        raise _write_failed(path, why, exc, existed=existed) from exc
+    finally:
+        if not renamed:
+            try:
+                os.unlink(temp)
+            except OSError:
+                pass
+    _fsync_directory(target.parent)
+    ctx.read_ledger.record(target)
 
 
 # --- rendering and diffs ---------------------------------------------------------------------

@@ -17,6 +17,7 @@ import trio
 from pydantic import Field
 
 from orchestrator.tools._files import (
+    HARD_LINK_NOTE,
     TextFile,
     diff_lines,
     encode_text,
@@ -26,6 +27,7 @@ from orchestrator.tools._files import (
     snippet,
     stale_read_problem,
     to_line_ending,
+    write_atomically,
 )
 from orchestrator.tools.base import (
     Tool,
@@ -152,20 +154,17 @@ def edit_target_problem(raw: str, ctx: ToolContext, *, creating: bool) -> str | 
 
 
 def write_back(path: Path, before: TextFile | None, after: str, ctx: ToolContext) -> str | None:
-    """Write `after` in the encoding of `before` (UTF-8 for a new file) and record the mtime.
+    """Write `after` in the encoding of `before` (UTF-8 for a new file), atomically, and
+    record the new mtime.
 
     Returns a note for the model when the encoding could not be kept.
+    **Errors:** `ToolError` saying nothing changed when the write fails (`write_atomically`).
     """
     if before is None:
         data, note = after.encode("utf-8"), None
     else:
         data, note = encode_text(after, before.encoding, before.bom)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
-    except OSError as exc:
-        raise ToolError(f"Cannot write {path}: {exc.strerror or exc}.") from exc
-    ctx.read_ledger.record(path)
+    write_atomically(path, data, ctx)
     return note
 
 
@@ -232,7 +231,8 @@ def _edit(input: EditInput, ctx: ToolContext) -> ToolOutput:
 class EditTool(Tool[EditInput]):
     name: ClassVar[str] = "Edit"
     input_model: ClassVar[type[ToolInput]] = EditInput
-    description: ClassVar[str] = """Replaces exact text in a file: old_string becomes new_string.
+    description: ClassVar[str] = (
+        """Replaces exact text in a file: old_string becomes new_string.
 
 - Read the file first in this session; an edit of an unread file, or of a file that changed \
 on disk since you read it, is refused (Read it again, then retry).
@@ -249,7 +249,10 @@ not exist yet).
 - Several changes to one file: use MultiEdit (one call, applied all or nothing). Whole-file \
 rewrites: Write. Notebooks (.ipynb): NotebookEdit.
 - The result shows the changed region with line numbers; no need to Read the file again to \
-check it."""
+check it.
+"""
+        + HARD_LINK_NOTE
+    )
 
     async def validate(self, input: EditInput, ctx: ToolContext) -> str | None:
         return await trio.to_thread.run_sync(_check, input, ctx)

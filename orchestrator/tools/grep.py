@@ -16,7 +16,12 @@ from typing import ClassVar, Literal
 import trio
 from pydantic import Field
 
-from orchestrator.tools._files import newest_first, path_problem, run_ripgrep
+from orchestrator.tools._files import (
+    newest_first,
+    non_regular_problem,
+    path_problem,
+    run_ripgrep,
+)
 from orchestrator.tools.base import (
     Tool,
     ToolContext,
@@ -116,6 +121,11 @@ def _search_target(input: GrepInput, ctx: ToolContext) -> tuple[Path, list[str],
             target, select = Path(os.path.normpath(target / plan.subdir)), plan.rg_args()
     if target.is_dir():
         return target, select, target
+    # ripgrep reads a path it is given even when it is a FIFO or a device (it skips them only
+    # in directory walks), so one put in place since validation is refused here too.
+    problem = non_regular_problem(target)
+    if problem:
+        raise ToolError(problem)
     return target, select, target.parent if target.exists() else None
 
 
@@ -203,6 +213,9 @@ def _check(input: GrepInput, ctx: ToolContext) -> str | None:
             return problem
         if not Path(input.path).exists():
             return f"path {input.path} does not exist."
+        problem = non_regular_problem(Path(input.path))
+        if problem:
+            return problem
     if input.glob and ".." in input.glob.split("/"):
         return "glob must not contain '..'; give the directory to search as path instead."
     return None

@@ -18,7 +18,7 @@ from typing import ClassVar
 import trio
 from pydantic import Field
 
-from orchestrator.tools._files import missing_file_message, path_problem
+from orchestrator.tools._files import missing_file_message, non_regular_problem, path_problem
 from orchestrator.tools.base import Tool, ToolContext, ToolInput, ToolOutput, ToolProgress
 
 __all__ = ["MAX_LS_ENTRIES", "SKIPPED_DIRS", "LSInput", "LSTool"]
@@ -126,7 +126,7 @@ def _check(input: LSInput, ctx: ToolContext) -> str | None:
         return f"{path} is a file, not a directory. Use Read to see its content."
     if not path.exists():
         return missing_file_message(path, ctx)
-    return None
+    return non_regular_problem(path)
 
 
 class LSTool(Tool[LSInput]):

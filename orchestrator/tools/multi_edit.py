@@ -15,7 +15,7 @@ from typing import ClassVar
 import trio
 from pydantic import Field
 
-from orchestrator.tools._files import TextFile, load_text
+from orchestrator.tools._files import HARD_LINK_NOTE, TextFile, load_text
 from orchestrator.tools.base import (
     Tool,
     ToolContext,
@@ -127,7 +127,8 @@ def _multi_edit(input: MultiEditInput, ctx: ToolContext) -> ToolOutput:
 class MultiEditTool(Tool[MultiEditInput]):
     name: ClassVar[str] = "MultiEdit"
     input_model: ClassVar[type[ToolInput]] = MultiEditInput
-    description: ClassVar[str] = """Makes several replacements in one file in a single call.
+    description: ClassVar[str] = (
+        """Makes several replacements in one file in a single call.
 
 Prefer it to several Edit calls when you change one file in more than one place.
 
@@ -139,7 +140,10 @@ the edit to fix.
 - Read the file first in this session; a file that changed on disk since must be read again.
 - To create a new file, give the whole content as the first edit's new_string with an empty \
 old_string.
-- Different files need separate calls; notebooks (.ipynb) use NotebookEdit."""
+- Different files need separate calls; notebooks (.ipynb) use NotebookEdit.
+"""
+        + HARD_LINK_NOTE
+    )
 
     async def validate(self, input: MultiEditInput, ctx: ToolContext) -> str | None:
         return await trio.to_thread.run_sync(_check, input, ctx)

@@ -18,7 +18,15 @@ from typing import Any, ClassVar, Literal
 import trio
 from pydantic import Field
 
-from orchestrator.tools._files import missing_file_message, path_problem, stale_read_problem
+from orchestrator.tools._files import (
+    HARD_LINK_NOTE,
+    missing_file_message,
+    non_regular_problem,
+    open_regular,
+    path_problem,
+    stale_read_problem,
+    write_atomically,
+)
 from orchestrator.tools.base import (
     Tool,
     ToolContext,
@@ -58,7 +66,8 @@ class NotebookEditInput(ToolInput):
 def _load(path: Path) -> dict[str, Any]:
     """The notebook's JSON. **Errors:** `ToolError` when it is not an nbformat 4 notebook."""
     try:
-        nb = json.loads(path.read_bytes())
+        with open_regular(path) as f:
+            nb = json.loads(f.read())
     except FileNotFoundError:
         raise ToolError(f"{path} no longer exists (it was deleted or moved).") from None
     except (OSError, ValueError) as exc:
@@ -82,8 +91,13 @@ def _check(input: NotebookEditInput, ctx: ToolContext) -> str | None:
     path = Path(input.notebook_path)
     if path.suffix.lower() != ".ipynb":
         return f"{path} is not a notebook (.ipynb); use Edit or Write for other files."
-    if not path.is_file():
+    if not path.exists():
         return missing_file_message(path, ctx)
+    problem = non_regular_problem(path)
+    if problem:
+        return problem
+    if not path.is_file():
+        return f"{path} is a directory, not a notebook file."
     problem = stale_read_problem(path, ctx)
     if problem:
         return problem
@@ -166,18 +180,15 @@ def _notebook_edit(input: NotebookEditInput, ctx: ToolContext) -> ToolOutput:
                 cell["execution_count"] = None
                 text += " Its outputs and execution count were cleared."
     data = json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
-    try:
-        path.write_text(data, encoding="utf-8")
-    except OSError as exc:
-        raise ToolError(f"Cannot write {path}: {exc.strerror or exc}.") from exc
-    ctx.read_ledger.record(path)
+    write_atomically(path, data.encode("utf-8"), ctx)
     return ToolOutput.text(f"{text} The notebook now has {len(cells)} cells.", summary=text)
 
 
 class NotebookEditTool(Tool[NotebookEditInput]):
     name: ClassVar[str] = "NotebookEdit"
     input_model: ClassVar[type[ToolInput]] = NotebookEditInput
-    description: ClassVar[str] = """Replaces, inserts or deletes one cell of a Jupyter \
+    description: ClassVar[str] = (
+        """Replaces, inserts or deletes one cell of a Jupyter \
 notebook (.ipynb).
 
 - notebook_path must be absolute. Read the notebook first in this session (Read shows each \
@@ -188,7 +199,10 @@ the cell's type.
 - edit_mode=insert adds a new cell at index cell_number (cell_type is required); \
 edit_mode=delete removes the cell. Indexes of later cells shift after an insert or delete: \
 Read the notebook again before the next edit by index if unsure.
-- Use this instead of Edit or Write for notebooks: it keeps the JSON valid and the metadata."""
+- Use this instead of Edit or Write for notebooks: it keeps the JSON valid and the metadata.
+"""
+        + HARD_LINK_NOTE
+    )
 
     async def validate(self, input: NotebookEditInput, ctx: ToolContext) -> str | None:
         return await trio.to_thread.run_sync(_check, input, ctx)

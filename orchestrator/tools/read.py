@@ -16,7 +16,7 @@ import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal, TextIO
+from typing import Any, BinaryIO, ClassVar, Literal, TextIO
 
 import trio
 from pydantic import Field
@@ -28,6 +28,7 @@ from orchestrator.tools._files import (
     binary_problem,
     existing_file_problem,
     format_numbered,
+    open_regular,
     sniff_encoding,
 )
 from orchestrator.tools.base import (
@@ -98,14 +99,14 @@ class _TextSlice:
     char_capped: bool = False
 
 
-def _read_slice(path: Path, start: int, limit: int) -> _TextSlice:
+def _read_slice(path: Path, raw: BinaryIO, start: int, limit: int) -> _TextSlice:
     """Lines `start`..`start+limit-1` (1-based) of a text file, plus the file's line count.
 
     Blocking; runs in a worker thread. Lines longer than MAX_LINE_CHARS are read in pieces, so
-    a multi-megabyte minified line never sits in memory whole.
+    a multi-megabyte minified line never sits in memory whole. `raw` is the file opened by
+    `open_regular`; it is consumed and closed.
     """
-    with path.open("rb") as raw:
-        head = raw.read(SNIFF_BYTES)
+    head = raw.read(SNIFF_BYTES)
     problem = binary_problem(path, head)
     if problem:
         raise ToolError(problem)
@@ -114,7 +115,8 @@ def _read_slice(path: Path, start: int, limit: int) -> _TextSlice:
     chars = 0
     end = start + limit
     number = 0
-    with path.open(encoding=codec, errors="replace", newline=None) as f:
+    raw.seek(0)
+    with io.TextIOWrapper(raw, encoding=codec, errors="replace", newline=None) as f:
         while number + 1 < end:
             line = f.readline(MAX_LINE_CHARS + 1)
             if not line:
@@ -237,8 +239,7 @@ def _block(
     return ImageBlock(source=ImageSource(media_type=media, data=data))
 
 
-def _read_image(path: Path) -> ToolOutput:
-    raw = path.read_bytes()
+def _read_image(path: Path, raw: bytes) -> ToolOutput:
     if not raw:
         return ToolOutput.text(f"The image file {path} is empty (0 bytes).")
     block, caption = _image_block(raw, f"Image {path}")
@@ -317,10 +318,10 @@ def _render_notebook(path: Path, nb: dict[str, Any]) -> ToolOutput:
     return ToolOutput.blocks(blocks, summary=summary)
 
 
-def _read_notebook(path: Path) -> ToolOutput | None:
+def _read_notebook(path: Path, raw: bytes) -> ToolOutput | None:
     """The rendered notebook, or None when the file is not valid JSON (read as text then)."""
     try:
-        nb = json.loads(path.read_bytes())
+        nb = json.loads(raw)
     except (ValueError, UnicodeDecodeError):
         return None
     if not isinstance(nb, dict):
@@ -373,18 +374,22 @@ once): they run in parallel."""
         try:
             # Recorded before reading: a change made while we read leaves the older mtime in
             # the ledger, so a later write is refused rather than silently clobbering it.
-            ctx.read_ledger.record(path)
-            suffix = path.suffix.lower()
-            if suffix in _IMAGE_SUFFIXES:
-                return _read_image(path)
-            if suffix == ".ipynb":
-                rendered = _read_notebook(path)
-                if rendered is not None:
-                    return rendered
-            start = max(1, input.offset or 1)
-            limit = input.limit or MAX_LINES
-            sl = _read_slice(path, start, limit)
-            return _render_text(path, sl, start)
+            # Opened without blocking and only if it is a regular file: a FIFO or a device put
+            # in its place since validation is refused at once, never waited on.
+            with open_regular(path) as raw:
+                ctx.read_ledger.record(path)
+                suffix = path.suffix.lower()
+                if suffix in _IMAGE_SUFFIXES:
+                    return _read_image(path, raw.read())
+                if suffix == ".ipynb":
+                    rendered = _read_notebook(path, raw.read())
+                    if rendered is not None:
+                        return rendered
+                    raw.seek(0)
+                start = max(1, input.offset or 1)
+                limit = input.limit or MAX_LINES
+                sl = _read_slice(path, raw, start, limit)
+                return _render_text(path, sl, start)
         except ToolError:
             ctx.read_ledger.forget(path)  # a refused read (binary, undecodable) is no read
             raise

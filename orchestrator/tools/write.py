@@ -3,7 +3,8 @@
 Overwriting a file blind is how agents lose a user's unsaved work, so an existing file must
 have been read in this session and be unchanged on disk since (the session's read ledger).
 The new content keeps the old file's line endings and encoding where it can: a model writes
-LF text, and a CRLF file stays CRLF.
+LF text, and a CRLF file stays CRLF. The file is replaced atomically (`write_atomically`), so a
+failed write leaves it byte-identical.
 """
 
 from __future__ import annotations
@@ -16,12 +17,14 @@ import trio
 from pydantic import Field
 
 from orchestrator.tools._files import (
+    HARD_LINK_NOTE,
     diff_lines,
     encode_text,
     load_text,
     path_problem,
     stale_read_problem,
     to_line_ending,
+    write_atomically,
 )
 from orchestrator.tools.base import (
     Tool,
@@ -67,12 +70,7 @@ def _write(input: WriteInput, ctx: ToolContext) -> ToolOutput:
         old_text: str | None = old.text
     else:
         data, old_text = content.encode("utf-8"), None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
-    except OSError as exc:
-        raise ToolError(f"Cannot write {path}: {exc.strerror or exc}.") from exc
-    ctx.read_ledger.record(path)
+    write_atomically(path, data, ctx)
     lines = len(content.splitlines())
     if old_text is None:
         text = f"Created {path} ({lines} lines)."
@@ -92,7 +90,8 @@ def _write(input: WriteInput, ctx: ToolContext) -> ToolOutput:
 class WriteTool(Tool[WriteInput]):
     name: ClassVar[str] = "Write"
     input_model: ClassVar[type[ToolInput]] = WriteInput
-    description: ClassVar[str] = """Writes a file: creates it, or replaces its whole content.
+    description: ClassVar[str] = (
+        """Writes a file: creates it, or replaces its whole content.
 
 - file_path must be absolute and inside the workspace; missing parent directories are created.
 - An existing file can only be overwritten after you have read it with Read in this session, \
@@ -102,7 +101,10 @@ Read it (again) first.
 file): it sends only the changed text and cannot drop the rest of the file by accident. Use \
 Write for new files or complete rewrites.
 - The file's existing line endings (CRLF stays CRLF) and encoding are kept.
-- Do not create documentation or README files unless the user asked for them."""
+- Do not create documentation or README files unless the user asked for them.
+"""
+        + HARD_LINK_NOTE
+    )
 
     async def validate(self, input: WriteInput, ctx: ToolContext) -> str | None:
         return _check(input, ctx)
