@@ -30,11 +30,19 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from orchestrator.errors import ModelError
-from orchestrator.model.base import MessageComplete, ModelEvent, ModelRequest, Retry
+from orchestrator.model.base import (
+    BlockComplete,
+    MessageComplete,
+    ModelEvent,
+    ModelRequest,
+    Retry,
+    TextDelta,
+)
 from orchestrator.model.convert import (
     MessageJsonCache,
     SSEDecoder,
     StreamAccumulator,
+    StreamProtocolError,
     encode_request,
 )
 from orchestrator.model.retry import ApiFailure, RetryPolicy, classify_api_error
@@ -206,7 +214,7 @@ class AnthropicModel:
                                 raise _AttemptFailed(self._stream_error(sse.data))
                             if sse.event == "ping" or not sse.data:
                                 continue
-                            for event in accumulator.feed(_event_data(sse.data)):
+                            for event in _feed(accumulator, sse.event, sse.data):
                                 yield event
                     message = accumulator.finish(
                         request_id=stream.response.headers.get("request-id")
@@ -300,13 +308,22 @@ def _json_object(data: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _event_data(data: str) -> dict[str, Any]:
-    """An event's JSON; a garbled event fails the attempt (retryably) rather than the run."""
+def _feed(accumulator: StreamAccumulator, name: str, data: str) -> list[TextDelta | BlockComplete]:
+    """One SSE event through the accumulator. An event that is not JSON, or is JSON but breaks
+    the stream's protocol (a delta for a block never started, a field of the wrong type, ...),
+    fails the attempt, retryably, rather than the run: it is translated here, once
+    (tests/model/test_anthropic.py::test_a_malformed_event_is_retried)."""
     try:
-        return _json_object(data)
+        value = json.loads(data)
     except ValueError as exc:
         raise _AttemptFailed(
             ApiFailure(f"The API sent an event that is not JSON: {data[:200]!r}", retryable=True)
+        ) from exc
+    try:
+        return accumulator.feed(value)
+    except StreamProtocolError as exc:
+        raise _AttemptFailed(
+            ApiFailure(f"The API sent a malformed {name} event: {exc}.", retryable=True)
         ) from exc
 
 

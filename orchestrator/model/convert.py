@@ -39,6 +39,7 @@ __all__ = [
     "SSEDecoder",
     "ServerSentEvent",
     "StreamAccumulator",
+    "StreamProtocolError",
     "encode_request",
     "message_param",
     "messages_param",
@@ -278,6 +279,56 @@ def _tool_use(start: Mapping[str, Any], raw: str) -> ToolUseBlock:
     return ToolUseBlock(id=tool_id, name=name, input=value)
 
 
+class StreamProtocolError(ValueError):
+    """A stream event that is valid JSON but breaks the Messages API's event protocol.
+
+    A delta or stop for a block that was never started (or already stopped), a block started
+    twice, a field of the wrong type, a `message_delta` without usage, `message_stop` while a
+    block is still open. The Anthropic client turns it into a retryable stream failure: the
+    response cannot be trusted, and the next attempt usually comes back whole.
+    """
+
+
+_DELTA_VALUE: Mapping[str, tuple[str, str]] = {
+    "text_delta": ("text", "text"),
+    "input_json_delta": ("partial_json", "tool_use"),
+    "thinking_delta": ("thinking", "thinking"),
+    "signature_delta": ("signature", "thinking"),
+}
+"""Delta type -> (the string field it carries, the block type it belongs to)."""
+_START_STRINGS: Mapping[str, tuple[str, ...]] = {
+    "text": (),
+    "tool_use": ("id", "name"),
+    "thinking": (),
+}
+"""Block type -> string fields its `content_block_start` must carry."""
+
+
+def _is_int(value: Any) -> bool:
+    return type(value) is int
+
+
+def _object(data: Mapping[str, Any], name: str, kind: str) -> Mapping[str, Any]:
+    value = data.get(name)
+    if not isinstance(value, Mapping):
+        raise StreamProtocolError(f"{kind} has no {name!r} object (got {value!r:.80})")
+    return value
+
+
+def _index(data: Mapping[str, Any], kind: str) -> int:
+    value = data.get("index")
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    raise StreamProtocolError(f"{kind} has no valid block index (got {value!r:.80})")
+
+
+def _check_usage(usage: Mapping[str, Any], kind: str) -> None:
+    for name in Usage.model_fields:
+        value = usage.get(name)
+        if value is not None and (not _is_int(value) or value < 0):
+            raise StreamProtocolError(f"{kind} has a usage count {name}={value!r:.80}")
+
+
 @dataclass
 class StreamAccumulator:
     """Folds one attempt's stream events (as decoded JSON) into Warren's model events.
@@ -285,61 +336,120 @@ class StreamAccumulator:
     `feed` returns the events to pass on: a `TextDelta` per text delta, a `BlockComplete` at
     each `content_block_stop` (a tool may start then). `finish` builds the `AssistantMessage`
     once `message_stop` was seen. Block types Warren does not model (server tools, redacted
-    thinking) are skipped; `BlockComplete.index` is always the API's index.
+    thinking) are skipped; `BlockComplete.index` is always the API's index. Event types Warren
+    does not know are ignored (the API may add some); a known event that breaks the protocol
+    raises `StreamProtocolError` (tests/model/test_convert.py lists the cases).
     """
 
     model: str
     """The requested model, used when the stream does not name one."""
     _blocks: dict[int, _BlockBuilder] = field(default_factory=dict)
     _complete: dict[int, ContentBlock] = field(default_factory=dict)
+    _stopped_blocks: set[int] = field(default_factory=set)
     _usage: dict[str, int] = field(default_factory=dict)
     _stop_reason: StopReason | None = None
     stopped: bool = False
     """`message_stop` arrived: the message is whole."""
 
     def feed(self, data: Mapping[str, Any]) -> list[TextDelta | BlockComplete]:
+        """The events one stream event produces.
+
+        **Errors:** `StreamProtocolError` for an event that breaks the protocol.
+        """
+        if not isinstance(data, Mapping):
+            raise StreamProtocolError(f"an event is not a JSON object: {data!r:.80}")
         kind = data.get("type")
+        if not isinstance(kind, str):
+            raise StreamProtocolError(f"an event has no type: {dict(data)!r:.120}")
         if kind == "message_start":
-            message = data.get("message") or {}
-            self.model = str(message.get("model") or self.model)
-            self._merge_usage(message.get("usage") or {})
+            message = _object(data, "message", kind)
+            model = message.get("model")
+            if model is not None and not isinstance(model, str):
+                raise StreamProtocolError(f"message_start names a model {model!r:.80}")
+            self.model = model or self.model
+            usage = message.get("usage")
+            if usage is not None:
+                if not isinstance(usage, Mapping):
+                    raise StreamProtocolError(f"message_start has usage {usage!r:.80}")
+                _check_usage(usage, kind)
+                self._merge_usage(usage)
         elif kind == "content_block_start":
-            block = data.get("content_block") or {}
-            self._blocks[int(data["index"])] = _BlockBuilder(str(block.get("type")), block)
+            self._start(_index(data, kind), _object(data, "content_block", kind))
         elif kind == "content_block_delta":
-            return self._delta(int(data["index"]), data.get("delta") or {})
+            return self._delta(_index(data, kind), _object(data, "delta", kind))
         elif kind == "content_block_stop":
-            index = int(data["index"])
-            builder = self._blocks.pop(index, None)
-            built = builder.build() if builder is not None else None
+            index = self._open_block(_index(data, kind), kind)
+            builder = self._blocks.pop(index)
+            self._stopped_blocks.add(index)
+            built = builder.build()
             if built is not None:
                 self._complete[index] = built
                 return [BlockComplete(index=index, block=built)]
         elif kind == "message_delta":
-            reason = (data.get("delta") or {}).get("stop_reason")
+            reason = _object(data, "delta", kind).get("stop_reason")
+            if reason is not None and not isinstance(reason, str):
+                raise StreamProtocolError(f"message_delta has a stop_reason {reason!r:.80}")
+            usage = _object(data, "usage", kind)
+            _check_usage(usage, kind)
+            if not _is_int(usage.get("output_tokens")):
+                raise StreamProtocolError("message_delta has no output_tokens in its usage")
             # A reason newer than Warren's closed set is dropped: the loop decides from the
             # message itself, never from the envelope alone.
-            self._stop_reason = reason if reason in _STOP_REASONS else None
-            self._merge_usage(data.get("usage") or {})
+            self._stop_reason = reason if reason in _STOP_REASONS else None  # type: ignore[assignment]
+            self._merge_usage(usage)
         elif kind == "message_stop":
+            if self._blocks:
+                still = ", ".join(str(i) for i in sorted(self._blocks))
+                raise StreamProtocolError(f"message_stop arrived while block {still} was open")
             self.stopped = True
         return []
 
+    def _start(self, index: int, block: Mapping[str, Any]) -> None:
+        if index in self._blocks or index in self._stopped_blocks:
+            raise StreamProtocolError(f"content_block_start for block {index} came twice")
+        block_type = block.get("type")
+        if not isinstance(block_type, str):
+            raise StreamProtocolError(f"content_block_start {index} has a type {block_type!r:.80}")
+        for name in _START_STRINGS.get(block_type, ()):
+            if not isinstance(block.get(name), str):
+                raise StreamProtocolError(
+                    f"content_block_start {index} ({block_type}) has no string {name!r}"
+                )
+        if block_type == "tool_use" and not isinstance(block.get("input", {}), Mapping):
+            raise StreamProtocolError(f"content_block_start {index} has a non-object input")
+        if block_type == "thinking" and not isinstance(block.get("signature", ""), str):
+            raise StreamProtocolError(f"content_block_start {index} has a non-string signature")
+        self._blocks[index] = _BlockBuilder(block_type, block)
+
+    def _open_block(self, index: int, kind: str) -> int:
+        if index in self._blocks:
+            return index
+        if index in self._stopped_blocks:
+            raise StreamProtocolError(f"{kind} for block {index}, which was already stopped")
+        raise StreamProtocolError(f"{kind} for block {index}, which was never started")
+
     def _delta(self, index: int, delta: Mapping[str, Any]) -> list[TextDelta | BlockComplete]:
-        builder = self._blocks.get(index)
-        if builder is None:
-            return []
+        builder = self._blocks[self._open_block(index, "content_block_delta")]
         kind = delta.get("type")
+        if not isinstance(kind, str):
+            raise StreamProtocolError(f"content_block_delta {index} has a type {kind!r:.80}")
+        if kind not in _DELTA_VALUE:
+            return []  # a delta type Warren does not model (citations, ...)
+        name, belongs_to = _DELTA_VALUE[kind]
+        value = delta.get(name)
+        if not isinstance(value, str):
+            raise StreamProtocolError(f"{kind} for block {index} has {name}={value!r:.80}")
+        if builder.kind in _START_STRINGS and builder.kind != belongs_to:
+            raise StreamProtocolError(f"{kind} for block {index}, a {builder.kind} block")
         if kind == "text_delta":
-            text = str(delta.get("text", ""))
-            builder.text.append(text)
-            return [TextDelta(index=index, text=text)] if text else []
+            builder.text.append(value)
+            return [TextDelta(index=index, text=value)] if value else []
         if kind == "input_json_delta":
-            builder.partial_json.append(str(delta.get("partial_json", "")))
+            builder.partial_json.append(value)
         elif kind == "thinking_delta":
-            builder.text.append(str(delta.get("thinking", "")))
-        elif kind == "signature_delta":
-            builder.signature = str(delta.get("signature", ""))
+            builder.text.append(value)
+        else:
+            builder.signature = value
         return []
 
     def _merge_usage(self, usage: Mapping[str, Any]) -> None:

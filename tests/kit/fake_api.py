@@ -11,8 +11,9 @@ tests and `warren` subprocesses (pointed here with `ANTHROPIC_BASE_URL`) alike. 
 
 Responses are typed values: `Reply` (a message streamed event by event), `HttpError` (a status
 before the stream), `MidStreamError` (an SSE `error` event after some events), `DropConnection`
-(the socket closes mid-body), `Stall` (the server goes quiet, for read timeouts) and
-`MalformedToolJson` (a `tool_use` whose `input_json_delta`s do not form JSON). When the script
+(the socket closes mid-body), `Stall` (the server goes quiet, for read timeouts),
+`MalformedToolJson` (a `tool_use` whose `input_json_delta`s do not form JSON) and
+`ScriptedEvents` (SSE events exactly as given, for streams that break the protocol). When the script
 runs out the server answers 500 with a body that says so (and `x-should-retry: false`, so the
 client gives up at once), and counts it in `api.unanswered`.
 
@@ -60,6 +61,7 @@ __all__ = [
     "RecordedRequest",
     "RecordingSleep",
     "Reply",
+    "ScriptedEvents",
     "SentEvent",
     "Stall",
     "model_for",
@@ -218,7 +220,18 @@ class MalformedToolJson:
     chunk_delay_s: float = 0.0
 
 
-FakeResponse = Reply | HttpError | MidStreamError | DropConnection | Stall | MalformedToolJson
+@dataclass(frozen=True)
+class ScriptedEvents:
+    """A 200 SSE response made of exactly these `(event name, data)` pairs, in order; each
+    data is any JSON value (written with `json.dumps`), so an event can break the protocol
+    (a delta for a block never started, a field of the wrong type) while staying valid JSON."""
+
+    events: Sequence[tuple[str, Any]]
+
+
+FakeResponse = (
+    Reply | HttpError | MidStreamError | DropConnection | Stall | MalformedToolJson | ScriptedEvents
+)
 
 
 # --- what the server saw -----------------------------------------------------------------------
@@ -318,7 +331,7 @@ class _Event:
 
     @property
     def index(self) -> int | None:
-        value = self.data.get("index")
+        value = self.data.get("index") if isinstance(self.data, Mapping) else None
         return value if isinstance(value, int) else None
 
     def encode(self) -> bytes:
@@ -588,6 +601,10 @@ class _Handler(BaseHTTPRequestHandler):
                     raw_json_by_index={len(content) - 1: response.raw_json},
                 )
                 self._stream(api, record, events, request_id, latency_s=0.0)
+            case ScriptedEvents():
+                record.response = "ScriptedEvents"
+                scripted = [_Event(name, data) for name, data in response.events]
+                self._stream(api, record, scripted, request_id, latency_s=0.0)
             case MidStreamError():
                 record.response = "MidStreamError"
                 events = _plan_reply(
