@@ -5,7 +5,8 @@
      +-- ModelError             a model call failed for good; .reason is the terminal reason
      +-- ToolError              raised by a tool; .message is written for the model
      |    +-- ToolTimeout       the call exceeded its time limit
-     +-- SessionError           a transcript that cannot be read or resumed
+     +-- SessionError           a transcript that cannot be read or resumed, a bad session id
+     +-- TranscriptWriteError   a transcript that cannot be written (full or read-only disk)
 
 Tool failures never escape the pipeline as exceptions: they become `tool_result`s with
 `is_error`. Only `Exception` is ever caught, so trio's `Cancelled` always propagates.
@@ -13,6 +14,7 @@ Tool failures never escape the pipeline as exceptions: they become `tool_result`
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 __all__ = [
@@ -22,6 +24,7 @@ __all__ = [
     "SessionError",
     "ToolError",
     "ToolTimeout",
+    "TranscriptWriteError",
     "WarrenError",
 ]
 
@@ -73,3 +76,16 @@ class ToolTimeout(ToolError):
 
 class SessionError(WarrenError):
     pass
+
+
+class TranscriptWriteError(WarrenError):
+    """A transcript could not be created or appended to (no space, a read-only or missing
+    state directory). `str(err)` is one line for the user; `.path` is the transcript.
+
+    Mid-run it ends the run with the `io_error` terminal reason; at start-up nothing ran.
+    """
+
+    def __init__(self, message: str, *, path: Path) -> None:
+        super().__init__(message)
+        self.message = message
+        self.path = path
