@@ -21,11 +21,12 @@ import re
 import sys
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from policies.engine import STANDARD_READ_ONLY_TOOLS, PolicyDecision, PolicyEngine
+from policies.engine import PolicyDecision, PolicyEngine, default_facts
+from policies.facts import ToolFacts
 from policies.files import (
     MANAGED_POLICY_PATH,
     EffectivePolicy,
@@ -38,7 +39,6 @@ from policies.files import (
     parse_policy_text,
     toml_string,
 )
-from policies.rules import PATH_INPUT_KEYS, PATH_TOOLS
 from policies.trust import (
     LOCAL_POLICY,
     PROJECT_POLICY,
@@ -93,6 +93,31 @@ class CommandEnvironment:
     """Where to print (default: `sys.stdout` at call time)."""
     command_line: PolicyFile | None = None
     """The command line level (`--allowed-tools`, `--permission-mode`), if any."""
+    tool_facts: Mapping[str, ToolFacts] = field(default_factory=dict)
+    """The facts of the tools calls may name, by tool name (the CLI passes the built-in
+    tools'); a tool missing here has no family and no path."""
+
+    def facts(self, tool: str) -> ToolFacts:
+        return self.tool_facts.get(tool) or default_facts(tool)
+
+    def call(self, tool: str, path: str) -> tuple[str, dict[str, Any]]:
+        """A path tool's call on `path`, in the tool's first declared path field.
+
+        **Errors:** `PolicyError` when `tool` declares no path field.
+        """
+        fields = self.facts(tool).path_fields
+        if not fields:
+            takes = sorted(n for n, f in self.tool_facts.items() if f.path_fields)
+            raise PolicyError(
+                f"{tool} takes no path; the path tools are " + ", ".join(takes),
+                file="command line",
+                key="check",
+            )
+        return tool, {fields[0]: path}
+
+    def read_only(self, tool: str) -> bool:
+        """Whether `tool` is read-only whatever its input: it reads files or touches nothing."""
+        return self.facts(tool).family in ("read", "meta")
 
     def stdout(self) -> TextIO:
         return self.out or sys.stdout
@@ -138,21 +163,22 @@ def check_target(args: Sequence[str], *, after_dashdash: bool) -> CheckTarget:
         if not args:
             raise PolicyError("give the command after `--`", file="command line", key="check")
         return " ".join(args)
-    if len(args) == 2 and args[0] in PATH_TOOLS:
+    if len(args) == 2:
         return (args[0], args[1])
     raise PolicyError(
-        "give `-- COMMAND...` for a Bash command or `TOOL PATH` with TOOL one of "
-        + ", ".join(sorted(PATH_TOOLS)),
+        "give `-- COMMAND...` for a Bash command or `TOOL PATH` for a path tool "
+        "(`Read src/a.py`, `Edit src/a.py`)",
         file="command line",
         key="check",
     )
 
 
-def _target_call(target: CheckTarget) -> tuple[str, dict[str, Any]]:
+def _target_call(
+    target: CheckTarget, environment: CommandEnvironment
+) -> tuple[str, dict[str, Any]]:
     if isinstance(target, str):
         return "Bash", {"command": target}
-    tool, path = target
-    return tool, {PATH_INPUT_KEYS.get(tool, "path"): path}
+    return environment.call(*target)
 
 
 def check(
@@ -174,10 +200,15 @@ def check(
         policy = environment.load(workspace)
         floor = environment.probe() if floor_proven is None else floor_proven
         engine = PolicyEngine(policy, workspace=workspace, floor_proven=floor, env=environment.env)
+        tool, input = _target_call(target, environment)
     except PolicyError as err:
         return _error(err, out)
-    tool, input = _target_call(target)
-    decision = engine.decide(tool, input, tool_read_only=tool in STANDARD_READ_ONLY_TOOLS)
+    decision = engine.decide(
+        tool,
+        input,
+        tool_read_only=environment.read_only(tool),
+        facts=environment.facts(tool),
+    )
     if json_output:
         print(json.dumps(_check_json(decision)), file=out)
     else:
@@ -272,11 +303,11 @@ def show(cwd: Path, *, environment: CommandEnvironment = _DEFAULT_ENVIRONMENT) -
 # -- test --
 
 
-def _example_call(example: Example) -> tuple[str, dict[str, Any]]:
+def _example_call(example: Example, environment: CommandEnvironment) -> tuple[str, dict[str, Any]]:
     if example.command is not None:
         return "Bash", {"command": example.command}
     if example.path is not None:
-        return example.tool, {PATH_INPUT_KEYS[example.tool]: example.path}
+        return environment.call(example.tool, example.path)
     return example.tool, dict(example.input or {})
 
 
@@ -325,11 +356,16 @@ def test(
                 no_sandbox_consent=True,
                 env=environment.env,
             )
-        tool, input = _example_call(example)
+        try:
+            tool, input = _example_call(example, environment)
+        except PolicyError as err:
+            return _error(err, out)
         read_only = example.read_only
         if read_only is None:
-            read_only = tool in STANDARD_READ_ONLY_TOOLS
-        decision = engines[floor].decide(tool, input, tool_read_only=read_only)
+            read_only = environment.read_only(tool)
+        decision = engines[floor].decide(
+            tool, input, tool_read_only=read_only, facts=environment.facts(tool)
+        )
         described = f"{_describe(example)} -> {example.decision}"
         if decision.decision == example.decision:
             print(f"ok    {described}  ({source})", file=out)

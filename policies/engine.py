@@ -1,9 +1,11 @@
 """The policy decision for one tool call: allow, deny or ask, with the rule and file behind it.
 
-The coordinator's permission glue (in `orchestrator`) hands each call's tool name and input
-to `PolicyEngine.decide` and turns the `PolicyDecision` into the kernel's Allow/Deny/Ask. This
-module works on plain values (a tool name and a mapping) so `policies` never imports the
-orchestrator (DESIGN.md, "Packages").
+The coordinator's permission glue (in `orchestrator`) hands each call's tool name, input and
+declared `ToolFacts` to `PolicyEngine.assess` (once per call, while the call is planned) and
+`PolicyEngine.decide`, and turns the `PolicyDecision` into the kernel's Allow/Deny/Ask. This
+module works on plain values (a tool name, a mapping, the facts) so `policies` never imports
+the orchestrator (DESIGN.md, "Packages"), and it keeps no table of tool names: families and
+path fields are the tools' own facts.
 
 Order, first that applies wins:
 
@@ -35,11 +37,9 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from policies.bash_analysis import BashAnalyser, BashClassification, CommandPart
+from policies.facts import ToolFacts
 from policies.files import EffectivePolicy, Mode, PolicyError, RuleEntry
 from policies.rules import (
-    EDIT_FAMILY,
-    PATH_INPUT_KEYS,
-    PATH_TOOLS,
     CompiledRule,
     PathPattern,
     bash_rule_matches,
@@ -50,8 +50,8 @@ from policies.rules import (
 from sandbox.spec import DEFAULT_DENY_READ, DEFAULT_PROTECTED
 
 __all__ = [
-    "STANDARD_READ_ONLY_TOOLS",
     "BypassRefused",
+    "CallAssessment",
     "Decision",
     "FloorState",
     "PolicyDecision",
@@ -63,9 +63,16 @@ __all__ = [
 Decision = Literal["allow", "deny", "ask"]
 FloorState = Literal["proven", "unproven"]
 
-STANDARD_READ_ONLY_TOOLS: Final = frozenset({"Read", "Glob", "Grep", "LS", "Think"})
-"""Warren's tools that are read-only for every input (used where no tool object is at hand,
-such as `warren policy test`)."""
+_BASH_FACTS: Final = ToolFacts(family="exec", command_field="command")
+"""A call named by the `Bash` rule keyword whose caller gave no facts: the rule syntax itself
+says `Bash(...)` matches the command line in `command`."""
+_UNKNOWN_FACTS: Final = ToolFacts(family="external")
+"""Any other call without facts: no family, no path; it asks unless a rule names it."""
+
+
+def default_facts(tool: str) -> ToolFacts:
+    """The facts assumed for a call whose caller has no tool object to ask."""
+    return _BASH_FACTS if tool == "Bash" else _UNKNOWN_FACTS
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,12 +118,19 @@ class _Call:
     tool: str
     input: Mapping[str, Any]
     read_only: bool
+    facts: ToolFacts = _UNKNOWN_FACTS
     any_paths: tuple[str, ...] = ()
     """The path as written (normalised) and its resolved target: deny and ask match either."""
     resolved: str | None = None
     """The resolved path alone: allow rules and the workspace checks use only this."""
     bash: BashClassification | None = None
     command: str | None = None
+
+
+CallAssessment = _Call
+"""What the engine worked out about one call before deciding it (the Bash analyser's
+classification, the resolved paths): made once by `PolicyEngine.assess`, handed back to
+`decide`, so a call is never classified twice."""
 
 
 def input_digest(input: Mapping[str, Any]) -> str:
@@ -242,11 +256,35 @@ class PolicyEngine:
 
     # -- the decision --
 
+    def assess(
+        self,
+        tool: str,
+        input: Mapping[str, Any],
+        *,
+        tool_read_only: bool,
+        facts: ToolFacts | None = None,
+    ) -> CallAssessment:
+        """Everything about one call that does not depend on the rules: the Bash analyser's
+        classification (a tool with a `command_field`: its read-only verdict is the
+        analyser's, `tool_read_only` is ignored) and the resolved paths. Never raises."""
+        return self._call(tool, input, tool_read_only, facts or default_facts(tool))
+
     def decide(
-        self, tool: str, input: Mapping[str, Any], *, tool_read_only: bool
+        self,
+        tool: str,
+        input: Mapping[str, Any],
+        *,
+        tool_read_only: bool,
+        facts: ToolFacts | None = None,
+        assessed: CallAssessment | None = None,
     ) -> PolicyDecision:
-        """Decide one call. Never raises for any input mapping."""
-        call = self._call(tool, input, tool_read_only)
+        """Decide one call. Never raises for any input mapping.
+
+        `facts`: what the tool declares (family, path fields); without them a `Bash` call is
+        a shell command and any other tool has no family and no path. `assessed`: this
+        call's `assess` result, so it is not classified again.
+        """
+        call = assessed or self._call(tool, input, tool_read_only, facts or default_facts(tool))
         hit = self._first_match(self._deny, call)
         if hit is not None:
             return self._result(
@@ -288,7 +326,7 @@ class PolicyEngine:
             return self._result(call, "allow", "bypass mode", "bypass mode", "mode")
         if (
             self.mode == "accept-edits"
-            and tool in EDIT_FAMILY
+            and call.facts.family == "edit"
             and call.resolved is not None
             and self._in_roots(call.resolved)
         ):
@@ -308,7 +346,7 @@ class PolicyEngine:
         return self._ask_result(call, _default_reason(call), None, "built-in")
 
     def _builtin_check(self, call: _Call) -> PolicyDecision | None:
-        if call.tool in EDIT_FAMILY:
+        if call.facts.family == "edit":
             for candidate in call.any_paths:
                 for path, name in self._protected:
                     if candidate == path or candidate.startswith(path + "/"):
@@ -321,7 +359,7 @@ class PolicyEngine:
                             "protected path",
                             "built-in",
                         )
-        if call.tool in PATH_TOOLS:
+        if call.facts.path_fields:
             for candidate in call.any_paths:
                 for pattern, name in self._masked:
                     if pattern.matches(candidate):
@@ -345,28 +383,35 @@ class PolicyEngine:
 
     # -- matching --
 
-    def _call(self, tool: str, input: Mapping[str, Any], tool_read_only: bool) -> _Call:
-        if tool == "Bash":
-            command = input.get("command")
+    def _call(
+        self, tool: str, input: Mapping[str, Any], tool_read_only: bool, facts: ToolFacts
+    ) -> _Call:
+        if facts.command_field is not None:
+            command = input.get(facts.command_field)
             if not isinstance(command, str):
                 command = ""
             classification = self.analyser.classify(
                 command, floor=self.floor_proven, workspace=self.workspace
             )
             return _Call(
-                tool, input, classification.read_only, bash=classification, command=command
+                tool,
+                input,
+                classification.read_only,
+                facts,
+                bash=classification,
+                command=command,
             )
-        if tool in PATH_TOOLS:
-            raw = input.get(PATH_INPUT_KEYS[tool])
-            if raw is None and tool in ("Glob", "Grep"):
+        if facts.path_fields:
+            raw = _path_input(input, facts)
+            if raw is None and facts.path_defaults_to_workspace:
                 raw = str(self.workspace)
             if isinstance(raw, str) and raw and "\x00" not in raw:
                 path = raw if raw.startswith("/") else f"{self.workspace}/{raw}"
                 lexical = _norm(path)
                 resolved = _norm(os.path.realpath(path))
                 paths = (lexical,) if lexical == resolved else (lexical, resolved)
-                return _Call(tool, input, tool_read_only, any_paths=paths, resolved=resolved)
-        return _Call(tool, input, tool_read_only)
+                return _Call(tool, input, tool_read_only, facts, any_paths=paths, resolved=resolved)
+        return _Call(tool, input, tool_read_only, facts)
 
     def _first_match(self, rules: tuple[_Rule, ...], call: _Call) -> _Rule | None:
         for rule in rules:
@@ -376,7 +421,7 @@ class PolicyEngine:
 
     def _matches(self, rule: CompiledRule, call: _Call, *, strict: bool) -> bool:
         """Does `rule` match `call`? `strict` (allow rules): resolved paths only."""
-        if not rule.covers(call.tool):
+        if not rule.covers(call.tool, call.facts.family):
             return False
         parsed = rule.parsed
         match parsed.kind:
@@ -487,7 +532,9 @@ class PolicyEngine:
 
     # -- "don't ask again" --
 
-    def remember(self, tool: str, input: Mapping[str, Any]) -> str:
+    def remember(
+        self, tool: str, input: Mapping[str, Any], *, facts: ToolFacts | None = None
+    ) -> str:
         """The rule to store for a "don't ask again" answer, also allowed for this session.
 
         Bash: the analyser's suggestion (a prefix rule for a plain command, else the exact
@@ -498,7 +545,9 @@ class PolicyEngine:
         Errors: `PolicyError` when no rule covers just this call (a path that cannot be
         written as a rule); then allow the call once and do not store anything.
         """
-        rule = _suggest_rule(tool, input, self.workspace, self.analyser)
+        rule = _suggest_rule(
+            tool, input, facts or default_facts(tool), self.workspace, self.analyser
+        )
         self.allow_for_session(rule)
         return rule
 
@@ -510,14 +559,23 @@ class PolicyEngine:
         self._session.append(_Rule(compiled, "session"))
 
 
+def _path_input(input: Mapping[str, Any], facts: ToolFacts) -> object:
+    """The first of the tool's declared path fields present in the input."""
+    for name in facts.path_fields:
+        value = input.get(name)
+        if value is not None:
+            return value
+    return None
+
+
 def _suggest_rule(
-    tool: str, input: Mapping[str, Any], workspace: Path, analyser: BashAnalyser
+    tool: str, input: Mapping[str, Any], facts: ToolFacts, workspace: Path, analyser: BashAnalyser
 ) -> str:
-    if tool == "Bash":
-        command = input.get("command")
-        return analyser.suggest_rule(command) if isinstance(command, str) else "Bash"
-    if tool in PATH_TOOLS:
-        raw = input.get(PATH_INPUT_KEYS[tool])
+    if facts.command_field is not None:
+        command = input.get(facts.command_field)
+        return analyser.suggest_rule(command) if isinstance(command, str) else tool
+    if facts.path_fields:
+        raw = _path_input(input, facts)
         if not isinstance(raw, str) or not raw or "\x00" in raw:
             raise PolicyError(f"cannot remember a {tool} call without a usable path", key=tool)
         resolved = _norm(os.path.realpath(raw if raw.startswith("/") else f"{workspace}/{raw}"))
@@ -525,9 +583,9 @@ def _suggest_rule(
         inside = resolved.startswith(root + "/")
         spec = "/" + _escape_glob(resolved[len(root) + 1 :] if inside else resolved)
         candidate = f"{tool}({spec})"
-    elif tool == "dispatch_agent":
+    elif facts.family == "agent":
         name = input.get("subagent_type") or "general"
-        candidate = f"dispatch_agent({name})"
+        candidate = f"{tool}({name})"
     else:
         candidate = tool
     try:
@@ -594,6 +652,6 @@ def _bash_reason(classification: BashClassification) -> str:
 
 
 def _default_reason(call: _Call) -> str:
-    if call.tool in EDIT_FAMILY and call.resolved is not None:
+    if call.facts.family == "edit" and call.resolved is not None:
         return f"{call.tool} would change {call.resolved}"
     return f"{call.tool} can change files or run commands"

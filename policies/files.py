@@ -44,7 +44,7 @@ from pydantic import (
     model_validator,
 )
 
-from policies.rules import PATH_TOOLS, ParsedRule, RuleSyntaxError, parse_rule
+from policies.rules import ParsedRule, RuleSyntaxError, parse_rule
 from policies.trust import (
     LOCAL_POLICY,
     TrustState,
@@ -227,20 +227,20 @@ class Example(_Section):
     floor: StrictBool | None = None
     """Decide as if the floor were (not) proven; default: the floor as probed."""
     read_only: StrictBool | None = None
-    """Whether the tool is read-only for this input; default from the standard tools."""
+    """Whether the tool is read-only for this input; default: true for the tools that
+    declare the `read` or `meta` family."""
 
     @model_validator(mode="after")
     def _shape(self) -> Example:
         if self.tool == "Bash":
             if self.command is None or self.path is not None or self.input is not None:
                 raise ValueError("a Bash example needs `command` (and no `path` or `input`)")
-        elif self.tool in PATH_TOOLS:
-            if self.path is None or self.command is not None or self.input is not None:
-                raise ValueError(
-                    f"a {self.tool} example needs `path` (and no `command` or `input`)"
-                )
-        elif self.command is not None or self.path is not None:
-            raise ValueError(f"a {self.tool} example takes `input`, not `command` or `path`")
+        elif self.command is not None:
+            raise ValueError(f"a {self.tool} example takes `path` or `input`, not `command`")
+        elif self.path is not None and self.input is not None:
+            raise ValueError(
+                f"a {self.tool} example takes `path` (a path tool) or `input`, not both"
+            )
         return self
 
 

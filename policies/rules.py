@@ -12,7 +12,7 @@ Forms:
 - `Bash(make check)`: exactly that command line (surrounding blanks ignored).
 - `Bash(npm run test:*)`: the prefix `npm run test`, then the end or a blank (when the
   prefix ends with a letter, digit or `_`; after any other character anything may follow).
-- Path rules, for Read, Write, Edit, MultiEdit, NotebookEdit, Glob, Grep and LS, with
+- Path rules, for every tool that declares path fields (`ToolFacts.path_fields`), with
   gitignore-style globs (`*`, `?`, `[abc]`, `**`):
   `//abs/path` is the absolute path `/abs/path`; `~/x` is relative to the home directory;
   `/x` is relative to the directory of the file that defines the rule (for a project's
@@ -20,8 +20,9 @@ Forms:
   anything else is relative to the workspace, and, as in gitignore, a pattern without a
   `/` (`*.env`, `.env`) matches at any depth. A pattern that matches a directory matches
   everything inside it, and `dir/**` matches `dir` itself as well as its contents.
-- Families: `Read(...)` covers Read, Glob, Grep and LS; `Edit(...)` covers Edit, Write,
-  MultiEdit and NotebookEdit. `Write(...)`, `Glob(...)` and the others cover only their tool.
+- Families: `Read(...)` covers every tool of the `read` family (Read, Glob, Grep, LS, and any
+  new one that declares it); `Edit(...)` every `edit` tool (Edit, Write, MultiEdit,
+  NotebookEdit). `Write(...)`, `Glob(...)` and the others cover only their tool.
 - `dispatch_agent(name)`: a subagent of that type.
 - `mcp__server__tool` (one MCP tool) and `mcp__server` (every tool of that server).
 
@@ -38,11 +39,10 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Final, Literal
 
+from policies.facts import Family
+
 __all__ = [
-    "EDIT_FAMILY",
-    "PATH_INPUT_KEYS",
-    "PATH_TOOLS",
-    "READ_FAMILY",
+    "FAMILY_KEYWORDS",
     "CompiledRule",
     "ParsedRule",
     "PathPattern",
@@ -51,29 +51,13 @@ __all__ = [
     "bash_rule_matches",
     "compile_path_pattern",
     "compile_rule",
-    "covered_tools",
     "parse_rule",
 ]
 
-READ_FAMILY: Final = frozenset({"Read", "Glob", "Grep", "LS"})
-"""Tools a `Read(...)` rule covers: everything that reads files by path."""
-EDIT_FAMILY: Final = frozenset({"Edit", "Write", "MultiEdit", "NotebookEdit"})
-"""Tools an `Edit(...)` rule covers: everything that changes files by path."""
-PATH_TOOLS: Final = READ_FAMILY | EDIT_FAMILY
-PATH_INPUT_KEYS: Final[Mapping[str, str]] = MappingProxyType(
-    {
-        "Read": "file_path",
-        "Write": "file_path",
-        "Edit": "file_path",
-        "MultiEdit": "file_path",
-        "NotebookEdit": "notebook_path",
-        "Glob": "path",
-        "Grep": "path",
-        "LS": "path",
-    }
-)
-"""Which input field of each path tool holds its path (Glob and Grep default to the
-workspace when it is absent)."""
+FAMILY_KEYWORDS: Final[Mapping[str, Family]] = MappingProxyType({"Read": "read", "Edit": "edit"})
+"""Rule keywords that name a family of tools (`policies.facts`): `Read(...)` covers every tool
+that declares the `read` family, `Edit(...)` every `edit` tool. Any other keyword names one
+tool; which input field holds a tool's path is the tool's own fact, never a table here."""
 
 RuleKind = Literal["tool", "exact", "prefix", "path", "agent", "mcp_server"]
 
@@ -125,8 +109,6 @@ def parse_rule(text: str) -> ParsedRule:
         )
     if tool == "Bash":
         return _parse_bash(stripped, spec.strip())
-    if tool in PATH_TOOLS:
-        return ParsedRule(stripped, tool, "path", _check_path_spec(stripped, spec.strip()))
     if tool == "dispatch_agent":
         name = spec.strip()
         if _AGENT_NAME.fullmatch(name) is None:
@@ -134,10 +116,9 @@ def parse_rule(text: str) -> ParsedRule:
                 f"`{stripped}`: `{name}` is not an agent name (letters, digits, `_.:-`)"
             )
         return ParsedRule(stripped, tool, "agent", name)
-    raise RuleSyntaxError(
-        f"`{stripped}`: {tool} rules take no specifier; write `{tool}` to match every call "
-        "(specifiers exist for Bash, the path tools and dispatch_agent)"
-    )
+    # Any other keyword with a specifier is a path rule: whether the tool takes a path is its
+    # own fact (`ToolFacts.path_fields`), so a new file tool needs no change here.
+    return ParsedRule(stripped, tool, "path", _check_path_spec(stripped, spec.strip()))
 
 
 def _parse_mcp(text: str, tool: str, spec: str | None) -> ParsedRule:
@@ -190,15 +171,6 @@ def _check_path_spec(text: str, spec: str) -> str:
     except re.error as exc:
         raise RuleSyntaxError(f"`{text}`: not a valid glob ({exc.msg})") from exc
     return spec
-
-
-def covered_tools(rule_tool: str) -> frozenset[str]:
-    """The tools a rule naming `rule_tool` applies to (the family for `Read` and `Edit`)."""
-    if rule_tool == "Read":
-        return READ_FAMILY
-    if rule_tool == "Edit":
-        return EDIT_FAMILY
-    return frozenset({rule_tool})
 
 
 # -- path patterns --
@@ -338,19 +310,22 @@ class CompiledRule:
     """A parsed rule bound to its directories, ready for matching."""
 
     parsed: ParsedRule
-    tools: frozenset[str]
-    """The tool names it covers (empty for an MCP server rule, which matches by prefix)."""
+    family: Family | None = None
+    """The family a family keyword (`Read`, `Edit`) covers; None: the rule names one tool."""
     path: PathPattern | None = None
 
     @property
     def text(self) -> str:
         return self.parsed.text
 
-    def covers(self, tool: str) -> bool:
-        """Does this rule apply to calls of `tool` at all (before looking at the input)?"""
+    def covers(self, tool: str, family: Family | None = None) -> bool:
+        """Does this rule apply to calls of `tool` (of `family`, as the tool declares) at all,
+        before looking at the input?"""
         if self.parsed.kind == "mcp_server":
             return tool.startswith(self.parsed.tool + "__")
-        return tool in self.tools
+        if self.family is not None:
+            return family == self.family
+        return tool == self.parsed.tool
 
     def matches_path(self, paths: tuple[str, ...]) -> bool:
         """A path rule against the candidate paths of a call (any one matching is a match)."""
@@ -367,5 +342,5 @@ def compile_rule(parsed: ParsedRule, *, anchor: Path, workspace: Path, home: Pat
     if parsed.kind == "path":
         assert parsed.specifier is not None
         path = compile_path_pattern(parsed.specifier, anchor=anchor, workspace=workspace, home=home)
-    tools = frozenset() if parsed.kind == "mcp_server" else covered_tools(parsed.tool)
-    return CompiledRule(parsed=parsed, tools=tools, path=path)
+    family = None if parsed.kind == "mcp_server" else FAMILY_KEYWORDS.get(parsed.tool)
+    return CompiledRule(parsed=parsed, family=family, path=path)

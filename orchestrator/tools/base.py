@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict
 
 from orchestrator.errors import ToolError
 from orchestrator.messages import ImageBlock, TextBlock, ToolResultContent
+from policies.facts import ToolFacts
 
 __all__ = [
     "DEFAULT_TOOL_TIMEOUT_S",
@@ -25,6 +26,7 @@ __all__ = [
     "Tool",
     "ToolContext",
     "ToolError",
+    "ToolFacts",
     "ToolInput",
     "ToolOutput",
     "ToolProgress",
@@ -162,6 +164,10 @@ class Tool(Generic[InputT]):
     name: ClassVar[str]
     input_model: ClassVar[type[ToolInput]]
     description: ClassVar[str]
+    facts: ClassVar[ToolFacts] = ToolFacts(family="external")
+    """What the tool declares about itself for the policy (family, path fields, where it
+    runs): every built-in tool sets its own. The default, `external` without paths, is the
+    one that is never auto-approved as a file read or edit."""
 
     def is_read_only(self, input: InputT) -> bool:
         return False

@@ -15,6 +15,7 @@ from pydantic import Field
 from orchestrator.errors import ToolError
 from orchestrator.shell import KILL_GRACE_S, PersistentShell, ShellRun, shell_environment
 from orchestrator.tools.base import Tool, ToolContext, ToolInput, ToolOutput, ToolProgress
+from policies.facts import ToolFacts
 
 __all__ = [
     "DEFAULT_TIMEOUT_MS",
@@ -95,6 +96,7 @@ class BashTool(Tool[BashInput]):
     """`Bash(command, timeout?, description?)`."""
 
     name = "Bash"
+    facts = ToolFacts(family="exec", command_field="command")
     input_model = BashInput
     description = DESCRIPTION
 

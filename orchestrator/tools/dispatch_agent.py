@@ -43,6 +43,7 @@ from orchestrator.subagents import (
 )
 from orchestrator.tools.base import Tool, ToolContext, ToolInput, ToolOutput, ToolProgress
 from orchestrator.tools.registry import ToolRegistry
+from policies.facts import ToolFacts
 
 __all__ = ["DispatchAgentInput", "DispatchAgentTool", "sidechain_path"]
 
@@ -86,6 +87,7 @@ def sidechain_path(sidechain_root: Path, session_id: str, agent_id: str) -> Path
 
 class DispatchAgentTool(Tool[DispatchAgentInput]):
     name: ClassVar[str] = "dispatch_agent"
+    facts: ClassVar[ToolFacts] = ToolFacts(family="agent", runs_in_coordinator=True)
     input_model: ClassVar[type[ToolInput]] = DispatchAgentInput
     description: ClassVar[str] = DESCRIPTION
 

@@ -37,6 +37,7 @@ from orchestrator.tools.base import (
     ToolOutput,
     ToolProgress,
 )
+from policies.facts import ToolFacts
 
 __all__ = [
     "NEW_STRING_HELP",
@@ -230,6 +231,7 @@ def _edit(input: EditInput, ctx: ToolContext) -> ToolOutput:
 
 class EditTool(Tool[EditInput]):
     name: ClassVar[str] = "Edit"
+    facts: ClassVar[ToolFacts] = ToolFacts(family="edit", path_fields=("file_path",))
     input_model: ClassVar[type[ToolInput]] = EditInput
     description: ClassVar[str] = (
         """Replaces exact text in a file: old_string becomes new_string.

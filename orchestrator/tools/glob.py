@@ -29,6 +29,7 @@ from orchestrator.tools.base import (
     ToolOutput,
     ToolProgress,
 )
+from policies.facts import ToolFacts
 
 __all__ = ["MAX_GLOB_RESULTS", "RG_COMMON", "GlobInput", "GlobPlan", "GlobTool", "plan_glob"]
 
@@ -140,6 +141,9 @@ def _check(input: GlobInput, ctx: ToolContext) -> str | None:
 
 class GlobTool(Tool[GlobInput]):
     name: ClassVar[str] = "Glob"
+    facts: ClassVar[ToolFacts] = ToolFacts(
+        family="read", path_fields=("path",), path_defaults_to_workspace=True
+    )
     input_model: ClassVar[type[ToolInput]] = GlobInput
     description: ClassVar[str] = f"""Finds files by name pattern (a fast file search that \
 works in a codebase of any size).

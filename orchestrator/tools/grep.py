@@ -31,6 +31,7 @@ from orchestrator.tools.base import (
     ToolProgress,
 )
 from orchestrator.tools.glob import RG_COMMON, plan_glob
+from policies.facts import ToolFacts
 
 __all__ = ["MAX_GREP_CHARS", "MAX_GREP_LINES", "GrepInput", "GrepTool"]
 
@@ -223,6 +224,9 @@ def _check(input: GrepInput, ctx: ToolContext) -> str | None:
 
 class GrepTool(Tool[GrepInput]):
     name: ClassVar[str] = "Grep"
+    facts: ClassVar[ToolFacts] = ToolFacts(
+        family="read", path_fields=("path",), path_defaults_to_workspace=True
+    )
     input_model: ClassVar[type[ToolInput]] = GrepInput
     description: ClassVar[str] = f"""Searches file contents with ripgrep (regular expressions).
 

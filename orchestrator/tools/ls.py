@@ -20,6 +20,7 @@ from pydantic import Field
 
 from orchestrator.tools._files import missing_file_message, non_regular_problem, path_problem
 from orchestrator.tools.base import Tool, ToolContext, ToolInput, ToolOutput, ToolProgress
+from policies.facts import ToolFacts
 
 __all__ = ["MAX_LS_ENTRIES", "SKIPPED_DIRS", "LSInput", "LSTool"]
 
@@ -131,6 +132,7 @@ def _check(input: LSInput, ctx: ToolContext) -> str | None:
 
 class LSTool(Tool[LSInput]):
     name: ClassVar[str] = "LS"
+    facts: ClassVar[ToolFacts] = ToolFacts(family="read", path_fields=("path",))
     input_model: ClassVar[type[ToolInput]] = LSInput
     description: ClassVar[str] = f"""Lists files and directories under a path as a tree.
 

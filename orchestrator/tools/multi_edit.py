@@ -33,6 +33,7 @@ from orchestrator.tools.edit import (
     edit_target_problem,
     write_back,
 )
+from policies.facts import ToolFacts
 
 __all__ = ["EditSpec", "MultiEditInput", "MultiEditTool"]
 
@@ -126,6 +127,7 @@ def _multi_edit(input: MultiEditInput, ctx: ToolContext) -> ToolOutput:
 
 class MultiEditTool(Tool[MultiEditInput]):
     name: ClassVar[str] = "MultiEdit"
+    facts: ClassVar[ToolFacts] = ToolFacts(family="edit", path_fields=("file_path",))
     input_model: ClassVar[type[ToolInput]] = MultiEditInput
     description: ClassVar[str] = (
         """Makes several replacements in one file in a single call.

@@ -35,6 +35,7 @@ from orchestrator.tools.base import (
     ToolOutput,
     ToolProgress,
 )
+from policies.facts import ToolFacts
 
 __all__ = ["NotebookEditInput", "NotebookEditTool"]
 
@@ -186,6 +187,7 @@ def _notebook_edit(input: NotebookEditInput, ctx: ToolContext) -> ToolOutput:
 
 class NotebookEditTool(Tool[NotebookEditInput]):
     name: ClassVar[str] = "NotebookEdit"
+    facts: ClassVar[ToolFacts] = ToolFacts(family="edit", path_fields=("notebook_path",))
     input_model: ClassVar[type[ToolInput]] = NotebookEditInput
     description: ClassVar[str] = (
         """Replaces, inserts or deletes one cell of a Jupyter \

@@ -39,6 +39,7 @@ from orchestrator.tools.base import (
     ToolOutput,
     ToolProgress,
 )
+from policies.facts import ToolFacts
 
 __all__ = [
     "MAX_IMAGE_BYTES",
@@ -334,6 +335,7 @@ def _read_notebook(path: Path, raw: bytes) -> ToolOutput | None:
 
 class ReadTool(Tool[ReadInput]):
     name: ClassVar[str] = "Read"
+    facts: ClassVar[ToolFacts] = ToolFacts(family="read", path_fields=("file_path",))
     input_model: ClassVar[type[ToolInput]] = ReadInput
     description: ClassVar[str] = f"""Reads a file from the local filesystem and returns its content.
 

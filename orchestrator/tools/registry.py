@@ -11,8 +11,9 @@ from typing import Any
 
 from orchestrator.model.base import ToolSpec
 from orchestrator.tools.base import Tool
+from policies.facts import ToolFacts
 
-__all__ = ["ToolRegistry", "builtin_tools"]
+__all__ = ["ToolRegistry", "builtin_facts", "builtin_tools"]
 
 
 class ToolRegistry:
@@ -37,6 +38,11 @@ class ToolRegistry:
 
     def only(self, keep: Callable[[Tool[Any]], bool]) -> ToolRegistry:
         return ToolRegistry(t for t in self._tools.values() if keep(t))
+
+    def facts(self) -> dict[str, ToolFacts]:
+        """Each tool's declared facts by name (for the policy commands, which decide calls
+        without tool objects)."""
+        return {t.name: t.facts for t in self._tools.values()}
 
     def specs(self) -> list[ToolSpec]:
         return [ToolSpec(t.name, t.description, t.input_schema()) for t in self._tools.values()]
@@ -69,3 +75,13 @@ def builtin_tools(*, bash_classifier: Callable[[str], bool] | None = None) -> To
             ThinkTool(),
         ]
     )
+
+
+def builtin_facts() -> dict[str, ToolFacts]:
+    """The facts of every built-in tool, dispatch_agent included, by name: what
+    `warren policy check|test` decide with."""
+    from orchestrator.tools.dispatch_agent import DispatchAgentTool
+
+    facts = builtin_tools().facts()
+    facts[DispatchAgentTool.name] = DispatchAgentTool.facts
+    return facts

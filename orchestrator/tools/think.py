@@ -13,6 +13,7 @@ from typing import ClassVar
 from pydantic import Field
 
 from orchestrator.tools.base import Tool, ToolContext, ToolInput, ToolOutput, ToolProgress
+from policies.facts import ToolFacts
 
 __all__ = ["ThinkInput", "ThinkTool"]
 
@@ -23,6 +24,7 @@ class ThinkInput(ToolInput):
 
 class ThinkTool(Tool[ThinkInput]):
     name: ClassVar[str] = "Think"
+    facts: ClassVar[ToolFacts] = ToolFacts(family="meta")
     input_model: ClassVar[type[ToolInput]] = ThinkInput
     description: ClassVar[str] = """Use this tool to think about something. It does not fetch \
 new information or change anything; it only logs the thought.

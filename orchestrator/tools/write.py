@@ -34,6 +34,7 @@ from orchestrator.tools.base import (
     ToolOutput,
     ToolProgress,
 )
+from policies.facts import ToolFacts
 
 __all__ = ["WriteInput", "WriteTool"]
 
@@ -89,6 +90,7 @@ def _write(input: WriteInput, ctx: ToolContext) -> ToolOutput:
 
 class WriteTool(Tool[WriteInput]):
     name: ClassVar[str] = "Write"
+    facts: ClassVar[ToolFacts] = ToolFacts(family="edit", path_fields=("file_path",))
     input_model: ClassVar[type[ToolInput]] = WriteInput
     description: ClassVar[str] = (
         """Writes a file: creates it, or replaces its whole content.
