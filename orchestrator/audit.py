@@ -1,5 +1,8 @@
 """The audit log: one JSON line per permission decision (and, later, per sandboxed execution).
 
+Each permission line carries the call's plan (`orchestrator.plan.CallPlan`): its read-only
+verdict and reason and the sandbox it runs in, as the pipeline decided them, never re-derived.
+
 It sits next to the session's transcript (`<session>.audit.jsonl`) and is flushed per line, so
 a killed run still shows who allowed what, by which rule.
 """
@@ -48,6 +51,9 @@ class AuditLog:
                 mode=self.mode,
                 floor=self.floor,
                 message=event.message,
+                read_only=event.read_only,
+                read_only_reason=event.read_only_reason,
+                sandbox=event.sandbox,
             )
 
     def close(self) -> None:

@@ -232,9 +232,7 @@ def sandboxed_runner_factory() -> RunnerFactory:
             extra_deny_read=policy.deny_read(),
             extra_protected=policy.protected(),
         )
-        return open_tool_runner(
-            spawner=SandboxedSpawner(spec), prestart=ctx, local_tools=frozenset({"dispatch_agent"})
-        )
+        return open_tool_runner(spawner=SandboxedSpawner(spec), prestart=ctx)
 
     return open_runner
 
@@ -307,7 +305,10 @@ def _policy(argv: list[str]) -> int:
     from policies import commands
     from policies.files import PolicyError
 
+    from orchestrator.tools.registry import builtin_facts
+
     cwd = (args.cwd or Path.cwd()).absolute()
+    tools = commands.CommandEnvironment(tool_facts=builtin_facts())
     match args.command:
         case "check":
             words = list(args.target)
@@ -319,11 +320,11 @@ def _policy(argv: list[str]) -> int:
             except PolicyError as exc:
                 print(f"warren policy check: {exc}", file=sys.stderr)
                 return 2
-            return commands.check(target, json_output=args.json, cwd=cwd)
+            return commands.check(target, json_output=args.json, cwd=cwd, environment=tools)
         case "show":
             return commands.show(cwd)
         case "test":
-            return commands.test(cwd)
+            return commands.test(cwd, environment=tools)
         case "trust":
             return commands.trust_cmd(cwd)
         case "untrust":

@@ -73,6 +73,11 @@ class PermissionDecided:
     rule: str | None
     answered_by: Literal["policy", "asker"]
     message: str | None = None
+    read_only: bool | None = None
+    """The call's read-only verdict (its `CallPlan`), None where no plan was made."""
+    read_only_reason: str | None = None
+    sandbox: Literal["ro", "rw"] | None = None
+    """The sandbox the call runs in if allowed: `ro` exactly when the verdict is read-only."""
 
 
 @dataclass(frozen=True)

@@ -16,19 +16,17 @@ from dataclasses import dataclass, field
 import trio
 
 from orchestrator.messages import ToolResultBlock, ToolUseBlock
-from orchestrator.pipeline import (
-    INTERRUPTED_RUNNING,
-    INTERRUPTED_WAITING,
-    PreparedCall,
-    ToolPipeline,
-)
+from orchestrator.pipeline import INTERRUPTED_RUNNING, INTERRUPTED_WAITING, ToolPipeline
+from orchestrator.plan import CallPlan
 
 __all__ = ["StreamingToolExecutor"]
 
 
 @dataclass(eq=False)
 class _Call:
-    prepared: PreparedCall
+    prepared: CallPlan
+    """The call's plan, made once when its block completed: its concurrency safety is read
+    here, never worked out again."""
     blocker: _Call | None
     """The latest earlier non-safe call: this call may not start before it is done."""
     done: trio.Event = field(default_factory=trio.Event)

@@ -340,6 +340,7 @@ async def run_headless(
                         tools=registry,
                         permission=permission,
                         asker=asker,
+                        assessor=policy.assessor(),
                         sidechain_root=dirs.sessions,
                         on_update=_subagent_sink(printer, audit, on_subagent),
                     )
@@ -358,6 +359,7 @@ async def run_headless(
                     ctx=ctx,
                     permission=permission,
                     asker=asker,
+                    assessor=policy.assessor(),
                     emit=sinks,
                     default_timeout_s=float(policy.limit("tool_timeout_s") or 300.0),
                 )

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Literal, assert_never
+from typing import TYPE_CHECKING, Any, Literal, assert_never
 
 from orchestrator.tools.base import Tool, ToolContext, ToolInput
+
+if TYPE_CHECKING:
+    from orchestrator.plan import CallPlan
 
 __all__ = [
     "Allow",
@@ -50,7 +53,9 @@ class Ask:
 
 
 PermissionResult = Allow | Deny | Ask
-PermissionFn = Callable[[Tool[Any], ToolInput, ToolContext], Awaitable[PermissionResult]]
+PermissionFn = Callable[["CallPlan", ToolContext], Awaitable[PermissionResult]]
+"""Decides one planned call. It reads the plan's verdict (and the assessor's `detail`); it
+never classifies the call again."""
 Asker = Callable[[Tool[Any], ToolInput, Ask], Awaitable[Allow | Deny]]
 
 PermissionMode = Literal["default", "bypass"]
@@ -69,7 +74,8 @@ def default_permission(
     else asks, unless `mode` is `bypass`, which allows all.
     """
 
-    async def decide(tool: Tool[Any], input: ToolInput, ctx: ToolContext) -> PermissionResult:
+    async def decide(plan: CallPlan, ctx: ToolContext) -> PermissionResult:
+        tool, _ = plan.runnable()
         if tool.name in disallowed_tools:
             return Deny(
                 f"{tool.name} is disallowed in this session (--disallowed-tools). "
@@ -82,7 +88,7 @@ def default_permission(
             case "bypass":
                 return Allow(rule="--permission-mode bypass")
             case "default":
-                if tool.is_read_only(input):
+                if plan.read_only:
                     return Allow(rule="read-only")
                 return Ask(f"{tool.name} can change files or run commands")
             case _:

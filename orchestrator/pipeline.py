@@ -1,11 +1,14 @@
 """The per-call pipeline: from a model's `tool_use` block to exactly one `tool_result`.
 
-    unknown tool -> input JSON -> schema -> tool.validate -> permission -> ask -> call
-    (under the tool's time limit) -> cap and render
+    unknown tool -> input JSON -> schema -> read-only verdict (the `CallPlan`) ->
+    tool.validate -> permission -> ask -> call (under the tool's time limit) -> cap and render
 
 Every failure on that path becomes an `is_error` result whose text tells the model how to fix
-the call; nothing here raises into the loop except cancellation. Where the call runs is the
-`ToolRunner` seam: in-process for now, a sandboxed tool host later.
+the call; nothing here raises into the loop except cancellation. `prepare` makes each call's
+`CallPlan` (orchestrator/plan.py) once; the executor, the permission function, the audit
+events and the runner read it. Where the call runs is the `ToolRunner` seam, handed the plan:
+in-process (`InProcessRunner`) or the sandboxed tool hosts (workers/toolhost_runner.py),
+which run a plan in the sandbox it names.
 """
 
 from __future__ import annotations
@@ -13,8 +16,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import pydantic
 import trio
@@ -24,6 +26,7 @@ from orchestrator.errors import ToolError
 from orchestrator.events import EventSink, PermissionDecided, ToolFinished, ToolStarted
 from orchestrator.messages import ToolResultBlock, ToolUseBlock
 from orchestrator.permissions import Allow, Ask, Asker, Deny, PermissionFn
+from orchestrator.plan import Assessor, CallPlan, PlanDecision, plan_call, tool_assessor
 from orchestrator.text import truncate_middle
 from orchestrator.tools.base import (
     DEFAULT_TOOL_TIMEOUT_S,
@@ -40,7 +43,6 @@ __all__ = [
     "INTERRUPTED_RUNNING",
     "INTERRUPTED_WAITING",
     "InProcessRunner",
-    "PreparedCall",
     "ToolPipeline",
     "ToolRunner",
 ]
@@ -58,45 +60,27 @@ INTERRUPTED_WAITING = (
 
 
 class ToolRunner(Protocol):
-    """Where validation and calls execute. The sandboxed tool host implements this too."""
+    """Where validation and calls execute, as the plan says: the sandboxed tool hosts run a
+    plan in the sandbox it names (`plan.sandbox`) or, for a tool that runs in the
+    coordinator, here. Runners are handed runnable plans only (`plan.runnable()`)."""
 
-    async def validate(self, tool: Tool[Any], input: ToolInput, ctx: ToolContext) -> str | None: ...
+    async def validate(self, plan: CallPlan, ctx: ToolContext) -> str | None: ...
 
     def call(
-        self, tool: Tool[Any], input: ToolInput, ctx: ToolContext
+        self, plan: CallPlan, ctx: ToolContext
     ) -> AsyncIterator[ToolProgress | ToolOutput]: ...
 
 
 class InProcessRunner:
-    """Runs tools in this process (tests, and `--sandbox=off`)."""
+    """Runs tools in this process (tests, and `--sandbox=off`): there is no sandbox to pick."""
 
-    async def validate(self, tool: Tool[Any], input: ToolInput, ctx: ToolContext) -> str | None:
+    async def validate(self, plan: CallPlan, ctx: ToolContext) -> str | None:
+        tool, input = plan.runnable()
         return await tool.validate(input, ctx)
 
-    def call(
-        self, tool: Tool[Any], input: ToolInput, ctx: ToolContext
-    ) -> AsyncIterator[ToolProgress | ToolOutput]:
+    def call(self, plan: CallPlan, ctx: ToolContext) -> AsyncIterator[ToolProgress | ToolOutput]:
+        tool, input = plan.runnable()
         return tool.call(input, ctx)
-
-
-@dataclass(frozen=True)
-class PreparedCall:
-    """A tool_use after the cheap, synchronous checks: either ready to run or already failed."""
-
-    block: ToolUseBlock
-    tool: Tool[Any] | None
-    input: ToolInput | None
-    error: str | None
-
-    @property
-    def concurrency_safe(self) -> bool:
-        # A call that already failed touches nothing, so it never holds others back.
-        if self.tool is None or self.input is None:
-            return True
-        try:
-            return self.tool.is_concurrency_safe(self.input)
-        except Exception:
-            return False
 
 
 def _schema_error_text(tool: Tool[Any], exc: pydantic.ValidationError) -> str:
@@ -126,6 +110,7 @@ class ToolPipeline:
         permission: PermissionFn,
         asker: Asker,
         runner: ToolRunner | None = None,
+        assessor: Assessor | None = None,
         emit: EventSink,
         output_cap: int = DEFAULT_OUTPUT_CAP,
         default_timeout_s: float = DEFAULT_TOOL_TIMEOUT_S,
@@ -135,21 +120,24 @@ class ToolPipeline:
         self.permission = permission
         self.asker = asker
         self.runner: ToolRunner = runner or InProcessRunner()
+        self.assessor: Assessor = assessor or tool_assessor
+        """Classifies each call once, in `prepare` (the session's: the policy's analyser)."""
         self.emit = emit
         self.output_cap = output_cap
         self.default_timeout_s = default_timeout_s
         """The time limit of a tool that sets none of its own (Bash has its own rule)."""
 
-    def prepare(self, block: ToolUseBlock) -> PreparedCall:
-        """Unknown tool, unparsable JSON and schema checks: cheap enough to run while streaming."""
+    def prepare(self, block: ToolUseBlock) -> CallPlan:
+        """The call's plan: unknown tool, unparsable JSON and schema checks, then the read-only
+        verdict (the one classification of this call). Cheap enough to run while streaming."""
         tool = self.tools.get(block.name)
         if tool is None:
             names = ", ".join(self.tools.names())
-            return PreparedCall(
+            return CallPlan(
                 block, None, None, f"No such tool: {block.name}. Available tools: {names}."
             )
         if block.parse_error is not None:
-            return PreparedCall(
+            return CallPlan(
                 block,
                 tool,
                 None,
@@ -159,75 +147,90 @@ class ToolPipeline:
         try:
             parsed = tool.parse_input(block.input)
         except pydantic.ValidationError as exc:
-            return PreparedCall(block, tool, None, _schema_error_text(tool, exc))
-        return PreparedCall(block, tool, parsed, None)
+            return CallPlan(block, tool, None, _schema_error_text(tool, exc))
+        return plan_call(block, tool, parsed, self.assessor)
 
-    async def execute(self, call: PreparedCall) -> ToolResultBlock:
-        """Validation, permission, the call itself. Returns the call's one tool_result.
+    async def execute(self, plan: CallPlan) -> ToolResultBlock:
+        """Validation, permission, the call itself, all by `plan`. Returns the call's one
+        tool_result.
 
         **Cancellation:** propagates; the executor fills in the interruption result.
         """
-        block = call.block
-        if call.error is not None or call.tool is None or call.input is None:
-            return self._error(block, call.error or "internal error: unprepared call")
-        tool, input = call.tool, call.input
+        block = plan.block
+        if plan.error is not None or plan.tool is None or plan.input is None:
+            return self._error(block, plan.error or "internal error: unprepared call")
+        tool = plan.tool
         try:
-            refusal = await self.runner.validate(tool, input, self.ctx)
+            refusal = await self.runner.validate(plan, self.ctx)
         except Exception as exc:
             return self._error(block, f"{tool.name} could not validate this call: {exc}")
         if refusal is not None:
             return self._error(block, refusal)
 
-        decided = await self._decide(tool, input, block)
+        decided, plan = await self._decide(plan)
         if isinstance(decided, Deny):
             return self._error(block, decided.message)
         if decided.updated_input is not None:
             try:
-                input = tool.parse_input(decided.updated_input)
+                rewritten = tool.parse_input(decided.updated_input)
             except pydantic.ValidationError as exc:
                 return self._error(block, _schema_error_text(tool, exc))
-        return await self._call(tool, input, block)
+            # Another input is another call: it gets its own verdict (and so its own sandbox),
+            # under the decision that allowed it.
+            decision = plan.decision
+            plan = plan_call(block, tool, rewritten, self.assessor)
+            plan = plan if decision is None else plan.decided(decision)
+        return await self._call(plan)
 
-    async def _decide(self, tool: Tool[Any], input: ToolInput, block: ToolUseBlock) -> Allow | Deny:
+    async def _decide(self, plan: CallPlan) -> tuple[Allow | Deny, CallPlan]:
+        tool, input = plan.runnable()
         try:
-            result = await self.permission(tool, input, self.ctx)
+            result = await self.permission(plan, self.ctx)
         except Exception as exc:
             result = Deny(f"The permission check failed ({exc}); the call was not run.")
-        self._audit(block, tool, result, "policy")
+        plan = self._audit(plan, result, "policy")
         if isinstance(result, Ask):
             try:
                 answer = await self.asker(tool, input, result)
             except Exception as exc:
                 answer = Deny(f"Asking for permission failed ({exc}); the call was not run.")
-            self._audit(block, tool, answer, "asker")
-            return answer
-        return result
+            return answer, self._audit(plan, answer, "asker")
+        return result, plan
 
     def _audit(
-        self, block: ToolUseBlock, tool: Tool[Any], result: Allow | Deny | Ask, by: str
-    ) -> None:
+        self, plan: CallPlan, result: Allow | Deny | Ask, by: Literal["policy", "asker"]
+    ) -> CallPlan:
+        """Record the decision in the plan and report it (with the plan's verdict)."""
+        message: str | None
         match result:
             case Allow(rule=rule):
-                decision, message = "allow", None
+                decision: Literal["allow", "deny", "ask"] = "allow"
+                message = None
             case Deny(message=message, rule=rule):
                 decision = "deny"
             case Ask(reason=message, rule=rule):
                 decision = "ask"
+        plan = plan.decided(PlanDecision(decision, rule, by, message))
+        verdict = plan.verdict
         self.emit(
             PermissionDecided(
-                tool_use_id=block.id,
-                tool=tool.name,
-                input=block.input,
-                decision=decision,  # type: ignore[arg-type]
+                tool_use_id=plan.block.id,
+                tool=plan.block.name,
+                input=plan.block.input,
+                decision=decision,
                 rule=rule,
-                answered_by=by,  # type: ignore[arg-type]
+                answered_by=by,
                 message=message,
+                read_only=None if verdict is None else verdict.read_only,
+                read_only_reason=None if verdict is None else verdict.reason,
+                sandbox=plan.sandbox,
             )
         )
+        return plan
 
-    async def _call(
-        self, tool: Tool[Any], input: ToolInput, block: ToolUseBlock
-    ) -> ToolResultBlock:
+    async def _call(self, plan: CallPlan) -> ToolResultBlock:
+        tool, input = plan.runnable()
+        block = plan.block
         started = time.monotonic()
         self.emit(ToolStarted(block.id, tool.name, self._render_use(tool, input)))
         output: ToolOutput | None = None
@@ -235,7 +238,7 @@ class ToolPipeline:
         limit = self.default_timeout_s if own is None else own
         with trio.move_on_after(limit if math.isfinite(limit) else math.inf) as scope:
             try:
-                async with closing_iter(self.runner.call(tool, input, self.ctx)) as events:
+                async with closing_iter(self.runner.call(plan, self.ctx)) as events:
                     async for event in events:
                         if isinstance(event, ToolOutput):
                             output = event

@@ -1,8 +1,10 @@
 """The policy layer, adapted to the loop's permission seam for one session.
 
-`policies` decides on plain values (a tool name and its input); this module loads the
-effective policy for a workspace, builds the engine once the floor is known, and hands the
-loop a `PermissionFn`, the Bash tool a classifier, and the sandbox the policy's additions.
+`policies` decides on plain values (a tool name, its input and the facts the tool declares);
+this module loads the effective policy for a workspace, builds the engine once the floor is
+known, and hands the pipeline an `Assessor` (each call classified once, into its `CallPlan`),
+a `PermissionFn` that decides from the plan without classifying again, the Bash tool a
+classifier (for runs without the sandboxed hosts), and the sandbox the policy's additions.
 """
 
 from __future__ import annotations
@@ -14,9 +16,11 @@ from typing import Any
 
 from orchestrator.errors import ConfigError
 from orchestrator.permissions import Allow, Ask, Deny, PermissionFn, PermissionResult
+from orchestrator.plan import Assessor, CallPlan, Verdict
 from orchestrator.tools.base import Tool, ToolContext, ToolInput
+from orchestrator.tools.registry import builtin_facts
 from policies.bash_analysis import BashAnalyser
-from policies.engine import PolicyDecision, PolicyEngine
+from policies.engine import CallAssessment, PolicyDecision, PolicyEngine
 from policies.files import (
     EffectivePolicy,
     Mode,
@@ -48,12 +52,46 @@ class SessionPolicy:
 
         return read_only
 
-    def permission_fn(self) -> PermissionFn:
+    def assessor(self) -> Assessor:
+        """The session's one classification per call: the engine's assessment (the Bash
+        analyser for a tool with a command field, whose read-only verdict is the analyser's;
+        the tool's own `is_read_only` for the rest), kept in the verdict for `permission_fn`."""
         engine = self.engine
 
-        async def decide(tool: Tool[Any], input: ToolInput, ctx: ToolContext) -> PermissionResult:
+        def assess(tool: Tool[Any], input: ToolInput) -> Verdict:
+            facts = tool.facts
             raw = input.model_dump(mode="json", by_alias=True, exclude_none=True)
-            decision = engine.decide(tool.name, raw, tool_read_only=tool.is_read_only(input))
+            own = False if facts.command_field is not None else _tool_read_only(tool, input)
+            assessed = engine.assess(tool.name, raw, tool_read_only=own, facts=facts)
+            bash = assessed.bash
+            if bash is not None:
+                reason = bash.hint_reason if bash.read_only else "; ".join(bash.reasons)
+                return Verdict(
+                    bash.read_only, reason or bash.hint_reason, bash.concurrency_safe, assessed
+                )
+            safe = own and _tool_concurrency_safe(tool, input)
+            reason = "the tool reads only" if own else "the tool may change files"
+            return Verdict(own, reason, safe, assessed)
+
+        return assess
+
+    def permission_fn(self) -> PermissionFn:
+        """Decides a planned call with the plan's assessment (no second classification); a
+        plan made by another assessor is assessed here."""
+        engine = self.engine
+
+        async def decide(plan: CallPlan, ctx: ToolContext) -> PermissionResult:
+            tool, input = plan.runnable()
+            raw = input.model_dump(mode="json", by_alias=True, exclude_none=True)
+            detail = None if plan.verdict is None else plan.verdict.detail
+            assessed = detail if isinstance(detail, CallAssessment) else None
+            decision = engine.decide(
+                tool.name,
+                raw,
+                tool_read_only=plan.read_only,
+                facts=tool.facts,
+                assessed=assessed,
+            )
             return _as_permission(decision)
 
         return decide
@@ -69,6 +107,20 @@ class SessionPolicy:
 
     def limit(self, name: str) -> int | float | None:
         return self.effective.limit(name)
+
+
+def _tool_read_only(tool: Tool[Any], input: ToolInput) -> bool:
+    try:
+        return tool.is_read_only(input)
+    except Exception:
+        return False  # a check that fails means "may write"
+
+
+def _tool_concurrency_safe(tool: Tool[Any], input: ToolInput) -> bool:
+    try:
+        return tool.is_concurrency_safe(input)
+    except Exception:
+        return False
 
 
 def _as_permission(decision: PolicyDecision) -> PermissionResult:
@@ -109,6 +161,7 @@ def load_session_policy(
             floor_proven=floor_proven,
             analyser=BashAnalyser(),
             no_sandbox_consent=no_sandbox_consent,
+            tool_facts=builtin_facts(),
         )
     except PolicyError as exc:
         raise ConfigError(str(exc), source="policy") from exc

@@ -66,7 +66,7 @@ class TerminalAsker:
     def _remember(self, tool: Tool[Any], raw: dict[str, Any]) -> Allow:
         engine = self._policy.engine
         try:
-            rule = engine.remember(tool.name, raw)
+            rule = engine.remember(tool.name, raw, facts=tool.facts)
         except PolicyError:
             return Allow(rule="user: yes (no rule can cover just this call)")
         try:

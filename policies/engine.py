@@ -71,7 +71,7 @@ _UNKNOWN_FACTS: Final = ToolFacts(family="external")
 
 
 def default_facts(tool: str) -> ToolFacts:
-    """The facts assumed for a call whose caller has no tool object to ask."""
+    """The facts assumed for a call of a tool nobody declared facts for."""
     return _BASH_FACTS if tool == "Bash" else _UNKNOWN_FACTS
 
 
@@ -174,8 +174,12 @@ class PolicyEngine:
         no_sandbox_consent: bool = False,
         home: Path | None = None,
         env: Mapping[str, str] | None = None,
+        tool_facts: Mapping[str, ToolFacts] | None = None,
     ) -> None:
+        """`tool_facts`: the facts the session's tools declare, by name, for calls decided
+        without facts (`remember`, `warren policy check`); a call's own facts win."""
         env = os.environ if env is None else env
+        self._tool_facts: Mapping[str, ToolFacts] = tool_facts or {}
         if policy.mode == "bypass" and not floor_proven and not no_sandbox_consent:
             raise BypassRefused(
                 "bypass mode runs every call without asking, which needs the sandbox floor, "
@@ -191,6 +195,7 @@ class PolicyEngine:
         self.workspace = workspace.resolve()
         self.analyser = analyser or BashAnalyser()
         self._home = (home or Path(env.get("HOME") or Path.home())).resolve()
+        self._check_path_rules(policy.rules)
         self._deny = self._compile(policy.rules, "deny")
         self._ask = self._compile(policy.rules, "ask")
         self._allow = self._compile(policy.rules, "allow")
@@ -214,6 +219,20 @@ class PolicyEngine:
             for entry in entries
             if entry.kind == kind and entry.active
         )
+
+    def _check_path_rules(self, entries: tuple[RuleEntry, ...]) -> None:
+        """A path rule naming a declared tool that takes no path would match nothing: refuse
+        it with its file, rather than let the user believe it holds."""
+        for entry in entries:
+            parsed = entry.parsed
+            facts = self._tool_facts.get(parsed.tool)
+            if parsed.kind == "path" and facts is not None and not facts.path_fields:
+                raise PolicyError(
+                    f"`{parsed.text}`: {parsed.tool} takes no path, so this rule would match "
+                    f"nothing; write `{parsed.tool}` to match every call of it",
+                    file=entry.source,
+                    key=entry.kind,
+                )
 
     def _protected_paths(self) -> tuple[tuple[str, str], ...]:
         """(absolute path, as configured) for every protected path in every writable root."""
@@ -267,7 +286,11 @@ class PolicyEngine:
         """Everything about one call that does not depend on the rules: the Bash analyser's
         classification (a tool with a `command_field`: its read-only verdict is the
         analyser's, `tool_read_only` is ignored) and the resolved paths. Never raises."""
-        return self._call(tool, input, tool_read_only, facts or default_facts(tool))
+        return self._call(tool, input, tool_read_only, facts or self.facts_of(tool))
+
+    def facts_of(self, tool: str) -> ToolFacts:
+        """The facts declared for `tool` (the constructor's `tool_facts`), else the defaults."""
+        return self._tool_facts.get(tool) or default_facts(tool)
 
     def decide(
         self,
@@ -284,7 +307,7 @@ class PolicyEngine:
         a shell command and any other tool has no family and no path. `assessed`: this
         call's `assess` result, so it is not classified again.
         """
-        call = assessed or self._call(tool, input, tool_read_only, facts or default_facts(tool))
+        call = assessed or self._call(tool, input, tool_read_only, facts or self.facts_of(tool))
         hit = self._first_match(self._deny, call)
         if hit is not None:
             return self._result(
@@ -546,7 +569,7 @@ class PolicyEngine:
         written as a rule); then allow the call once and do not store anything.
         """
         rule = _suggest_rule(
-            tool, input, facts or default_facts(tool), self.workspace, self.analyser
+            tool, input, facts or self.facts_of(tool), self.workspace, self.analyser
         )
         self.allow_for_session(rule)
         return rule

@@ -57,6 +57,7 @@ from orchestrator.model.base import (
 from orchestrator.model.scripted import ScriptedModel
 from orchestrator.permissions import Allow, Ask, Deny, PermissionFn, PermissionResult
 from orchestrator.pipeline import ToolPipeline
+from orchestrator.plan import CallPlan
 from orchestrator.tools.base import Tool, ToolContext, ToolInput
 from orchestrator.tools.registry import ToolRegistry, builtin_tools
 from workers import protocol as wire
@@ -164,8 +165,8 @@ class AgentWorker:
         tools = _Tools([t for t in self.tools if t.name == "Think"], self._specs)
         ctx = ToolContext(workspace=self.workspace, cwd=self.cwd, session_id="rehearsal")
 
-        async def allow(tool: Tool[Any], input: ToolInput, ctx: ToolContext) -> PermissionResult:
-            _round_trip(wire.PermissionAsk(id="p", agent="r", tool=tool.name, input={}))
+        async def allow(plan: CallPlan, ctx: ToolContext) -> PermissionResult:
+            _round_trip(wire.PermissionAsk(id="p", agent="r", tool=plan.block.name, input={}))
             _round_trip(wire.PermissionReply(id="p", allow=True))
             return Allow()
 
@@ -447,7 +448,8 @@ def forwarding_permission(worker: AgentWorker, agent_id: str) -> PermissionFn:
     """A `PermissionFn` that lets the coordinator decide: its policy, then its asker for an
     ask. The answer is final (Allow or Deny), so the worker's own asker is never used."""
 
-    async def decide(tool: Tool[Any], input: ToolInput, ctx: ToolContext) -> PermissionResult:
+    async def decide(plan: CallPlan, ctx: ToolContext) -> PermissionResult:
+        tool, input = plan.runnable()
         request_id, replies = worker.expect("p")
         try:
             worker.post(

@@ -5,9 +5,11 @@ It owns two long-lived tool hosts (`workers.toolhost`), each started under the O
 first use:
 
 * read-write: the workspace writable; calls that may write, and the persistent Bash shell;
-* read-only: the workspace mounted read-only; every call whose `tool.is_read_only(input)` is
-  true. A misclassified command runs there too, so it cannot write: the classification is
-  enforced by the kernel, not trusted.
+* read-only: the workspace mounted read-only; every call whose plan says `sandbox == "ro"`
+  (its read-only verdict, made once by the pipeline: orchestrator/plan.py). A misclassified
+  command runs there too, so it cannot write: the classification is enforced by the kernel,
+  not trusted. Nothing here classifies a call again; a tool that declares
+  `runs_in_coordinator` (dispatch_agent) runs in this process.
 
 The coordinator's `ToolContext.read_ledger` stays the source of truth for read-before-write:
 each message carries the ledger changes the host has not seen yet, each answer the entries the
@@ -48,6 +50,7 @@ import trio
 
 from orchestrator.aio import closing_iter
 from orchestrator.errors import ToolError, WarrenError
+from orchestrator.plan import CallPlan, SandboxMode
 from orchestrator.tools.base import Tool, ToolContext, ToolInput, ToolOutput, ToolProgress
 from sandbox.errors import SandboxError
 from sandbox.host import SandboxHost, detect_host
@@ -320,6 +323,9 @@ _Reply = wire.ToolProgress | wire.ToolResult | wire.Validated | _Failure
 
 _NO_CHANGES = wire.LedgerDelta()
 
+_ROLES: Mapping[SandboxMode, wire.HostRole] = {"ro": "read_only", "rw": "read_write"}
+"""The host that runs a plan of each sandbox mode."""
+
 
 class SandboxedToolRunner:
     """Runs validation and calls in the sandboxed tool hosts. Create with `open_tool_runner`.
@@ -334,7 +340,6 @@ class SandboxedToolRunner:
         *,
         spawner: HostSpawner | None = None,
         tools: str = DEFAULT_TOOLS,
-        local_tools: frozenset[str] = frozenset(),
         python: Path | None = None,
         start_timeout_s: float = 30.0,
         validate_timeout_s: float = 60.0,
@@ -344,8 +349,6 @@ class SandboxedToolRunner:
         """
         `spawner`: starts each host (default: `SandboxedSpawner()`, the floor's defaults).
         `tools`: `MODULE:FUNCTION` returning the hosts' `ToolRegistry` for a role.
-        `local_tools`: names of tools that run here, in the coordinator, because they touch no
-        workspace themselves (`dispatch_agent`, which hands work to the pool).
         `python`: the interpreter of the hosts (default: ours, so the same venv).
         `start_timeout_s`: seconds a host has to send `Ready`.
         `validate_timeout_s`: seconds a host has to answer `ValidateTool`.
@@ -356,7 +359,6 @@ class SandboxedToolRunner:
         self._nursery = nursery
         self._spawner: HostSpawner = spawner or SandboxedSpawner()
         self._tools = tools
-        self._local_tools = local_tools
         self._python = python or Path(sys.executable)
         self._start_timeout_s = start_timeout_s
         self._validate_timeout_s = validate_timeout_s
@@ -371,15 +373,16 @@ class SandboxedToolRunner:
 
     # -- the ToolRunner protocol -------------------------------------------------------------
 
-    async def validate(self, tool: Tool[Any], input: ToolInput, ctx: ToolContext) -> str | None:
-        """`tool.validate` in the host the call would run in.
+    async def validate(self, plan: CallPlan, ctx: ToolContext) -> str | None:
+        """`tool.validate` in the host the plan names (here, for a coordinator tool).
 
         **Errors:** `ToolHostError` when the host cannot start, dies, or does not answer within
         `validate_timeout_s`; `ToolError` when the host could not run validate.
         """
-        if tool.name in self._local_tools:
+        tool, input = plan.runnable()
+        if plan.runs_in_coordinator:
             return await tool.validate(input, ctx)
-        role = self._role(tool, input)
+        role = _ROLES[plan.sandbox]
         host = await self._host(role, ctx)
         call_id = self._next_id()
         send, receive = trio.open_memory_channel[_Reply](math.inf)
@@ -411,9 +414,11 @@ class SandboxedToolRunner:
             host.pending.pop(call_id, None)
 
     async def call(
-        self, tool: Tool[Any], input: ToolInput, ctx: ToolContext
+        self, plan: CallPlan, ctx: ToolContext
     ) -> AsyncIterator[ToolProgress | ToolOutput]:
-        """`tool.call` in a host: progress passes through, then one output (or `ToolError`).
+        """`tool.call` in the host the plan names (`ro`: the read-only host, always, whatever
+        the decision; `rw`: the read-write one): progress passes through, then one output (or
+        `ToolError`).
 
         **Cancellation:** the host is sent `Cancel` and the call waits up to `cancel_wait_s`
         (shielded) for its final answer, so the call has stopped and its ledger entries are
@@ -421,12 +426,13 @@ class SandboxedToolRunner:
 
         **Errors:** a host that cannot start or dies gives an error output, never an exception.
         """
-        if tool.name in self._local_tools:
+        tool, input = plan.runnable()
+        if plan.runs_in_coordinator:
             async with closing_iter(tool.call(input, ctx)) as events:
                 async for event in events:
                     yield event
             return
-        role = self._role(tool, input)
+        role = _ROLES[plan.sandbox]
         try:
             host = await self._host(role, ctx)
         except ToolHostError as exc:
@@ -517,13 +523,6 @@ class SandboxedToolRunner:
                 if reply.shell is not None and host.role == "read_write":
                     self._shell = reply.shell
                 return
-
-    def _role(self, tool: Tool[Any], input: ToolInput) -> wire.HostRole:
-        try:
-            read_only = tool.is_read_only(input)
-        except Exception:
-            read_only = False  # a classifier that fails means "may write", as upstream decided
-        return "read_only" if read_only else "read_write"
 
     def _next_id(self) -> str:
         return f"c{next(self._ids)}"
@@ -763,7 +762,6 @@ async def open_tool_runner(
     *,
     spawner: HostSpawner | None = None,
     tools: str = DEFAULT_TOOLS,
-    local_tools: frozenset[str] = frozenset(),
     start_timeout_s: float = 30.0,
     cancel_wait_s: float = 5.0,
     stop_grace_s: float = 2.0,
@@ -782,7 +780,6 @@ async def open_tool_runner(
             nursery,
             spawner=spawner,
             tools=tools,
-            local_tools=local_tools,
             start_timeout_s=start_timeout_s,
             cancel_wait_s=cancel_wait_s,
             stop_grace_s=stop_grace_s,

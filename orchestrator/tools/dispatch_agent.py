@@ -27,8 +27,9 @@ from pydantic import Field
 
 from orchestrator.errors import ToolError
 from orchestrator.events import AssistantTurn, RetryScheduled, ToolResultsMessage
-from orchestrator.messages import Message
+from orchestrator.messages import Message, ToolUseBlock
 from orchestrator.permissions import Allow, Ask, Asker, Deny, PermissionFn
+from orchestrator.plan import Assessor, plan_call, tool_assessor
 from orchestrator.session import Transcript
 from orchestrator.subagents import (
     AgentType,
@@ -99,6 +100,7 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
         tools: ToolRegistry,
         permission: PermissionFn,
         asker: Asker,
+        assessor: Assessor | None = None,
         sidechain_root: Path | None = None,
         on_update: Callable[[SubagentUpdate], None] | None = None,
     ) -> None:
@@ -108,6 +110,8 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
         `tools`: the session's tools, to decide the subagents' calls with `permission`
         (a subagent only ever gets the tools its type names).
         `permission`, `asker`: the session's; asks are answered one at a time.
+        `assessor`: the session's (`SessionPolicy.assessor`), so each subagent call is
+        classified once, into its plan, before `permission` decides it.
         `sidechain_root`: the sessions directory; None writes no subagent transcripts.
         `on_update`: receives every `SubagentUpdate` (quick, must not raise).
         """
@@ -116,6 +120,7 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
         self._tools = tools
         self._permission = permission
         self._asker = asker
+        self._assessor: Assessor = assessor or tool_assessor
         self._sidechain_root = sidechain_root
         self._on_update = on_update or _ignore
         self._ask_lock = trio.Lock()
@@ -199,7 +204,8 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
                 )
             try:
                 parsed = tool.parse_input(raw)
-                result = await self._permission(tool, parsed, ctx)
+                block = ToolUseBlock(id=f"{agent_type.name}:{name}", name=name, input=raw)
+                result = await self._permission(plan_call(block, tool, parsed, self._assessor), ctx)
                 if isinstance(result, Ask):
                     async with self._ask_lock:
                         return await self._asker(tool, parsed, result)

@@ -23,6 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from orchestrator.tools.registry import builtin_facts  # noqa: E402
 from policies.engine import PolicyDecision, PolicyEngine  # noqa: E402
 from policies.files import (  # noqa: E402
     PolicyPaths,
@@ -77,7 +78,9 @@ def main() -> None:
             trust_store=store,
             env=env,
         )
-        engine = PolicyEngine(policy, workspace=ws, floor_proven=True, env=env)
+        engine = PolicyEngine(
+            policy, workspace=ws, floor_proven=True, env=env, tool_facts=builtin_facts()
+        )
         cases = [
             ("(a) Bash read-only ", "Bash", {"command": "git diff --stat | head -20"}, False),
             ("(b) Bash by a rule ", "Bash", {"command": "npm run test -- --watch=false"}, False),

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from policies import commands
+from orchestrator.tools.registry import builtin_facts
 from policies.commands import CommandEnvironment, check_target
 from policies.files import PolicyError, command_line_policy, load_policy_file
 from policies.trust import TrustStore, project_policy_hash
@@ -42,6 +43,7 @@ class Setup:
             trust_store=self.store,
             probe=self.probe,
             out=self.out,
+            tool_facts=builtin_facts(),
             **changes,  # type: ignore[arg-type]
         )
 
@@ -108,7 +110,15 @@ def test_check_target() -> None:
     with pytest.raises(PolicyError):
         check_target([], after_dashdash=True)
     with pytest.raises(PolicyError):
-        check_target(["Bash", "ls"], after_dashdash=False)
+        check_target(["Edit"], after_dashdash=False)
+
+
+def test_check_of_a_tool_without_a_path_is_a_policy_error(setup: Setup) -> None:
+    """Which tools take a path is their declared facts: Bash and Think take none."""
+    for tool in ("Bash", "Think"):
+        code = commands.check((tool, "ls"), cwd=setup.repo, environment=setup.environment())
+        assert code == 2
+        assert "takes no path" in setup.output()
 
 
 def test_check_json_has_exactly_the_documented_keys(setup: Setup) -> None:

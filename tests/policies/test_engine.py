@@ -19,8 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from policies.bash_analysis import BashAnalyser
+from orchestrator.tools.registry import builtin_facts
 from policies.engine import (
-    STANDARD_READ_ONLY_TOOLS,
     BypassRefused,
     PolicyDecision,
     PolicyEngine,
@@ -38,6 +38,8 @@ from policies.files import (
 from policies.trust import TrustStore
 
 ANALYSER = BashAnalyser()  # one parser for every test; classification is pure
+FACTS = builtin_facts()  # what the built-in tools declare (family, path fields)
+READ_ONLY_TOOLS = frozenset(n for n, f in FACTS.items() if f.family in ("read", "meta"))
 
 
 class World:
@@ -76,6 +78,7 @@ class World:
             analyser=ANALYSER,
             no_sandbox_consent=consent,
             env=self.env,
+            tool_facts=FACTS,
         )
 
 
@@ -91,7 +94,7 @@ def bash(engine: PolicyEngine, command: str) -> PolicyDecision:
 def call(engine: PolicyEngine, tool: str, path: Path | str) -> PolicyDecision:
     key = {"NotebookEdit": "notebook_path", "Glob": "path", "Grep": "path", "LS": "path"}
     input = {key.get(tool, "file_path"): str(path)}
-    return engine.decide(tool, input, tool_read_only=tool in STANDARD_READ_ONLY_TOOLS)
+    return engine.decide(tool, input, tool_read_only=tool in READ_ONLY_TOOLS)
 
 
 def rules(kind: str, *texts: str) -> str:
@@ -354,7 +357,9 @@ def test_path_rule_anchors_through_the_loader(world: World) -> None:
         trust_store=store,
         env=world.env,
     )
-    engine = PolicyEngine(policy, workspace=world.ws, floor_proven=True, env=world.env)
+    engine = PolicyEngine(
+        policy, workspace=world.ws, floor_proven=True, env=world.env, tool_facts=FACTS
+    )
     assert call(engine, "Edit", managed.parent / "templates/t.md").decision == "allow"
     assert call(engine, "Edit", world.ws / "templates/t.md").decision == "ask"
     assert call(engine, "Write", world.ws / "build/out.js").decision == "allow"
@@ -501,7 +506,9 @@ def test_a_remembered_rule_persists_and_loads(world: World) -> None:
         trust_store=store,
         env=world.env,
     )
-    fresh = PolicyEngine(policy, workspace=world.ws, floor_proven=True, env=world.env)
+    fresh = PolicyEngine(
+        policy, workspace=world.ws, floor_proven=True, env=world.env, tool_facts=FACTS
+    )
     decision = bash(fresh, "make check")
     assert decision.decision == "allow"
     assert decision.source == str(world.ws / ".warren/policy.local.toml")
@@ -632,6 +639,7 @@ def build(
         analyser=ANALYSER,
         no_sandbox_consent=True,
         env={"HOME": "/nonexistent/home"},
+        tool_facts=FACTS,
     )
 
 
@@ -655,7 +663,7 @@ def test_adding_a_deny_rule_never_turns_a_decision_into_allow(
     index: int,
 ) -> None:
     tool, input = CALL_POOL[index]
-    read_only = tool in STANDARD_READ_ONLY_TOOLS
+    read_only = tool in READ_ONLY_TOOLS
     before = build(placed, mode, floor, untrusted).decide(tool, input, tool_read_only=read_only)
     after_engine = build([*placed, (extra_level, "deny", extra_rule)], mode, floor, untrusted)
     after = after_engine.decide(tool, input, tool_read_only=read_only)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.tools.registry import builtin_facts
 from policies.engine import PolicyEngine
 from policies.files import PolicyPaths, load_effective_policy, save_remembered_rule
 from policies.trust import TrustStore, policy_hash, project_policy_hash
@@ -109,7 +110,9 @@ def decide_edit(repo: Path, store: TrustStore) -> str:
         managed=None,
     )
     policy = load_effective_policy(repo, paths=paths, trust_store=store, env=env)
-    engine = PolicyEngine(policy, workspace=repo, floor_proven=True, env=env)
+    engine = PolicyEngine(
+        policy, workspace=repo, floor_proven=True, env=env, tool_facts=builtin_facts()
+    )
     return engine.decide(
         "Edit", {"file_path": str(repo / "src/a.py")}, tool_read_only=False
     ).decision
@@ -124,7 +127,9 @@ def decide_read(repo: Path, store: TrustStore) -> str:
         managed=None,
     )
     policy = load_effective_policy(repo, paths=paths, trust_store=store, env=env)
-    engine = PolicyEngine(policy, workspace=repo, floor_proven=True, env=env)
+    engine = PolicyEngine(
+        policy, workspace=repo, floor_proven=True, env=env, tool_facts=builtin_facts()
+    )
     return engine.decide("Read", {"file_path": str(repo / ".env")}, tool_read_only=True).decision
 
 
