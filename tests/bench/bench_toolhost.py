@@ -28,6 +28,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from orchestrator.aio import closing_iter  # noqa: E402
+from orchestrator.messages import ToolUseBlock  # noqa: E402
+from orchestrator.plan import plan_call, tool_assessor  # noqa: E402
 from orchestrator.tools.base import Tool, ToolContext, ToolOutput  # noqa: E402
 from orchestrator.tools.think import ThinkTool  # noqa: E402
 from workers import protocol as wire  # noqa: E402
@@ -80,17 +82,19 @@ async def main(workspace: Path) -> None:
     ctx = ToolContext(workspace=workspace, cwd=workspace)
     think: Tool[Any] = ThinkTool()
     thought = think.parse_input({"thought": "a short thought"})
+    block = ToolUseBlock(id="t", name="Think", input={"thought": "a short thought"})
+    planned = plan_call(block, think, thought, tool_assessor)
 
     local = await _median_us(lambda: _run(think.call(thought, ctx)))
     async with open_tool_runner() as runner:
         await runner.start(ctx, ["read_only"])
-        hosted = await _median_us(lambda: _run(runner.call(think, thought, ctx)))
-        validate = await _median_us(lambda: runner.validate(think, thought, ctx))
+        hosted = await _median_us(lambda: _run(runner.call(planned, ctx)))
+        validate = await _median_us(lambda: runner.validate(planned, ctx))
         ctx.read_ledger.apply(
             {workspace / f"dir/file_{i:04}.py": 1_700_000_000_000_000_000 + i for i in range(1000)},
             (),
         )
-        big_ledger = await _median_us(lambda: _run(runner.call(think, thought, ctx)))
+        big_ledger = await _median_us(lambda: _run(runner.call(planned, ctx)))
         assert set(runner.host_pids()) == {"read_only"}
 
     entries = {str(p): m for p, m in ctx.read_ledger.entries().items()}

@@ -277,7 +277,7 @@ async def test_headless_ask_becomes_deny_naming_the_tool(tmp_path: Path) -> None
 
 
 async def test_permission_can_rewrite_input(tmp_path: Path) -> None:
-    async def rewrite(tool: Any, input: Any, ctx: Any) -> Allow | Deny | Ask:
+    async def rewrite(plan: Any, ctx: Any) -> Allow | Deny | Ask:
         return Allow(updated_input={"label": "rewritten"})
 
     result = await run([turn(probe("orig")), turn(text("ok"))], tmp_path, permission=rewrite)

@@ -133,7 +133,7 @@ def dispatch_tool(
 def sandboxed_runner(
     ctx: ToolContext, policy: SessionPolicy
 ) -> AbstractAsyncContextManager[ToolRunner]:
-    return open_tool_runner(local_tools=frozenset({"dispatch_agent"}))
+    return open_tool_runner()
 
 
 async def release_when_in_flight(api: FakeMessagesAPI, count: int) -> None:

@@ -24,9 +24,12 @@ from orchestrator.errors import ToolError
 from orchestrator.messages import ToolUseBlock
 from orchestrator.permissions import default_permission, headless_asker
 from orchestrator.pipeline import ToolPipeline
-from orchestrator.tools.base import Tool, ToolContext, ToolOutput, ToolProgress
+from orchestrator.plan import CallPlan, plan_call, tool_assessor
+from orchestrator.tools.base import Tool, ToolContext, ToolInput, ToolOutput, ToolProgress
 from orchestrator.tools.bash import BashTool
 from orchestrator.tools.registry import ToolRegistry
+from orchestrator.tools.think import ThinkTool
+from policies.facts import ToolFacts
 from sandbox.errors import SandboxError
 from sandbox.run import run_sandboxed
 from sandbox.spec import SandboxSpec
@@ -86,6 +89,12 @@ def tool(name: str) -> Tool[Any]:
     return found
 
 
+def plan(tool: Tool[Any], input: ToolInput) -> CallPlan:
+    """The plan the pipeline would make with the tool's own read-only check."""
+    block = ToolUseBlock(id="t", name=tool.name, input=input.model_dump(mode="json"))
+    return plan_call(block, tool, input, tool_assessor)
+
+
 async def call(
     runner: SandboxedToolRunner,
     tool: Tool[Any],
@@ -94,7 +103,7 @@ async def call(
     **input: Any,
 ) -> ToolOutput:
     outputs = []
-    async with closing_iter(runner.call(tool, tool.parse_input(input), ctx)) as events:
+    async with closing_iter(runner.call(plan(tool, tool.parse_input(input)), ctx)) as events:
         async for event in events:
             if isinstance(event, ToolProgress):
                 if progress is not None:
@@ -126,7 +135,7 @@ async def test_read_in_read_only_host_counts_for_edit_in_read_write_host(
     edit_input = edit.parse_input({"file_path": path, "old_string": "beta", "new_string": "gamma"})
 
     # Validation runs where the call would: in the read-write host.
-    refusal = await runner.validate(edit, edit_input, ctx)
+    refusal = await runner.validate(plan(edit, edit_input), ctx)
     assert refusal is not None and "has not been read" in refusal
     assert set(runner.host_pids()) == {"read_write"}
 
@@ -134,7 +143,7 @@ async def test_read_in_read_only_host_counts_for_edit_in_read_write_host(
     assert "alpha" in str(read.content) and not read.is_error
     assert set(ctx.read_ledger.entries()) == {workspace / "a.txt"}
 
-    assert await runner.validate(edit, edit_input, ctx) is None
+    assert await runner.validate(plan(edit, edit_input), ctx) is None
     edited = await call(runner, edit, ctx, **edit_input.model_dump())
     assert not edited.is_error, edited.content
     assert (workspace / "a.txt").read_text() == "alpha\ngamma\n"
@@ -359,19 +368,28 @@ async def test_a_host_that_cannot_start_is_an_error_result(ctx: ToolContext) -> 
         with pytest.raises(ToolHostError, match="exited before it was ready"):
             await runner.start(ctx)
         with pytest.raises(ToolHostError, match="exited before it was ready"):
+            edit = tool("Edit")
             await runner.validate(
-                tool("Edit"),
-                tool("Edit").parse_input({"file_path": "/x", "old_string": "a", "new_string": "b"}),
+                plan(
+                    edit,
+                    edit.parse_input({"file_path": "/x", "old_string": "a", "new_string": "b"}),
+                ),
                 ctx,
             )
 
 
-async def test_tools_named_local_run_in_the_coordinator(ctx: ToolContext) -> None:
-    async with open_tool_runner(
-        spawner=failing_spawner, local_tools=frozenset({"Think"})
-    ) as runner:
-        out = await call(runner, tool("Think"), ctx, thought="x")
+class _CoordinatorThink(ThinkTool):
+    """A tool that declares it runs in the coordinator (as dispatch_agent does)."""
+
+    facts = ToolFacts(family="meta", runs_in_coordinator=True)
+
+
+async def test_tools_that_declare_it_run_in_the_coordinator(ctx: ToolContext) -> None:
+    async with open_tool_runner(spawner=failing_spawner) as runner:
+        local = _CoordinatorThink()
+        out = await call(runner, local, ctx, thought="x")
         assert not out.is_error
+        assert await runner.validate(plan(local, local.parse_input({"thought": "y"})), ctx) is None
         assert runner.host_pids() == {}
 
 
