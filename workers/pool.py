@@ -31,17 +31,15 @@ and answers, or is killed after `cancel_wait_s`. Closing the pool stops every wo
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
-import signal
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import psutil
 import pydantic
@@ -61,11 +59,18 @@ from orchestrator.subagents import (
     SubagentRequest,
     WorkerFailure,
 )
-from sandbox.errors import SandboxError
 from workers import protocol as wire
 from workers.agent_worker import DEFAULT_TOOLS
 from workers.broker import ModelBroker
-from workers.toolhost_runner import SEND_TIMEOUT_S, HostLaunch, HostProcess, HostSpawner
+from workers.child import (
+    SEND_TIMEOUT_S,
+    ChildGone,
+    ChildStarter,
+    ChildStartError,
+    HostLaunch,
+    HostSpawner,
+    SupervisedChild,
+)
 
 if TYPE_CHECKING:
     from orchestrator.model.base import ModelClient
@@ -125,20 +130,20 @@ class WorkerStartError(WarrenError):
 
 
 @dataclass(eq=False)
-class _Worker:
-    """One worker process as the pool sees it."""
+class _Worker(SupervisedChild):
+    """One worker process as the pool sees it (a `SupervisedChild`)."""
 
-    writable: bool
-    process: HostProcess
-    inbox: trio.MemorySendChannel[wire.Message]
-    messages: trio.MemoryReceiveChannel[wire.Message]
+    writable: bool = False
+    max_log_bytes: int = 1 * _MiB
+    """Bytes of stderr it may write in one run before it is killed."""
+    inbox: trio.MemorySendChannel[wire.Message] = field(init=False)
+    messages: trio.MemoryReceiveChannel[wire.Message] = field(init=False)
     """What the worker sent, in order; closed when its stdout ends."""
-    outbox: trio.MemorySendChannel[bytes]
-    outgoing: trio.MemoryReceiveChannel[bytes]
+    outbox: trio.MemorySendChannel[bytes] = field(init=False)
+    outgoing: trio.MemoryReceiveChannel[bytes] = field(init=False)
     """What we send it, in order, written by the pool's writer task for this worker."""
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
     """Cancelled to stop the worker (its task then shuts it down)."""
-    alive: bool = True
     failure: tuple[WorkerFailure, str] | None = None
     """Why the pool killed it during the current run."""
     answered: bool = False
@@ -146,8 +151,10 @@ class _Worker:
     malformed: int = 0
     log_bytes: int = 0
     output_bytes: int = 0
-    stderr_tail: bytearray = field(default_factory=bytearray)
-    send_lock: trio.Lock = field(default_factory=trio.Lock)
+
+    def __post_init__(self) -> None:
+        self.inbox, self.messages = trio.open_memory_channel[wire.Message](64)
+        self.outbox, self.outgoing = trio.open_memory_channel[bytes](math.inf)
 
     def post(self, message: pydantic.BaseModel) -> None:
         """Queue a message for the worker. Dropped once the worker is stopping; a dead worker
@@ -156,40 +163,30 @@ class _Worker:
             self.outbox.send_nowait(wire.encode(message))
 
     async def write(self, data: bytes) -> bool:
-        """Write whole lines (shielded: a cut line would corrupt every later one). A worker
-        that does not take them within `SEND_TIMEOUT_S` is killed as wedged. False when the
-        worker is gone."""
-        stdin = self.process.stdin
-        assert stdin is not None
-        with trio.CancelScope(shield=True) as scope:
-            scope.relative_deadline = SEND_TIMEOUT_S
-            try:
-                async with self.send_lock:
-                    await stdin.send_all(data)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                return False
-        if scope.cancelled_caught:
-            self.kill("worker_protocol", f"it took no input for {SEND_TIMEOUT_S:g} s")
+        """Write whole lines (`SupervisedChild.send_bytes`: shielded, a wedged worker is
+        killed). False when the worker is gone."""
+        try:
+            await self.send_bytes(data)
+        except ChildGone:
             return False
         return True
+
+    def wedged(self) -> None:
+        self.kill("worker_protocol", f"it took no input for {SEND_TIMEOUT_S:g} s")
+
+    def accept_log_line(self, size: int) -> bool:
+        self.log_bytes += size
+        if self.log_bytes <= self.max_log_bytes:
+            return True
+        if self.alive:
+            self.kill("worker_limit", f"it wrote more than {self.max_log_bytes} bytes of logs")
+        return False
 
     def kill(self, failure: WorkerFailure, text: str) -> None:
         """Kill the whole sandbox for `failure`; the first reason given is kept."""
         if self.failure is None:
             self.failure = (failure, text)
         self.process.kill()
-
-    def status(self) -> str:
-        code = self.process.returncode
-        if code is None:
-            return "it stopped answering"
-        if code < 0 or code > 128:
-            signum = -code if code < 0 else code - 128
-            try:
-                return f"killed by {signal.Signals(signum).name}"
-            except ValueError:
-                return f"killed by signal {signum}"
-        return f"exit status {code}"
 
 
 @dataclass
@@ -274,6 +271,36 @@ class WorkerPool:
         self._changed = trio.Event()
         self._closing = False
         self._log = structlog.get_logger().bind(component="worker_pool")
+        self._launches = {
+            writable: HostLaunch.of_module(
+                "workers.agent_worker",
+                python=python or Path(sys.executable),
+                role="read_write" if writable else "read_only",
+                workspace=workspace,
+                cwd=cwd or workspace,
+                extra_roots=extra_roots,
+                tools=tools,
+            )
+            for writable in (False, True)
+        }
+        """What a worker is started with, read-only (False) or writable (True)."""
+        max_log = self.options.max_log_bytes
+        self._starter = ChildStarter(
+            nursery,
+            spawner,
+            lambda process, launch: _Worker(
+                process, "a worker", writable=launch.writable, max_log_bytes=max_log
+            ),
+            label=lambda launch: "a worker",
+            serve=self._serve_worker,
+            log=self._log,
+            kind="worker",
+            start_timeout_s=self.options.start_timeout_s,
+            stop_grace_s=self.options.stop_grace_s,
+            on_ready=self._ready,
+            on_stopping=_close_channels,
+            on_stopped=self._replace,  # it died (or was stopped, then this does nothing)
+        )
 
     # -- SubagentRunner ---------------------------------------------------------------------
 
@@ -576,13 +603,12 @@ class WorkerPool:
         self._live += 1
         started = False
         try:
-            with trio.move_on_after(self.options.start_timeout_s):
-                worker: _Worker = await self._nursery.start(self._run_worker, writable)
-                started = True
-                return worker
-            raise WorkerStartError(
-                f"a worker did not start within {self.options.start_timeout_s:g} s"
-            )
+            try:
+                worker = await self._starter.start(self._launches[writable])
+            except ChildStartError as exc:
+                raise WorkerStartError(exc.message) from exc
+            started = True
+            return worker
         finally:
             if not started:
                 self._live -= 1
@@ -595,84 +621,13 @@ class WorkerPool:
     async def _wait_changed(self) -> None:
         await self._changed.wait()
 
-    def _launch(self, writable: bool) -> HostLaunch:
-        return HostLaunch.of_module(
-            "workers.agent_worker",
-            python=self._python,
-            role="read_write" if writable else "read_only",
-            workspace=self._workspace,
-            cwd=self._cwd,
-            extra_roots=self._extra_roots,
-            tools=self._tools,
-        )
+    def _ready(self, worker: _Worker) -> None:
+        self._workers.add(worker)
+        self._nursery.start_soon(self._write, worker)
 
-    async def _run_worker(
-        self, writable: bool, task_status: trio.TaskStatus[_Worker] = trio.TASK_STATUS_IGNORED
-    ) -> None:
-        """Spawn a worker, wait for `Ready`, report it started, then read its output until it
-        exits or is stopped; then shut it down (shielded, bounded).
-
-        Failures before `Ready` are raised from `nursery.start` as `WorkerStartError`, once
-        the spawner has stopped the process (outside its nursery, so unwrapped).
-        """
-        failure: str | None = None
-        worker: _Worker | None = None
-        try:
-            async with AsyncExitStack() as stack:
-                try:
-                    process = await stack.enter_async_context(self._spawner(self._launch(writable)))
-                except (SandboxError, OSError) as exc:
-                    raise WorkerStartError(f"a worker could not start: {exc}") from exc
-                inbox, messages = trio.open_memory_channel[wire.Message](64)
-                outbox, outgoing = trio.open_memory_channel[bytes](math.inf)
-                worker = _Worker(writable, process, inbox, messages, outbox, outgoing)
-                assert process.stdout is not None and process.stderr is not None
-                stderr_done = trio.Event()
-                self._nursery.start_soon(self._read_stderr, worker, process.stderr, stderr_done)
-                try:
-                    reader = wire.LineReader(process.stdout)
-                    ready = await self._await_ready(worker, reader, stderr_done)
-                    if isinstance(ready, str):
-                        failure = ready
-                    else:
-                        self._workers.add(worker)
-                        self._nursery.start_soon(self._write, worker)
-                        task_status.started(worker)
-                        with worker.scope:
-                            await self._read(worker, reader)
-                finally:
-                    worker.alive = False
-                    inbox.close()
-                    outbox.close()
-                    with trio.CancelScope(shield=True):
-                        await self._shutdown(worker)
-        finally:
-            if worker is not None:
-                self._replace(worker)  # it died (or was stopped, then this does nothing)
-        if failure is not None:
-            raise WorkerStartError(failure)
-
-    async def _await_ready(
-        self, worker: _Worker, reader: wire.LineReader, stderr_done: trio.Event
-    ) -> wire.Ready | str:
-        line = await reader.next()
-        message = wire.decode_line(line) if isinstance(line, bytes) else None
-        if isinstance(message, wire.Ready) and message.version == wire.PROTOCOL_VERSION:
-            return message
-        if isinstance(message, wire.Ready):
-            return (
-                f"a worker speaks protocol {message.version}, this coordinator "
-                f"{wire.PROTOCOL_VERSION}; reinstall Warren so both come from the same version"
-            )
-        if line is None:
-            await worker.process.wait()
-            with trio.move_on_after(self.options.stop_grace_s):
-                await stderr_done.wait()
-            tail = worker.stderr_tail.decode(errors="replace").strip()[-1000:]
-            return f"a worker exited before it was ready ({worker.status()})" + (
-                f": {tail}" if tail else ""
-            )
-        return f"a worker did not start with Ready: {line!r:.200}"
+    async def _serve_worker(self, worker: _Worker, reader: wire.LineReader) -> None:
+        with worker.scope:
+            await self._read(worker, reader)
 
     async def _write(self, worker: _Worker) -> None:
         """Send what is queued for the worker; whatever queued up meanwhile goes in the same
@@ -714,41 +669,6 @@ class WorkerPool:
                 continue
             await worker.inbox.send(message)
 
-    async def _read_stderr(
-        self, worker: _Worker, stream: trio.abc.ReceiveStream, done: trio.Event
-    ) -> None:
-        """The worker's logs into ours, up to `max_log_bytes` per run; keeps a tail."""
-        log = self._log.bind(worker=worker.process.pid)
-        reader = wire.LineReader(stream, max_bytes=65_536)
-        try:
-            while (line := await reader.next()) is not None:
-                size = line.size if isinstance(line, wire.Oversized) else len(line)
-                worker.log_bytes += size + 1
-                if worker.log_bytes > self.options.max_log_bytes:
-                    if worker.alive:
-                        worker.kill(
-                            "worker_limit",
-                            f"it wrote more than {self.options.max_log_bytes} bytes of logs",
-                        )
-                    continue
-                if isinstance(line, bytes):
-                    worker.stderr_tail += line + b"\n"
-                    del worker.stderr_tail[:-4096]
-                    _relay(log, line)
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
-            pass  # the spawner closed the pipe while stopping the worker
-        finally:
-            done.set()
-
-    async def _shutdown(self, worker: _Worker) -> None:
-        """Ask a live worker to stop and give it `stop_grace_s` (called shielded); the spawner
-        then closes stdin, SIGTERMs and SIGKILLs what is left, and reaps."""
-        if worker.process.returncode is not None:
-            return
-        with trio.move_on_after(self.options.stop_grace_s):
-            await worker.write(wire.encode(wire.Shutdown()))
-            await worker.process.wait()
-
     async def aclose(self) -> None:
         """Stop every worker (the pool's nursery then reaps them)."""
         self._closing = True
@@ -756,19 +676,10 @@ class WorkerPool:
             self._retire(worker)
 
 
-def _relay(log: Any, line: bytes) -> None:
-    """One line of a worker's log (JSON from structlog, or anything a tool printed) into ours."""
-    try:
-        event = json.loads(line)
-    except ValueError:
-        event = None
-    with contextlib.suppress(OSError):  # a log that cannot be written must not stop the pool
-        if isinstance(event, dict):
-            name = str(event.pop("event", ""))
-            event.pop("timestamp", None)
-            log.info(f"worker: {name}", worker_level=str(event.pop("level", "info")), **event)
-        else:
-            log.info("worker output", line=line.decode(errors="replace")[:2000])
+def _close_channels(worker: _Worker) -> None:
+    """The worker is stopping: the run being served sees its end, queued messages drop."""
+    worker.inbox.close()
+    worker.outbox.close()
 
 
 def tree_usage(pid: int) -> tuple[int, float] | None:

@@ -32,17 +32,16 @@ Usage (the composition root):
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import os
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, TypedDict
 
 import pydantic
 import structlog
@@ -52,11 +51,20 @@ from orchestrator.aio import closing_iter
 from orchestrator.errors import ToolError, WarrenError
 from orchestrator.plan import CallPlan, SandboxMode
 from orchestrator.tools.base import Tool, ToolContext, ToolInput, ToolOutput, ToolProgress
-from sandbox.errors import SandboxError
 from sandbox.host import SandboxHost, detect_host
 from sandbox.run import open_sandboxed_process
 from sandbox.spec import Limits, SandboxSpec, WorkspaceRoot
 from workers import protocol as wire
+from workers.child import (
+    SEND_TIMEOUT_S,
+    ChildGone,
+    ChildStarter,
+    ChildStartError,
+    HostLaunch,
+    HostProcess,
+    HostSpawner,
+    SupervisedChild,
+)
 from workers.toolhost import DEFAULT_TOOLS
 
 __all__ = [
@@ -80,12 +88,8 @@ HOST_DIED = (
     "host starts with the next call."
 )
 
-SEND_TIMEOUT_S = 30.0
-"""Seconds a host has to take one message off its stdin before it is taken for wedged."""
-
 _ENV_KEPT = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM")
 _UNSANDBOXED_GRACE_S = 2.0
-_STDERR_TAIL = 4096
 
 
 class ToolHostError(WarrenError):
@@ -96,68 +100,6 @@ class ToolHostError(WarrenError):
         self.message = message
         self.role = role
 
-
-@dataclass(frozen=True)
-class HostLaunch:
-    """What a spawner needs to start one tool host."""
-
-    role: wire.HostRole
-    argv: tuple[str, ...]
-    """The host's own command (`python -I -m workers.toolhost ...`), before sandboxing."""
-    workspace: Path
-    extra_roots: tuple[Path, ...]
-    cwd: Path
-
-    @property
-    def writable(self) -> bool:
-        return self.role == "read_write"
-
-    @classmethod
-    def of_module(
-        cls,
-        module: str,
-        *,
-        python: Path,
-        role: wire.HostRole,
-        workspace: Path,
-        cwd: Path,
-        extra_roots: tuple[Path, ...],
-        tools: str,
-        session_id: str | None = None,
-    ) -> HostLaunch:
-        """`python -I -m module` with the arguments every worker entry point takes (the tool
-        host's and the agent worker's)."""
-        argv = [str(python), "-I", "-m", module, "--role", role, "--workspace", str(workspace)]
-        argv += ["--cwd", str(cwd), "--tools", tools]
-        if session_id is not None:
-            argv += ["--session-id", session_id]
-        for root in extra_roots:
-            argv += ["--extra-root", str(root)]
-        return cls(
-            role=role, argv=tuple(argv), workspace=workspace, extra_roots=extra_roots, cwd=cwd
-        )
-
-
-class HostProcess(Protocol):
-    """The process surface the runner uses: `trio.Process` and `sandbox.SandboxProcess`."""
-
-    @property
-    def pid(self) -> int: ...
-    @property
-    def stdin(self) -> trio.abc.SendStream | None: ...
-    @property
-    def stdout(self) -> trio.abc.ReceiveStream | None: ...
-    @property
-    def stderr(self) -> trio.abc.ReceiveStream | None: ...
-    @property
-    def returncode(self) -> int | None: ...
-    async def wait(self) -> int: ...
-    def kill(self) -> None: ...
-
-
-HostSpawner = Callable[[HostLaunch], AbstractAsyncContextManager[HostProcess]]
-"""Starts a host with piped stdin, stdout and stderr; leaving the context stops and reaps it
-(bounded, shielded). Raises `SandboxError` or `OSError` when it cannot start."""
 
 HOST_LIMITS = Limits(wall_time_s=None, cpu_time_s=None)
 """A host lives as long as the session, so no wall-clock or CPU-time limit applies to it as a
@@ -237,46 +179,24 @@ def host_environment(base: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 @dataclass(eq=False)
-class _Host:
-    """One running tool host as the coordinator sees it."""
+class _Host(SupervisedChild):
+    """One running tool host as the coordinator sees it (a `SupervisedChild`)."""
 
-    role: wire.HostRole
-    process: HostProcess
-    ready: wire.Ready | None = None
+    role: wire.HostRole = "read_write"
     pending: dict[str, trio.MemorySendChannel[_Reply]] = field(default_factory=dict)
     sent_ledger: dict[Path, int] = field(default_factory=dict)
     """The ledger as this host's replica has it (what was sent plus what it reported)."""
     sent_shell: wire.ShellState | None = None
-    stderr_tail: bytearray = field(default_factory=bytearray)
-    stderr_closed: trio.Event = field(default_factory=trio.Event)
-    stderr_scope: trio.CancelScope = field(default_factory=lambda: trio.CancelScope(shield=True))
-    """Shielded, so the host can log while it stops; cancelled once the process is reaped."""
-    alive: bool = True
-    send_lock: trio.Lock = field(default_factory=trio.Lock)
 
     async def send(self, message: pydantic.BaseModel) -> None:
-        """Write one message, whole: shielded, since a line cut short by a cancellation would
-        corrupt the stream for every later message. A host that does not take a line within
-        `SEND_TIMEOUT_S` is killed (it is wedged).
+        """Write one message, whole (`SupervisedChild.send_bytes`).
 
         **Errors:** `ToolHostError` when the host's stdin is gone (it died or was killed).
         """
-        stdin = self.process.stdin
-        assert stdin is not None
-        line = wire.encode(message)
-        with trio.CancelScope(shield=True) as scope:
-            scope.relative_deadline = SEND_TIMEOUT_S
-            try:
-                async with self.send_lock:
-                    await stdin.send_all(line)
-            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-                raise ToolHostError(f"the {self.role} tool host is gone", role=self.role) from exc
-        if scope.cancelled_caught:
-            self.process.kill()
-            raise ToolHostError(
-                f"the {self.role} tool host took no input for {SEND_TIMEOUT_S:g} s and was killed",
-                role=self.role,
-            )
+        try:
+            await self.send_bytes(wire.encode(message))
+        except ChildGone as exc:
+            raise ToolHostError(exc.message, role=self.role) from exc
 
     def ledger_delta(self, ctx: ToolContext) -> wire.LedgerDelta:
         current = ctx.read_ledger.entries()
@@ -296,19 +216,6 @@ class _Host:
         self.sent_ledger.update(recorded)
         for path in forgotten:
             self.sent_ledger.pop(path, None)
-
-    def status(self) -> str:
-        code = self.process.returncode
-        if code is None:
-            return "it stopped answering"
-        signum = -code if code < 0 else code - 128 if code > 128 else 0
-        try:
-            name = signal.Signals(signum).name if signum else ""
-        except ValueError:
-            name = f"signal {signum}"
-        if code < 0:
-            return f"killed by {name}"
-        return f"exit status {code}" + (f", killed by {name}" if name else "")
 
 
 @dataclass(frozen=True)
@@ -370,6 +277,19 @@ class SandboxedToolRunner:
         self._shell: wire.ShellState | None = None
         """The read-write host's last reported shell state."""
         self._log = structlog.get_logger().bind(component="toolhost_runner")
+        self._starter = ChildStarter(
+            nursery,
+            self._spawner,
+            lambda process, launch: _Host(process, _host_label(launch), role=launch.role),
+            label=_host_label,
+            serve=self._route,
+            log=self._log,
+            kind="host",
+            start_timeout_s=start_timeout_s,
+            stop_grace_s=stop_grace_s,
+            on_ready=self._ready,
+            on_stopped=self._stopped,
+        )
 
     # -- the ToolRunner protocol -------------------------------------------------------------
 
@@ -574,15 +494,12 @@ class SandboxedToolRunner:
             host = self._hosts.get(role)
             if host is not None and host.alive:
                 return host
-            launch = self._launch(role, ctx)
-            with trio.move_on_after(self._start_timeout_s):
-                started: _Host = await self._nursery.start(self._run_host, launch)
-                self._hosts[role] = started
-                return started
-            raise ToolHostError(
-                f"the {role} tool host did not start within {self._start_timeout_s:g} s",
-                role=role,
-            )
+            try:
+                started = await self._starter.start(self._launch(role, ctx))
+            except ChildStartError as exc:
+                raise ToolHostError(exc.message, role=role) from exc
+            self._hosts[role] = started
+            return started
 
     def _launch(self, role: wire.HostRole, ctx: ToolContext) -> HostLaunch:
         return HostLaunch.of_module(
@@ -596,96 +513,16 @@ class SandboxedToolRunner:
             session_id=ctx.session_id,
         )
 
-    async def _run_host(
-        self, launch: HostLaunch, task_status: trio.TaskStatus[_Host] = trio.TASK_STATUS_IGNORED
-    ) -> None:
-        """Spawn a host, wait for `Ready`, report it started, then route its answers until it
-        exits. Its teardown (always) stops the process and fails the calls still waiting.
+    def _ready(self, host: _Host) -> None:
+        self._log.info(
+            "tool host ready",
+            role=host.role,
+            pid=host.process.pid,
+            sandbox_warnings=list(getattr(host.process, "warnings", ())),
+        )
 
-        A host that fails before `Ready` is raised as `ToolHostError` from `nursery.start`,
-        once the spawner has stopped it (outside the spawner's nursery, so unwrapped).
-        """
-        role = launch.role
-        host: _Host | None = None
-        failure: str | None = None
-        try:
-            async with AsyncExitStack() as stack:
-                try:
-                    process = await stack.enter_async_context(self._spawner(launch))
-                except (SandboxError, OSError) as exc:
-                    raise ToolHostError(
-                        f"the {role} tool host could not start: {exc}", role=role
-                    ) from exc
-                host = _Host(role=role, process=process)
-                try:
-                    assert process.stdout is not None and process.stderr is not None
-                    self._nursery.start_soon(self._forward_stderr, host, process.stderr)
-                    reader = wire.LineReader(process.stdout)
-                    ready = await self._await_ready(host, reader)
-                    if isinstance(ready, str):
-                        failure = ready
-                    else:
-                        host.ready = ready
-                        self._log.info(
-                            "tool host ready",
-                            role=role,
-                            pid=process.pid,
-                            sandbox_warnings=list(getattr(process, "warnings", ())),
-                        )
-                        task_status.started(host)
-                        await self._route(host, reader)
-                finally:
-                    host.alive = False
-                    with trio.CancelScope(shield=True):
-                        await self._shutdown(host)
-        finally:
-            if host is not None:
-                with trio.CancelScope(shield=True):
-                    await self._stopped(host)
-        if failure is not None:
-            raise ToolHostError(failure, role=role)
-
-    async def _await_ready(self, host: _Host, reader: wire.LineReader) -> wire.Ready | str:
-        """The host's `Ready`, or why there is none (bounded by the caller's start timeout)."""
-        line = await reader.next()
-        if line is None or isinstance(line, wire.Oversized):
-            await host.process.wait()
-            with trio.move_on_after(self._stop_grace_s):
-                await host.stderr_closed.wait()
-            tail = host.stderr_tail.decode(errors="replace").strip()
-            return f"the {host.role} tool host exited before it was ready ({host.status()})" + (
-                f": {tail[-1000:]}" if tail else ""
-            )
-        message = wire.decode_line(line)
-        if not isinstance(message, wire.Ready):
-            return f"the {host.role} tool host did not start with Ready: {line[:200]!r}"
-        if message.version != wire.PROTOCOL_VERSION:
-            return (
-                f"the {host.role} tool host speaks protocol {message.version}, this coordinator "
-                f"{wire.PROTOCOL_VERSION}; reinstall Warren so both come from the same version"
-            )
-        return message
-
-    async def _shutdown(self, host: _Host) -> None:
-        """Ask a live host to stop and give it `stop_grace_s` (call shielded); the spawner's
-        teardown then closes stdin, SIGTERMs and SIGKILLs what is left, and reaps."""
-        process = host.process
-        if process.returncode is not None:
-            return
-        with trio.move_on_after(self._stop_grace_s):
-            try:
-                await host.send(wire.Shutdown())
-            except ToolHostError:
-                pass
-            await process.wait()
-
-    async def _stopped(self, host: _Host) -> None:
-        """After the process is reaped: end the log forwarding, fail the calls still waiting."""
-        # A process the host left behind (possible only without the sandbox's pid namespace)
-        # may hold stderr open; the host's own logs are in by now.
-        with trio.move_on_after(self._stop_grace_s):
-            await host.stderr_closed.wait()
-        host.stderr_scope.cancel()
+    def _stopped(self, host: _Host) -> None:
+        """After the process is reaped: fail the calls still waiting."""
         self._log.info("tool host stopped", role=host.role, status=host.status())
         for waiting in list(host.pending.values()):
             waiting.send_nowait(_Failure(HOST_DIED.format(status=host.status())))
@@ -722,35 +559,14 @@ class SandboxedToolRunner:
                 _Failure(f"The tool host's answer to this call was lost: {what}. Try again.")
             )
 
-    async def _forward_stderr(self, host: _Host, stream: trio.abc.ReceiveStream) -> None:
-        """The host's logs (JSON lines) into ours, with the role; keeps a tail for errors."""
-        log = self._log.bind(role=host.role, pid=host.process.pid)
-        reader = wire.LineReader(stream, max_bytes=65_536)
-        try:
-            with host.stderr_scope:
-                await self._read_stderr(host, reader, log)
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
-            pass  # the spawner closed the pipe while stopping the host
-        finally:
-            host.stderr_closed.set()
 
-    async def _read_stderr(self, host: _Host, reader: wire.LineReader, log: Any) -> None:
-        while (line := await reader.next()) is not None:
-            if isinstance(line, wire.Oversized):
-                continue
-            host.stderr_tail += line + b"\n"
-            del host.stderr_tail[:-_STDERR_TAIL]
-            try:
-                event = json.loads(line)
-            except ValueError:
-                event = None
-            if isinstance(event, dict):
-                name = str(event.pop("event", ""))
-                event.pop("timestamp", None)
-                level = str(event.pop("level", "info"))
-                log.info(f"host: {name}", host_level=level, host=event)
-            else:
-                log.info("host output", line=line.decode(errors="replace"))
+def _host_label(launch: HostLaunch) -> str:
+    return f"the {launch.role} tool host"
+
+
+class _Timeouts(TypedDict):
+    start_timeout_s: float
+    cancel_wait_s: float
 
 
 def _dump(input: ToolInput) -> dict[str, Any]:
@@ -772,17 +588,13 @@ async def open_tool_runner(
     `prestart`: start both hosts for this context in the background at once (`start_soon`),
     rather than on first use; the other arguments are `SandboxedToolRunner`'s.
 
-    **Cancellation:** leaving the block (normally, by error or cancellation) stops every host,
-    shielded and bounded by about three times `stop_grace_s` per host (concurrently).
+    **Cancellation:** however the block is left, each host gets the teardown of
+    `workers.child.run_child` (shielded; about three times `stop_grace_s`), all at once.
     """
+    timeouts = _Timeouts(start_timeout_s=start_timeout_s, cancel_wait_s=cancel_wait_s)
     async with trio.open_nursery() as nursery:
         runner = SandboxedToolRunner(
-            nursery,
-            spawner=spawner,
-            tools=tools,
-            start_timeout_s=start_timeout_s,
-            cancel_wait_s=cancel_wait_s,
-            stop_grace_s=stop_grace_s,
+            nursery, spawner=spawner, tools=tools, stop_grace_s=stop_grace_s, **timeouts
         )
         if prestart is not None:
             runner.start_soon(prestart)
