@@ -118,6 +118,18 @@ def descendants() -> list[psutil.Process]:
     return [p for p in psutil.Process().children(recursive=True) if p.is_running()]
 
 
+def command_lines() -> list[str]:
+    """The command lines of our live descendants. A process may exit (and be a zombie until
+    its parent reaps it) between listing and reading it: it has no command line then."""
+    lines = []
+    for proc in descendants():
+        try:
+            lines.append(" ".join(proc.cmdline()))
+        except psutil.Error:
+            continue
+    return lines
+
+
 def host_python(runner: SandboxedToolRunner, role: str) -> psutil.Process:
     """The host's Python process (inside bwrap, a descendant of the pid we spawned)."""
     spawned = psutil.Process(runner.host_pids()[role])  # type: ignore[index]
@@ -332,12 +344,12 @@ async def test_cancelled_call_stops_in_the_host_and_leaves_no_process(
 
                 nursery.start_soon(run)
                 # Another process's state has no event to wait on: poll it.
-                while not any(marker in " ".join(p.cmdline()) for p in descendants()):  # noqa: ASYNC110
+                while not any(marker in line for line in command_lines()):  # noqa: ASYNC110
                     await trio.sleep(0.02)
                 nursery.cancel_scope.cancel()
         assert not scope.cancelled_caught
         # Cancel was answered: the command is gone while the host lives on.
-        assert not any(marker in " ".join(p.cmdline()) for p in descendants())
+        assert not any(marker in line for line in command_lines())
         host = psutil.Process(runner.host_pids()["read_write"])
         assert host.is_running()
         out = await call(runner, tool("Bash"), ctx, command="echo still here")
