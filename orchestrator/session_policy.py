@@ -10,7 +10,7 @@ classifier (for runs without the sandboxed hosts), and the sandbox the policy's 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +32,18 @@ from policies.files import (
 __all__ = ["SessionPolicy", "load_session_policy"]
 
 
+_VERDICTS_KEPT = 1024
+"""Verdicts the assessor keeps for the in-process Bash tool before it forgets them all."""
+
+
 @dataclass(frozen=True)
 class SessionPolicy:
     effective: EffectivePolicy
     engine: PolicyEngine
+    _verdicts: dict[str, bool] = field(default_factory=dict, repr=False, compare=False)
+    """Command -> read-only, as the assessor found it: an in-process Bash call (no sandboxed
+    host to route it) takes its one-shot/persistent choice from here instead of classifying
+    the command again. Taken (popped) on use; cleared past `_VERDICTS_KEPT`."""
 
     @property
     def mode(self) -> Mode:
@@ -48,6 +56,9 @@ class SessionPolicy:
         workspace = self.engine.workspace
 
         def read_only(command: str) -> bool:
+            known = self._verdicts.pop(command, None)
+            if known is not None:
+                return known
             return analyser.classify(command, floor=floor, workspace=workspace).concurrency_safe
 
         return read_only
@@ -65,6 +76,9 @@ class SessionPolicy:
             assessed = engine.assess(tool.name, raw, tool_read_only=own, facts=facts)
             bash = assessed.bash
             if bash is not None:
+                if len(self._verdicts) >= _VERDICTS_KEPT:
+                    self._verdicts.clear()
+                self._verdicts[assessed.command or ""] = bash.concurrency_safe
                 reason = bash.hint_reason if bash.read_only else "; ".join(bash.reasons)
                 return Verdict(
                     bash.read_only, reason or bash.hint_reason, bash.concurrency_safe, assessed

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 import pytest
 
 from orchestrator.messages import ToolUseBlock
-from orchestrator.permissions import Allow, Deny, PermissionResult
+from orchestrator.permissions import Allow, Deny, headless_asker
 from orchestrator.pipeline import ToolPipeline
 from orchestrator.session_policy import SessionPolicy
 from orchestrator.tools.base import Tool, ToolContext, ToolInput, ToolOutput, ToolProgress
@@ -176,14 +176,15 @@ def test_a_path_rule_for_a_tool_without_a_path_is_a_policy_error(workspace: Path
         policy(workspace, '[permissions]\ndeny = ["Think(x)"]\n', builtin_facts())
 
 
-async def test_the_verdict_is_made_once_and_read_by_the_permission_function(
-    workspace: Path,
-) -> None:
+async def test_the_verdict_is_made_once_even_in_process(workspace: Path) -> None:
+    """Plan, permission and the in-process Bash tool's one-shot/persistent choice all use
+    the one classification the assessor made (counted through the analyser seam)."""
+
     class Counting(BashAnalyser):
-        calls = 0
+        calls: ClassVar[list[str]] = []
 
         def classify(self, command: str, **kwargs: Any) -> Any:
-            Counting.calls += 1
+            Counting.calls.append(command)
             return super().classify(command, **kwargs)
 
     layer = PolicyLayer("local", "local.toml", parse_policy_text("", file="local.toml"), workspace)
@@ -192,11 +193,23 @@ async def test_the_verdict_is_made_once_and_read_by_the_permission_function(
         effective, workspace=workspace, floor_proven=True, analyser=Counting(), env={}
     )
     session = SessionPolicy(effective, engine)
-    bash = builtin_tools().get("Bash")
-    assert bash is not None
-    results: list[PermissionResult] = []
-    for command in ("ls", "rm -rf build", "cat notes.txt | wc -l"):
-        _, result = await decide(session, workspace, bash, command=command)
-        results.append(result)
-    assert Counting.calls == 3
-    assert [type(r).__name__ for r in results] == ["Allow", "Ask", "Allow"]
+    ctx = ToolContext(workspace=workspace, cwd=workspace)
+    pipeline = ToolPipeline(
+        tools=builtin_tools(bash_classifier=session.bash_classifier()),
+        ctx=ctx,
+        permission=session.permission_fn(),
+        asker=headless_asker,
+        assessor=session.assessor(),
+        emit=lambda event: None,
+    )
+    commands = ["ls", "rm -rf build", "grep -c hello notes.txt"]
+    results = []
+    try:
+        for i, command in enumerate(commands):
+            block = ToolUseBlock(id=f"t{i}", name="Bash", input={"command": command})
+            results.append(await pipeline.execute(pipeline.prepare(block)))
+    finally:
+        await ctx.aclose()
+    assert Counting.calls == commands
+    assert [r.is_error for r in results] == [False, True, False]
+    assert "notes.txt" in results[0].text() and results[2].text().strip() == "1"
