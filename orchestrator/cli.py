@@ -302,10 +302,9 @@ def _policy(argv: list[str]) -> int:
         command = sub.add_parser(name, help=text, description=text)
         command.add_argument("--cwd", type=Path, default=None, help="the workspace")
     args = parser.parse_args(argv)
+    from orchestrator.tools.registry import builtin_facts
     from policies import commands
     from policies.files import PolicyError
-
-    from orchestrator.tools.registry import builtin_facts
 
     cwd = (args.cwd or Path.cwd()).absolute()
     tools = commands.CommandEnvironment(tool_facts=builtin_facts())

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from policies import commands
 from orchestrator.tools.registry import builtin_facts
+from policies import commands
 from policies.commands import CommandEnvironment, check_target
 from policies.files import PolicyError, command_line_policy, load_policy_file
 from policies.trust import TrustStore, project_policy_hash

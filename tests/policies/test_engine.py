@@ -18,8 +18,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from policies.bash_analysis import BashAnalyser
 from orchestrator.tools.registry import builtin_facts
+from policies.bash_analysis import BashAnalyser
 from policies.engine import (
     BypassRefused,
     PolicyDecision,
