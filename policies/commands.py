@@ -199,7 +199,13 @@ def check(
     try:
         policy = environment.load(workspace)
         floor = environment.probe() if floor_proven is None else floor_proven
-        engine = PolicyEngine(policy, workspace=workspace, floor_proven=floor, env=environment.env)
+        engine = PolicyEngine(
+            policy,
+            workspace=workspace,
+            floor_proven=floor,
+            env=environment.env,
+            tool_facts=environment.tool_facts,
+        )
         tool, input = _target_call(target, environment)
     except PolicyError as err:
         return _error(err, out)
@@ -355,6 +361,7 @@ def test(
                 floor_proven=floor,
                 no_sandbox_consent=True,
                 env=environment.env,
+                tool_facts=environment.tool_facts,
             )
         try:
             tool, input = _example_call(example, environment)

@@ -113,6 +113,15 @@ def test_check_target() -> None:
         check_target(["Edit"], after_dashdash=False)
 
 
+def test_a_path_rule_for_a_tool_without_a_path_is_a_policy_error(setup: Setup) -> None:
+    """`Think(x)` parses (any keyword may take a path), but Think declares no path field: the
+    rule would match nothing, so the policy is refused with its file (exit 2)."""
+    setup.project('[permissions]\ndeny = ["Think(x)"]\n')
+    code = commands.check("ls", cwd=setup.repo, floor_proven=True, environment=setup.environment())
+    assert code == 2
+    assert "Think takes no path" in setup.output()
+
+
 def test_check_of_a_tool_without_a_path_is_a_policy_error(setup: Setup) -> None:
     """Which tools take a path is their declared facts: Bash and Think take none."""
     for tool in ("Bash", "Think"):
