@@ -118,6 +118,21 @@ _GAP = re.compile(rb"(?:[ \t\n]|\\\n)*")
 _CONTIGUOUS_NODES = frozenset({"concatenation", "simple_expansion", "string", "translated_string"})
 _BLANKS = re.compile(rb"(?:[ \t]|\\\n)*")
 _ARITHMETIC_ASSIGNS = re.compile(r"(?:^|[^=!<>])=(?!=)|<<=|>>=|\+\+|--")
+# Arithmetic evaluates the text of every variable it names, recursively, and a subscript in
+# that text runs its `$(...)`: `x='a[$(rm f)]'; echo $((x))` runs rm. Only expressions made
+# of integer constants and operators are read-only (tests/policies/test_bash_arithmetic.py).
+# `$#`, `$?`, `$$` and `$!` always expand to integers (or nothing).
+_ARITHMETIC_CONSTANT = re.compile(
+    r"\b(?:[0-9]+#[0-9A-Za-z@_]+|0[xX][0-9A-Fa-f]+|[0-9]+)\b|\$(?:[#?$!]|\{[#?$!]\})"
+)
+_ARITHMETIC_OPERATORS = re.compile(r"[ \t\n+\-*/%<>=!&|^~?:(),]*")
+_INTEGER_WORD = re.compile(
+    r"[-+]?(?:0[xX][0-9A-Fa-f]+|[0-9]+(?:#[0-9A-Za-z@_]+)?)|(\"?)\$(?:[#?$!]|\{[#?$!]\})\1"
+)
+_VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_ARITHMETIC_TESTS = _names("-eq -ne -lt -le -gt -ge")
+_INDIRECT_TESTS = _names("-v -R")
+_ARITHMETIC_DANGER = "a variable holding `a[$(cmd)]` runs cmd"
 # Programs for which a "don't ask again" prefix rule would allow anything at all.
 _NO_PREFIX_RULE = _names(
     "sh bash zsh dash ksh fish eval exec source . xargs sudo doas env timeout nice nohup"
@@ -1091,6 +1106,18 @@ class _Walk:
             )
         )
 
+    def array(self, node: Node, nesting: int) -> None:
+        """`a=([i]=1)`: an element's `[INDEX]` is arithmetic, as in `a[i]=1`."""
+        for child in node.named_children:
+            text = self.text(child)
+            if text.startswith("[") and "]=" in text:
+                index = text[1 : text.index("]=")]
+                if not _INTEGER_WORD.fullmatch(index):
+                    self.reasons.append(
+                        f"the index of `{text[:40]}` is evaluated as arithmetic: "
+                        f"{_ARITHMETIC_DANGER}"
+                    )
+
     def statement_part(self, node: Node, nesting: int, reason: str) -> None:
         self.reasons.append(reason)
         self.parts.append(
@@ -1119,8 +1146,8 @@ class _Walk:
             # `[a]` or `[]` is a command (or glob) named that way to bash, not a test.
             reason = f"`{self.text(node)[:40]}` is not a test to bash"
             self.reasons.append(reason)
-        elif self._tests_subscripted_variable(node):
-            reason = "`-v NAME[SUBSCRIPT]` evaluates the subscript, which can run commands"
+        elif (problem := self._test_evaluation(node, opener)) is not None:
+            reason = problem
             self.reasons.append(reason)
         elif opener == "[" and _has_anonymous(node, frozenset({">", ">>"})):
             # bash reads `[ a > b ]` as `[ a ]` with its output redirected to the file b.
@@ -1137,17 +1164,39 @@ class _Walk:
             )
         )
 
-    def _tests_subscripted_variable(self, node: Node) -> bool:
-        """`[ -v 'a[$(cmd)]' ]` runs cmd: bash evaluates the subscript of a `-v` test."""
+    def _test_evaluation(self, node: Node, opener: str) -> str | None:
+        """Why a test evaluates text as code, or None.
+
+        `[[ A -eq B ]]` (and `-ne`, `-lt`, ...) evaluates both operands as arithmetic, so a
+        name or expansion there runs what its value's subscripts hold; `-v NAME` and `-R NAME`
+        evaluate a subscript in NAME, in any kind of test. `[ "$x" -eq 1 ]` does not: the
+        `[` builtin wants plain integers (tests/policies/test_bash_arithmetic.py proves both).
+        """
         stack = list(node.children)
-        operators: set[str] = set()
         while stack:
             child = stack.pop()
-            if child.type == "test_operator":
-                operators.add(self.text(child))
+            if child.type in ("command_substitution", "process_substitution"):
+                continue
+            if child.type in ("binary_expression", "unary_expression"):
+                operators = [c for c in child.children if c.type == "test_operator"]
+                operator = self.text(operators[0]) if operators else ""
+                operands = [c for c in child.named_children if c.type != "test_operator"]
+                if opener == "[[" and operator in _ARITHMETIC_TESTS:
+                    for operand in operands:
+                        if not _INTEGER_WORD.fullmatch(self.text(operand)):
+                            return (
+                                f"`[[ {operator} ]]` evaluates `{self.text(operand)[:30]}` as "
+                                f"arithmetic: {_ARITHMETIC_DANGER}"
+                            )
+                if operator in _INDIRECT_TESTS:
+                    for operand in operands:
+                        if not _VARIABLE_NAME.fullmatch(self.text(operand)):
+                            return (
+                                f"`{operator} {self.text(operand)[:30]}` evaluates a variable "
+                                "name that is not literal, whose subscript can run commands"
+                            )
             stack.extend(child.children)
-        inner = self.text(node)[2:-2]
-        return bool(operators & {"-v", "-R"}) and "[" in inner
+        return None
 
     def for_statement(self, node: Node, nesting: int) -> None:
         if node.children and node.children[0].type == "select":
@@ -1193,11 +1242,50 @@ class _Walk:
         self._arithmetic(node)
 
     def _arithmetic(self, node: Node) -> None:
-        if _ARITHMETIC_ASSIGNS.search(self.text(node)):
+        text = self.text(node)
+        if _ARITHMETIC_ASSIGNS.search(text):
             self.reasons.append("the arithmetic expression assigns a shell variable")
+        inner = text.removeprefix("$").lstrip("([").rstrip(")]")
+        if not _ARITHMETIC_OPERATORS.fullmatch(_ARITHMETIC_CONSTANT.sub(" ", inner)):
+            self.reasons.append(
+                f"`{text[:40]}` evaluates variables as arithmetic: {_ARITHMETIC_DANGER}"
+            )
+
+    def subscript(self, node: Node, nesting: int) -> None:
+        """An indexed array's subscript is arithmetic (`${a[i]}`, `a[i]=1`, `${!a[i]}`)."""
+        children = node.children
+        opened = next((i for i, c in enumerate(children) if c.type == "["), None)
+        if opened is None:
+            return
+        index = "".join(self.text(c) for c in children[opened + 1 :] if c.type != "]")
+        if index in ("@", "*") or _INTEGER_WORD.fullmatch(index):
+            return
+        self.reasons.append(
+            f"the subscript of `{self.text(node)[:40]}` is evaluated as arithmetic: "
+            f"{_ARITHMETIC_DANGER}"
+        )
 
     def expansion(self, node: Node, nesting: int) -> None:
         self.has_expansion = True
+        children = node.children
+        text = self.text(node)
+        if len(children) > 2 and children[1].type == "!":
+            target = children[2]
+            listing = len(children) > 3 and children[3].type in ("*", "@")  # `${!prefix*}`
+            if target.type != "subscript" and not listing:
+                self.reasons.append(
+                    f"`{text[:40]}` expands the variable named by another one's value, whose "
+                    "subscript can run commands"
+                )
+        colon = next((i for i, c in enumerate(children) if c.type == ":"), None)
+        if colon is not None and (
+            children[-1].type != "}"
+            or any(c.type != "number" and c.type != ":" for c in children[colon + 1 : -1])
+        ):
+            # `${s:OFFSET:LENGTH}`: both are arithmetic.
+            self.reasons.append(
+                f"`{text[:40]}` evaluates a substring offset as arithmetic: {_ARITHMETIC_DANGER}"
+            )
         if "@P" in self.text(node):
             self.reasons.append(
                 f"`{self.text(node)[:40]}` expands a value as a prompt, which runs substitutions"
@@ -1355,6 +1443,8 @@ _HANDLERS: Final[Mapping[str, Callable[[_Walk, Node, int], None]]] = MappingProx
         "heredoc_body": _Walk.heredoc_body,
         "herestring_redirect": _Walk.herestring_redirect,
         "variable_assignment": _Walk.variable_assignment,
+        "subscript": _Walk.subscript,
+        "array": _Walk.array,
         "declaration_command": _Walk.declaration_command,
         "unset_command": _Walk.unset_command,
         "function_definition": _Walk.function_definition,
@@ -1378,8 +1468,8 @@ _PLAIN_NODES: Final = _names(
     "program list pipeline subshell negated_command if_statement elif_clause else_clause"
     " while_statement do_group case_statement case_item command_name string raw_string"
     " ansi_c_string translated_string concatenation number variable_name"
-    " special_variable_name subscript heredoc_start heredoc_content heredoc_end"
-    " file_descriptor variable_assignments array binary_expression unary_expression"
+    " special_variable_name heredoc_start heredoc_content heredoc_end"
+    " file_descriptor variable_assignments binary_expression unary_expression"
     " parenthesized_expression ternary_expression postfix_expression test_operator"
     " extglob_pattern regex ERROR"
 )

@@ -138,6 +138,7 @@ def resolve_program(value: str) -> tuple[str | None, str | None]:
 # --- assignments --------------------------------------------------------------------------
 
 _SHELL_LOCAL_NAME = re.compile(r"[a-z_][a-z0-9_]*")
+_VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Variables a command may be given without risk: none of them makes a program load or run
 # other code. Anything else (PATH, LD_PRELOAD, GIT_*, PAGER=less, BASH_ENV, ...) can.
 _SAFE_ENV_NAMES = _names(
@@ -383,11 +384,20 @@ def _check_xxd(args: Sequence[Word], ctx: CheckContext) -> str | None:
 
 def _check_test(args: Sequence[Word], ctx: CheckContext) -> str | None:
     # bash evaluates the subscript of `test -v 'a[...]'` as arithmetic, and a `$(...)` in
-    # it runs, even though the word is quoted.
-    if any(word.value in ("-v", "-R") for word in args) and any(
-        "[" in word.text for word in args if word.value not in ("[", "]")
-    ):
-        return "`test -v NAME[SUBSCRIPT]` evaluates the subscript, which can run commands"
+    # it runs, even though the word is quoted; a name that is not literal (`test -v "$x"`)
+    # may hold such a subscript. Numeric comparisons (`-eq`) are safe here: `test` and `[`
+    # want plain integers, only `[[` evaluates (tests/policies/test_bash_arithmetic.py).
+    for index, word in enumerate(args):
+        if word.value not in ("-v", "-R"):
+            continue
+        operand = args[index + 1] if index + 1 < len(args) else None
+        if operand is None or operand.value == "]":
+            continue  # `test -v` alone tests the string `-v`
+        if operand.value is None or not _VARIABLE_NAME.fullmatch(operand.value):
+            return (
+                f"`test {word.value} {operand.text}` evaluates a variable name that is not "
+                "literal, whose subscript can run commands"
+            )
     return None
 
 
@@ -1276,6 +1286,7 @@ _NEVER_READ_ONLY: Mapping[str, str] = MappingProxyType(
             for shell in _names("sh bash zsh dash ksh mksh fish csh tcsh busybox")
         },
         "eval": "`eval` runs its arguments as a command",
+        "let": "`let` evaluates arithmetic, which runs commands hidden in variables' subscripts",
         "exec": "`exec` replaces the shell (or changes its file descriptors for good)",
         "source": "`source` runs a script in this shell",
         ".": "`.` runs a script in this shell",
