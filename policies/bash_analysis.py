@@ -33,7 +33,6 @@ The analysis is a pure function of its inputs; the only state is the parser, whi
 
 from __future__ import annotations
 
-import posixpath
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -51,6 +50,7 @@ from policies.catalogue import (
     resolve_program,
     unwrap_wrapper,
 )
+from policies.critical import DeleteCheck, cd_may_leave, delete_danger
 
 if TYPE_CHECKING:
     from tree_sitter import Node, Parser, Tree
@@ -105,10 +105,7 @@ _MAX_WRAPPERS = 8
 _SINKS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr"})
 _WRITE_OPERATORS = frozenset({">", ">>", ">|", "&>", "&>>", ">&"})
 _READ_OPERATORS = frozenset({"<", "<&", "<&-", ">&-"})
-_TOP_LEVEL_DIRS = _names(
-    "bin boot dev etc home lib lib32 lib64 libx32 media mnt opt proc root run sbin srv"
-    " sys tmp usr var"
-)
+
 _NO_FLOOR_SHAPE = re.compile(r"[ \t]*([A-Za-z-]+(?:[ \t]+[A-Za-z-]+)*)[ \t]*")
 _PREFIX_WORD = re.compile(r"[A-Za-z][A-Za-z0-9._:-]*")
 _ASTRAL = re.compile("[\U00010000-\U0010ffff]")
@@ -195,7 +192,10 @@ class BashClassification:
     parse_ok: bool = True
     too_long: bool = False
     critical_delete: bool = False
-    """Deletes `/`, `~`, `.`, `..`, a top-level system directory or the workspace root."""
+    """A critical delete (`policies.critical`): the workspace, an ancestor, `.git`, `/`, `~`,
+    or a recursive delete of anything but a literal path strictly inside the workspace."""
+    critical_reason: str | None = None
+    """What the critical delete would destroy, for the question shown to the user."""
     has_command_substitution: bool = False
     has_process_substitution: bool = False
     has_expansion: bool = False
@@ -272,7 +272,7 @@ class BashAnalyser:
         if not parse_ok:
             hint_reason = "the command could not be parsed"
         elif walk.critical:
-            hint_reason = "the command deletes a critical path"
+            hint_reason = walk.critical_reason or "the command deletes a critical path"
         elif not read_only:
             hint_reason = reasons[0] if reasons else "the command is not read-only"
         elif floor:
@@ -294,6 +294,7 @@ class BashAnalyser:
             reasons=reasons,
             parse_ok=parse_ok,
             critical_delete=walk.critical,
+            critical_reason=walk.critical_reason if walk.critical else None,
             has_command_substitution=walk.has_command_substitution,
             has_process_substitution=walk.has_process_substitution,
             has_expansion=walk.has_expansion,
@@ -540,6 +541,7 @@ class _WordBuilder:
             prefix="".join(chars[:first]),
             first_unknown=first_kind,
             critical_view="".join(view),
+            only_globs=all(kind in (_UNQUOTED, _QUOTED, _BRACE) for kind in kinds),
         )
 
 
@@ -560,6 +562,9 @@ class _Walk:
         self.parts: list[CommandPart] = []
         self.reasons: list[str] = []
         self.critical = False
+        self.critical_reason: str | None = None
+        self.relative_deletes: list[str] = []
+        self.cwd_may_leave = False
         self.has_command_substitution = False
         self.has_process_substitution = False
         self.has_expansion = False
@@ -602,6 +607,17 @@ class _Walk:
             stack.extend((child, inner) for child in reversed(node.children))
         if covered < len(self.source):
             self._check_gap(covered, len(self.source))
+        if self.cwd_may_leave and self.relative_deletes and not self.critical:
+            self._set_critical(
+                f"{self.relative_deletes[0]} runs after a `cd` that may leave the workspace: "
+                "the relative path may then be the workspace itself or something outside it"
+            )
+
+    def _set_critical(self, reason: str) -> None:
+        if not self.critical:
+            self.critical = True
+            self.critical_reason = reason
+            self.reasons.append(reason)
 
     def _check_gap(self, start: int, end: int) -> None:
         """Text between two tokens must be blanks: anything else the grammar skipped is
@@ -867,6 +883,11 @@ class _Walk:
                     reasons.append(f"`{name}=...` assigns a variable that later commands use")
             return (reasons[0] if reasons else None), None
         program, inner, unwrap_reason = self._resolve(words)
+        self._check_deletes(words)
+        if program in ("cd", "pushd", "popd") and (
+            program != "cd" or inner is None or cd_may_leave(inner, self.workspace)
+        ):
+            self.cwd_may_leave = True
         for assignment in assignments:
             name = self._assigned_name(assignment)
             value = self._assigned_value(assignment)
@@ -882,7 +903,7 @@ class _Walk:
         if unwrap_reason is not None:
             reasons.append(unwrap_reason)
         elif program is not None and inner is not None:
-            self._check_critical(program, inner)
+            self._check_nested_script(program, inner)
             verdict = check_command(program, inner, self.context)
             if verdict is not None:
                 reasons.append(verdict)
@@ -931,40 +952,39 @@ class _Walk:
 
     # -- critical deletes --
 
-    def _check_critical(self, program: str, args: Sequence[Word]) -> None:
+    def _check_deletes(self, words: Sequence[Word]) -> None:
         if self.critical:
             return
-        if program == "rm":
-            self.critical = _rm_is_critical(args, self.workspace)
-            if self.critical:
-                self.reasons.append("`rm` would delete a critical path")
-        elif program in ("sudo", "doas", "xargs"):
-            for index, word in enumerate(args):
-                if word.value is not None and not word.value.startswith("-"):
-                    name, _ = resolve_program(word.value)
-                    if name == "rm":
-                        self.critical = _rm_is_critical(args[index + 1 :], self.workspace)
-                    break
-        elif program in ("sh", "bash", "zsh", "dash", "ksh") or program == "eval":
-            if self.depth >= _MAX_NESTED_SCRIPTS:
-                return
-            if program == "eval":
-                values = [word.value for word in args]
-                script = None if None in values else " ".join(v for v in values if v is not None)
-            else:
-                script = next(
-                    (
-                        args[i + 1].value
-                        for i, w in enumerate(args[:-1])
-                        if w.value is not None and re.fullmatch(r"-[a-zA-Z]*c[a-zA-Z]*", w.value)
-                    ),
-                    None,
-                )
-            if script:
-                inner = self.analyser._classify(
-                    script, floor=True, workspace=self.workspace, depth=self.depth + 1
-                )
-                self.critical = inner.critical_delete
+        check: DeleteCheck = delete_danger(words, self.workspace)
+        if check.danger is not None:
+            self._set_critical(check.danger)
+        elif check.relative is not None:
+            self.relative_deletes.append(check.relative)
+
+    def _check_nested_script(self, program: str, args: Sequence[Word]) -> None:
+        """`sh -c 'rm -rf /'` and `eval 'rm -rf /'`: a literal script is judged as well."""
+        if self.critical or self.depth >= _MAX_NESTED_SCRIPTS:
+            return
+        if program in ("sh", "bash", "zsh", "dash", "ksh"):
+            script = next(
+                (
+                    args[i + 1].value
+                    for i, w in enumerate(args[:-1])
+                    if w.value is not None and re.fullmatch(r"-[a-zA-Z]*c[a-zA-Z]*", w.value)
+                ),
+                None,
+            )
+        elif program == "eval":
+            values = [word.value for word in args]
+            script = None if None in values else " ".join(v for v in values if v is not None)
+        else:
+            return
+        if script:
+            inner = self.analyser._classify(
+                script, floor=True, workspace=self.workspace, depth=self.depth + 1
+            )
+            if inner.critical_delete:
+                self._set_critical(f"`{program}` runs `{script[:40]}`: {inner.critical_reason}")
 
     # -- everything else the shell does --
 
@@ -1382,56 +1402,6 @@ def _has_anonymous(node: Node, kinds: frozenset[str]) -> bool:
             return True
         stack.extend(child.children)
     return False
-
-
-def _rm_is_critical(args: Sequence[Word], workspace: Path | None) -> bool:
-    options_ended = False
-    for word in args:
-        value = word.value
-        if not options_ended:
-            if value == "--":
-                options_ended = True
-                continue
-            if (value is not None and value.startswith("-") and value != "-") or (
-                word.unknown_option
-            ):
-                continue
-        if _is_critical_path(word.critical_view, workspace):
-            return True
-    return False
-
-
-def _is_critical_path(view: str, workspace: Path | None) -> bool:
-    """Whether deleting `view` (a word as rm sees it, variables assumed empty) is critical.
-
-    Critical: `/`, a top-level system directory, the home directory or above, `.`, `..`
-    (and `../..`), the workspace root, and everything inside any of these (`/*`, `~/*`).
-    """
-    if "\x02" in view:  # brace expansion: judge the literal text before it
-        before = view.split("\x02", 1)[0]
-        return before == "" or _is_critical_path(before, workspace)
-    if view == "":
-        return False
-    path = re.sub("/+", "/", view)
-    while True:
-        if path in ("*", ".*"):
-            path = "."
-        elif path.endswith(("/*", "/.*")):
-            path = path[: path.rfind("/")] or "/"
-        elif len(path) > 1 and path.endswith("/"):
-            path = path[:-1]
-        else:
-            break
-    if path.startswith("~"):
-        slash = path.find("/")
-        rest = "" if slash < 0 else path[slash:]
-        return posixpath.normpath("/home/\x03" + rest) in ("/", "/home", "/home/\x03")
-    normal = posixpath.normpath(path)
-    if normal in (".", "..", "/") or all(part == ".." for part in normal.split("/")):
-        return True
-    if normal.startswith("/") and normal.count("/") == 1 and normal[1:] in _TOP_LEVEL_DIRS:
-        return True
-    return workspace is not None and normal == posixpath.normpath(str(workspace))
 
 
 _HANDLERS: Final[Mapping[str, Callable[[_Walk, Node, int], None]]] = MappingProxyType(

@@ -71,6 +71,9 @@ class Word:
     critical_view: str = ""
     """The word as `rm` would see it if every variable were empty, with `$HOME` and `~` kept as
     `~`: what the critical-delete check looks at (`$EMPTY/*` becomes `/*`)."""
+    only_globs: bool = False
+    """Every unknown part is an unquoted glob or brace pattern (no variable, substitution,
+    `~` or undecodable text): `build/*.o` is, `$DIR/*` is not."""
 
     @property
     def glob_could_be_flag(self) -> bool:

@@ -253,7 +253,8 @@ REDIRECTIONS = [
     rw("[ a > b ]"),  # bash: `[ a ]` with stdout redirected to the file b
     rw("test a > b"),
     rw("exec 3>file"),
-    rw("find . >/dev/null -delete"),  # tree-sitter attaches -delete to the redirection
+    # tree-sitter attaches -delete to the redirection
+    rw("find . >/dev/null -delete", critical=True),
     rw("ls 3<>f", parse_ok=False),
 ]
 
@@ -354,19 +355,19 @@ NEVER_READ_ONLY = [
 ]
 
 FIND = [
-    rw("find . -exec rm {} \\;"),
+    rw("find . -exec rm {} \\;", critical=True),
     rw("find . -execdir cat {} +"),
-    rw("find . -ok rm {} \\;"),
-    rw("find . -okdir rm {} \\;"),
-    rw("find . -delete"),
+    rw("find . -ok rm {} \\;", critical=True),
+    rw("find . -okdir rm {} \\;", critical=True),
+    rw("find . -delete", critical=True),
     rw("find . -fprint out"),
     rw("find . -fprint0 out"),
     rw("find . -fprintf out '%p'"),
     rw("find . -fls out"),
-    rw("find . $'-delete'"),
-    rw("find . $'\\055delete'"),
-    rw('find . -del"ete"'),
-    rw("find . \\-delete"),
+    rw("find . $'-delete'", critical=True),
+    rw("find . $'\\055delete'", critical=True),
+    rw('find . -del"ete"', critical=True),
+    rw("find . \\-delete", critical=True),
     rw("find . -$ACTION"),
     rw("find . -del\\\nete"),  # bash joins `-del\<newline>ete`; tree-sitter splits it
     ro("find . \\\n  -name x"),
@@ -437,7 +438,7 @@ GIT = [
     rw("git commit -m x"),
     rw("git checkout main"),
     rw("git reset --hard"),
-    rw("git clean -fdx"),
+    rw("git clean -fdx", critical=True),
     rw("git branch -d old"),
     rw("git branch -D old"),
     rw("git branch -m a b"),
@@ -572,12 +573,65 @@ CRITICAL_DELETES = [
     rw("ls && rm -rf /", critical=True),
     rw("echo $(rm -rf /)", critical=True),
     rw("rm -rf / )", critical=True, parse_ok=False),
+    # Issue 9 item 6: the workspace through variables, `cd`, `..`, find, xargs, .git, ...
+    rw('rm -rf "$PWD"', critical=True),
+    rw("rm -rf $(pwd)", critical=True),
+    rw("cd .. && rm -rf repo", critical=True),
+    rw("cd /tmp; rm -rf x", critical=True),
+    rw("cd; rm -rf x", critical=True),
+    rw("pushd sub; rm -rf x", critical=True),
+    rw("rm -rf ../repo", critical=True),
+    rw("rm -rf /work", critical=True),
+    rw("rm -rf /tmp/x", critical=True),
+    rw("find . -name '*.o' -delete", critical=True),
+    rw("find -delete", critical=True),
+    rw("find . -exec rm -rf {} +", critical=True),
+    rw("find /work/repo -execdir sh -c 'rm -rf \"$1\"' _ {} \\;", critical=True),
+    rw("pwd | xargs rm -rf", critical=True),
+    rw("ls | xargs -n1 rm -r", critical=True),
+    rw("git clean -f", critical=True),
+    rw("git -C . clean -fd", critical=True),
+    rw("rm -rf .git", critical=True),
+    rw("rm -rf .git/objects", critical=True),
+    rw("rm -rf sub/.git", critical=True),
+    rw("rm -f .git/index", critical=True),
+    rw("rm -rf build/.*", critical=True),
+    rw("rm -rf *.o", critical=True),
+    rw("shred -u *", critical=True),
+    rw("shred -u ../x", critical=True),
+    rw("truncate -s 0 *", critical=True),
+    rw('mv "$PWD" /tmp/gone', critical=True),
+    rw("mv /work/repo /dev/null", critical=True),
+    rw("mv .git old", critical=True),
+    rw("unlink .git", critical=True),
+    rw("rsync -a --delete empty/ ./", critical=True),
+    rw("timeout --bogus 5 rm -rf /", critical=True),
+    rw("sudo -u nobody rm -rf /", critical=True),
+    rw("env -S 'x' rm -rf .", critical=True),
+    rw("xargs -0 -I{} rm -rf {}", critical=True),
+    rw("rm -r$X build", critical=True),
+    rw("sh -c 'cd .. && rm -rf repo'", critical=True),
+    rw('eval "rm -rf \\$PWD"', critical=True),
+    rw("rm -rf build/*.o"),
+    rw("rm -rf src/gen"),
+    rw("rm -rf /work/repo/build"),
+    rw("cd src && rm -rf build"),
+    rw("find build -delete"),
+    rw("find src -name '*.pyc' -exec rm {} +"),
+    rw("find . -name x -exec grep y {} +"),
+    rw("git clean -fd build"),
+    rw("git clean -n"),
+    rw("xargs rm -f"),
+    rw("shred -u build/key"),
+    rw("truncate -s 0 build/log"),
+    rw("mv build old-build"),
+    rw("rm -rf build/{a,b}", critical=True),
     rw("rm -rf build"),
     rw("rm -rf ./build"),
-    rw('rm -rf "$DIR"'),
-    rw("rm -rf ${DIR:?}/*"),
+    rw('rm -rf "$DIR"', critical=True),
+    rw("rm -rf ${DIR:?}/*", critical=True),
     rw("rm -f /tmp/x.txt"),
-    rw("rm -rf ~/project/build"),
+    rw("rm -rf ~/project/build", critical=True),
     rw("rm -- -x"),
 ]
 
@@ -740,7 +794,7 @@ def test_reasons_name_the_problem(analyser: BashAnalyser) -> None:
     assert "standard system directory" in reasons("./cat x")
     assert "`curl` is not a read-only command" in reasons("command curl x")
     assert "could expand to a file name starting with `-`" in reasons("find *")
-    assert "`rm` would delete a critical path" in reasons("rm -rf /")
+    assert "`rm /` deletes / (everything)" in reasons("rm -rf /")
     assert "could not be parsed" in reasons("echo $(")
     assert "`PATH=...` changes how `ls` runs" in reasons("PATH=/x ls")
 
@@ -780,9 +834,14 @@ def test_git_c_needs_a_workspace(analyser: BashAnalyser) -> None:
     assert not inside.read_only
 
 
-def test_workspace_root_delete_is_critical_only_with_a_workspace(analyser: BashAnalyser) -> None:
+def test_a_recursive_delete_is_safe_only_strictly_inside_a_known_workspace(
+    analyser: BashAnalyser,
+) -> None:
     assert analyser.classify("rm -rf /work/repo/", floor=True, workspace=WORKSPACE).critical_delete
-    assert not analyser.classify("rm -rf /work/repo", floor=True).critical_delete
+    # Without a workspace nothing absolute is known to be inside it.
+    assert analyser.classify("rm -rf /work/repo/build", floor=True).critical_delete
+    assert not analyser.classify("rm -f /work/repo", floor=True).critical_delete
+    assert not analyser.classify("rm -rf build", floor=True).critical_delete
     assert not analyser.classify(
         "rm -rf /work/repo/build", floor=True, workspace=WORKSPACE
     ).critical_delete
