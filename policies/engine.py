@@ -323,8 +323,8 @@ class PolicyEngine:
                 call,
                 "deny",
                 f"Plan mode: only read-only tools run, and this {tool} call could change "
-                "something. Finish the plan and present it to the user; they leave plan mode "
-                "to carry it out.",
+                f"something{_danger_note(call)}. Finish the plan and present it to the user; "
+                "they leave plan mode to carry it out.",
                 "plan mode",
                 "mode",
             )
@@ -395,10 +395,15 @@ class PolicyEngine:
                             "built-in",
                         )
         if call.bash is not None and call.bash.critical_delete:
+            # Before allow rules and the mode: no rule (`Bash(rm:*)` included) and no mode
+            # (bypass included) auto-approves a critical delete (tests/policies/
+            # test_critical_deletes.py). Where nobody can answer, the ask is a deny.
+            what = call.bash.critical_reason or "the command deletes a critical path"
             return self._ask_result(
                 call,
-                "the command deletes a critical path (/, ~, the workspace or a system "
-                "directory); it is never run without asking",
+                f"{what}; a critical delete (the workspace, its .git, an ancestor, ~ or /, or "
+                "a recursive delete of anything but a literal path inside the workspace) is "
+                "never run without asking",
                 "critical delete",
                 "built-in",
             )
@@ -668,6 +673,12 @@ def _part_allowed(rule: CompiledRule, part: CommandPart) -> bool:
     if parsed.tool != "Bash" or parsed.specifier is None or not part.words:
         return False
     return bash_rule_matches(parsed.kind, parsed.specifier, part.text)
+
+
+def _danger_note(call: _Call) -> str:
+    if call.bash is None or not call.bash.critical_delete:
+        return ""
+    return f" ({call.bash.critical_reason or 'a critical delete'})"
 
 
 def _bash_reason(classification: BashClassification) -> str:

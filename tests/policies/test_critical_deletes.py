@@ -1,0 +1,154 @@
+"""Critical deletes are never auto-approved, in any mode, whatever the allow rules say.
+
+Each command below wiped a workspace (`.git/objects` included) in bypass mode before issue 9.
+The first test runs every one of them in a real writable sandbox on a scratch copy of a
+workspace and checks on the host that it really destroys something: the table holds real
+attacks, not guesses. The others check the engine's answer in each of the five modes, with
+`allow = ["Bash"]` and with `allow = ["Bash(rm:*)"]`: ask where a human can answer, deny in
+`dont-ask` and `plan` (a headless run turns the ask into a deny, orchestrator.permissions),
+with a reason that names what would be destroyed.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+
+from policies.bash_analysis import BashAnalyser
+from policies.engine import PolicyEngine
+from policies.files import PolicyLayer, merge_policy, parse_policy_text
+from sandbox.host import SandboxHost
+from sandbox.run import run_sandboxed
+from sandbox.spec import SandboxSpec, WorkspaceRoot
+
+ANALYSER = BashAnalyser()
+MODES = ["default", "accept-edits", "plan", "dont-ask", "bypass"]
+
+# (command, the word its reason must name)
+CRITICAL = [
+    ('rm -rf "$PWD"', "current directory"),
+    ("rm -rf $(pwd)", "current directory"),
+    ("rm -rf *", "current directory"),
+    ("rm -rf ./*", "current directory"),
+    ("cd .. && rm -rf ws", "cd"),
+    ("rm -rf ../ws", "../ws"),
+    ("find . -delete", "current directory"),
+    ("find . -exec rm -rf {} +", "current directory"),
+    ("pwd | xargs rm -rf", "not known"),
+    ("rm -rf .git", ".git"),
+    ("rm -rf .git/objects", ".git"),
+    ("shred -u *", "current directory"),
+    ("truncate -s 0 *", "current directory"),
+    ('mv "$PWD" ../gone', "current directory"),
+    ("git clean -fdx", "untracked"),
+    ("sh -c 'rm -rf \"$PWD\"'", "current directory"),
+    ("eval 'cd .. && rm -rf ws'", "cd"),
+    ('timeout 5 rm -rf "$PWD"', "current directory"),
+]
+"""Run from the workspace root; each destroys `keep.txt` or `.git/objects/pack/p`."""
+
+NOT_RUN_HERE = [
+    ("rm -rf .", "current directory"),  # GNU rm refuses `.`; busybox's and others' may not
+    ("rm -rf ..", "above"),
+    ("rm -rf /", "everything"),
+    ("rm -rf ~", "home"),
+    ("rm -rf /usr", "system directory"),
+    ("rm -rf {ws}", "workspace root"),
+    ("rm -rf {ws}/..", "ancestor"),
+    ("mv {ws} /dev/null", "workspace root"),
+]
+"""Critical too, but not worth proving on this machine."""
+
+
+def _layers(ws: Path, mode: str, allow: str) -> PolicyEngine:
+    text = f"mode = {json.dumps(mode)}\n[permissions]\nallow = {json.dumps([allow])}\n"
+    layer = PolicyLayer("user", "user.toml", parse_policy_text(text, file="user.toml"), ws, True)
+    policy = merge_policy(ws, [layer], home=ws.parent / "home")
+    return PolicyEngine(
+        policy,
+        workspace=ws,
+        floor_proven=True,
+        analyser=ANALYSER,
+        no_sandbox_consent=True,
+        env={"HOME": str(ws.parent / "home")},
+    )
+
+
+def _all_cases(ws: Path) -> list[tuple[str, str]]:
+    return CRITICAL + [(command.format(ws=ws), word) for command, word in NOT_RUN_HERE]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("allow", ["Bash", "Bash(rm:*)"])
+def test_no_mode_and_no_allow_rule_runs_a_critical_delete(
+    tmp_path: Path, mode: str, allow: str
+) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    engine = _layers(ws.resolve(), mode, allow)
+    for command, word in _all_cases(ws.resolve()):
+        decision = engine.decide("Bash", {"command": command}, tool_read_only=False)
+        assert decision.decision != "allow", (mode, allow, command)
+        assert not decision.run_read_only and not decision.concurrency_safe
+        if mode in ("plan", "dont-ask"):
+            assert decision.decision == "deny", (mode, command)
+        else:
+            assert (decision.decision, decision.rule) == ("ask", "critical delete"), command
+        assert word in decision.reason, (mode, command, decision.reason)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_deletes_strictly_inside_follow_the_rules(tmp_path: Path, mode: str) -> None:
+    ws = (tmp_path / "ws").resolve()
+    ws.mkdir()
+    engine = _layers(ws, mode, "Bash(rm:*)")
+    for command in ("rm -rf build", "rm -rf build/*.o", f"rm -rf {ws}/build", "rm -f a.txt"):
+        decision = engine.decide("Bash", {"command": command}, tool_read_only=False)
+        expected = "deny" if mode == "plan" else "allow"
+        assert (decision.decision, decision.rule) == (
+            expected,
+            "plan mode" if mode == "plan" else "Bash(rm:*)",
+        ), command
+
+
+def _proof_script(commands: list[str]) -> str:
+    lines = []
+    for index, command in enumerate(commands):
+        inner = shlex.quote(command)
+        lines.append(f"(cd c{index}/ws && bash -c {inner} </dev/null >/dev/null 2>&1)")
+    return "\n".join(lines) + "\n"
+
+
+async def test_every_case_really_destroys_the_workspace(host: SandboxHost, scratch: Path) -> None:
+    commands = [command for command, _ in CRITICAL]
+    for index in range(len(commands)):
+        ws = scratch / f"c{index}" / "ws"
+        (ws / ".git" / "objects" / "pack").mkdir(parents=True)
+        (ws / ".git" / "objects" / "pack" / "p").write_text("history\n")
+        (ws / "keep.txt").write_text("work\n")
+        (ws / "untracked.txt").write_text("work\n")
+        if commands[index].startswith("git clean"):
+            (ws / ".git").rename(ws / "old.git")
+            (ws / "keep.txt").unlink()
+    spec = SandboxSpec(workspaces=(WorkspaceRoot(path=scratch),), home=scratch)
+    setup = "for d in c*/ws; do [ -d $d/old.git ] && git init -q $d && rm -rf $d/old.git; done\n"
+    result = await run_sandboxed(
+        spec, ["bash", "-c", setup + _proof_script(commands)], cwd=scratch, host=host
+    )
+    assert result.killed_by_limit is None, result
+    intact = []
+    for index, command in enumerate(commands):
+        ws = scratch / f"c{index}" / "ws"
+        keep = ws / "keep.txt"
+        pack = ws / ".git" / "objects" / "pack" / "p"
+        untracked = ws / "untracked.txt"
+        if command.startswith("git clean"):
+            destroyed = not untracked.exists()
+        else:
+            destroyed = not (keep.exists() and keep.read_text() and pack.exists())
+        if not destroyed:
+            intact.append(command)
+    assert intact == [], "these commands destroyed nothing: not attacks"
