@@ -50,6 +50,7 @@ from policies.catalogue import (
     resolve_program,
     unwrap_wrapper,
 )
+from policies.command_views import CommandView, command_views
 from policies.critical import DeleteCheck, cd_may_leave, delete_danger
 
 if TYPE_CHECKING:
@@ -196,6 +197,10 @@ class BashClassification:
     or a recursive delete of anything but a literal path strictly inside the workspace."""
     critical_reason: str | None = None
     """What the critical delete would destroy, for the question shown to the user."""
+    views: tuple[CommandView, ...] = ((None,),)
+    """Every simple command as deny and ask rules see it (`policies.command_views`),
+    including those of literal `sh -c` and `eval` scripts; `(None,)` stands for code the
+    analyser cannot read (a script that is not literal, a line that did not parse)."""
     has_command_substitution: bool = False
     has_process_substitution: bool = False
     has_expansion: bool = False
@@ -295,6 +300,7 @@ class BashAnalyser:
             parse_ok=parse_ok,
             critical_delete=walk.critical,
             critical_reason=walk.critical_reason if walk.critical else None,
+            views=tuple(walk.views) if parse_ok else (*walk.views, (None,)),
             has_command_substitution=walk.has_command_substitution,
             has_process_substitution=walk.has_process_substitution,
             has_expansion=walk.has_expansion,
@@ -564,6 +570,7 @@ class _Walk:
         self.critical = False
         self.critical_reason: str | None = None
         self.relative_deletes: list[str] = []
+        self.views: list[CommandView] = []
         self.cwd_may_leave = False
         self.has_command_substitution = False
         self.has_process_substitution = False
@@ -884,6 +891,7 @@ class _Walk:
             return (reasons[0] if reasons else None), None
         program, inner, unwrap_reason = self._resolve(words)
         self._check_deletes(words)
+        self._collect_views(words)
         if program in ("cd", "pushd", "popd") and (
             program != "cd" or inner is None or cd_may_leave(inner, self.workspace)
         ):
@@ -903,7 +911,6 @@ class _Walk:
         if unwrap_reason is not None:
             reasons.append(unwrap_reason)
         elif program is not None and inner is not None:
-            self._check_nested_script(program, inner)
             verdict = check_command(program, inner, self.context)
             if verdict is not None:
                 reasons.append(verdict)
@@ -961,30 +968,25 @@ class _Walk:
         elif check.relative is not None:
             self.relative_deletes.append(check.relative)
 
-    def _check_nested_script(self, program: str, args: Sequence[Word]) -> None:
-        """`sh -c 'rm -rf /'` and `eval 'rm -rf /'`: a literal script is judged as well."""
-        if self.critical or self.depth >= _MAX_NESTED_SCRIPTS:
-            return
-        if program in ("sh", "bash", "zsh", "dash", "ksh"):
-            script = next(
-                (
-                    args[i + 1].value
-                    for i, w in enumerate(args[:-1])
-                    if w.value is not None and re.fullmatch(r"-[a-zA-Z]*c[a-zA-Z]*", w.value)
-                ),
-                None,
-            )
-        elif program == "eval":
-            values = [word.value for word in args]
-            script = None if None in values else " ".join(v for v in values if v is not None)
-        else:
-            return
-        if script:
+    def _collect_views(self, words: Sequence[Word]) -> None:
+        """Views for deny and ask rules; a literal `sh -c`/`eval` script is parsed as well,
+        for its views and its critical deletes (`sh -c 'rm -rf /'`)."""
+        found = command_views([word.value for word in words])
+        self.views.extend(found.views)
+        for script in found.scripts:
+            if script is None or self.depth >= _MAX_NESTED_SCRIPTS:
+                self.views.append((None,))
+                continue
+            if not script.strip():
+                continue
             inner = self.analyser._classify(
                 script, floor=True, workspace=self.workspace, depth=self.depth + 1
             )
+            self.views.extend(inner.views)
             if inner.critical_delete:
-                self._set_critical(f"`{program}` runs `{script[:40]}`: {inner.critical_reason}")
+                self._set_critical(
+                    f"`{words[0].text}` runs `{script[:40]}`: {inner.critical_reason}"
+                )
 
     # -- everything else the shell does --
 
@@ -1021,6 +1023,8 @@ class _Walk:
                 break
         target = self.word(destination) if destination is not None else None
         if operator in _READ_OPERATORS:
+            if operator == "<" and target is not None:
+                self.views.append(("<", target.value))  # the file read, for `Read(...)` rules
             return  # reading, or duplicating or closing a descriptor for reading
         if (
             operator == ">&"

@@ -318,6 +318,17 @@ class PolicyEngine:
                 hit.text,
                 hit.entry_source,
             )
+        named = self._bash_names_path(self._deny, call)
+        if named is not None:
+            hit, path = named
+            return self._result(
+                call,
+                "deny",
+                f"The command names {path}, which the rule `{hit.text}` in {hit.entry_source} "
+                "denies reading. Do not retry this call; find another way or ask the user.",
+                hit.text,
+                hit.entry_source,
+            )
         if self.mode == "plan" and not call.read_only:
             return self._result(
                 call,
@@ -332,6 +343,15 @@ class PolicyEngine:
         if builtin is not None:
             return builtin
         if self.mode != "bypass":
+            named = self._bash_names_path(self._ask, call)
+            if named is not None:
+                return self._ask_result(
+                    call,
+                    f"the command names {named[1]}, and the rule `{named[0].text}` in "
+                    f"{named[0].entry_source} asks before reading it",
+                    named[0].text,
+                    named[0].entry_source,
+                )
             hit = self._first_match(self._ask, call)
             if hit is not None:
                 return self._ask_result(
@@ -469,8 +489,40 @@ class PolicyEngine:
                 assert call.bash is not None
                 return any(
                     _part_matches(parsed.kind, parsed.specifier, part) for part in call.bash.parts
+                ) or any(
+                    _view_matches(parsed.kind, parsed.specifier, view) for view in call.bash.views
                 )
         return False
+
+    def _bash_names_path(self, rules: tuple[_Rule, ...], call: _Call) -> tuple[_Rule, str] | None:
+        """A `Read(...)` rule matching a file a Bash command names (`cat .env`,
+        `git show HEAD:.env`, `head ./.env`, `cat < .env`), with that path.
+
+        Only explicit words are seen: what a command finds by itself (`grep -r`, `find`) is
+        kept from it by the sandbox's read masks, not here.
+        """
+        if call.bash is None:
+            return None
+        read_rules = [
+            rule
+            for rule in rules
+            if rule.compiled.parsed.kind == "path" and rule.compiled.covers("Read")
+        ]
+        if not read_rules:
+            return None
+        for view in call.bash.views:
+            for word in view[1:]:
+                for candidate in _named_paths(word):
+                    path = (
+                        candidate if candidate.startswith("/") else f"{self.workspace}/{candidate}"
+                    )
+                    lexical = _norm(path)
+                    resolved = _norm(os.path.realpath(path))
+                    paths = (lexical,) if lexical == resolved else (lexical, resolved)
+                    for rule in read_rules:
+                        if rule.compiled.matches_path(paths):
+                            return rule, lexical
+        return None
 
     def _allowed(self, call: _Call) -> _Rule | None:
         rules = (*self._allow, *self._session)
@@ -665,6 +717,41 @@ def _part_matches(kind: Literal["exact", "prefix"], specifier: str, part: Comman
             for start in range(1, len(words))
         )
     return False
+
+
+def _named_paths(word: str | None) -> tuple[str, ...]:
+    """The paths one argument may name: itself, the value of `--opt=PATH`, the path of
+    git's `REV:PATH`."""
+    if not word or "\x00" in word:
+        return ()
+    if word.startswith("-"):
+        return (word.split("=", 1)[1],) if "=" in word and not word.endswith("=") else ()
+    if ":" in word and not word.startswith("/"):
+        rest = word.split(":", 1)[1]
+        return (word, rest) if rest else (word,)
+    return (word,)
+
+
+def _view_matches(
+    kind: Literal["exact", "prefix"], specifier: str, view: tuple[str | None, ...]
+) -> bool:
+    """Deny and ask: could the command `view` (`policies.command_views`) be the rule's?
+
+    A word not known before the command runs (`None`) may be anything, so the rule matches
+    when the known words before it agree with it: `git $SUB` could be `git clean`, `$CMD x`
+    and a script that is not literal could be any command.
+    """
+    known: list[str] = []
+    for word in view:
+        if word is None:
+            text = " ".join(known)
+            return (
+                not known
+                or bash_rule_matches(kind, specifier, text)
+                or specifier.startswith(text + " ")
+            )
+        known.append(word)
+    return bash_rule_matches(kind, specifier, " ".join(known))
 
 
 def _part_allowed(rule: CompiledRule, part: CommandPart) -> bool:
