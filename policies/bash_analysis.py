@@ -24,8 +24,15 @@ depends on the OS floor (DESIGN.md, "The floor and what it buys"):
   kernel runs it with a read-only workspace;
 - no floor: only the exact commands of `NO_FLOOR_EXACT_COMMANDS` are allowed.
 
-A delete of a critical path (`rm -rf /`, `~`, `.`, the workspace root, ...) is flagged with
-`critical_delete`; the policy engine never auto-approves it, in any mode.
+Arithmetic and indirection run code hidden in variables (`x='a[$(cmd)]'; echo $((x))`), so
+any arithmetic context or indirection whose operand is not a literal is not read-only
+(tests/policies/test_bash_arithmetic.py proves each context in a real sandbox).
+
+A critical delete (`policies.critical`: `rm -rf "$PWD"`, `cd .. && rm -rf ws`,
+`find . -delete`, `.git`, ...) is flagged with `critical_delete`; the policy engine never
+auto-approves it, in any mode. Every simple command is also spelled as deny and ask rules
+see it (`views`, `policies.command_views`), through wrappers and literal `sh -c`/`eval`
+scripts.
 
 The analysis is a pure function of its inputs; the only state is the parser, which
 `BashAnalyser` creates on first use and keeps for the next call.

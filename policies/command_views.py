@@ -39,6 +39,7 @@ _WRAPPERS: Final = _names(
     " chrt taskset unbuffer flock chroot nsenter watch strace ltrace catchsegv"
 )
 _SHELLS: Final = _names("sh bash zsh dash ksh mksh fish busybox")
+_LOOKED_INTO: Final = _WRAPPERS | _SHELLS | {"eval", "find", "git"}
 _SHELL_C = re.compile(r"-[a-zA-Z]*c[a-zA-Z]*")
 _FIND_EXEC: Final = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
 # git's global options that take the next word as their value (`git -C dir clean`).
@@ -60,6 +61,10 @@ class ViewsFound:
 def command_views(values: Sequence[str | None]) -> ViewsFound:
     """The argvs a deny or ask rule should see for the simple command `values`."""
     found = ViewsFound()
+    head = values[0] if values else None
+    if head is not None and "/" not in head and head not in _LOOKED_INTO:
+        found.views.append(tuple(values))  # the common case: the command is its own view
+        return found
     pending: list[tuple[tuple[str | None, ...], bool]] = [(tuple(values), False)]
     while pending and len(found.views) < _MAX_VIEWS:
         argv, from_xargs = pending.pop()

@@ -70,6 +70,9 @@ class DeleteCheck:
     directory may have left the workspace before it runs."""
 
 
+_NOTHING: Final = DeleteCheck()
+
+
 def delete_danger(words: Sequence[Word], workspace: Path | None) -> DeleteCheck:
     """Whether the simple command `words` (program first) is a critical delete.
 
@@ -78,9 +81,11 @@ def delete_danger(words: Sequence[Word], workspace: Path | None) -> DeleteCheck:
     the command, so an unknown wrapper option cannot hide a delete.
     """
     if not words:
-        return DeleteCheck()
-    root = None if workspace is None else posixpath.normpath(str(workspace))
+        return _NOTHING
     name = _program(words[0])
+    if name not in DELETE_PROGRAMS and name not in _WRAPPERS:
+        return _NOTHING  # the common case, kept cheap: every simple command comes here
+    root = None if workspace is None else posixpath.normpath(str(workspace))
     from_input = False
     start = 0
     if name in _WRAPPERS:

@@ -9,10 +9,13 @@ path fields are the tools' own facts.
 
 Order, first that applies wins:
 
-1. deny rules, from any level (an untrusted project's too);
+1. deny rules, from any level (an untrusted project's too); a Bash command matches a command
+   rule through wrappers, git's global options, program paths and `sh -c`/`eval` scripts
+   (`policies.command_views`), and a `Read(...)` rule when it names the file;
 2. plan mode: a call that is not read-only is denied, with a message saying plan mode;
 3. built-in checks: an edit of a protected path (`.git/hooks`, `.warren/`, ...) or a file
-   call on a masked secret is denied; a Bash delete of a critical path asks;
+   call on a masked secret is denied; a Bash critical delete (`policies.critical`) asks,
+   so no allow rule and no mode approves it;
 4. ask rules (except in bypass mode);
 5. allow rules of trusted levels, and rules remembered in this session. For Bash, every
    simple command of the line must be allowed by a rule, or be read-only under a proven
