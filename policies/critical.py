@@ -82,6 +82,11 @@ def delete_danger(words: Sequence[Word], workspace: Path | None) -> DeleteCheck:
     """
     if not words:
         return _NOTHING
+    if words[0].value is None:
+        # `$RM -rf "$PWD"`: a program not known before it runs may be rm.
+        root = None if workspace is None else posixpath.normpath(str(workspace))
+        found = _rm(words[1:], root, label=words[0].text)
+        return _NOTHING if found.danger is None else found
     name = _program(words[0])
     if name not in DELETE_PROGRAMS and name not in _WRAPPERS:
         return _NOTHING  # the common case, kept cheap: every simple command comes here
@@ -218,7 +223,7 @@ def _operands(args: Sequence[Word], short_values: str) -> list[Word]:
     return out
 
 
-def _rm(args: Sequence[Word], root: str | None) -> DeleteCheck:
+def _rm(args: Sequence[Word], root: str | None, *, label: str = "rm") -> DeleteCheck:
     recursive = False
     for word in args:
         value = word.value
@@ -232,7 +237,7 @@ def _rm(args: Sequence[Word], root: str | None) -> DeleteCheck:
             recursive = recursive or value == "--recursive" or "--recursive".startswith(value)
         elif value.startswith("-") and value != "-":
             recursive = recursive or "r" in value or "R" in value
-    return _each_target("rm", _operands(args, ""), root, recursive=recursive)
+    return _each_target(label, _operands(args, ""), root, recursive=recursive)
 
 
 def _each_target(

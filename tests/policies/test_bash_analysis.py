@@ -521,7 +521,7 @@ COMMAND_NAMES = [
     rw("bin/cat f"),
     rw("/work/repo/ls"),
     rw("/usr/bin/../../tmp/cat f"),
-    rw("$CMD ."),
+    rw("$CMD .", critical=True),  # `CMD="rm -r"`: an unknown program may be rm
     rw("/bin/rm x"),
 ]
 
@@ -612,6 +612,9 @@ CRITICAL_DELETES = [
     rw("rm -r$X build", critical=True),
     rw("sh -c 'cd .. && rm -rf repo'", critical=True),
     rw('eval "rm -rf \\$PWD"', critical=True),
+    rw('X=rm; $X -rf "$PWD"', critical=True),  # a program not known before it runs may be rm
+    rw('"$RM" -r ..', critical=True),
+    rw('"$EDITOR" src/a.py'),
     rw("rm -rf build/*.o"),
     rw("rm -rf src/gen"),
     rw("rm -rf /work/repo/build"),
