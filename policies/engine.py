@@ -509,7 +509,7 @@ class PolicyEngine:
         read_rules = [
             rule
             for rule in rules
-            if rule.compiled.parsed.kind == "path" and rule.compiled.covers("Read")
+            if rule.compiled.parsed.kind == "path" and rule.compiled.covers("Read", "read")
         ]
         if not read_rules:
             return None

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.tools.registry import builtin_facts
 from policies.bash_analysis import BashAnalyser
 from policies.engine import PolicyDecision, PolicyEngine
 from policies.files import PolicyLayer, merge_policy, parse_policy_text
@@ -92,6 +93,7 @@ def _engine(ws: Path, mode: str, text: str) -> PolicyEngine:
         analyser=ANALYSER,
         no_sandbox_consent=True,
         env={"HOME": str(home)},
+        tool_facts=builtin_facts(),
     )
 
 
