@@ -166,24 +166,198 @@ def _check_path_spec(text: str, spec: str) -> str:
         raise RuleSyntaxError(f"`{text}`: a backslash may only escape `*`, `?` or `[`")
     if "***" in spec:
         raise RuleSyntaxError(f"`{text}`: `***` is not a glob; use `**` for any depth")
-    try:
-        re.compile(_glob_to_regex(spec.lstrip("/~")))
-    except re.error as exc:
-        raise RuleSyntaxError(f"`{text}`: not a valid glob ({exc.msg})") from exc
+    if ".." in spec.split("/"):
+        raise RuleSyntaxError(
+            f"`{text}`: `..` cannot appear in a path rule (paths are matched resolved); "
+            "write the directory as `//absolute/path` or `~/path`"
+        )
+    for component in spec.split("/"):
+        reversed_range = _reversed_range(component)
+        if reversed_range is not None:
+            raise RuleSyntaxError(
+                f"`{text}`: not a valid glob (the range `{reversed_range}` in `[...]` is "
+                "reversed, so it could never match; write it low to high)"
+            )
     return spec
 
 
 # -- path patterns --
 
+_GLOB_MAGIC = re.compile(r"[*?\[\\]")
+_POSIX_CLASS = re.compile(
+    r"\[:(alnum|alpha|ascii|blank|cntrl|digit|graph|lower|print|punct|space|upper|word|xdigit):\]"
+)
+_RANGE = None
+"""In `_reversed_range`'s member list: the `-` between the two ends of a range."""
 
-@dataclass(frozen=True, slots=True)
+
+def _reversed_range(component: str) -> str | None:
+    """The first reversed range (`z-a`) of a class in one path component, if any.
+
+    wcmatch drops a reversed range without a word, which would make `Read([z-a])` a rule
+    that never matches (and `[!z-a]` one that matches everything). This scans classes the
+    way wcmatch's parser does (`_wcparse.WcParse._sequence`: a `[` with no `]` is literal, a
+    `-` first or last or next to a POSIX class is a member), so a pattern passes here
+    exactly when wcmatch keeps every range (test_rules: the wcmatch oracle property).
+    """
+    failed_at = -1  # like wcmatch's `bad_sequence`: a `[` before it is literal
+    index = 0
+    while index < len(component):
+        char = component[index]
+        if char == "\\":
+            index += 2
+            continue
+        if char == "[" and index + 1 > failed_at:
+            end, bad = _scan_class(component, index + 1)
+            if bad is not None:
+                return bad
+            if end < 0:
+                failed_at = -end
+            else:
+                index = end
+                continue
+        index += 1
+    return None
+
+
+def _scan_class(text: str, start: int) -> tuple[int, str | None]:
+    """Scan the class whose `[` ends just before `start`.
+
+    Returns (index after its `]`, None), or (-(index where the scan failed), None) when the
+    `[` is literal, or (0, "z-a") for the first reversed range.
+    """
+    members: list[str | None] = []
+    index = start
+    end_range = 0
+    escape_hyphen = -1
+    last_posix = False
+
+    def take() -> str | None:
+        nonlocal index
+        if index >= len(text):
+            return None
+        index += 1
+        return text[index - 1]
+
+    def posix() -> bool:
+        nonlocal index
+        match = _POSIX_CLASS.match(text, index - 1)
+        if match is None:
+            return False
+        index = match.end()
+        return True
+
+    bad: str | None = None  # reported only when the class closes: else `[` is literal
+    char = take()
+    if char in ("!", "^"):
+        char = take()
+    if char == "[":
+        last_posix = posix()
+        members.append("[:posix:]" if last_posix else "[")
+        char = take()
+    elif char in ("-", "]"):
+        members.append(char)
+        char = take()
+    while char != "]":
+        if char is None:
+            return -index, None
+        if char == "-":
+            if last_posix:
+                members.append("-")
+                last_posix = False
+            elif index - 1 > escape_hyphen:
+                members.append(_RANGE)
+                escape_hyphen = index + 1
+                end_range = index
+            elif end_range and index - 1 >= end_range:
+                bad = bad or _close_range(members, "-")
+                end_range = 0
+            else:
+                members.append("-")
+            char = take()
+            continue
+        last_posix = False
+        if char == "[" and posix():
+            last_posix = True
+            if end_range and index - 1 >= end_range:
+                members[-1] = "-"
+            members.append("[:posix:]")
+            char = take()
+            continue
+        if char == "\\":
+            char = take()
+            if char is None or char == "/":
+                return -index, None
+        elif char == "/":
+            return -index, None
+        if end_range and index - 1 >= end_range:
+            bad = bad or _close_range(members, char)
+            end_range = 0
+        else:
+            members.append(char)
+        char = take()
+    return (0, bad) if bad is not None else (index, None)
+
+
+def _close_range(members: list[str | None], last: str) -> str | None:
+    """End the range open in `members` with `last`: its text when reversed (wcmatch then
+    drops both ends, `_wcparse.WcParse._sequence_range_check`), else None."""
+    first = members[-2]
+    if first is not None and len(first) == 1 and ord(last) < ord(first):
+        del members[-2:]
+        return f"{first}-{last}"
+    members.append(last)
+    return None
+
+
+def _glob_regex(pattern: str, anchored: bool) -> re.Pattern[str]:
+    """`pattern` (a relative glob) and everything below what it matches, as one regex.
+
+    wcmatch does the globbing: `**` any depth (dotfiles included: DOTGLOB, so `secrets/**`
+    covers `secrets/.hidden/x`), no brace, negation or extended globs. Imported here, on
+    the first path a glob rule is asked about, because importing it costs more than the
+    rest of loading a policy (tests/bench/bench_policy.py).
+    """
+    from wcmatch import glob
+
+    flags = glob.GLOBSTAR | glob.DOTGLOB | glob.FORCEUNIX
+    prefix = "" if anchored else "**/"
+    include, _ = glob.translate([f"{prefix}{pattern}", f"{prefix}{pattern}/**"], flags=flags)
+    return re.compile("|".join(f"(?:{regex})" for regex in include))
+
+
 class PathPattern:
-    """A compiled gitignore-style pattern below one root directory."""
+    """A compiled gitignore-style pattern below one root directory.
+
+    The pattern's leading literal directories join the root, so most paths are turned away
+    by a string comparison, a literal rest is compared as text, and only a real glob is
+    matched by a regex, built on first use (`_glob_regex`).
+    """
+
+    __slots__ = ("_regex", "anchored", "glob", "root")
 
     root: str
     """Absolute, resolved, without a trailing `/` (except the filesystem root `/`)."""
-    regex: re.Pattern[str]
-    """Matches the path relative to `root` (`""` for the root itself)."""
+    glob: str
+    """The rest of the pattern, relative to `root`; `""` matches the root and all below."""
+    anchored: bool
+    """False for a pattern without `/`, which matches a name at any depth."""
+
+    def __init__(self, root: str, glob: str, *, anchored: bool) -> None:
+        self.root = root
+        self.glob = glob
+        self.anchored = anchored
+        self._regex: re.Pattern[str] | None = None
+
+    def __repr__(self) -> str:
+        return f"PathPattern({self.root!r}, {self.glob!r}, anchored={self.anchored})"
+
+    @property
+    def regex(self) -> re.Pattern[str]:
+        """Matches a path relative to `root` (`""` for the root itself)."""
+        if self._regex is None:
+            self._regex = _glob_regex(self.glob, self.anchored)
+        return self._regex
 
     def matches(self, path: str) -> bool:
         """Does the absolute, normalised `path` fall under this pattern?"""
@@ -195,6 +369,12 @@ class PathPattern:
             relative = path[len(self.root) + 1 :]
         else:
             return False  # `/repo-evil` is not inside `/repo`: never a string-prefix test
+        if not self.glob:
+            return True
+        if _GLOB_MAGIC.search(self.glob) is None:
+            if self.anchored:
+                return relative == self.glob or relative.startswith(self.glob + "/")
+            return self.glob in relative.split("/")
         return self.regex.fullmatch(relative) is not None
 
 
@@ -214,75 +394,15 @@ def compile_path_pattern(spec: str, *, anchor: Path, workspace: Path, home: Path
     else:
         root, pattern = workspace, spec
         anchored = "/" in pattern.rstrip("/")
-    pattern = pattern.rstrip("/")
-    while pattern.startswith("./"):
-        pattern = pattern[2:]
-    while pattern.endswith("/**"):
+    parts = [part for part in pattern.split("/") if part not in ("", ".")]
+    while parts[-1:] == ["**"]:
         # `secrets/**` also covers `secrets` itself, so listing or searching the directory
         # is covered by the rule that covers its files (test_engine: Grep on a linked dir).
-        pattern = pattern[:-3]
-    if pattern in ("", "."):
-        body = ".*"
-    else:
-        body = _glob_to_regex(pattern)
-        if not anchored:
-            body = "(?:.*/)?" + body
-        body += "(?:/.*)?"
-    return PathPattern(_root_text(root), re.compile(body, re.DOTALL))
-
-
-def _glob_to_regex(pattern: str) -> str:
-    """Translate a gitignore glob (no leading `/`) to a regex over a relative path."""
-    out: list[str] = []
-    index, size = 0, len(pattern)
-    while index < size:
-        char = pattern[index]
-        if pattern.startswith("**", index):
-            before_ok = index == 0 or pattern[index - 1] == "/"
-            after = index + 2
-            if before_ok and pattern.startswith("/", after):
-                out.append("(?:.*/)?")  # `**/`: zero or more directories
-                index = after + 1
-                continue
-            out.append(".*")
-            index = after
-            continue
-        if char == "*":
-            out.append("[^/]*")
-        elif char == "?":
-            out.append("[^/]")
-        elif char == "[":
-            end = _class_end(pattern, index)
-            if end is None:
-                out.append(re.escape(char))
-            else:
-                inner = pattern[index + 1 : end]
-                negate = inner[:1] in ("!", "^")
-                inner = inner[1:] if negate else inner
-                inner = inner.replace("\\", "\\\\").replace("[", "\\[")
-                out.append(f"(?!/)[{'^' if negate else ''}{inner}]")
-                index = end + 1
-                continue
-        elif char == "\\" and index + 1 < size:
-            out.append(re.escape(pattern[index + 1]))
-            index += 2
-            continue
-        else:
-            out.append(re.escape(char))
-        index += 1
-    return "".join(out)
-
-
-def _class_end(pattern: str, start: int) -> int | None:
-    index = start + 1
-    if index < len(pattern) and pattern[index] in "!^":
-        index += 1
-    if index < len(pattern) and pattern[index] == "]":
-        index += 1  # a `]` first in the class is a member
-    end = pattern.find("]", index)
-    if end < 0 or "/" in pattern[start:end]:
-        return None
-    return end
+        parts.pop()
+    if anchored:
+        while parts and _GLOB_MAGIC.search(parts[0]) is None:
+            root = root / parts.pop(0)
+    return PathPattern(_root_text(root), "/".join(parts), anchored=anchored)
 
 
 # -- Bash specifiers --

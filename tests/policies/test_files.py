@@ -585,3 +585,55 @@ def test_fuzz_any_bytes_load_or_are_located(
     except PolicyError as err:
         assert err.file == str(path)
         assert err.line is not None or err.key is not None, (data, err)
+
+
+# -- a bad glob through the real CLI (issue 10 acceptance) --
+
+
+@pytest.mark.parametrize(
+    ("args", "rule"),
+    [
+        (["policy", "check", "--cwd", "{repo}", "--", "cat", "x"], "Read([z-a])"),
+        (["policy", "check", "--cwd", "{repo}", "--", "cat", "x"], "Edit(src/[?-.].py)"),
+        (["policy", "check", "--cwd", "{repo}", "--", "cat", "x"], "Grep([!z-a])"),
+        (["-p", "read x", "--output-format", "json", "--cwd", "{repo}"], "Read([z-a])"),
+    ],
+)
+def test_a_reversed_range_stops_the_cli_with_one_located_line(
+    tmp_path: Path, args: list[str], rule: str
+) -> None:
+    """`deny = ["Read([z-a])"]` once crashed with a traceback and, with wcmatch, would be a
+    rule that silently matches nothing: it is exit 2 and one line naming file and line."""
+    import os
+    import subprocess
+    import sys
+
+    repo = tmp_path / "repo"
+    (repo / ".warren").mkdir(parents=True)
+    policy = repo / ".warren" / "policy.toml"
+    policy.write_text(
+        f'# the project\'s policy\n[permissions]\ndeny = [\n  "Read(.env)",\n  "{rule}",\n]\n'
+    )
+    env = {
+        **os.environ,
+        "HOME": str(tmp_path / "home"),
+        "XDG_CONFIG_HOME": str(tmp_path / "config"),
+        "XDG_STATE_HOME": str(tmp_path / "state"),
+        "ANTHROPIC_API_KEY": "sk-never-used",
+        "ANTHROPIC_BASE_URL": "http://127.0.0.1:9",  # nothing listens: no request may be sent
+        "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", *(a.format(repo=repo) for a in args)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    output = (done.stdout + done.stderr).strip()
+    assert "Traceback" not in output
+    assert len(output.splitlines()) == 1, output
+    assert f"{policy}:5:" in output and "permissions.deny[1]" in output
+    assert "not a valid glob" in output and "reversed" in output

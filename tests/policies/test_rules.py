@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import example, given, settings
@@ -209,3 +210,156 @@ def test_any_pattern_matches_any_path_without_error(spec: str, parts: list[str])
 def test_a_reversed_range_is_a_syntax_error_not_a_crash(spec: str) -> None:
     with pytest.raises(RuleSyntaxError, match="not a valid glob"):
         parse_rule(f"Read({spec})")
+
+
+# -- wcmatch globs: today's meaning kept, no silent rule --
+
+
+@pytest.mark.parametrize(
+    ("spec", "path", "expected"),
+    [
+        # `**` and `*` see dotfiles (DOTGLOB): a deny rule on a directory is not weakened
+        ("secrets/**", "/work/repo/secrets/.hidden/x", True),
+        ("secrets/**", "/work/repo/secrets/.key", True),
+        ("secrets/**", "/work/repo/secrets", True),
+        ("secrets/**", "/work/repo/secretsx/a", False),
+        ("src/**/*.py", "/work/repo/src/.venv/lib/a.py", True),
+        ("**/*.pem", "/work/repo/.certs/a.pem", True),
+        ("*.env", "/work/repo/.config/.prod.env/x", True),
+        ("*", "/work/repo/.env", True),
+        ("~/.config/*/token", "/home/ann/.config/gh/token", True),
+        # no brace, negation or extended globs: those characters are literal
+        ("{a,b}.txt", "/work/repo/a.txt", False),
+        ("{a,b}.txt", "/work/repo/{a,b}.txt", True),
+        ("!x", "/work/repo/y", False),
+        ("!x", "/work/repo/!x", True),
+        ("+(a).txt", "/work/repo/a.txt", False),
+        ("@(a|b)", "/work/repo/@(a|b)", True),
+        ("a|b", "/work/repo/a", False),
+        # classes
+        ("[[:digit:]].log", "/work/repo/7.log", True),
+        ("[a-c].log", "/work/repo/d.log", False),
+        ("[^a-c].log", "/work/repo/d.log", True),
+        ("[a-].log", "/work/repo/-.log", True),
+        ("[]a].log", "/work/repo/].log", True),
+        ("x[a/b]", "/work/repo/x[a/b]", True),
+        # components: empty and `.` ones are dropped, a leading literal dir narrows the root
+        ("src//a.py", "/work/repo/src/a.py", True),
+        ("src/./a.py", "/work/repo/src/a.py", True),
+        ("//work/repo", "/work/repo", True),
+        ("//work/re*", "/work/repo-evil/x", True),
+        ("//work/repo/*", "/work/repo-evil/x", False),
+        # a file name with a newline is not a name without one
+        ("src/a.py", "/work/repo/src/a.py\n", False),
+        ("src/*.py", "/work/repo/src/a.py\n", False),
+        (".env", "/work/repo/.env\n", False),
+    ],
+)
+def test_wcmatch_globs(spec: str, path: str, expected: bool) -> None:
+    assert matches(spec, path) is expected
+
+
+@pytest.mark.parametrize(
+    ("spec", "reversed_range"),
+    [
+        ("[z-a]", "z-a"),
+        ("[?-.]", "?-."),
+        ("src/[b-a].py", "b-a"),
+        ("[az-a]", "z-a"),  # wcmatch would keep `[a]`: a narrower rule than written
+        ("[!z-a]", "z-a"),  # wcmatch would match every character
+        ("[^9-0]x", "9-0"),
+        ("a/b/c[a-cz-y]", "z-y"),
+        ("[\\[-\\*]", "[-*"),
+        ("[a--]", None),  # `a`..`-` reversed only when `-` really ends the range: it does
+    ],
+)
+def test_every_reversed_range_is_refused(spec: str, reversed_range: str | None) -> None:
+    with pytest.raises(RuleSyntaxError) as info:
+        parse_rule(f"Read({spec})")
+    assert "not a valid glob" in str(info.value)
+    if reversed_range is not None:
+        assert f"`{reversed_range}`" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "spec", ["[a-z]", "[a-a]", "[-a]", "[a-]", "[]-a]", "[!-]", "[[:alpha:]-a]", "a[b", "[z-a"]
+)
+def test_ranges_that_are_not_reversed_are_kept(spec: str) -> None:
+    parse_rule(f"Read({spec})")
+
+
+@pytest.mark.parametrize("spec", ["../x", "src/../secrets", "//etc/../root", "~/..", "a/.."])
+def test_dot_dot_is_refused_not_silently_unmatched(spec: str) -> None:
+    with pytest.raises(RuleSyntaxError, match=r"`\.\.` cannot appear"):
+        parse_rule(f"Read({spec})")
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(alphabet="[]!^-az?*\\:.AZ09", max_size=14))
+@example("[z-a]")
+@example("[x-[:alpha:]!]")
+@example("[[:alpha:]-!]")
+@example("[a-b-!]")
+@example("[a--]")
+@example("[-[z-a]")
+@example("[\\*-!]")
+@example("[[-!]")
+@example("[a][z-a]")
+@example("[a[z-a]")
+def test_our_range_check_agrees_with_what_wcmatch_drops(component: str) -> None:
+    """Oracle: wcmatch's parser, watched, drops a range exactly when `_reversed_range` says."""
+    from wcmatch import _wcparse, glob
+
+    from policies.rules import _reversed_range
+
+    dropped: list[bool] = []  # per class wcmatch kept (a class that fails is a literal `[`)
+    in_class: list[bool] = []
+    check, sequence = _wcparse.WcParse._sequence_range_check, _wcparse.WcParse._sequence
+
+    def watched_check(self: Any, result: list[str], last: str) -> bool:
+        removed: bool = check(self, result, last)
+        in_class[-1] = in_class[-1] or removed
+        return removed
+
+    def watched_sequence(self: Any, i: Any, current: list[str]) -> str:
+        in_class.append(False)
+        kept: str = sequence(self, i, current)  # raises StopIteration for a literal `[`
+        dropped.append(in_class[-1])
+        return kept
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_wcparse.WcParse, "_sequence_range_check", watched_check)
+        patch.setattr(_wcparse.WcParse, "_sequence", watched_sequence)
+        glob.translate(component, flags=glob.GLOBSTAR | glob.DOTGLOB | glob.FORCEUNIX)
+    assert any(dropped) is (_reversed_range(component) is not None)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.text(alphabet="ab./-[]", max_size=12).filter(lambda s: ".." not in s.split("/")),
+    # paths come normalised (no `.` or `..` components: the engine resolves them first)
+    st.lists(
+        st.text(alphabet="ab.-[]", min_size=1, max_size=4).filter(lambda s: s not in (".", "..")),
+        max_size=5,
+    ),
+    st.sampled_from(["", "//", "~/", "/", "src/"]),
+)
+@example("a", ["b", "a", "c"], "")
+@example("a/b", ["a", "b", "c"], "")
+@example("[a]", ["[a]"], "")
+def test_the_literal_fast_path_agrees_with_the_glob(spec: str, parts: list[str], form: str) -> None:
+    """A pattern without glob characters is compared as text; wcmatch must agree."""
+    try:
+        parse_rule(f"Read({form}{spec})")
+    except RuleSyntaxError:
+        return
+    pattern = compile_path_pattern(f"{form}{spec}", anchor=ANCHOR, workspace=WS, home=HOME)
+    for root in (str(WS), str(HOME), str(ANCHOR), "/"):
+        path = "/".join([root.rstrip("/"), *parts]) or "/"
+        if pattern.root != "/" and not (
+            path == pattern.root or path.startswith(pattern.root + "/")
+        ):
+            continue
+        relative = path[len(pattern.root) :].lstrip("/")
+        by_regex = not pattern.glob or pattern.regex.fullmatch(relative) is not None
+        assert pattern.matches(path) is by_regex, (pattern, path)
