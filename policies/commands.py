@@ -45,6 +45,7 @@ from policies.trust import (
     TrustStore,
     project_policy_files,
     project_policy_hash,
+    repository_files,
 )
 
 __all__ = [
@@ -257,9 +258,9 @@ _TRUST_NOTES = {
     "trusted": "trusted",
     "untrusted": "NOT trusted: its allow rules, hooks, mode, limits and writable roots are "
     "ignored (review .warren/ and run `warren policy trust`)",
-    "changed": "NOT trusted: a policy file changed since you trusted it (review it and run "
-    "`warren policy trust` again)",
-    "no project policy": "no project policy files",
+    "changed": "NOT trusted: a file it contributes (policy, agent, MCP or memory file) changed "
+    "since you trusted it (review it and run `warren policy trust` again)",
+    "no project policy": "no project files to trust (policy, agent, MCP or memory files)",
 }
 
 
@@ -564,19 +565,26 @@ def trust_cmd(path: Path, *, environment: CommandEnvironment = _DEFAULT_ENVIRONM
     root = path.resolve()
     current = project_policy_hash(root)
     try:
-        loaded = [(f, load_policy_file(f)) for f in project_policy_files(root)]
+        loaded = [(f, load_policy_file(f, beneath=root)) for f in project_policy_files(root)]
     except PolicyError as err:
         return _error(err, out)
     if current is None:
-        print(f"{root} has no .warren/policy.toml or policy.local.toml; nothing to trust", file=out)
+        print(f"{root} has no policy, agent, MCP or memory files; nothing to trust", file=out)
         return EXIT_OK
     if project_policy_hash(root) != current:
         print(
             "error: a policy file changed while it was being read; run the command again", file=out
         )
         return EXIT_FAILED
-    environment.store().trust(root, current)
-    print(f"trusted {root} (policy {current[:12]})", file=out)
+    try:
+        environment.store().trust(root, current)
+    except OSError as exc:
+        print(f"error: {exc}", file=out)
+        return EXIT_FAILED
+    print(f"trusted {root} (contents {current[:12]})", file=out)
+    for file in repository_files(root):
+        if file.exists() or file.is_symlink():
+            print(f"  covers: {file.relative_to(root)}", file=out)
     for file, policy in loaded:
         if policy is None:
             continue
@@ -593,7 +601,12 @@ def untrust_cmd(path: Path, *, environment: CommandEnvironment = _DEFAULT_ENVIRO
     """Forget the trust decision for the repository at `path`."""
     out = environment.stdout()
     root = path.resolve()
-    if environment.store().untrust(root):
+    try:
+        untrusted = environment.store().untrust(root)
+    except OSError as exc:
+        print(f"error: {exc}", file=out)
+        return EXIT_FAILED
+    if untrusted:
         print(f"untrusted {root}", file=out)
     else:
         print(f"{root} was not trusted", file=out)

@@ -24,14 +24,13 @@ from __future__ import annotations
 import math
 import os
 import re
-import tempfile
 import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
-from typing import Annotated, Any, Final, Literal, get_args
+from typing import Annotated, Any, Final, Literal, assert_never, get_args
 
 from pydantic import (
     AfterValidator,
@@ -44,13 +43,14 @@ from pydantic import (
     model_validator,
 )
 
+from policies.atomic import read_regular, write_atomic
 from policies.rules import ParsedRule, RuleSyntaxError, parse_rule
 from policies.trust import (
     LOCAL_POLICY,
     TrustState,
     TrustStore,
-    policy_hash,
     project_policy_files,
+    project_policy_hash,
 )
 
 __all__ = [
@@ -104,6 +104,8 @@ HookEvent = Literal[
 _TOOL_EVENTS = frozenset({"PreToolUse", "PostToolUse"})
 
 MANAGED_POLICY_PATH: Final = Path("/etc/warren/policy.toml")
+_MAX_POLICY_BYTES: Final = 1 << 20
+"""A policy file larger than this is refused unread."""
 _MODE_ALIASES: Final[Mapping[str, str]] = MappingProxyType(
     {"acceptEdits": "accept-edits", "bypassPermissions": "bypass", "dontAsk": "dont-ask"}
 )
@@ -286,14 +288,38 @@ def parse_policy_text(text: str, *, file: str) -> PolicyFile:
         raise PolicyError("nested too deeply to read", file=file) from None
 
 
-def load_policy_file(path: Path) -> PolicyFile | None:
-    """Load one policy file; None when it does not exist. Raises a located `PolicyError`."""
+def load_policy_file(path: Path, *, beneath: Path | None = None) -> PolicyFile | None:
+    """Load one policy file; None when it does not exist. Raises a located `PolicyError`.
+
+    With `beneath` (the repository, for its project and local files) no link is followed,
+    below it or as the file; without, the file may be a link (the user's own files). Either
+    way a FIFO, a device or a file over 1 MiB is an error, never a read that hangs.
+    """
     try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        return None
+        found = read_regular(
+            path, limit=_MAX_POLICY_BYTES, beneath=beneath, follow_links=beneath is None
+        )
     except OSError as exc:
         raise PolicyError(f"cannot read the file: {exc.strerror or exc}", file=str(path)) from None
+    match found.state:
+        case "missing":
+            return None
+        case "file":
+            raw = found.content
+        case "link":
+            raise PolicyError(
+                "it, or a directory on the way to it, is a symbolic link; Warren does not "
+                "follow links in a repository (make it a regular file)",
+                file=str(path),
+            )
+        case "not a regular file":
+            raise PolicyError("cannot read the file: not a regular file", file=str(path))
+        case "too large":
+            raise PolicyError(
+                f"cannot read the file: larger than {_MAX_POLICY_BYTES} bytes", file=str(path)
+            )
+        case unreachable:
+            assert_never(unreachable)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -607,7 +633,7 @@ def load_effective_policy(
     home = (home or Path(env.get("HOME") or Path.home())).resolve()
     paths = paths or PolicyPaths.for_workspace(workspace, env=env)
     trust_store = trust_store or TrustStore.from_env(env)
-    project_hash = policy_hash((paths.project, paths.local))
+    project_hash = project_policy_hash(workspace, policy_files=(paths.project, paths.local))
     trust = trust_store.state(workspace, project_hash)
     trusted = trust in ("trusted", "no project policy")
 
@@ -627,7 +653,8 @@ def load_effective_policy(
     for level, path in levels:
         if path is None:
             continue
-        loaded = load_policy_file(path)
+        in_repository = level in ("project", "local") and path.is_relative_to(workspace)
+        loaded = load_policy_file(path, beneath=workspace if in_repository else None)
         if loaded is not None:
             anchor = workspace if level in ("project", "local") else path.parent.resolve()
             layers.append(
@@ -751,26 +778,24 @@ _LOCAL_HEADER = """\
 """
 
 
-def append_allow_rule(path: Path, rule: str) -> bool:
+def append_allow_rule(path: Path, rule: str, *, beneath: Path | None = None) -> bool:
     """Add `rule` to `[permissions] allow` of the policy file at `path`, keeping it valid.
 
-    Comments and layout are kept: the rule is inserted into the existing array (or a
-    `[permissions]` table is added). The result is parsed and checked before it replaces
-    the file atomically. Returns False when the rule was already there. Raises
-    `PolicyError` when the rule is invalid, the file is broken, or the edit cannot be made
-    safely (then the user adds the rule by hand).
+    Edited with tomlkit, so comments and layout are kept: the rule joins the existing array
+    (or an `allow` key or a `[permissions]` table is added). The result is parsed and
+    checked before it replaces the file atomically (`policies.atomic.write_atomic`). With
+    `beneath` (the repository), no directory below it may be a link; the file itself is never
+    a link. Returns False when the rule was already there.
+
+    **Errors:** `PolicyError` when the rule is invalid, the file is broken, a link, or the
+    edit cannot be made safely (then the user adds the rule by hand); the file is unchanged.
     """
     rule = rule.strip()
     try:
         parse_rule(rule)
     except RuleSyntaxError as exc:
         raise PolicyError(str(exc), file=str(path), key="permissions.allow") from None
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        text = ""
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PolicyError(f"cannot read the file: {exc}", file=str(path)) from None
+    text = _read_for_edit(path, beneath)
     before = parse_policy_text(text, file=str(path)) if text else PolicyFile()
     if rule in before.permissions.allow:
         return False
@@ -781,15 +806,45 @@ def append_allow_rule(path: Path, rule: str) -> bool:
             after = parse_policy_text(updated, file=str(path))
         except PolicyError:
             after = None
-    if after is None or after.model_dump() != _with_allow(before, rule).model_dump():
+    if updated is None or after is None or after != _with_allow(before, rule):
         raise PolicyError(
             f"cannot add {toml_string(rule)} to the allow list automatically; "
             "add it to `[permissions] allow` by hand",
             file=str(path),
             key="permissions.allow",
         )
-    _write_atomic(path, updated or "")
+    try:
+        write_atomic(path, updated.encode("utf-8"), beneath=beneath)
+    except OSError as exc:
+        raise PolicyError(str(exc), file=str(path)) from None
     return True
+
+
+def _read_for_edit(path: Path, beneath: Path | None) -> str:
+    try:
+        found = read_regular(path, limit=_MAX_POLICY_BYTES, beneath=beneath)
+    except OSError as exc:
+        raise PolicyError(f"cannot read the file: {exc.strerror or exc}", file=str(path)) from None
+    match found.state:
+        case "missing":
+            return ""
+        case "file":
+            try:
+                return found.content.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                line = found.content.count(b"\n", 0, exc.start) + 1
+                raise PolicyError(
+                    "the file is not valid UTF-8", file=str(path), line=line
+                ) from None
+        case "link":
+            why = "it, or a directory on the way to it, is a symbolic link"
+        case "not a regular file":
+            why = "it is not a regular file"
+        case "too large":
+            why = f"it is larger than {_MAX_POLICY_BYTES} bytes"
+        case unreachable:
+            assert_never(unreachable)
+    raise PolicyError(f"Warren does not edit this file: {why} (nothing changed)", file=str(path))
 
 
 def _with_allow(policy: PolicyFile, rule: str) -> PolicyFile:
@@ -798,148 +853,67 @@ def _with_allow(policy: PolicyFile, rule: str) -> PolicyFile:
 
 
 def _insert_allow(text: str, rule: str) -> str | None:
-    value = toml_string(rule)
+    """`text` with `rule` appended to `permissions.allow`, or None when tomlkit cannot."""
+    import tomlkit
+    from tomlkit.exceptions import TOMLKitError
+    from tomlkit.items import Array, InlineTable, Table
+
     if not text.strip():
-        return f"{_LOCAL_HEADER}\n[permissions]\nallow = [\n    {value},\n]\n"
-    lines = text.splitlines(keepends=True)
-    table: tuple[str, ...] = ()
-    header_line: int | None = None
-    for number, line in enumerate(lines):
-        if header := _HEADER.match(line):
-            table = _key_parts(header.group(2)) if header.group(1) == "[" else ("[[",)
-            if table == ("permissions",):
-                header_line = number
-            continue
-        key = _KEY.match(line)
-        if key and (*table, *_key_parts(key.group(1))) == ("permissions", "allow"):
-            offset = sum(len(item) for item in lines[:number]) + key.end()
-            return _insert_into_array(text, offset, value)
-    if header_line is not None:
-        lines.insert(header_line + 1, f"allow = [{value}]\n")
-        return "".join(lines)
-    separator = "" if text.endswith("\n") else "\n"
-    return f"{text}{separator}\n[permissions]\nallow = [\n    {value},\n]\n"
-
-
-def _insert_into_array(text: str, start: int, value: str) -> str | None:
-    """Insert `value` before the `]` closing the array that starts after `start`."""
-    index = start
-    while index < len(text) and text[index] in " \t":
-        index += 1
-    if index >= len(text) or text[index] != "[":
-        return None
-    depth = 0
-    last_item_end: int | None = None
-    position = index
-    while position < len(text):
-        char = text[position]
-        if char == "#":
-            newline = text.find("\n", position)
-            position = len(text) if newline < 0 else newline
-            continue
-        if char in "\"'":
-            end = _string_end(text, position)
-            if end is None:
-                return None
-            last_item_end = end
-            position = end
-            continue
-        if char == "[":
-            depth += 1
-        elif char == "]":
-            depth -= 1
-            if depth == 0:
-                return _splice(text, index, position, last_item_end, value)
-            last_item_end = position + 1
-        elif not char.isspace() and char != ",":
-            last_item_end = position + 1
-        position += 1
-    return None
-
-
-def _splice(text: str, open_at: int, close_at: int, last_item_end: int | None, value: str) -> str:
-    if last_item_end is None:  # empty array
-        return f"{text[:open_at]}[{value}]{text[close_at + 1 :]}"
-    between = text[last_item_end:close_at]
-    multiline = "\n" in text[open_at:close_at]
-    if multiline:
-        head = text[:last_item_end] + ","
-        stripped = between.lstrip(" \t")
-        rest = stripped[1:] if stripped.startswith(",") else between
-        # Put the new item on its own line, after anything trailing the last item.
-        newline = rest.find("\n")
-        if newline < 0:
-            return f"{head}{rest.rstrip()}\n    {value},\n{text[close_at:]}"
-        return f"{head}{rest[: newline + 1]}    {value},{rest[newline:]}{text[close_at:]}"
-    return f"{text[:last_item_end]}, {value}{text[last_item_end:]}"
-
-
-def _string_end(text: str, start: int) -> int | None:
-    quote = text[start]
-    triple = text.startswith(quote * 3, start)
-    if triple:
-        end = text.find(quote * 3, start + 3)
-        while end >= 0 and quote == '"' and _escaped(text, end):
-            end = text.find(quote * 3, end + 1)
-        if end < 0:
+        document = tomlkit.parse(_LOCAL_HEADER)
+        document.add(tomlkit.nl())
+    else:
+        try:
+            document = tomlkit.parse(text)
+        except TOMLKitError:
             return None
-        end += 3
-        while end < len(text) and text[end] == quote:  # `""""` closes on the last three
-            end += 1
-        return end
-    position = start + 1
-    while position < len(text):
-        char = text[position]
-        if char == "\n":
-            return None
-        if char == "\\" and quote == '"':
-            position += 2
-            continue
-        if char == quote:
-            return position + 1
-        position += 1
-    return None
-
-
-def _escaped(text: str, index: int) -> bool:
-    backslashes = 0
-    while index - backslashes - 1 >= 0 and text[index - backslashes - 1] == "\\":
-        backslashes += 1
-    return backslashes % 2 == 1
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
-    done = False
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        if path.exists():
-            os.chmod(tmp, path.stat().st_mode & 0o777)
-        else:
-            os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-        done = True
-    finally:
-        if not done:
-            Path(tmp).unlink(missing_ok=True)
+        permissions = document.get("permissions")
+        if permissions is None:
+            table = tomlkit.table()
+            table.add("allow", tomlkit.array().multiline(True))
+            document.add("permissions", table)
+            permissions = document["permissions"]
+        if not isinstance(permissions, Table | InlineTable):
+            return None
+        allow = permissions.get("allow")
+        if allow is None:
+            inline = isinstance(permissions, InlineTable)
+            permissions.add("allow", tomlkit.array().multiline(not inline))
+            allow = permissions["allow"]
+        if not isinstance(allow, Array):
+            return None
+        allow.append(rule)
+        return tomlkit.dumps(document)
+    except (TOMLKitError, ValueError, TypeError, KeyError):
+        return None
 
 
 def save_remembered_rule(workspace: Path, rule: str, *, trust_store: TrustStore) -> Path:
     """Persist a "don't ask again" rule to the workspace's local policy file.
 
-    Writing the file changes the project hash, which would make the repository untrusted
-    and the new rule ignored. So the hash is re-recorded when the repository was trusted
-    just before the write, or when it had no policy files at all (then everything in them
-    is the user's own). A repository that was untrusted stays untrusted. Returns the path.
+    Writing the file changes the repository's hash, which would make it untrusted and the
+    new rule ignored. So the hash is re-recorded when the repository was trusted just before
+    the write, or when it contributed nothing at all (then the file is the user's own). A
+    repository that was untrusted stays untrusted. The file is written without following
+    links in the repository (a `.warren` or `policy.local.toml` that is a link is refused).
+    Returns the path.
+
+    **Errors:** `PolicyError` (the rule, the file, a link, or the trust store could not be
+    written; in each case the files are as they were before, except that the rule may be
+    saved while the trust store could not be updated, which the message says).
     """
     workspace = workspace.resolve()
-    files = project_policy_files(workspace)
-    before = policy_hash(files)
+    before = project_policy_hash(workspace)
     was_trusted = before is None or trust_store.is_trusted(workspace, before)
     local = workspace / LOCAL_POLICY
-    append_allow_rule(local, rule)
+    append_allow_rule(local, rule, beneath=workspace)
     if was_trusted:
-        trust_store.trust(workspace, policy_hash(files))
+        try:
+            trust_store.trust(workspace, project_policy_hash(workspace))
+        except OSError as exc:
+            raise PolicyError(
+                f"the rule was saved, but the trust store could not be updated ({exc}); "
+                "run `warren policy trust` to use it",
+                file=str(trust_store.file),
+            ) from None
     return local

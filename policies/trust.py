@@ -1,15 +1,22 @@
-"""Trust in a repository: whether its own policy may loosen what Warren does.
+"""Trust in a repository: whether what it contributes may loosen what Warren does.
 
 A project's `.warren/policy.toml` travels with the repository, so anyone who can push to it
-could write `allow = ["Bash"]`. Its allow rules (and later its hooks and agent definitions)
+could write `allow = ["Bash"]`. Its allow rules, hooks, agent definitions and MCP servers
 therefore take effect only after the user trusts that repository; its deny and ask rules
 apply at once, since they only make Warren more careful.
 
 Trust is stored per resolved repository path in the user's state directory
-(`$XDG_STATE_HOME/warren/trust.json`), together with a hash of the project's policy files
-(`.warren/policy.toml` and `.warren/policy.local.toml`). When either file changes, the hash no
-longer matches and the repository is untrusted until the user trusts it again. The store is
-read on every question and written atomically, so two Warren processes never see half a file.
+(`$XDG_STATE_HOME/warren/trust.json`), together with a hash of everything the repository
+contributes (`repository_files`): the project and local policy files (rules, mode, limits,
+hooks), agent definitions (`.warren/agents/*.md`), MCP configuration (`.mcp.json`,
+`.warren/mcp.json`) and memory files (`MEMORY_FILES`, what `orchestrator.context` puts in
+the system prompt). When any of them changes, appears or goes, the hash no longer matches
+and the repository is untrusted until the user trusts it again.
+
+Hashing reads repository content on the host, so it goes through `policies.atomic`: no link
+is followed (a link hashes as its target's text, never the target's bytes), a FIFO or device
+is a state and never read, and a file over `MAX_HASHED_BYTES` hashes as `too large` with its
+size and time. The store is read on every question and replaced atomically.
 """
 
 from __future__ import annotations
@@ -17,16 +24,21 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
+
+from policies.atomic import open_directory, read_regular, write_atomic
 
 __all__ = [
+    "AGENTS_DIR",
     "CURRENT",
     "LOCAL_POLICY",
+    "MAX_HASHED_BYTES",
+    "MCP_FILES",
+    "MEMORY_FILES",
     "PROJECT_POLICY",
     "TRUST_FILE_NAME",
     "TrustRecord",
@@ -35,6 +47,7 @@ __all__ = [
     "policy_hash",
     "project_policy_files",
     "project_policy_hash",
+    "repository_files",
 ]
 
 TRUST_FILE_NAME = "trust.json"
@@ -42,28 +55,49 @@ PROJECT_POLICY = Path(".warren/policy.toml")
 """The project's policy, committed with the repository (relative to its root)."""
 LOCAL_POLICY = Path(".warren/policy.local.toml")
 """The user's own policy for one repository, ignored by git (relative to its root)."""
+AGENTS_DIR = Path(".warren/agents")
+"""Project agent definitions, `*.md` (`orchestrator.subagents.load_agent_types`)."""
+MCP_FILES: Final = (Path(".mcp.json"), Path(".warren/mcp.json"))
+"""MCP server configuration. Hashed before Warren reads them, so a file planted today is not
+trusted unseen on the day MCP support reads it."""
+MEMORY_FILES: Final = ("WARREN.md", "AGENTS.md", "CLAUDE.md")
+"""Memory files at the repository root (`orchestrator.context.MEMORY_FILES`; a test keeps the
+two lists equal)."""
+MAX_HASHED_BYTES: Final = 1 << 20
+"""A larger file hashes as `too large` with its size and modification time, unread."""
 
 TrustState = Literal["trusted", "untrusted", "changed", "no project policy"]
-"""`changed`: trusted once, but a policy file changed since (untrusted until re-trusted)."""
+"""`changed`: trusted once, but a file it contributes changed since (untrusted until
+re-trusted). `no project policy`: the repository contributes nothing (none of the files
+exists), so there is nothing to trust."""
 
 
-def policy_hash(files: Iterable[Path]) -> str | None:
-    """A hash over the named files' names and contents; None when none of them exists.
+def policy_hash(files: Iterable[Path], *, root: Path | None = None) -> str | None:
+    """A hash over the named files' names, kinds and contents; None when none of them exists.
 
     A missing file hashes differently from an empty one, so creating an empty local policy
-    file next to a trusted project policy also asks again.
+    file next to a trusted project policy also asks again. With `root`, names are relative
+    to it and no directory below it is followed through a link. No file is followed through
+    a link, read past `MAX_HASHED_BYTES`, or read at all when it is not a regular file.
     """
     digest = hashlib.sha256()
     found = False
     for path in files:
-        digest.update(path.name.encode() + b"\0")
+        inside = root is not None and path.is_relative_to(root)
+        name = str(path.relative_to(root)) if inside and root is not None else path.name
         try:
-            content = path.read_bytes()
-        except FileNotFoundError:
-            digest.update(b"missing\0")
+            seen = read_regular(path, limit=MAX_HASHED_BYTES, beneath=root if inside else None)
+        except OSError as exc:  # unreadable: a state of its own, so trust cannot pass it by
+            digest.update(f"{name}\0unreadable {exc.errno}\0".encode())
+            found = True
+            continue
+        digest.update(f"{name}\0{seen.state}\0".encode("utf-8", "surrogateescape"))
+        if seen.state == "missing":
             continue
         found = True
-        digest.update(b"%d\0" % len(content) + content)
+        detail = seen.detail.encode("utf-8", "surrogateescape")
+        digest.update(b"%d\0" % len(detail) + detail)
+        digest.update(b"%d\0" % len(seen.content) + seen.content)
     return digest.hexdigest() if found else None
 
 
@@ -72,9 +106,37 @@ def project_policy_files(root: Path) -> tuple[Path, Path]:
     return root / PROJECT_POLICY, root / LOCAL_POLICY
 
 
-def project_policy_hash(root: Path) -> str | None:
-    """`policy_hash` of the repository's project and local policy files."""
-    return policy_hash(project_policy_files(root))
+def repository_files(root: Path, *, policy_files: Iterable[Path] | None = None) -> list[Path]:
+    """Every file the repository at `root` contributes, in a fixed order (see the module
+    docstring). `policy_files` replaces the two standard policy files (a test seam)."""
+    files = list(project_policy_files(root) if policy_files is None else policy_files)
+    files += [root / name for name in MCP_FILES]
+    files += [root / name for name in MEMORY_FILES]
+    files += _agent_files(root)
+    return files
+
+
+def _agent_files(root: Path) -> list[Path]:
+    """`*.md` files of the agents directory, listed without following a link to it. A link
+    (or anything else) where the directory should be is itself an entry, hashed as such."""
+    directory = root / AGENTS_DIR
+    try:
+        fd = open_directory(directory, beneath=root)
+    except FileNotFoundError:
+        return []
+    except OSError:  # a link on the way, a file named `agents`, unreadable
+        return [directory]
+    try:
+        return [directory / name for name in sorted(os.listdir(fd)) if name.endswith(".md")]
+    finally:
+        os.close(fd)
+
+
+def project_policy_hash(root: Path, *, policy_files: Iterable[Path] | None = None) -> str | None:
+    """`policy_hash` of everything the repository at `root` contributes (`repository_files`);
+    None when it contributes nothing."""
+    root = root.resolve()
+    return policy_hash(repository_files(root, policy_files=policy_files), root=root)
 
 
 class _Current:
@@ -89,7 +151,7 @@ class TrustRecord:
     path: str
     """The resolved repository path."""
     policy_hash: str | None
-    """`policy_hash` of the project policy files when the user trusted them."""
+    """`project_policy_hash` of the repository when the user trusted it."""
     trusted_at: float
     """Unix time of the trust decision."""
 
@@ -121,18 +183,9 @@ class TrustStore:
         return projects if isinstance(projects, dict) else {}
 
     def _write(self, projects: dict[str, Any]) -> None:
-        self.file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        """Replace the store atomically. **Errors:** `OSError` (then nothing changed)."""
         text = json.dumps({"version": 1, "projects": projects}, indent=2, sort_keys=True)
-        fd, tmp = tempfile.mkstemp(prefix=".trust-", dir=self.file.parent)
-        done = False
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(text + "\n")
-            os.replace(tmp, self.file)
-            done = True
-        finally:
-            if not done:
-                Path(tmp).unlink(missing_ok=True)
+        write_atomic(self.file, (text + "\n").encode("utf-8"), mode=0o600, dir_mode=0o700)
 
     def record(self, path: Path) -> TrustRecord | None:
         """The stored decision for `path` (resolved), if any."""
@@ -149,7 +202,7 @@ class TrustStore:
         )
 
     def trust(self, path: Path, current_hash: str | _Current | None = CURRENT) -> TrustRecord:
-        """Trust the repository at `path` with its policy files as they hash now.
+        """Trust the repository at `path` with what it contributes as it hashes now.
 
         Pass `current_hash` when the caller already hashed what the user saw, so a file that
         changed between showing and trusting is not trusted unseen.
@@ -178,7 +231,7 @@ class TrustStore:
         return record is not None and record.policy_hash == current_hash
 
     def state(self, path: Path, current_hash: str | None) -> TrustState:
-        """The trust state of a repository whose project policy files hash to `current_hash`."""
+        """The trust state of a repository whose contributions hash to `current_hash`."""
         if current_hash is None:
             return "no project policy"
         record = self.record(path)

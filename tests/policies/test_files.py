@@ -448,15 +448,101 @@ def test_append_allow_rule_is_idempotent_and_atomic(tmp_path: Path) -> None:
 def test_append_allow_rule_refuses_what_it_cannot_edit(tmp_path: Path) -> None:
     path = tmp_path / "p.toml"
     path.write_text('permissions = { deny = ["Bash(x)"] }\n', encoding="utf-8")
-    with pytest.raises(PolicyError) as info:
-        append_allow_rule(path, "Bash(ls)")
-    assert "by hand" in info.value.message
-    assert path.read_text(encoding="utf-8") == 'permissions = { deny = ["Bash(x)"] }\n'
     with pytest.raises(PolicyError):
         append_allow_rule(path, "Bash(")
-    path.write_text("mode = \n", encoding="utf-8")
-    with pytest.raises(PolicyError):
-        append_allow_rule(path, "Bash(ls)")
+    assert path.read_text(encoding="utf-8") == 'permissions = { deny = ["Bash(x)"] }\n'
+    # an inline table is edited in place now (tomlkit), not refused
+    assert append_allow_rule(path, "Bash(ls)")
+    policy = parse_policy_text(path.read_text(encoding="utf-8"), file="x")
+    assert policy.permissions.allow == ("Bash(ls)",)
+    assert policy.permissions.deny == ("Bash(x)",)
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        ("# mine\nmode = \n", 2),
+        ('# mine\n[permissions]\nallow = ["Bash(ls)"\n', 3),
+        ("# mine\n[permissions]\nallow = [1]\n", 3),
+        ('# mine\n[permissions]\nallow = ["Bash("]\n', 3),
+        ("# mine\nmode = 'yolo'\n", 2),
+    ],
+)
+def test_a_malformed_file_is_a_located_error_and_stays_unchanged(
+    tmp_path: Path, text: str, line: int
+) -> None:
+    path = tmp_path / "policy.local.toml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(PolicyError) as info:
+        append_allow_rule(path, "Bash(make check)")
+    assert (info.value.file, info.value.line) == (str(path), line)
+    assert path.read_text(encoding="utf-8") == text
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]
+
+
+def test_every_comment_and_line_of_the_file_is_kept(tmp_path: Path) -> None:
+    text = (
+        "# Warren policy, my notes\n"
+        'mode = "default"  # keep asking\n'
+        "\n"
+        "[permissions]\n"
+        "# why these:\n"
+        "allow = [\n"
+        '    "Bash(ls)",  # listing\n'
+        '    # "Bash(rm:*)",  disabled\n'
+        "]\n"
+        'deny = ["Read(.env)"]  # secrets\n'
+        "\n"
+        "[limits]\n"
+        "max_turns = 30 # enough\n"
+    )
+    result = appended(tmp_path, text, "Bash(make check)")
+    kept = [line for line in text.splitlines() if line != "]"]
+    for line in kept:
+        assert line in result.splitlines(), line
+    assert result.index('"Bash(make check)"') < result.index("deny = ")
+
+
+def test_a_new_local_file_gets_a_header_and_one_rule_per_line(tmp_path: Path) -> None:
+    result = appended(tmp_path, None, "Bash(make check)")
+    assert result.startswith("# Warren: this repository's policy for you alone")
+    assert '\n[permissions]\nallow = [\n    "Bash(make check)",\n]\n' in result
+
+
+def test_the_file_keeps_its_mode(tmp_path: Path) -> None:
+    path = tmp_path / "p.toml"
+    path.write_text("[permissions]\n", encoding="utf-8")
+    path.chmod(0o600)
+    assert append_allow_rule(path, "Bash(ls)")
+    assert path.stat().st_mode & 0o777 == 0o600
+    fresh = tmp_path / "new.toml"
+    assert append_allow_rule(fresh, "Bash(ls)")
+    assert fresh.stat().st_mode & 0o777 == 0o644
+
+
+def test_a_failed_write_changes_nothing(tmp_path: Path) -> None:
+    """The disk refuses the bytes (RLIMIT_FSIZE stands in for a full disk): the old file is
+    byte-identical, no temporary file is left, and the error says nothing changed."""
+    import resource
+    import signal
+
+    path = tmp_path / "p.toml"
+    text = "# mine\n[permissions]\nallow = [\n" + "".join(
+        f'    "Bash(make t{i})",\n' for i in range(20)
+    ) + "]\n"
+    path.write_text(text, encoding="utf-8")
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (len(text), hard))
+    try:
+        with pytest.raises(PolicyError) as info:
+            append_allow_rule(path, "Bash(make check)")
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, previous)
+    assert "nothing changed" in str(info.value)
+    assert path.read_text(encoding="utf-8") == text
+    assert [p.name for p in tmp_path.iterdir()] == ["p.toml"]
 
 
 @settings(max_examples=200, deadline=None)

@@ -1,0 +1,266 @@
+"""Reading and replacing small files in directories someone else may control.
+
+The coordinator runs unsandboxed, so whatever it reads or writes in a repository is the
+repository's choice of file unless it looks: a `.warren/policy.local.toml` that is a link to
+`~/.bashrc`, a `.warren` directory that is a link elsewhere, a `CLAUDE.md` that is a FIFO (a
+read that never returns) or a link to `/dev/zero` (a read that never ends). Policy files
+(`policies.files`) and the trust store and its hash (`policies.trust`) go through here:
+
+- `open_directory(path, beneath=root)` opens each component below `root` with `O_NOFOLLOW`,
+  so the directory it returns is inside `root` whatever links the tree holds (`LinkRefused`).
+- `read_regular` opens without following a link and without blocking, checks that it is a
+  regular file and reads at most a bound: a FIFO, a device or a link is a state, never a
+  read.
+- `write_atomic` writes a temporary file beside the target, fsyncs it, renames it over the
+  target and fsyncs the directory: a reader sees the old bytes or the new ones, and a failure
+  leaves the old bytes (`AtomicWriteError`, "nothing changed"). The target's mode is kept;
+  a target that is a link or not a regular file is refused.
+
+Generic on purpose (nothing here knows policies), so the layers above can share it.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import secrets
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+__all__ = [
+    "AtomicWriteError",
+    "FileState",
+    "LinkRefused",
+    "RegularFile",
+    "open_directory",
+    "read_regular",
+    "write_atomic",
+]
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+_LINK_ERRNOS = (errno.ELOOP, errno.ENOTDIR, errno.EMLINK)
+
+
+class LinkRefused(OSError):
+    """A path that leads through a symbolic link (or a non-directory) where none may be."""
+
+
+class AtomicWriteError(OSError):
+    """The target was not replaced: its old bytes (or its absence) are as they were."""
+
+
+def open_directory(
+    path: Path, *, beneath: Path | None = None, create: bool = False, mode: int = 0o755
+) -> int:
+    """A file descriptor of the directory `path` (close it).
+
+    With `beneath` (a directory the caller trusts; `path` must be lexically inside it), each
+    component below it is opened with `O_NOFOLLOW`: a link there raises `LinkRefused`, so the
+    result is inside `beneath`. Without it, `path` is opened as it resolves. `create` makes
+    missing components with `mode`.
+
+    **Errors:** `LinkRefused`; `FileNotFoundError` when missing and not `create`; `OSError`.
+    """
+    if beneath is None:
+        if create:
+            path.mkdir(parents=True, exist_ok=True, mode=mode)
+        return os.open(path, _DIR_FLAGS)
+    parts = path.relative_to(beneath).parts
+    if ".." in parts:
+        raise LinkRefused(errno.EINVAL, f"{path} is not inside {beneath}")
+    fd = os.open(beneath, _DIR_FLAGS)
+    try:
+        walked = beneath
+        for part in parts:
+            walked = walked / part
+            try:
+                child = os.open(part, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=fd)
+            except FileNotFoundError:
+                if not create:
+                    raise
+                try:
+                    os.mkdir(part, mode, dir_fd=fd)
+                except FileExistsError:
+                    pass  # made meanwhile: the open below checks what it is
+                child = _open_child_dir(part, fd, walked)
+            except OSError as exc:
+                if exc.errno in _LINK_ERRNOS:
+                    raise _refused(walked) from None
+                raise
+            os.close(fd)
+            fd = child
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _open_child_dir(part: str, fd: int, walked: Path) -> int:
+    try:
+        return os.open(part, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=fd)
+    except OSError as exc:
+        if exc.errno in _LINK_ERRNOS:
+            raise _refused(walked) from None
+        raise
+
+
+def _refused(path: Path) -> LinkRefused:
+    return LinkRefused(
+        errno.ELOOP,
+        f"{path} is a symbolic link or not a directory; Warren does not follow links here",
+    )
+
+
+FileState = Literal["file", "missing", "link", "not a regular file", "too large"]
+
+
+@dataclass(frozen=True)
+class RegularFile:
+    """What `read_regular` found at a path."""
+
+    state: FileState
+    content: bytes = b""
+    """The bytes, for `file` only."""
+    detail: str = ""
+    """For `link`: the link's target text; for `too large` and `not a regular file`: size
+    and modification time, so a change shows without reading the file."""
+
+
+def read_regular(
+    path: Path, *, limit: int, beneath: Path | None = None, follow_links: bool = False
+) -> RegularFile:
+    """Read `path` if it is a regular file of at most `limit` bytes.
+
+    Opened with `O_NOFOLLOW | O_NONBLOCK` (a FIFO opens at once and is not read) and checked
+    with `fstat`. `beneath` as in `open_directory` (a link in a parent is state `link`).
+    `follow_links` (only for the user's own files, never a repository's) opens the final
+    component through links; it is still checked to be a bounded regular file.
+
+    **Errors:** `OSError` for anything but the states above (a permission error, I/O error).
+    """
+    try:
+        dir_fd = open_directory(path.parent, beneath=beneath)
+    except FileNotFoundError:
+        return RegularFile("missing")
+    except LinkRefused:
+        return RegularFile("link", detail="(a parent directory)")
+    try:
+        try:
+            fd = os.open(
+                path.name,
+                os.O_RDONLY
+                | (0 if follow_links else os.O_NOFOLLOW)
+                | os.O_NONBLOCK
+                | os.O_CLOEXEC
+                | os.O_NOCTTY,
+                dir_fd=dir_fd,
+            )
+        except FileNotFoundError:
+            return RegularFile("missing")
+        except OSError as exc:
+            if exc.errno not in _LINK_ERRNOS:
+                raise
+            try:
+                return RegularFile("link", detail=os.readlink(path.name, dir_fd=dir_fd))
+            except OSError:
+                return RegularFile("link")
+        try:
+            info = os.fstat(fd)
+            stamp = f"{info.st_size} {info.st_mtime_ns}"
+            if not stat.S_ISREG(info.st_mode):
+                return RegularFile("not a regular file", detail=f"{stat.S_IFMT(info.st_mode)}")
+            if info.st_size > limit:
+                return RegularFile("too large", detail=stamp)
+            chunks: list[bytes] = []
+            size = 0
+            while size <= limit:
+                chunk = os.read(fd, min(1 << 16, limit + 1 - size))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+            if size > limit:  # grew while read
+                return RegularFile("too large", detail=stamp)
+            return RegularFile("file", b"".join(chunks))
+        finally:
+            os.close(fd)
+    finally:
+        os.close(dir_fd)
+
+
+def write_atomic(
+    path: Path,
+    data: bytes,
+    *,
+    beneath: Path | None = None,
+    mode: int = 0o644,
+    dir_mode: int = 0o755,
+) -> None:
+    """Replace `path` with `data` atomically (see the module docstring).
+
+    `mode` is for a new file; an existing one keeps its own (and, for root, its owner).
+    `beneath` as in `open_directory`; missing directories are made with `dir_mode`.
+
+    **Errors:** `LinkRefused` (a link on the way or as the target; nothing written),
+    `AtomicWriteError` (nothing changed), `OSError` when only the final directory sync
+    failed (the file was replaced).
+    """
+    try:
+        dir_fd = open_directory(path.parent, beneath=beneath, create=True, mode=dir_mode)
+    except LinkRefused:
+        raise
+    except OSError as exc:
+        raise AtomicWriteError(
+            exc.errno or errno.EIO, f"cannot write {path}: {exc.strerror or exc}; nothing changed"
+        ) from exc
+    try:
+        _replace(path, data, dir_fd, mode)
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def _replace(path: Path, data: bytes, dir_fd: int, mode: int) -> None:
+    name = path.name
+    try:
+        old: os.stat_result | None = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        old = None
+    if old is not None and not stat.S_ISREG(old.st_mode):
+        kind = "a symbolic link" if stat.S_ISLNK(old.st_mode) else "not a regular file"
+        raise LinkRefused(
+            errno.ELOOP, f"{path} is {kind}; Warren does not write through it (nothing changed)"
+        )
+    tmp = f".{name}.{secrets.token_hex(6)}.tmp"
+    written = False
+    try:
+        fd = os.open(
+            tmp,
+            os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+            0o600,
+            dir_fd=dir_fd,
+        )
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fchmod(fd, stat.S_IMODE(old.st_mode) if old is not None else mode)
+            if old is not None and os.geteuid() == 0:
+                os.fchown(fd, old.st_uid, old.st_gid)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        written = True
+    except OSError as exc:
+        raise AtomicWriteError(
+            exc.errno or errno.EIO, f"cannot write {path}: {exc.strerror or exc}; nothing changed"
+        ) from exc
+    finally:
+        if not written:
+            try:
+                os.unlink(tmp, dir_fd=dir_fd)
+            except OSError:
+                pass
