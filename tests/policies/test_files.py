@@ -527,9 +527,11 @@ def test_a_failed_write_changes_nothing(tmp_path: Path) -> None:
     import signal
 
     path = tmp_path / "p.toml"
-    text = "# mine\n[permissions]\nallow = [\n" + "".join(
-        f'    "Bash(make t{i})",\n' for i in range(20)
-    ) + "]\n"
+    text = (
+        "# mine\n[permissions]\nallow = [\n"
+        + "".join(f'    "Bash(make t{i})",\n' for i in range(20))
+        + "]\n"
+    )
     path.write_text(text, encoding="utf-8")
     soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
     previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
