@@ -13,7 +13,9 @@ Forms:
 - `Bash(npm run test:*)`: the prefix `npm run test`, then the end or a blank (when the
   prefix ends with a letter, digit or `_`; after any other character anything may follow).
 - Path rules, for every tool that declares path fields (`ToolFacts.path_fields`), with
-  gitignore-style globs (`*`, `?`, `[abc]`, `**`):
+  gitignore-style globs (`*`, `?`, `[abc]`, `[!abc]`, `[[:digit:]]`, `**`; `*` and `**` see
+  dotfiles; `{`, `!` first, `+(` are plain characters; a reversed range `[z-a]` and `..` are
+  errors, since either would be a rule that silently matches nothing):
   `//abs/path` is the absolute path `/abs/path`; `~/x` is relative to the home directory;
   `/x` is relative to the directory of the file that defines the rule (for a project's
   `.warren/policy*.toml` that is the project root, the directory holding `.warren/`);
