@@ -17,6 +17,7 @@ arguments (environment, managed policy path, trust store, the floor probe) comes
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import tomllib
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from policies.atomic import open_directory, read_regular
 from policies.engine import PolicyDecision, PolicyEngine, default_facts
 from policies.facts import ToolFacts
 from policies.files import (
@@ -452,10 +454,13 @@ def detect_project_commands(root: Path) -> list[tuple[str, str]]:
 
 
 def _read(path: Path) -> str:
+    """A build file of the repository: read only when it is a regular file (not a link, FIFO
+    or device) of at most 1 MiB, else empty."""
     try:
-        return path.read_text(encoding="utf-8", errors="replace")
+        found = read_regular(path, limit=1 << 20, beneath=path.parent)
     except OSError:
         return ""
+    return found.content.decode("utf-8", errors="replace")
 
 
 def _json_object(path: Path) -> dict[str, Any] | None:
@@ -528,6 +533,24 @@ def _example_command(rule: str) -> str:
     return rule.removeprefix("Bash(").removesuffix(")").removesuffix(":*")
 
 
+def _create_new(directory: int, name: str, text: str) -> bool:
+    """Create `name` in `directory` with `text`; False when anything (even a link) is there."""
+    try:
+        fd = os.open(
+            name,
+            os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+            0o644,
+            dir_fd=directory,
+        )
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    return True
+
+
 def init(cwd: Path, *, environment: CommandEnvironment = _DEFAULT_ENVIRONMENT) -> int:
     """Write a starter `.warren/policy.toml`; never overwrite an existing one."""
     out = environment.stdout()
@@ -536,16 +559,18 @@ def init(cwd: Path, *, environment: CommandEnvironment = _DEFAULT_ENVIRONMENT) -
     commands = detect_project_commands(root)
     text = starter_policy(commands)
     parse_policy_text(text, file=str(target))  # never write a file Warren cannot load
-    target.parent.mkdir(parents=True, exist_ok=True)
     try:
-        with target.open("x", encoding="utf-8") as handle:
-            handle.write(text)
-    except FileExistsError:
-        print(f"error: {target} exists; edit it instead (nothing was written)", file=out)
+        directory = open_directory(target.parent, beneath=root, create=True)
+    except OSError as exc:
+        print(f"error: {exc} (nothing was written)", file=out)
         return EXIT_FAILED
-    ignore = target.parent / ".gitignore"
-    if not ignore.exists():
-        ignore.write_text(f"{LOCAL_POLICY.name}\n", encoding="utf-8")
+    try:
+        if not _create_new(directory, target.name, text):
+            print(f"error: {target} exists; edit it instead (nothing was written)", file=out)
+            return EXIT_FAILED
+        _create_new(directory, ".gitignore", f"{LOCAL_POLICY.name}\n")
+    finally:
+        os.close(directory)
     print(f"wrote {target}", file=out)
     for rule, why in commands:
         print(f"  allow {rule}  ({why})", file=out)

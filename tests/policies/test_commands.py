@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -311,6 +315,49 @@ def test_init_detects_pnpm_and_tox(setup: Setup) -> None:
     (setup.repo / "pyproject.toml").write_text("[tool.tox]\n")
     rules = [rule for rule, _ in commands.detect_project_commands(setup.repo)]
     assert rules == ["Bash(pnpm run lint:*)", "Bash(tox:*)"]
+
+
+@pytest.fixture
+def outside() -> Iterator[Path]:
+    """A directory outside the repository and outside /tmp, removed after."""
+    path = Path(tempfile.mkdtemp(prefix="warren-init-outside-", dir="/var/tmp"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path)
+
+
+@pytest.mark.parametrize("plant", ["warren-dir", "gitignore-link", "dangling-gitignore"])
+def test_init_never_writes_through_a_planted_link(setup: Setup, outside: Path, plant: str) -> None:
+    repo = setup.repo
+    (outside / ".bashrc").write_text("# mine\n")
+    if plant == "warren-dir":
+        (repo / ".warren").rmdir()
+        (repo / ".warren").symlink_to(outside)
+        assert commands.init(repo, environment=setup.environment()) == 1
+        assert "symbolic link" in setup.output()
+    else:
+        target = outside / (".bashrc" if plant == "gitignore-link" else "created-by-warren")
+        (repo / ".warren/.gitignore").symlink_to(target)
+        assert commands.init(repo, environment=setup.environment()) == 0
+        assert not (outside / "created-by-warren").exists()
+    assert sorted(p.name for p in outside.iterdir()) == [".bashrc"]
+    assert (outside / ".bashrc").read_text() == "# mine\n"
+
+
+@pytest.mark.parametrize("kind", ["fifo", "secret-link", "dev-zero"])
+def test_init_reads_build_files_only_when_regular(setup: Setup, outside: Path, kind: str) -> None:
+    """A Makefile that is a FIFO, a link to a host file or to /dev/zero is skipped at once."""
+    makefile = setup.repo / "Makefile"
+    if kind == "fifo":
+        os.mkfifo(makefile)
+    elif kind == "secret-link":
+        (outside / "Makefile").write_text("check:\n\ttrue\n")
+        makefile.symlink_to(outside / "Makefile")
+    else:
+        makefile.symlink_to("/dev/zero")
+    rules = [rule for rule, _ in commands.detect_project_commands(setup.repo)]
+    assert "Bash(make check)" not in rules
 
 
 # -- trust --
