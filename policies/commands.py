@@ -258,8 +258,9 @@ def _print_decision(decision: PolicyDecision, out: TextIO) -> None:
 
 _TRUST_NOTES = {
     "trusted": "trusted",
-    "untrusted": "NOT trusted: its allow rules, hooks, mode, limits and writable roots are "
-    "ignored (review .warren/ and run `warren policy trust`)",
+    "untrusted": "NOT trusted: its allow rules, hooks, mode, limits, writable roots and agents "
+    "are ignored (review .warren/, .mcp.json and its memory files such as CLAUDE.md, then run "
+    "`warren policy trust`)",
     "changed": "NOT trusted: a file it contributes (policy, agent, MCP or memory file) changed "
     "since you trusted it (review it and run `warren policy trust` again)",
     "no project policy": "no project files to trust (policy, agent, MCP or memory files)",

@@ -1,0 +1,156 @@
+"""policies.atomic: files read and replaced where someone else controls the directory.
+
+Each test attacks or faults the operation and then checks the host: the old bytes are intact,
+nothing was written outside, nothing blocked.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from policies.atomic import (
+    AtomicWriteError,
+    LinkRefused,
+    open_directory,
+    read_regular,
+    write_atomic,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def outside() -> Iterator[Path]:
+    """A directory standing for the user's home: outside the tree and outside /tmp."""
+    path = Path(tempfile.mkdtemp(prefix="warren-atomic-", dir="/var/tmp"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path)
+
+
+def test_sigkill_at_any_moment_leaves_old_or_complete_new_bytes(tmp_path: Path) -> None:
+    """A child rewrites a 16 MiB file in a loop, alternating two contents; it is killed once it
+    reports writes under way. Each round the file holds one whole content, never a mix or a
+    truncation, and at most the child's one temporary file is left beside it."""
+    target = tmp_path / "policy.toml"
+    size = 16 << 20
+    target.write_bytes(b"A" * size)
+    child_code = (
+        "import sys; from pathlib import Path; from policies.atomic import write_atomic\n"
+        f"target = Path({str(target)!r}); size = {size}\n"
+        "for i in range(10**6):\n"
+        "    print(i, flush=True)\n"
+        "    write_atomic(target, (b'B' if i % 2 else b'A') * size)\n"
+    )
+    for round_ in range(6):
+        child = subprocess.Popen(
+            [sys.executable, "-c", child_code],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+        assert child.stdout is not None
+        for _ in range(1 + round_ % 3):  # let it get 1..3 writes in
+            assert child.stdout.readline()
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        child.stdout.close()
+        data = target.read_bytes()
+        assert len(data) == size
+        assert data in (b"A" * size, b"B" * size)
+        leftovers = [p for p in tmp_path.iterdir() if p != target]
+        assert len(leftovers) <= 1 and all(p.name.startswith(".policy.toml.") for p in leftovers)
+        for leftover in leftovers:
+            leftover.unlink()
+
+
+def test_a_link_on_the_way_is_refused_and_nothing_is_written_outside(
+    tmp_path: Path, outside: Path
+) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / ".warren").symlink_to(outside)
+    with pytest.raises(LinkRefused):
+        write_atomic(repo / ".warren" / "policy.local.toml", b"x", beneath=repo)
+    with pytest.raises(LinkRefused):
+        write_atomic(repo / ".warren" / "sub" / "f", b"x", beneath=repo)
+    assert list(outside.iterdir()) == []
+    with pytest.raises(LinkRefused):
+        open_directory(repo / ".warren", beneath=repo)
+    with pytest.raises(LinkRefused):
+        open_directory(repo / ".." / "x", beneath=repo)
+
+
+@pytest.mark.parametrize("kind", ["link", "fifo", "directory"])
+def test_a_target_that_is_not_a_regular_file_is_refused(
+    tmp_path: Path, outside: Path, kind: str
+) -> None:
+    secret = outside / ".bashrc"
+    secret.write_text("# mine\n")
+    target = tmp_path / "f"
+    if kind == "link":
+        target.symlink_to(secret)
+    elif kind == "fifo":
+        os.mkfifo(target)
+    else:
+        target.mkdir()
+    with pytest.raises(LinkRefused, match="nothing changed"):
+        write_atomic(target, b"evil\n", beneath=tmp_path)
+    assert secret.read_text() == "# mine\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f"]
+
+
+def test_mode_is_kept_and_a_new_file_gets_the_given_one(tmp_path: Path) -> None:
+    target = tmp_path / "f"
+    target.write_text("old")
+    target.chmod(0o640)
+    write_atomic(target, b"new")
+    assert (target.read_bytes(), target.stat().st_mode & 0o777) == (b"new", 0o640)
+    fresh = tmp_path / "d" / "g"
+    write_atomic(fresh, b"x", mode=0o600, dir_mode=0o700)
+    assert fresh.stat().st_mode & 0o777 == 0o600
+    assert fresh.parent.stat().st_mode & 0o777 == 0o700
+
+
+def test_a_missing_directory_that_cannot_be_made_is_nothing_changed(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(AtomicWriteError, match="nothing changed"):
+        write_atomic(blocker / "sub" / "f", b"x")
+
+
+def test_read_regular_states(tmp_path: Path, outside: Path) -> None:
+    (outside / "secret").write_text("s3cret")
+    (tmp_path / "link").symlink_to(outside / "secret")
+    (tmp_path / "zero").symlink_to("/dev/zero")
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "big").write_bytes(b"x" * 101)
+    (tmp_path / "ok").write_bytes(b"x" * 100)
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "linkdir").symlink_to(outside)
+
+    def state(name: str, **kw: object) -> str:
+        return read_regular(tmp_path / name, limit=100, **kw).state  # type: ignore[arg-type]
+
+    assert state("link") == "link"
+    assert read_regular(tmp_path / "link", limit=100).detail == str(outside / "secret")
+    assert read_regular(tmp_path / "link", limit=100).content == b""
+    assert state("zero") == "link"
+    assert state("fifo") == "not a regular file"
+    assert state("big") == "too large"
+    assert read_regular(tmp_path / "ok", limit=100).content == b"x" * 100
+    assert state("dir") == "not a regular file"
+    assert state("missing") == "missing"
+    assert state("linkdir/secret", beneath=tmp_path) == "link"
+    assert state("link", follow_links=True) == "file"  # only for the user's own files
+    assert state("zero", follow_links=True) == "not a regular file"
