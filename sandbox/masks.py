@@ -11,8 +11,8 @@ Rules it implements (each pinned by tests/sandbox/test_masks.py):
 - A secret (deny-read) that exists is masked at its resolved target: a directory by an empty
   read-only tmpfs, a file by a `nodev` bind of /dev/null (opening it fails with EACCES).
 - A protected path under a writable root that exists is bound read-only onto itself at its
-  resolved target; a missing one gets a host stub at its first missing component, bound
-  read-only, so it cannot be created.
+  resolved target; a missing one gets no mount (nothing is created in the user's tree): its
+  first missing component is listed in `watched`, and `sandbox.guard` undoes its creation.
 - Every directory between a writable root and a masked path is bound onto itself (a "pin"):
   a mount point cannot be renamed, so `mv .git .git2 && mkdir -p .git/hooks` fails with EBUSY
   instead of planting a hook.
@@ -27,7 +27,6 @@ import pwd
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -38,7 +37,6 @@ from sandbox.spec import Mode, ProtectedPath, SandboxSpec
 __all__ = [
     "BindMount",
     "HostFacts",
-    "StubRequest",
     "gather_host_facts",
     "python_runtime_paths",
     "resolve_home",
@@ -61,14 +59,6 @@ class BindMount(_Frozen):
     """The spec field it came from (`workspaces[0]`), for error messages."""
 
 
-class StubRequest(_Frozen):
-    """A host path to create (if still missing) before bwrap runs, so it can be a mount point."""
-
-    path: Path
-    kind: Literal["dir", "file"]
-    content: str = ""
-
-
 class HostFacts(_Frozen):
     """Everything `bwrap_argv` needs to know about the host, as plain values."""
 
@@ -77,12 +67,14 @@ class HostFacts(_Frozen):
     pins: tuple[Path, ...]
     """Directories bound onto themselves read-write so they cannot be renamed away."""
     protected: tuple[Path, ...]
-    """Paths bound onto themselves read-only (existing protected paths and stubs)."""
+    """Existing protected paths, bound onto themselves read-only."""
     deny_dirs: tuple[Path, ...]
     """Directories hidden under an empty read-only tmpfs."""
     deny_files: tuple[Path, ...]
     """Files hidden under a /dev/null bind."""
-    stubs: tuple[StubRequest, ...]
+    watched: tuple[Path, ...] = ()
+    """Missing protected paths (first missing component) inside writable roots: not mounted,
+    their creation is undone by `sandbox.guard`."""
     env: tuple[tuple[str, str], ...]
     warnings: tuple[str, ...] = ()
     """Things that weaken the floor but do not stop it (a protected path that is a symlink)."""
@@ -120,6 +112,7 @@ def gather_host_facts(
     environ: Mapping[str, str] | None = None,
     executables: Sequence[Path] = (),
     runtime: Sequence[Path] = (),
+    nested: Sequence[Path] = (),
 ) -> HostFacts:
     """Look at the host once and return what the sandbox's mounts and environment will be.
 
@@ -131,6 +124,9 @@ def gather_host_facts(
     imports, `python_runtime_paths()`): any of them the sandbox would hide (a virtualenv under
     /tmp, which the sandbox replaces) is bound read-only at its own path.
 
+    `nested` are existing protected paths below the roots' top level (found by
+    `sandbox.guard.survey`): each is bound read-only like a top-level one.
+
     Errors: `SandboxConfigError` for a missing workspace or bind, a root inside a masked
     secret, or an executable inside a writable root.
     """
@@ -140,6 +136,8 @@ def gather_host_facts(
     builder.add_runtime(runtime)
     builder.check_executables(executables)
     builder.add_protected()
+    for path in nested:
+        builder.protect_nested(path)
     builder.add_deny_read()
     return builder.build()
 
@@ -155,7 +153,7 @@ class _FactsBuilder:
         self.protected_dirs: set[Path] = set()
         self.deny_dirs: set[Path] = set()
         self.deny_files: set[Path] = set()
-        self.stubs: dict[Path, StubRequest] = {}
+        self.watched: set[Path] = set()
         self.warnings: list[str] = []
 
     def _resolve_binds(self) -> list[BindMount]:
@@ -276,6 +274,15 @@ class _FactsBuilder:
                 dirs.append((gitdir / common).resolve())
         return list(dict.fromkeys(dirs))
 
+    def protect_nested(self, path: Path) -> None:
+        if os.path.lexists(path) and not path.is_symlink():
+            root = self.writable_root(path)
+            if root is not None:
+                self._pin_between(root, path)
+                self.protected.add(path)
+                if path.is_dir():
+                    self.protected_dirs.add(path)
+
     def _protect(self, path: Path, entry: ProtectedPath) -> None:
         if os.path.lexists(path) and path.exists():
             target = path.resolve()
@@ -292,19 +299,12 @@ class _FactsBuilder:
             if target.is_dir():
                 self.protected_dirs.add(target)
             return
-        missing, is_leaf = _first_missing(path.resolve())
+        missing = _first_missing(path.resolve())
         root = self.writable_root(missing)
         if root is None:
             return
         self._pin_between(root, missing)
-        kind: Literal["dir", "file"] = entry.stub if is_leaf else "dir"
-        previous = self.stubs.get(missing)
-        if previous is None or (previous.kind == "file" and kind == "dir"):
-            content = entry.stub_content if kind == "file" else ""
-            self.stubs[missing] = StubRequest(path=missing, kind=kind, content=content)
-        self.protected.add(missing)
-        if kind == "dir":
-            self.protected_dirs.add(missing)
+        self.watched.add(missing)
 
     def _pin_between(self, root: Path, target: Path) -> None:
         for ancestor in target.parents:
@@ -374,7 +374,7 @@ class _FactsBuilder:
 
     def _deny_missing(self, path: Path) -> None:
         # A missing secret only matters where the sandbox could create it (a writable root
-        # containing the home): there it becomes a read-only stub like a protected path.
+        # containing the home): there it is watched like a missing protected path.
         self._protect(path, ProtectedPath(path=str(path)))
 
     # -- result --------------------------------------------------------------------------
@@ -385,7 +385,7 @@ class _FactsBuilder:
 
         protected = {p for p in self.protected if not covered(p)}
         pins = {p for p in self.pins if not covered(p) and p not in protected}
-        stubs = [s for p, s in self.stubs.items() if not covered(p)]
+        watched = {p for p in self.watched if not covered(p)}
         return HostFacts(
             home=self.home,
             binds=tuple(self.binds),
@@ -393,7 +393,7 @@ class _FactsBuilder:
             protected=_ordered(protected),
             deny_dirs=_ordered(self.deny_dirs),
             deny_files=_ordered(self.deny_files),
-            stubs=tuple(sorted(stubs, key=lambda s: _depth_key(s.path))),
+            watched=_ordered(watched),
             env=build_env(self.spec.env, self.environ, home=self.home),
             warnings=tuple(self.warnings),
         )
@@ -405,15 +405,15 @@ def _within(path: Path, root: Path) -> bool:
     return path.parts[: len(parts)] == parts
 
 
-def _first_missing(path: Path) -> tuple[Path, bool]:
+def _first_missing(path: Path) -> Path:
     """The first component of `path` (already resolved, so no links on the way) that does not
-    exist, and whether it is `path` itself. Walks up: usually only the leaf is missing."""
+    exist. Walks up: usually only the leaf is missing."""
     missing = path
     for ancestor in path.parents:
         if os.path.lexists(ancestor):
             break
         missing = ancestor
-    return missing, missing == path
+    return missing
 
 
 def _xdg(environ: Mapping[str, str], var: str, default: Path) -> list[Path]:

@@ -2,7 +2,8 @@
 (`open_sandboxed_process`, for the tool host and pool workers).
 
 The runner owns what the kernel cannot enforce by itself: the wall clock, the output cap, the
-process watchdog (see `sandbox.limits`), the cgroup and the host stubs' lifetime. Every
+process watchdog (see `sandbox.limits`), the cgroup and the workspace guard's lifetime (a
+writable sandbox's protected names, `sandbox.guard`). Every
 sandbox it starts is killed and reaped before the call returns, whatever happens: normal exit,
 a limit, an exception in the caller, or cancellation (teardown is shielded and bounded).
 
@@ -32,6 +33,7 @@ import trio
 from pydantic import BaseModel, ConfigDict
 
 from sandbox.argv import bwrap_argv
+from sandbox.guard import WorkspaceGuard
 from sandbox.host import SandboxHost, detect_host
 from sandbox.limits import (
     SandboxCgroup,
@@ -40,7 +42,7 @@ from sandbox.limits import (
     sandbox_command_pids,
     sandbox_init_pid,
 )
-from sandbox.masks import gather_host_facts, python_runtime_paths
+from sandbox.masks import HostFacts, gather_host_facts, python_runtime_paths
 from sandbox.seccomp import build_filter
 from sandbox.spec import LimitName, Limits, SandboxSpec
 from sandbox.stubs import StubRegistry
@@ -107,6 +109,8 @@ class SandboxResult(BaseModel):
     """Which bwrap ran it (`BwrapBinary.describe()`), for the audit log."""
     warnings: tuple[str, ...] = ()
     """Weaknesses of this particular sandbox (from `HostFacts.warnings`)."""
+    undone: tuple[str, ...] = ()
+    """Protected names the command created and the guard removed, one message each."""
 
     @property
     def ok(self) -> bool:
@@ -161,6 +165,16 @@ class SandboxProcess:
         status)."""
         self.warnings: tuple[str, ...] = ()
         """`HostFacts.warnings` of this sandbox."""
+        self.guard: WorkspaceGuard | None = None
+        """The writable roots' guard (None for a read-only sandbox)."""
+        self.undone: tuple[str, ...] = ()
+        """Messages of the guard's last drain at teardown (protected names removed)."""
+
+    def check_changes(self) -> list[str]:
+        """Undo protected names created since the last check (see `sandbox.guard`); one
+        message each. Call after every call a long-lived writable sandbox ran. Cheap: one
+        non-blocking read when nothing changed."""
+        return [] if self.guard is None else self.guard.drain()
 
     @property
     def returncode(self) -> int | None:
@@ -259,13 +273,9 @@ async def _sandbox(
     graceful: bool,
 ) -> AsyncIterator[SandboxProcess]:
     executables = [host.bwrap.path] + ([host.prlimit] if host.prlimit else [])
-    facts = await trio.to_thread.run_sync(
-        partial(
-            gather_host_facts, spec, executables=executables, runtime=python_runtime_paths()
-        )
+    facts, guard = await trio.to_thread.run_sync(
+        partial(_prepare, spec, executables=executables, stub_dir=host.stub_dir)
     )
-    registry = StubRegistry(host.stub_dir)
-    lease = await trio.to_thread.run_sync(registry.acquire, facts.stubs)
     cgroup: SandboxCgroup | None = None
     proc: SandboxProcess | None = None
     try:
@@ -293,6 +303,7 @@ async def _sandbox(
             )
             proc = _spawn(command, io, pass_fds=() if seccomp_fd is None else (seccomp_fd,))
             proc.warnings = facts.warnings
+            proc.guard = guard
         finally:
             if seccomp_fd is not None:
                 os.close(seccomp_fd)
@@ -318,7 +329,48 @@ async def _sandbox(
                         await stream.aclose()
             if cgroup is not None:
                 await _remove_cgroup(cgroup)
-            await trio.to_thread.run_sync(registry.release, lease)
+            if guard is not None:
+                if proc is not None:
+                    proc.undone += tuple(guard.drain())
+                guard.close()
+
+
+_swept = False
+
+
+def _prepare(
+    spec: SandboxSpec, *, executables: Sequence[Path], stub_dir: Path
+) -> tuple[HostFacts, WorkspaceGuard | None]:
+    """Host facts and, for a writable sandbox, its started guard (in a worker thread: the
+    guard's walk is the costly part). Sweeps old versions' placeholders once per process."""
+    global _swept
+    if not _swept:
+        _swept = True
+        with contextlib.suppress(OSError):
+            StubRegistry(stub_dir).sweep()
+    roots = [w.path.resolve() for w in spec.workspaces if w.mode == "rw"]
+    roots += [b.path.resolve() for b in spec.extra_binds if b.mode == "rw"]
+    guard = None
+    if roots:
+        guard = WorkspaceGuard.start(roots, (p.path for p in spec.all_protected))
+    try:
+        facts = gather_host_facts(
+            spec,
+            executables=executables,
+            runtime=python_runtime_paths(),
+            nested=guard.survey.protected if guard is not None else (),
+        )
+    except BaseException:
+        if guard is not None:
+            guard.close()
+        raise
+    if guard is not None:
+        guard.watch_paths(facts.watched)
+        if guard.survey.warnings:
+            facts = facts.model_copy(
+                update={"warnings": facts.warnings + tuple(guard.survey.warnings)}
+            )
+    return facts, guard
 
 
 def _data_fd(data: bytes) -> int:
@@ -506,6 +558,7 @@ async def run_sandboxed(
         duration_s=time.monotonic() - started,
         sandbox=host.bwrap.describe(),
         warnings=proc.warnings,
+        undone=proc.undone,
     )
 
 

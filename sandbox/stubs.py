@@ -1,10 +1,10 @@
-"""Host stubs: the empty directories and files that let a missing protected path be masked.
+"""Legacy host stubs: sweeping the placeholders that older Warren versions left behind.
 
-bwrap can only mount onto a path that exists, and in a writable workspace any path it creates
-is created on the host. So for a missing `.git/hooks` or `.envrc` we create the stub ourselves
-(an empty directory, or a small file such as `.git/commondir` containing `.`), bind it
-read-only, and remove it when the last sandbox using it ends. Empty directories are the
-default because git never lists them as untracked.
+Warren used to mask a missing protected path (`.envrc`, `.git/hooks`) by creating an empty
+directory or small file there and binding it read-only; the user's tree showed them while a
+sandbox ran, and after a crash until the next sweep. Missing protected paths are now watched
+instead (`sandbox.guard`), and nothing creates stubs any more, but the registry format stays so
+`sweep()` can remove what an older version left: every sandbox start sweeps once per process.
 
 Concurrent sandboxes (in this process or others) share stubs through a registry: one JSON
 state file under a lock (`flock`), recording for each stub whether we created it, its inode,
@@ -26,11 +26,21 @@ import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from sandbox.masks import StubRequest
+from pydantic import BaseModel, ConfigDict
 
-__all__ = ["StubLease", "StubRegistry"]
+__all__ = ["StubLease", "StubRegistry", "StubRequest"]
+
+
+class StubRequest(BaseModel):
+    """A host placeholder in the registry's format (only tests and old versions create them)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    path: Path
+    kind: Literal["dir", "file"]
+    content: str = ""
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ Usage (the composition root):
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import os
@@ -49,6 +50,7 @@ import trio
 
 from orchestrator.aio import closing_iter
 from orchestrator.errors import ToolError, WarrenError
+from orchestrator.messages import TextBlock
 from orchestrator.plan import CallPlan, SandboxMode
 from orchestrator.tools.base import Tool, ToolContext, ToolInput, ToolOutput, ToolProgress
 from sandbox.host import SandboxHost, detect_host
@@ -350,6 +352,8 @@ class SandboxedToolRunner:
         if plan.runs_in_coordinator:
             async with closing_iter(tool.call(input, ctx)) as events:
                 async for event in events:
+                    if isinstance(event, ToolOutput):
+                        event = self._guarded(self._hosts.get("read_write"), event)
                     yield event
             return
         role = _ROLES[plan.sandbox]
@@ -387,7 +391,7 @@ class SandboxedToolRunner:
                 answered = True
                 output = self._output(host, ctx, tool, reply)
                 if output is not None:
-                    yield output
+                    yield self._guarded(host if role == "read_write" else None, output)
                 return
         finally:
             if not answered:
@@ -443,6 +447,21 @@ class SandboxedToolRunner:
                 if reply.shell is not None and host.role == "read_write":
                     self._shell = reply.shell
                 return
+
+    def _guarded(self, host: _Host | None, output: ToolOutput) -> ToolOutput:
+        """`output` with a note for each protected name the call created and the read-write
+        sandbox's guard removed (`sandbox.guard`): it also catches what a background process
+        of the persistent shell or a subagent made since the last call."""
+        check = getattr(host.process, "check_changes", None) if host is not None else None
+        notes: list[str] = check() if check is not None else []
+        if not notes:
+            return output
+        note = "\n".join(notes)
+        if isinstance(output.content, str):
+            content: Any = f"{output.content}\n\n{note}" if output.content else note
+        else:
+            content = [*output.content, TextBlock(text=note)]
+        return dataclasses.replace(output, content=content)
 
     def _next_id(self) -> str:
         return f"c{next(self._ids)}"
