@@ -11,8 +11,8 @@ Rules it implements (each pinned by tests/sandbox/test_masks.py):
 - A secret (deny-read) that exists is masked at its resolved target: a directory by an empty
   read-only tmpfs, a file by a `nodev` bind of /dev/null (opening it fails with EACCES).
 - A protected path under a writable root that exists is bound read-only onto itself at its
-  resolved target; a missing one gets no mount (nothing is created in the user's tree): its
-  first missing component is listed in `watched`, and `sandbox.guard` undoes its creation.
+  resolved target; a missing one gets no mount (nothing is created in the user's tree): it
+  is listed in `watched`, and `sandbox.guard` undoes its creation.
 - Every directory between a writable root and a masked path is bound onto itself (a "pin"):
   a mount point cannot be renamed, so `mv .git .git2 && mkdir -p .git/hooks` fails with EBUSY
   instead of planting a hook.
@@ -73,8 +73,8 @@ class HostFacts(_Frozen):
     deny_files: tuple[Path, ...]
     """Files hidden under a /dev/null bind."""
     watched: tuple[Path, ...] = ()
-    """Missing protected paths (first missing component) inside writable roots: not mounted,
-    their creation is undone by `sandbox.guard`."""
+    """Missing protected paths inside writable roots: not mounted, their creation is undone
+    by `sandbox.guard`."""
     env: tuple[tuple[str, str], ...]
     warnings: tuple[str, ...] = ()
     """Things that weaken the floor but do not stop it (a protected path that is a symlink)."""
@@ -304,7 +304,7 @@ class _FactsBuilder:
         if root is None:
             return
         self._pin_between(root, missing)
-        self.watched.add(missing)
+        self.watched.add(path.resolve())
 
     def _pin_between(self, root: Path, target: Path) -> None:
         for ancestor in target.parents:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from sandbox.argv import MANDATORY_FLAGS, bwrap_argv, prlimit_argv
-from sandbox.masks import BindMount, HostFacts, StubRequest
+from sandbox.masks import BindMount, HostFacts
 from sandbox.spec import Limits, SandboxSpec, WorkspaceRoot
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -31,7 +31,7 @@ def _facts(**overrides: object) -> HostFacts:
         "protected": (WS / ".envrc", WS / ".git" / "config", WS / ".git" / "hooks"),
         "deny_dirs": (Path("/home/dev/.ssh"), Path("/home/dev/.aws")),
         "deny_files": (Path("/etc/shadow"), Path("/home/dev/.netrc")),
-        "stubs": (StubRequest(path=WS / ".envrc", kind="dir"),),
+        "watched": (WS / ".vscode",),
         "env": (("HOME", "/home/dev"), ("LANG", "C.UTF-8"), ("PATH", "/usr/bin:/bin")),
     }
     values.update(overrides)
@@ -69,13 +69,13 @@ CASES: dict[str, tuple[SandboxSpec, HostFacts, Options]] = {
             binds=(BindMount(path=WS, mode="ro", label="workspaces[0]"),),
             pins=(),
             protected=(),
-            stubs=(),
+            watched=(),
         ),
         Options(prlimit=None, seccomp_fd=None),
     ),
     "no_workspace": (
         SandboxSpec(),
-        _facts(binds=(), pins=(), protected=(), stubs=(), deny_dirs=(), deny_files=()),
+        _facts(binds=(), pins=(), protected=(), watched=(), deny_dirs=(), deny_files=()),
         Options(seccomp_fd=5),
     ),
     "nested_binds_and_cwd": (

@@ -1,4 +1,4 @@
-"""Host facts: which paths get masked, pinned, stubbed, on real scratch trees."""
+"""Host facts: which paths get masked, pinned, watched, on real scratch trees."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from sandbox.errors import SandboxConfigError
-from sandbox.masks import StubRequest, gather_host_facts
+from sandbox.masks import gather_host_facts
 from sandbox.spec import Bind, ProtectedPath, SandboxSpec, WorkspaceRoot
 
 
@@ -40,7 +40,7 @@ def test_existing_secrets_are_masked_at_their_resolved_target(
     assert real in facts.deny_files
     assert home / ".netrc" not in facts.deny_files
     assert all("aws" not in str(p) and "nowhere" not in str(p) for p in facts.deny_dirs)
-    assert not facts.stubs or all(not s.path.is_relative_to(home) for s in facts.stubs)
+    assert all(not p.is_relative_to(home) for p in facts.watched)
 
 
 def test_xdg_dirs_and_home_defaults_are_both_masked(tree: tuple[Path, Path], scratch: Path) -> None:
@@ -113,35 +113,28 @@ def test_existing_protected_paths_are_bound_read_only_and_their_parents_pinned(
     assert ws not in facts.pins
 
 
-def test_missing_protected_paths_are_stubbed_at_the_first_missing_component(
-    tree: tuple[Path, Path],
-) -> None:
+def test_missing_protected_paths_are_watched_not_created(tree: tuple[Path, Path]) -> None:
     ws, home = tree
     facts = gather_host_facts(_spec(ws, home), environ={})
-    stubs = {s.path: s for s in facts.stubs}
-    # No .git at all: one directory stub covers hooks, config, commondir, modules...
-    assert stubs[ws / ".git"] == StubRequest(path=ws / ".git", kind="dir")
-    assert not any(p.is_relative_to(ws / ".git") and p != ws / ".git" for p in stubs)
-    assert stubs[ws / ".envrc"].kind == "dir"  # invisible to git, unlike an empty file
-    assert stubs[ws / ".github"].kind == "dir"  # for .github/workflows
-    assert set(stubs) <= set(facts.protected)
+    watched = set(facts.watched)
+    assert {ws / ".git" / "hooks", ws / ".envrc", ws / ".github" / "workflows"} <= watched
+    assert not watched & set(facts.protected)  # nothing to mount onto
+    assert sorted(ws.iterdir()) == []  # and nothing was created in the user's tree
 
 
-def test_file_stubs_inside_git_carry_valid_content(tree: tuple[Path, Path]) -> None:
+def test_missing_names_inside_git_are_watched(tree: tuple[Path, Path]) -> None:
     ws, home = tree
     (ws / ".git" / "hooks").mkdir(parents=True)
     facts = gather_host_facts(_spec(ws, home), environ={})
-    stubs = {s.path: s for s in facts.stubs}
-    assert stubs[ws / ".git" / "commondir"] == StubRequest(
-        path=ws / ".git" / "commondir", kind="file", content="."
-    )
-    assert stubs[ws / ".git" / "config"].kind == "file"
+    assert {ws / ".git" / "commondir", ws / ".git" / "config"} <= set(facts.watched)
+    assert ws / ".git" / "hooks" in facts.protected
+    assert sorted(p.name for p in (ws / ".git").iterdir()) == ["hooks"]
 
 
 def test_read_only_workspace_needs_no_protection(tree: tuple[Path, Path]) -> None:
     ws, home = tree
     facts = gather_host_facts(_spec(ws, home).read_only(), environ={})
-    assert facts.protected == () and facts.stubs == () and facts.pins == ()
+    assert facts.protected == () and facts.watched == () and facts.pins == ()
 
 
 def test_worktree_pointer_and_real_gitdirs_are_protected(scratch: Path) -> None:
@@ -183,13 +176,13 @@ def test_extra_protected_accepts_plain_strings_and_absolute_paths(
     assert spec.extra_protected[0] == ProtectedPath(path="Makefile")
     facts = gather_host_facts(spec, environ={})
     assert ws / "Makefile" in facts.protected
-    assert ws / "abs.cfg" in {s.path for s in facts.stubs}
+    assert ws / "abs.cfg" in facts.watched
 
 
-def test_missing_secret_in_a_writable_home_is_stubbed(tree: tuple[Path, Path]) -> None:
+def test_missing_secret_in_a_writable_home_is_watched(tree: tuple[Path, Path]) -> None:
     _, home = tree
     facts = gather_host_facts(_spec(home, home), environ={})
-    assert home / ".ssh" in {s.path for s in facts.stubs}
+    assert home / ".ssh" in facts.watched
 
 
 def test_nothing_inside_a_protected_directory_is_listed_twice(tree: tuple[Path, Path]) -> None:

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox.masks import StubRequest
-from sandbox.stubs import StubRegistry
+from sandbox.stubs import StubRegistry, StubRequest
 
 
 @pytest.fixture
