@@ -33,6 +33,7 @@ from sandbox.spec import DEFAULT_DENY_READ, DEFAULT_PROTECTED, Bind, Limits
 from tests.sandbox.escape_kit import (
     ORIGINAL,
     Arena,
+    Outcome,
     Who,
     assert_gone,
     nothing_pending,
@@ -758,6 +759,16 @@ def _make_protected_attempt(rel: str, existing: bool) -> AttemptFn:
         )
         out.assert_ran()
         assert out.report["sibling"] == "ok", f"the parent should stay writable: {out.debug()}"
+        if not existing:
+            # Nothing is mounted over a missing name (no placeholder in the user's tree): the
+            # sandbox may create it, and the guard removes it when the sandbox ends.
+            assert not os.path.lexists(target), f"{target} exists after the sandbox"
+            after = sorted(
+                p.name for p in control_dir.iterdir() if a.token not in p.name and
+                not p.name.endswith(".moved") and p.name != ".github"
+            )  # fmt: skip
+            assert after == before
+            return
         if is_dir:
             for name in ("new", "modify", "rename"):
                 assert out.refused(name), f"{name}: {out.debug()}"
@@ -766,13 +777,7 @@ def _make_protected_attempt(rel: str, existing: bool) -> AttemptFn:
         else:
             for name in ("write", "append", "unlink", "replace"):
                 assert out.refused(name), f"{name}: {out.debug()}"
-        if existing:
-            assert unchanged(target / "existing.txt" if is_dir else target)
-        else:
-            # The stub that masked it is gone again: the host looks as before.
-            assert not os.path.lexists(target), f"{target} exists after the sandbox"
-            after = sorted(p.name for p in control_dir.iterdir() if a.token not in p.name)
-            assert after == before
+        assert unchanged(target / "existing.txt" if is_dir else target)
 
     return run
 
@@ -805,6 +810,11 @@ async def _(a: Arena) -> None:
     assert (a.ws / ".git" / "HEAD").exists()
 
 
+def _undone(out: Outcome) -> set[str]:
+    """The paths the guard reported removing."""
+    return {m.split()[2].rstrip(":") for m in out.result.undone}
+
+
 @attempt("git_hook_via_commondir_redirect")
 async def _(a: Arena) -> None:
     (a.ws / ".git" / "hooks").mkdir(parents=True)
@@ -815,9 +825,12 @@ async def _(a: Arena) -> None:
         "t('commondir', w, A['ws'] + '/.git/commondir', A['ws'] + '/evil')\n"
         "t('hooks_path', app, A['ws'] + '/.git/config', '[core]\\nhooksPath = evil/hooks\\n')"
     )
-    out.assert_refused("commondir", "hooks_path")
+    # Missing names are not mounted over: the guard removes them when the sandbox ends,
+    # before any git outside could follow them.
+    out.assert_ran()
     assert not (a.ws / ".git" / "commondir").exists()
     assert not (a.ws / ".git" / "config").exists()
+    assert {".git/commondir", ".git/config"} <= _undone(out)
 
 
 @attempt("git_init_in_plain_directory")
@@ -826,8 +839,9 @@ async def _(a: Arena) -> None:
         "t('mkdir', os.makedirs, A['ws'] + '/.git/hooks', exist_ok=True)\n"
         "t('hook', w, A['ws'] + '/.git/hooks/pre-commit')"
     )
-    out.assert_refused("hook")
+    out.assert_ran()
     assert not (a.ws / ".git").exists()
+    assert ".git" in _undone(out)
 
 
 @attempt("protected_via_symlink_and_hardlink")
@@ -1054,7 +1068,8 @@ async def _(a: Arena) -> None:
         spec=a.spec(workspace=a.home),
         extra={"ws": str(a.home)},
     )
-    out.assert_refused("keys", "bashrc")
+    out.assert_ran()
+    assert {".ssh", ".bashrc"} <= _undone(out)
     assert not (a.home / ".ssh").exists()
     assert not (a.home / ".bashrc").exists()
 
