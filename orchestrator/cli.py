@@ -232,7 +232,10 @@ def sandboxed_runner_factory() -> RunnerFactory:
             extra_deny_read=policy.deny_read(),
             extra_protected=policy.protected(),
         )
-        return open_tool_runner(spawner=SandboxedSpawner(spec), prestart=ctx)
+        return open_tool_runner(
+            spawner=SandboxedSpawner(spec, read_denied=policy.read_denied()),
+            prestart=ctx,
+        )
 
     return open_runner
 

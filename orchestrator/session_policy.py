@@ -9,6 +9,7 @@ classifier (for runs without the sandboxed hosts), and the sandbox the policy's 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,7 @@ from policies.files import (
     command_line_policy,
     load_effective_policy,
 )
+from policies.rules import compile_rule
 
 __all__ = ["SessionPolicy", "load_session_policy"]
 
@@ -112,6 +114,23 @@ class SessionPolicy:
 
     def deny_read(self) -> tuple[str, ...]:
         return tuple(pattern for pattern, _ in self.effective.deny_read)
+
+    def read_denied(self) -> Callable[[str], bool] | None:
+        """Absolute path -> does a deny rule on `Read` (the read family) cover it; None when
+        no rule does. The sandbox masks the files it covers (`SandboxedSpawner`)."""
+        home = Path(os.environ.get("HOME") or Path.home()).resolve()
+        patterns = []
+        for entry in self.effective.rules:
+            if entry.kind != "deny" or not entry.active or entry.parsed.kind != "path":
+                continue
+            rule = compile_rule(
+                entry.parsed, anchor=entry.anchor, workspace=self.engine.workspace, home=home
+            )
+            if rule.covers("Read") and rule.path is not None:
+                patterns.append(rule.path)
+        if not patterns:
+            return None
+        return lambda path: any(pattern.matches(path) for pattern in patterns)
 
     def protected(self) -> tuple[str, ...]:
         return tuple(pattern for pattern, _ in self.effective.protected)

@@ -32,6 +32,7 @@ that swaps a parent for a symlink cannot make the guard delete outside the root.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import dataclasses
@@ -40,7 +41,7 @@ import os
 import shutil
 import stat
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -49,6 +50,7 @@ __all__ = [
     "ProtectedNames",
     "Survey",
     "WorkspaceGuard",
+    "find_denied",
     "list_gitlinks",
     "survey",
 ]
@@ -207,6 +209,35 @@ def _walk(
                 stack.append((Path(entry.path), sub))
             elif files:
                 out.files.append(Path(entry.path))
+
+
+def find_denied(
+    roots: Sequence[Path], denied: Callable[[str], bool], *, limit: int = WALK_LIMIT
+) -> list[Path]:
+    """Paths below `roots` that `denied` (an absolute path -> is it read-denied) covers, for
+    masking: a denied directory is listed and not entered; no link is followed; `.git` is not
+    entered (the repository's objects are not files a rule names)."""
+    out: list[Path] = []
+    stack = [os.fspath(root) for root in roots]
+    budget = limit
+    while stack:
+        directory = stack.pop()
+        try:
+            with os.scandir(directory) as scan:
+                entries = list(scan)
+        except OSError:
+            continue
+        budget -= len(entries)
+        if budget < 0:
+            break
+        for entry in entries:
+            if denied(entry.path):
+                out.append(Path(entry.path))
+            elif entry.name != ".git":
+                with contextlib.suppress(OSError):
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+    return sorted(out)
 
 
 # -- inotify -----------------------------------------------------------------------------

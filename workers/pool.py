@@ -740,7 +740,7 @@ async def open_session_subagents(
         workspace=ctx.workspace,
         cwd=ctx.cwd,
         extra_roots=ctx.extra_roots,
-        spawner=SandboxedSpawner(spec),
+        spawner=SandboxedSpawner(spec, read_denied=policy.read_denied()),
         options=PoolOptions(max_workers=int(max_workers or 10)),
     ) as pool:
         yield pool, broker

@@ -32,6 +32,7 @@ Usage (the composition root):
 from __future__ import annotations
 
 import dataclasses
+import glob
 import itertools
 import math
 import os
@@ -53,6 +54,8 @@ from orchestrator.errors import ToolError, WarrenError
 from orchestrator.messages import TextBlock
 from orchestrator.plan import CallPlan, SandboxMode
 from orchestrator.tools.base import Tool, ToolContext, ToolInput, ToolOutput, ToolProgress
+from sandbox.errors import SandboxError
+from sandbox.guard import find_denied
 from sandbox.host import SandboxHost, detect_host
 from sandbox.run import open_sandboxed_process
 from sandbox.spec import Limits, SandboxSpec, WorkspaceRoot
@@ -114,12 +117,33 @@ class SandboxedSpawner:
     read-write host and read-only for the read-only one, everything else as the floor says
     (read-only root, private /tmp, no network, secrets masked, scrubbed environment)."""
 
-    def __init__(self, spec: SandboxSpec | None = None, *, host: SandboxHost | None = None):
+    def __init__(
+        self,
+        spec: SandboxSpec | None = None,
+        *,
+        host: SandboxHost | None = None,
+        read_denied: Callable[[str], bool] | None = None,
+    ):
         """`spec`: the session's sandbox (protected paths, masks, limits); its workspaces
         default to the launch's workspace and extra roots. Default: the floor's defaults
-        with `HOST_LIMITS`. `host`: detected on first use when None."""
+        with `HOST_LIMITS`. `host`: detected on first use when None. `read_denied`: the
+        policy's read deny rules (`SessionPolicy.read_denied`); the files they cover in the
+        workspace when the first sandbox starts are masked in every sandbox."""
         self._spec = spec or SandboxSpec(limits=HOST_LIMITS)
         self._host = host
+        self._read_denied = read_denied
+        self._denied_lock = trio.Lock()
+        self._denied: tuple[str, ...] | None = None
+
+    async def _denied_paths(self, launch: HostLaunch) -> tuple[str, ...]:
+        if self._read_denied is None:
+            return ()
+        async with self._denied_lock:
+            if self._denied is None:
+                roots = [r.resolve() for r in (launch.workspace, *launch.extra_roots)]
+                found = await trio.to_thread.run_sync(find_denied, roots, self._read_denied)
+                self._denied = tuple(glob.escape(str(p)) for p in found)
+        return self._denied
 
     def spec_for(self, launch: HostLaunch) -> SandboxSpec:
         spec = self._spec
@@ -136,8 +160,12 @@ class SandboxedSpawner:
     async def __call__(self, launch: HostLaunch) -> AsyncIterator[HostProcess]:
         if self._host is None:
             self._host = await detect_host()
+        spec = self.spec_for(launch)
+        denied = await self._denied_paths(launch)
+        if denied:
+            spec = spec.model_copy(update={"extra_deny_read": spec.extra_deny_read + denied})
         async with open_sandboxed_process(
-            self.spec_for(launch), launch.argv, cwd=launch.cwd, stderr="pipe", host=self._host
+            spec, launch.argv, cwd=launch.cwd, stderr="pipe", host=self._host
         ) as process:
             yield process
 
