@@ -301,6 +301,7 @@ async def run_headless(
             cwd=cwd,
             session_id=transcript.session_id,
             extra_roots=policy.writable_roots(),
+            read_deny=policy.read_deny_rules(),
         )
         opened: AbstractAsyncContextManager[ToolRunner] = (
             runner_factory(ctx, policy)

@@ -29,7 +29,7 @@ from policies.files import (
     command_line_policy,
     load_effective_policy,
 )
-from policies.rules import compile_rule
+from policies.rules import compile_path_pattern, covered_tools
 
 __all__ = ["SessionPolicy", "load_session_policy"]
 
@@ -115,21 +115,29 @@ class SessionPolicy:
     def deny_read(self) -> tuple[str, ...]:
         return tuple(pattern for pattern, _ in self.effective.deny_read)
 
-    def read_denied(self) -> Callable[[str], bool] | None:
-        """Absolute path -> does a deny rule on `Read` (the read family) cover it; None when
-        no rule does. The sandbox masks the files it covers (`SandboxedSpawner`)."""
-        home = Path(os.environ.get("HOME") or Path.home()).resolve()
-        patterns = []
+    def read_deny_rules(self) -> tuple[tuple[str, str], ...]:
+        """(path specifier, anchor directory) of every active deny rule covering `Read` (the
+        read family), for `ToolContext.read_deny`."""
+        out: list[tuple[str, str]] = []
         for entry in self.effective.rules:
             if entry.kind != "deny" or not entry.active or entry.parsed.kind != "path":
                 continue
-            rule = compile_rule(
-                entry.parsed, anchor=entry.anchor, workspace=self.engine.workspace, home=home
-            )
-            if rule.covers("Read") and rule.path is not None:
-                patterns.append(rule.path)
-        if not patterns:
+            if "Read" in covered_tools(entry.parsed.tool) and entry.parsed.specifier:
+                out.append((entry.parsed.specifier, str(entry.anchor)))
+        return tuple(out)
+
+    def read_denied(self) -> Callable[[str], bool] | None:
+        """Absolute path -> does a deny rule on `Read` cover it; None when no rule does. The
+        sandbox masks the workspace files it covers (`SandboxedSpawner`)."""
+        rules = self.read_deny_rules()
+        if not rules:
             return None
+        home = Path(os.environ.get("HOME") or Path.home()).resolve()
+        workspace = self.engine.workspace
+        patterns = [
+            compile_path_pattern(spec, anchor=Path(anchor), workspace=workspace, home=home)
+            for spec, anchor in rules
+        ]
         return lambda path: any(pattern.matches(path) for pattern in patterns)
 
     def protected(self) -> tuple[str, ...]:

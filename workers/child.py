@@ -86,6 +86,7 @@ class HostLaunch:
         extra_roots: tuple[Path, ...],
         tools: str,
         session_id: str | None = None,
+        read_deny: tuple[tuple[str, str], ...] = (),
     ) -> HostLaunch:
         """`python -I -m module` with the arguments every worker entry point takes (the tool
         host's and the agent worker's)."""
@@ -95,6 +96,8 @@ class HostLaunch:
             argv += ["--session-id", session_id]
         for root in extra_roots:
             argv += ["--extra-root", str(root)]
+        if read_deny:
+            argv += ["--read-deny", json.dumps(read_deny)]
         return cls(
             role=role, argv=tuple(argv), workspace=workspace, extra_roots=extra_roots, cwd=cwd
         )

@@ -23,6 +23,7 @@ closing the context's resources (bounded).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -324,6 +325,7 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--extra-root", type=Path, action="append", default=[])
     parser.add_argument("--session-id", default="local")
     parser.add_argument("--tools", default=DEFAULT_TOOLS)
+    parser.add_argument("--read-deny", default="[]", help="JSON [[specifier, anchor], ...]")
     return parser.parse_args(argv)
 
 
@@ -348,6 +350,7 @@ async def _serve(args: argparse.Namespace, proto_in: int, proto_out: int) -> Non
         cwd=(args.cwd or workspace).resolve(),
         session_id=args.session_id,
         extra_roots=tuple(roots),
+        read_deny=tuple((str(s), str(a)) for s, a in json.loads(args.read_deny)),
     )
     role: wire.HostRole = args.role
     out = trio.lowlevel.FdStream(proto_out)

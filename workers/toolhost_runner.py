@@ -54,7 +54,6 @@ from orchestrator.errors import ToolError, WarrenError
 from orchestrator.messages import TextBlock
 from orchestrator.plan import CallPlan, SandboxMode
 from orchestrator.tools.base import Tool, ToolContext, ToolInput, ToolOutput, ToolProgress
-from sandbox.errors import SandboxError
 from sandbox.guard import find_denied
 from sandbox.host import SandboxHost, detect_host
 from sandbox.run import open_sandboxed_process
@@ -558,6 +557,7 @@ class SandboxedToolRunner:
             extra_roots=ctx.extra_roots,
             tools=self._tools,
             session_id=ctx.session_id,
+            read_deny=ctx.read_deny,
         )
 
     def _ready(self, host: _Host) -> None:

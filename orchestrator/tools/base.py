@@ -128,6 +128,10 @@ class ToolContext:
     read_ledger: ReadLedger = field(default_factory=ReadLedger)
     extra_roots: tuple[Path, ...] = ()
     """More directories the agent may work in, besides `workspace`."""
+    read_deny: tuple[tuple[str, str], ...] = ()
+    """The policy's `Read` deny rules as (path specifier, directory it is anchored at): Read,
+    Grep and Glob refuse or leave out what they cover (`read_denied`), including files made
+    after the sandbox started, whose masks cover only what existed then."""
     _resources: dict[str, Any] = field(default_factory=dict)
 
     def roots(self) -> tuple[Path, ...]:
@@ -137,6 +141,24 @@ class ToolContext:
         """True when `path`, resolved (symlinks followed), lies within a root."""
         resolved = path.resolve()
         return any(resolved.is_relative_to(root.resolve()) for root in self.roots())
+
+    def read_denied(self, path: Path | str) -> bool:
+        """Does a `Read` deny rule cover `path` (relative to `cwd`), as written or resolved?"""
+        if not self.read_deny:
+            return False
+        patterns = self.resource("read_deny", self._read_deny_patterns)
+        written = os.path.normpath(os.path.join(self.cwd, path))
+        resolved = os.path.realpath(written)
+        return any(p.matches(written) or p.matches(resolved) for p in patterns)
+
+    def _read_deny_patterns(self) -> list[Any]:
+        from policies.rules import compile_path_pattern
+
+        home = Path(os.environ.get("HOME") or Path.home()).resolve()
+        return [
+            compile_path_pattern(spec, anchor=Path(anchor), workspace=self.workspace, home=home)
+            for spec, anchor in self.read_deny
+        ]
 
     def resource(self, key: str, factory: Callable[[], T]) -> T:
         if key not in self._resources:

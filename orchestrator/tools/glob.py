@@ -182,6 +182,8 @@ grepping, use dispatch_agent.
         if found.returncode == 2 and not found.stdout:
             raise ToolError(f"The file search failed: {found.stderr.strip()}")
         paths = found.stdout.splitlines()
+        if ctx.read_deny:  # names the policy denies reading are left out
+            paths = [p for p in paths if not ctx.read_denied(os.path.join(root, p))]
         if plan.glob is not None and paths:
             listing = await run_ripgrep(["--files", *RG_COMMON, str(root)], cwd=root)
             if not listing.truncated:

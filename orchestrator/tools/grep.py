@@ -261,7 +261,13 @@ dispatch_agent."""
             return
         found = await run_ripgrep(_rg_args(input, target, select), cwd=cwd)
         stderr = found.stderr.strip()
-        if found.returncode == 2 and not found.stdout:
+        if ctx.read_deny:  # a denied file is masked: its "permission denied" is no failure
+            stderr = "\n".join(
+                line
+                for line in stderr.splitlines()
+                if not (line.startswith("rg: ") and ctx.read_denied(line[4:].rsplit(": ", 1)[0]))
+            )
+        if found.returncode == 2 and not found.stdout and stderr:
             if "regex" in stderr:
                 raise ToolError(
                     f"The pattern is not a valid regular expression:\n{stderr}\n"
@@ -270,6 +276,12 @@ dispatch_agent."""
                 )
             raise ToolError(f"The search failed: {stderr}")
         lines = found.stdout.splitlines()
+        if ctx.read_deny:  # files the policy denies reading never reach the model
+            lines = [
+                line
+                for line in lines
+                if not ctx.read_denied(os.path.join(cwd, line.partition("\0")[0]))
+            ]
         if input.output_mode != "files_with_matches":
             context = (input.context, input.after_context, input.before_context)
             lines = _by_path(lines, hunk_separators=any(c for c in context))

@@ -373,6 +373,11 @@ once): they run in parallel."""
 
     def _read(self, path: Path, input: ReadInput, ctx: ToolContext) -> ToolOutput:
         """Blocking part of the call (worker thread)."""
+        if ctx.read_denied(path):
+            raise ToolError(
+                f"Reading {path} is denied by the policy (a `Read` deny rule covers it); do "
+                "not try to read it another way."
+            )
         try:
             # Recorded before reading: a change made while we read leaves the older mtime in
             # the ledger, so a later write is refused rather than silently clobbering it.

@@ -97,6 +97,18 @@ def test_a_read_deny_rule_binds_every_tool(home: Path) -> None:
         ("Grep", {"pattern": "sk-live", "glob": "secrets/**", "output_mode": "content"}),
         ("Read", {"file_path": str(repo / ".env")}),
         ("Glob", {"pattern": "**/*"}),
+        # Made after the tool hosts started (no mask for it): the tools' own check refuses.
+        (
+            "Bash",
+            {
+                "command": "mkdir -p late && cp app.py late/x && printf 'K=%s' "
+                + SECRET[:7]
+                + "-9f8e7d6c5b4a-do-not-leak > late/.env && echo made"
+            },
+        ),
+        ("Read", {"file_path": str(repo / "late" / ".env")}),
+        ("Grep", {"pattern": "sk-live", "path": str(repo / "late"), "output_mode": "content"}),
+        ("Grep", {"pattern": "K=", "output_mode": "files_with_matches"}),
     ]
     replies = [Reply.tool_use(name, args) for name, args in calls] + [Reply.text("done")]
     with FakeMessagesAPI(replies) as api:
@@ -114,6 +126,7 @@ def test_a_read_deny_rule_binds_every_tool(home: Path) -> None:
     for (name, args), request in zip(calls, requests[1:], strict=True):
         result = json.dumps(request.messages[-1]["content"])
         assert SECRET not in result, f"{name} {args} leaked the secret: {result}"
+        assert ".env" not in result or name in ("Bash", "Read"), result
     assert SECRET not in done.stdout
     assert (repo / ".env").read_text() == f"API_KEY={SECRET}\n"
 
