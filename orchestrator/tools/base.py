@@ -142,14 +142,16 @@ class ToolContext:
         resolved = path.resolve()
         return any(resolved.is_relative_to(root.resolve()) for root in self.roots())
 
-    def read_denied(self, path: Path | str) -> bool:
-        """Does a `Read` deny rule cover `path` (relative to `cwd`), as written or resolved?"""
+    def read_denied(self, path: Path | str, *, resolve: bool = True) -> bool:
+        """Does a `Read` deny rule cover `path` (relative to `cwd`), as written or (with
+        `resolve`, for a path the model gave) with its links resolved?"""
         if not self.read_deny:
             return False
         patterns = self.resource("read_deny", self._read_deny_patterns)
         written = os.path.normpath(os.path.join(self.cwd, path))
-        resolved = os.path.realpath(written)
-        return any(p.matches(written) or p.matches(resolved) for p in patterns)
+        if any(p.matches(written) for p in patterns):
+            return True
+        return resolve and any(p.matches(os.path.realpath(written)) for p in patterns)
 
     def _read_deny_patterns(self) -> list[Any]:
         from policies.rules import compile_path_pattern

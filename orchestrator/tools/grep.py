@@ -156,6 +156,21 @@ def _rg_args(input: GrepInput, target: Path, select: list[str]) -> list[str]:
     return [*args, "--regexp", input.pattern, "--", str(target)]
 
 
+def _without_denied(lines: list[str], cwd: Path, ctx: ToolContext) -> list[str]:
+    """rg's lines minus those of files a `Read` deny rule covers (rg follows no links, so the
+    paths it prints are checked as written; each path once)."""
+    verdicts: dict[str, bool] = {}
+    kept = []
+    for line in lines:
+        path = line.partition("\0")[0]
+        denied = verdicts.get(path)
+        if denied is None:
+            denied = verdicts[path] = ctx.read_denied(os.path.join(cwd, path), resolve=False)
+        if not denied:
+            kept.append(line)
+    return kept
+
+
 def _by_path(lines: list[str], *, hunk_separators: bool) -> list[str]:
     """`path\0rest` lines (ripgrep --null) grouped per file, files in path order, each file's
     lines in ripgrep's order, printed as `path:rest` (`path-rest` for context lines).
@@ -277,11 +292,7 @@ dispatch_agent."""
             raise ToolError(f"The search failed: {stderr}")
         lines = found.stdout.splitlines()
         if ctx.read_deny:  # files the policy denies reading never reach the model
-            lines = [
-                line
-                for line in lines
-                if not ctx.read_denied(os.path.join(cwd, line.partition("\0")[0]))
-            ]
+            lines = _without_denied(lines, cwd, ctx)
         if input.output_mode != "files_with_matches":
             context = (input.context, input.after_context, input.before_context)
             lines = _by_path(lines, hunk_separators=any(c for c in context))
