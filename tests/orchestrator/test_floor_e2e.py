@@ -85,31 +85,49 @@ def _user_policy(home: Path, text: str) -> None:
     path.write_text(text)
 
 
+CALLS: list[tuple[str, dict[str, str]]] = [
+    ("Bash", {"command": "cat .env"}),
+    ("Bash", {"command": "grep -r API_KEY . 2>&1"}),
+    ("Bash", {"command": "rg -uu sk-live . 2>&1"}),
+    ("Bash", {"command": "cat secrets/prod.txt; ls -la secrets"}),
+    ("Grep", {"pattern": "sk-live", "output_mode": "content"}),
+    ("Grep", {"pattern": "sk-live", "glob": "secrets/**", "output_mode": "content"}),
+    ("Read", {"file_path": "{repo}/.env"}),
+    ("Glob", {"pattern": "**/*"}),
+    # Made after the tool hosts started (no mask for it): the tools' own check refuses.
+    (
+        "Bash",
+        {
+            "command": "mkdir -p late && cp app.py late/x && printf 'K=%s' "
+            + SECRET[:7]
+            + "-9f8e7d6c5b4a-do-not-leak > late/.env && echo made"
+        },
+    ),
+    ("Read", {"file_path": "{repo}/late/.env"}),
+    ("Grep", {"pattern": "sk-live", "path": "{repo}/late", "output_mode": "content"}),
+    ("Grep", {"pattern": "K=", "output_mode": "files_with_matches"}),
+]
+
+
 def test_a_read_deny_rule_binds_every_tool(home: Path) -> None:
+    _deny_attack(home, CALLS)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a committed .env is read from git's objects, which no mask can cover; the policy "
+    "engine must deny `git show REV:path` for a denied path (analyser's part of issue 9 item 5)",
+)
+def test_a_read_deny_rule_binds_git_show(home: Path) -> None:
+    _deny_attack(
+        home, [("Bash", {"command": "git show HEAD:.env 2>&1; git show HEAD:secrets/prod.txt"})]
+    )
+
+
+def _deny_attack(home: Path, calls: list[tuple[str, dict[str, str]]]) -> None:
     repo = _repo(home)
     _user_policy(home, '[permissions]\ndeny = ["Read(.env)", "Read(secrets/**)"]\n')
-    calls = [
-        ("Bash", {"command": "cat .env"}),
-        ("Bash", {"command": "grep -r API_KEY . 2>&1"}),
-        ("Bash", {"command": "rg -uu sk-live . 2>&1"}),
-        ("Bash", {"command": "cat secrets/prod.txt; ls -la secrets"}),
-        ("Grep", {"pattern": "sk-live", "output_mode": "content"}),
-        ("Grep", {"pattern": "sk-live", "glob": "secrets/**", "output_mode": "content"}),
-        ("Read", {"file_path": str(repo / ".env")}),
-        ("Glob", {"pattern": "**/*"}),
-        # Made after the tool hosts started (no mask for it): the tools' own check refuses.
-        (
-            "Bash",
-            {
-                "command": "mkdir -p late && cp app.py late/x && printf 'K=%s' "
-                + SECRET[:7]
-                + "-9f8e7d6c5b4a-do-not-leak > late/.env && echo made"
-            },
-        ),
-        ("Read", {"file_path": str(repo / "late" / ".env")}),
-        ("Grep", {"pattern": "sk-live", "path": str(repo / "late"), "output_mode": "content"}),
-        ("Grep", {"pattern": "K=", "output_mode": "files_with_matches"}),
-    ]
+    calls = [(n, {k: v.replace("{repo}", str(repo)) for k, v in a.items()}) for n, a in calls]
     replies = [Reply.tool_use(name, args) for name, args in calls] + [Reply.text("done")]
     with FakeMessagesAPI(replies) as api:
         done = subprocess.run(
