@@ -41,6 +41,8 @@ import os
 import shutil
 import stat
 import struct
+import tempfile
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -267,8 +269,12 @@ def _lib() -> ctypes.CDLL:
 class WorkspaceGuard:
     """Watches writable roots and undoes protected creations. Not thread-safe: one drainer."""
 
-    def __init__(self, roots: Sequence[Path], names: ProtectedNames) -> None:
+    def __init__(
+        self, roots: Sequence[Path], names: ProtectedNames, quarantine: Path | None = None
+    ) -> None:
         self.roots = tuple(roots)
+        self.quarantine = quarantine
+        """Where removed paths are moved (Warren's state directory, masked in sandboxes)."""
         self.names = names
         self._fd = -1
         self._paths: dict[int, Path] = {}
@@ -279,11 +285,16 @@ class WorkspaceGuard:
 
     @classmethod
     def start(
-        cls, roots: Sequence[Path], protected: Iterable[str], *, files: bool = False
+        cls,
+        roots: Sequence[Path],
+        protected: Iterable[str],
+        *,
+        files: bool = False,
+        quarantine: Path | None = None,
     ) -> WorkspaceGuard:
         """Watch `roots` (resolved directories) and walk them once. Never raises for the
         file system: a guard that cannot use inotify scans at each drain instead."""
-        guard = cls(roots, ProtectedNames.of(protected))
+        guard = cls(roots, ProtectedNames.of(protected), quarantine)
         fd = _lib().inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
         if fd < 0:
             guard.degraded = True
@@ -412,14 +423,16 @@ class WorkspaceGuard:
     def _undo(self, root: Path, parts: tuple[str, ...]) -> list[str]:
         rel = "/".join(parts)
         try:
-            if not _remove_below(root, parts):
+            kept = _remove_below(root, parts, self.quarantine)
+            if kept is None:
                 return []
         except OSError as exc:
             return [f"Warren could not remove {rel} ({exc.strerror}): protected names must not "
                     "be created from the sandbox; remove it before using git, direnv or an "
                     "editor here."]  # fmt: skip
         tool = next((_TOOLS[p] for p in reversed(parts) if p in _TOOLS), "shells, git")
-        return [GUARD_MESSAGE.format(path=rel, tools=tool)]
+        note = f" (moved to {kept}, in case someone outside the sandbox made it)" if kept else ""
+        return [GUARD_MESSAGE.format(path=rel, tools=tool).removesuffix(".") + note + "."]
 
     def _check_index(self, git_dir: Path) -> list[str]:
         links = list_gitlinks(git_dir / "index")
@@ -438,30 +451,48 @@ class WorkspaceGuard:
         ]
 
 
-def _remove_below(root: Path, parts: tuple[str, ...]) -> bool:
-    """Remove `root/parts...` (a file, link or whole directory) with every directory on the
-    way opened `O_NOFOLLOW`. False when it is already gone."""
+def _remove_below(root: Path, parts: tuple[str, ...], quarantine: Path | None) -> str | None:
+    """Take `root/parts...` (a file, link or whole directory) away, with every directory on the
+    way opened `O_NOFOLLOW`: moved into `quarantine` when it is on the same file system (an
+    event does not say who made the path: it may be the user's), else deleted. Returns where
+    it went ("" when deleted), None when it was already gone."""
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     try:
         for part in parts[:-1]:
             try:
                 next_fd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
             except FileNotFoundError:
-                return False
+                return None
             os.close(fd)
             fd = next_fd
         name = parts[-1]
         try:
             info = os.stat(name, dir_fd=fd, follow_symlinks=False)
         except FileNotFoundError:
-            return False
+            return None
+        if quarantine is not None:
+            kept = _move_aside(fd, name, quarantine)
+            if kept is not None:
+                return kept
         if stat.S_ISDIR(info.st_mode):
             shutil.rmtree(name, dir_fd=fd)
         else:
             os.unlink(name, dir_fd=fd)
-        return True
+        return ""
     finally:
         os.close(fd)
+
+
+def _move_aside(dir_fd: int, name: str, quarantine: Path) -> str | None:
+    """Rename `name` into a fresh directory under `quarantine`; None when that is not possible
+    (another file system, no state directory)."""
+    try:
+        quarantine.mkdir(parents=True, exist_ok=True, mode=0o700)
+        slot = Path(tempfile.mkdtemp(prefix=time.strftime("%Y%m%dT%H%M%S-"), dir=quarantine))
+        os.rename(name, slot / name, src_dir_fd=dir_fd)
+    except OSError:
+        return None
+    return str(slot / name)
 
 
 # -- the git index -------------------------------------------------------------------------

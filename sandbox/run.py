@@ -352,7 +352,9 @@ def _prepare(
     roots += [b.path.resolve() for b in spec.extra_binds if b.mode == "rw"]
     guard = None
     if roots:
-        guard = WorkspaceGuard.start(roots, (p.path for p in spec.all_protected))
+        guard = WorkspaceGuard.start(
+            roots, (p.path for p in spec.all_protected), quarantine=stub_dir.parent / "removed"
+        )
     try:
         facts = gather_host_facts(
             spec,

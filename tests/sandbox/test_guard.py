@@ -268,3 +268,22 @@ def test_stale_placeholders_of_older_versions_are_swept(host: SandboxHost, scrat
     run._swept = False
     trio.run(lambda: run_sandboxed(_spec(ws), ["true"], host=host))
     assert not (ws / ".envrc").exists()
+
+
+def test_what_the_guard_takes_away_is_kept_when_it_can_be(scratch: Path) -> None:
+    """An event does not say who made a path (the user's editor may make `.vscode` while a run
+    is live): nothing is destroyed when it can be moved aside on the same file system."""
+    ws = scratch / "ws"
+    ws.mkdir()
+    quarantine = scratch / "state" / "removed"
+    guard = WorkspaceGuard.start([ws], PROTECTED, quarantine=quarantine)
+    try:
+        (ws / ".vscode").mkdir()
+        (ws / ".vscode" / "settings.json").write_text("the user's settings")
+        [note] = guard.drain()
+    finally:
+        guard.close()
+    assert not (ws / ".vscode").exists()
+    [kept] = quarantine.glob("*/.vscode/settings.json")
+    assert kept.read_text() == "the user's settings"
+    assert str(kept.parent) in note
