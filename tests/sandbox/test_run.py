@@ -75,7 +75,7 @@ async def test_cancellation_kills_and_cleans_up(host: SandboxHost, scratch: Path
         await run_sandboxed(_spec(scratch), ["sleep", "60"], host=host)
     assert scope.cancelled_caught
     assert _our_bwraps() == []
-    assert sorted(p.name for p in scratch.iterdir()) == []  # stubs released
+    assert sorted(p.name for p in scratch.iterdir()) == []  # nothing left in the tree
 
 
 async def test_long_lived_process_round_trip_and_teardown(host: SandboxHost, scratch: Path) -> None:
