@@ -29,7 +29,7 @@ from policies.files import (
     command_line_policy,
     load_effective_policy,
 )
-from policies.rules import compile_path_pattern, covered_tools
+from policies.rules import compile_path_pattern
 
 __all__ = ["SessionPolicy", "load_session_policy"]
 
@@ -122,7 +122,8 @@ class SessionPolicy:
         for entry in self.effective.rules:
             if entry.kind != "deny" or not entry.active or entry.parsed.kind != "path":
                 continue
-            if "Read" in covered_tools(entry.parsed.tool) and entry.parsed.specifier:
+            # `Read(...)` names the read family; a rule on Grep or Glob alone is no file mask.
+            if entry.parsed.tool == "Read" and entry.parsed.specifier:
                 out.append((entry.parsed.specifier, str(entry.anchor)))
         return tuple(out)
 

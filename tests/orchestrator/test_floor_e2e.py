@@ -113,12 +113,9 @@ def test_a_read_deny_rule_binds_every_tool(home: Path) -> None:
     _deny_attack(home, CALLS)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a committed .env is read from git's objects, which no mask can cover; the policy "
-    "engine must deny `git show REV:path` for a denied path (analyser's part of issue 9 item 5)",
-)
 def test_a_read_deny_rule_binds_git_show(home: Path) -> None:
+    """A committed .env is read from git's objects, which no mask can cover: the policy engine
+    denies `git show REV:path` of a denied path (policies/engine.py, Read denies on Bash)."""
     _deny_attack(
         home, [("Bash", {"command": "git show HEAD:.env 2>&1; git show HEAD:secrets/prod.txt"})]
     )
