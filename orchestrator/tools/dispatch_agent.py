@@ -30,7 +30,7 @@ from orchestrator.events import AssistantTurn, RetryScheduled, ToolResultsMessag
 from orchestrator.messages import Message, ToolUseBlock
 from orchestrator.permissions import Allow, Ask, Asker, Deny, PermissionFn
 from orchestrator.plan import Assessor, plan_call, tool_assessor
-from orchestrator.session import Transcript
+from orchestrator.transcripts import Transcript
 from orchestrator.subagents import (
     AgentType,
     SubagentEvent,

@@ -23,7 +23,7 @@ from orchestrator.events import (
 from orchestrator.messages import AssistantMessage, Message, TextBlock, ToolResultBlock, Usage
 from orchestrator.output import subagent_record
 from orchestrator.permissions import Allow, Ask, Deny, default_permission, headless_asker
-from orchestrator.session import SessionStore
+from orchestrator.transcripts import SessionStore
 from orchestrator.subagents import (
     GENERAL,
     AgentType,
