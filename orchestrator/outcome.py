@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal, assert_never
 
-__all__ = ["EXIT_USAGE", "TerminalReason", "exit_code"]
+__all__ = ["EXIT_IO_ERROR", "EXIT_USAGE", "TerminalReason", "exit_code"]
 
 TerminalReason = Literal[
     "completed",
@@ -15,10 +15,16 @@ TerminalReason = Literal[
     "budget_exceeded",
     "hook_blocked",
     "permission_denied",
+    "io_error",
 ]
 
 EXIT_USAGE = 2
-"""Bad command line or configuration: nothing ran."""
+"""Bad command line or configuration, or state that cannot be written at start-up: nothing
+ran."""
+
+EXIT_IO_ERROR = 8
+"""`io_error`: the transcript, audit log or log could not be written mid-run (a full or
+read-only state directory); what ran stays as far as it could be written."""
 
 
 def exit_code(reason: TerminalReason) -> int:
@@ -38,6 +44,8 @@ def exit_code(reason: TerminalReason) -> int:
             return 6
         case "permission_denied":
             return 7
+        case "io_error":
+            return EXIT_IO_ERROR
         case "interrupted":
             return 130
         case _:

@@ -193,6 +193,10 @@ class Limits(_Section):
     """Concurrency-safe tool calls run at once. At most 10 (the design's cap)."""
     tool_timeout_s: Annotated[float, Field(gt=0, le=86_400), AfterValidator(_finite)] | None = None
     """Seconds a tool call may run unless the tool says otherwise. Kernel default 300."""
+    max_budget_usd: Annotated[float, Field(gt=0), AfterValidator(_finite)] | None = None
+    """US dollars the session may spend on the model, subagents included. Default: no limit."""
+    max_output_tokens_total: Annotated[int, Field(strict=True, ge=1)] | None = None
+    """Output tokens the session may generate, subagents included. Default: no limit."""
 
 
 class Hook(_Section):

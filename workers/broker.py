@@ -6,9 +6,15 @@ over the wire protocol and the pool streams them through here. The main agent ca
 broker as its `ModelClient` too, so the limits hold for the whole session:
 
 - at most `max_concurrent_requests` requests stream at once (a `CapacityLimiter`);
-- a session budget of tokens and of cost: once used up, every new request fails with
+- a session budget of cost, of tokens and of output tokens, checked before each request is
+  sent: the spend so far, plus what requests streaming now have reserved, plus this request's
+  estimate must stay within it, or the request is not sent and fails with
   `ModelError(reason="budget_exceeded")`, which ends the run that made it with
-  `budget_exceeded` (a request already streaming may finish and overshoot a little);
+  `budget_exceeded`. The estimate is the request's input at the model's input price (about
+  four characters a token, `CHARS_PER_TOKEN`, counted over the JSON of the system prompt,
+  messages and tool specs, which overestimates a little) plus `max_tokens` of output at the
+  output price; it is reserved while the request streams and replaced by the real usage when
+  it completes, so concurrent requests cannot together pass the budget;
 - a shared backoff: when one request is told to retry after a 429 or 529, requests that start
   meanwhile wait until that retry is due, so ten agents do not hammer a rate-limited API
   together.
@@ -16,7 +22,10 @@ broker as its `ModelClient` too, so the limits hold for the whole session:
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import AsyncGenerator, Callable
+from dataclasses import dataclass
 
 import trio
 from pydantic import BaseModel, ConfigDict, Field
@@ -25,8 +34,30 @@ from orchestrator.aio import closing_iter
 from orchestrator.errors import ModelError
 from orchestrator.messages import Usage
 from orchestrator.model.base import MessageComplete, ModelClient, ModelEvent, ModelRequest, Retry
+from orchestrator.model.pricing import price_for
 
-__all__ = ["BrokerLimits", "ModelBroker"]
+__all__ = ["CHARS_PER_TOKEN", "BrokerLimits", "ModelBroker", "estimate_input_tokens"]
+
+CHARS_PER_TOKEN = 4
+"""Characters per input token when estimating a request before it is sent (Anthropic's rule
+of thumb for English text and code; the JSON framing makes the estimate a little high)."""
+
+
+def estimate_input_tokens(request: ModelRequest) -> int:
+    """Input tokens `request` will be billed, estimated from its characters."""
+    chars = sum(len(block) for block in request.system)
+    chars += sum(len(message.model_dump_json(exclude_none=True)) for message in request.messages)
+    chars += sum(len(json.dumps(spec.to_api())) for spec in request.tools)
+    return math.ceil(chars / CHARS_PER_TOKEN)
+
+
+@dataclass(frozen=True)
+class _Estimate:
+    """What one request may use at most, reserved while it streams."""
+
+    tokens: int
+    output_tokens: int
+    cost_usd: float
 
 
 class BrokerLimits(BaseModel):
@@ -41,6 +72,8 @@ class BrokerLimits(BaseModel):
     no limit."""
     max_cost_usd: float | None = Field(default=None, gt=0)
     """Dollars the session may spend. Default None: no limit."""
+    max_output_tokens: int | None = Field(default=None, ge=1)
+    """Output tokens the session may generate. Default None: no limit."""
     backoff_statuses: frozenset[int] = frozenset({429, 529})
     """HTTP statuses whose retry delay pauses every request that starts meanwhile."""
 
@@ -77,6 +110,7 @@ class ModelBroker:
         """Dollars spent through the broker so far."""
         self.in_flight = 0
         """Requests streaming right now."""
+        self._reserved = _Estimate(0, 0, 0.0)
 
     @property
     def model(self) -> str:
@@ -94,12 +128,12 @@ class ModelBroker:
         self, request: ModelRequest, *, model: str | None = None
     ) -> AsyncGenerator[ModelEvent, None]:
         """Stream one response from `model` (default: the broker's), within the limits."""
-        self._check_budget()
+        self._refuse_over_budget(_Estimate(0, 0, 0.0))
         async with self._limiter:
             # The pause may be extended while we sleep (another 429): look again after it.
             while self._paused_until > trio.current_time():  # noqa: ASYNC110
                 await trio.sleep_until(self._paused_until)
-            self._check_budget()
+            estimate = self._reserve(request, model or self.model)
             self.in_flight += 1
             try:
                 async with closing_iter(self._model_client(model).stream(request)) as events:
@@ -113,6 +147,7 @@ class ModelBroker:
                         yield event
             finally:
                 self.in_flight -= 1
+                self._release(estimate)
 
     def _model_client(self, name: str | None) -> ModelClient:
         if name is None or name in self._clients:
@@ -122,23 +157,79 @@ class ModelBroker:
         client = self._clients[name] = self._client_for(name)
         return client
 
-    def _check_budget(self) -> None:
+    def _estimate(self, request: ModelRequest, model: str) -> _Estimate:
+        """The most `request` can use: its estimated input plus `max_tokens` of output."""
+        input_tokens = estimate_input_tokens(request)
+        price = price_for(model)
+        cost = (
+            0.0
+            if price is None
+            else (input_tokens * price.input + request.max_tokens * price.output) / 1_000_000
+        )
+        return _Estimate(input_tokens + request.max_tokens, request.max_tokens, cost)
+
+    def _reserve(self, request: ModelRequest, model: str) -> _Estimate:
+        """Check the budget for `request` and hold its estimate until `_release`.
+
+        **Errors:** `ModelError(reason="budget_exceeded")`, nothing reserved, when the spend so
+        far plus every reservation plus this estimate would pass a budget.
+        """
+        estimate = self._estimate(request, model)
+        self._refuse_over_budget(estimate)
+        held = self._reserved
+        self._reserved = _Estimate(
+            held.tokens + estimate.tokens,
+            held.output_tokens + estimate.output_tokens,
+            held.cost_usd + estimate.cost_usd,
+        )
+        return estimate
+
+    def _release(self, estimate: _Estimate) -> None:
+        held = self._reserved
+        self._reserved = _Estimate(
+            held.tokens - estimate.tokens,
+            held.output_tokens - estimate.output_tokens,
+            held.cost_usd - estimate.cost_usd,
+        )
+
+    def _refuse_over_budget(self, estimate: _Estimate) -> None:
         limits = self._limits
         used = self.usage
+        held = self._reserved
         tokens = (
             used.input_tokens
             + used.output_tokens
             + used.cache_creation_input_tokens
             + used.cache_read_input_tokens
         )
-        if limits.max_tokens is not None and tokens >= limits.max_tokens:
+        if limits.max_tokens is not None and (
+            tokens + held.tokens + estimate.tokens > limits.max_tokens
+            or tokens >= limits.max_tokens
+        ):
             raise ModelError(
-                f"The session's budget of {limits.max_tokens} tokens is used up ({tokens} used).",
+                f"The session's budget of {limits.max_tokens} tokens would be passed by the "
+                f"next request ({tokens} used, about {estimate.tokens} more needed), so it was "
+                "not sent.",
                 reason="budget_exceeded",
             )
-        if limits.max_cost_usd is not None and self.cost_usd >= limits.max_cost_usd:
+        if limits.max_output_tokens is not None and (
+            used.output_tokens + held.output_tokens + estimate.output_tokens
+            > limits.max_output_tokens
+            or used.output_tokens >= limits.max_output_tokens
+        ):
             raise ModelError(
-                f"The session's budget of ${limits.max_cost_usd:.2f} is used up "
-                f"(${self.cost_usd:.2f} spent).",
+                f"The session's budget of {limits.max_output_tokens} output tokens would be "
+                f"passed by the next request ({used.output_tokens} used, up to "
+                f"{estimate.output_tokens} more), so it was not sent.",
+                reason="budget_exceeded",
+            )
+        if limits.max_cost_usd is not None and (
+            self.cost_usd + held.cost_usd + estimate.cost_usd > limits.max_cost_usd
+            or self.cost_usd >= limits.max_cost_usd
+        ):
+            raise ModelError(
+                f"The session's budget of ${limits.max_cost_usd:.2f} would be passed by the "
+                f"next request (${self.cost_usd:.4f} spent, up to ${estimate.cost_usd:.4f} "
+                "more), so it was not sent.",
                 reason="budget_exceeded",
             )

@@ -317,6 +317,8 @@ def _tool_output(outcome: SubagentOutcome, agent_type: AgentType) -> ToolOutput:
             )
         case "interrupted":
             text = f"The subagent was interrupted before it finished: {result}"
+        case "io_error":
+            text = f"The subagent stopped because Warren could not write its state: {result}"
         case "permission_denied" | "hook_blocked":
             text = f"The subagent stopped: {result}"
         case "worker_crashed" | "worker_limit" | "worker_protocol" | "worker_unavailable":

@@ -15,7 +15,7 @@ from orchestrator.errors import ModelError
 from orchestrator.messages import AssistantMessage, Message, TextBlock, Usage
 from orchestrator.model.base import MessageComplete, ModelEvent, ModelRequest, Retry
 from tests.kit.fake_api import FakeMessagesAPI, HttpError, Reply
-from workers.broker import BrokerLimits, ModelBroker
+from workers.broker import BrokerLimits, ModelBroker, estimate_input_tokens
 
 REQUEST = ModelRequest(system=[], messages=[Message.user_text("hi")])
 USAGE = Usage(input_tokens=40, output_tokens=20)
@@ -78,22 +78,81 @@ async def test_concurrent_requests_are_capped(autojump_clock: trio.testing.MockC
     assert model.started == [0.0, 0.0, 1.0, 1.0, 2.0]
 
 
+SMALL = ModelRequest(system=[], messages=[Message.user_text("hi")], max_tokens=10)
+
+
 @pytest.mark.parametrize(
     ("limits", "says"),
     [
-        (BrokerLimits(max_tokens=100), "budget of 100 tokens is used up (120 used)"),
-        (BrokerLimits(max_cost_usd=0.5), "budget of $0.50 is used up ($0.50 spent)"),
+        (BrokerLimits(max_tokens=100), "budget of 100 tokens would be passed"),
+        (BrokerLimits(max_output_tokens=30), "budget of 30 output tokens would be passed"),
+        (BrokerLimits(max_cost_usd=0.5), "budget of $0.50 would be passed"),
     ],
 )
-async def test_a_used_up_budget_fails_new_requests(limits: BrokerLimits, says: str) -> None:
-    broker = ModelBroker(SlowModel(seconds=0), limits=limits)
-    await consume(broker)
-    await consume(broker)
+async def test_a_request_that_would_pass_the_budget_is_not_sent(
+    limits: BrokerLimits, says: str
+) -> None:
+    """Each request of 40 + 20 tokens, $0.25, estimated a few tokens in + 10 out: two fit each
+    budget, the third would pass it and never reaches the model."""
+    model = SlowModel("claude-sonnet-4-6", seconds=0)
+    broker = ModelBroker(model, limits=limits)
+    for _ in range(2):
+        async with closing_iter(broker.stream(SMALL)) as events:
+            [event async for event in events]
     with pytest.raises(ModelError) as failed:
-        await consume(broker)
+        async with closing_iter(broker.stream(SMALL)) as events:
+            [event async for event in events]
     assert failed.value.reason == "budget_exceeded"
-    assert says in failed.value.message
+    assert says in failed.value.message and "not sent" in failed.value.message
+    assert len(model.started) == 2
     assert broker.usage.input_tokens == 80 and broker.cost_usd == 0.5
+
+
+async def test_the_estimate_counts_input_at_the_input_price_and_max_tokens_of_output() -> None:
+    """Sonnet: $3 per million input tokens, $15 per million output tokens. A request of
+    400,000 characters (about 100,000 tokens, $0.30) with max_tokens 16,384 ($0.25) is refused
+    under a $0.50 budget before it is sent; the same request with max_tokens 1,000 fits."""
+    text = "x" * 400_000
+    big = ModelRequest(system=[], messages=[Message.user_text(text)], max_tokens=16_384)
+    assert 100_000 <= estimate_input_tokens(big) <= 100_100
+    model = SlowModel("claude-sonnet-4-6", seconds=0, cost=0.31)
+    broker = ModelBroker(model, limits=BrokerLimits(max_cost_usd=0.5))
+    with pytest.raises(ModelError, match="not sent"):
+        async with closing_iter(broker.stream(big)) as events:
+            [event async for event in events]
+    assert model.started == []
+    fits = ModelRequest(system=[], messages=[Message.user_text(text)], max_tokens=1_000)
+    async with closing_iter(broker.stream(fits)) as events:
+        [event async for event in events]
+    assert len(model.started) == 1 and broker.cost_usd == 0.31
+
+
+async def test_concurrent_requests_reserve_their_estimates(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Two requests of about $0.30 each under a $0.50 budget, started together: the first
+    reserves its estimate, so the second is refused while the first streams; once the first
+    finished (and cost less than reserved), a third that fits is sent."""
+    request = ModelRequest(system=[], messages=[Message.user_text("hi")], max_tokens=20_000)
+    model = SlowModel("claude-sonnet-4-6", seconds=1.0, cost=0.01)
+    broker = ModelBroker(model, limits=BrokerLimits(max_cost_usd=0.5))
+    outcomes: list[str] = []
+
+    async def one() -> None:
+        try:
+            async with closing_iter(broker.stream(request)) as events:
+                [event async for event in events]
+            outcomes.append("sent")
+        except ModelError as exc:
+            outcomes.append(exc.reason)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(one)
+        nursery.start_soon(one)
+    assert sorted(outcomes) == ["budget_exceeded", "sent"]
+    assert len(model.started) == 1
+    await one()
+    assert outcomes[-1] == "sent" and len(model.started) == 2
 
 
 @pytest.mark.parametrize(("status", "paused"), [(429, True), (529, True), (500, False)])

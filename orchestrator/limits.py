@@ -1,0 +1,61 @@
+"""A session's limits as one typed value, each default written once.
+
+Limits come from three places, highest first: the command line (`--max-turns`,
+`--max-budget-usd`, ...), the policy files' `[limits]` table (merged by `policies.files`), and
+the defaults below. `Limits.build` merges them; everything that enforces a limit (the loop, the
+pipeline, the worker pool, the model broker) receives the field it needs from this value, so a
+default is never repeated at a call site.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from orchestrator.tools.base import DEFAULT_TOOL_TIMEOUT_S
+
+__all__ = ["Limits"]
+
+
+class Limits(BaseModel):
+    """The limits of one session (main agent and subagents together)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_turns: int = Field(default=100, ge=1)
+    """Model requests of the main agent per run before it ends `max_turns`. Default 100."""
+    max_concurrency: int = Field(default=10, ge=1, le=64)
+    """Concurrency-safe tool calls run at once. Default 10."""
+    tool_timeout_s: float = Field(default=DEFAULT_TOOL_TIMEOUT_S, gt=0)
+    """Seconds a tool call may run unless the tool sets its own limit. Default 300."""
+    max_subagents: int = Field(default=10, ge=0, le=64)
+    """Subagent worker processes at once; 0 turns `dispatch_agent` off. Default 10."""
+    max_output_tokens: int = Field(default=16_384, ge=1)
+    """`max_tokens` of each model request (output tokens per response). Default 16,384."""
+    max_concurrent_requests: int = Field(default=10, ge=1)
+    """Model requests streaming at once across all agents (the broker's slots). Default 10."""
+    max_budget_usd: float | None = Field(default=None, gt=0)
+    """US dollars the session may spend on the model, subagents included. A request whose
+    estimate would pass it is not sent and the run ends `budget_exceeded`. Default None: no
+    limit."""
+    max_output_tokens_total: int | None = Field(default=None, ge=1)
+    """Output tokens the session may generate, subagents included (each request reserves its
+    `max_output_tokens`). Default None: no limit."""
+
+    @classmethod
+    def build(
+        cls,
+        policy: Mapping[str, int | float],
+        overrides: Mapping[str, int | float | None] | None = None,
+    ) -> Limits:
+        """The policy's `[limits]` values (names as in the policy file), then the command
+        line's `overrides` (None: not given), over the defaults. Unknown policy names are
+        ignored (the policy schema validated them)."""
+        values: dict[str, int | float] = {
+            name: value for name, value in policy.items() if name in cls.model_fields
+        }
+        values.update(
+            {name: value for name, value in (overrides or {}).items() if value is not None}
+        )
+        return cls.model_validate(values)
