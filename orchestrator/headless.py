@@ -36,12 +36,12 @@ from orchestrator.output import OutputFormat, OutputPrinter, ProgressPrinter
 from orchestrator.paths import WarrenDirs
 from orchestrator.permissions import headless_asker
 from orchestrator.pipeline import InProcessRunner, ToolPipeline, ToolRunner
-from orchestrator.transcripts import SessionStore, Transcript
 from orchestrator.session_policy import SessionPolicy, load_session_policy
 from orchestrator.subagents import SubagentEvent, SubagentRunner, SubagentUpdate, load_agent_types
 from orchestrator.terminal_asker import TerminalAsker
 from orchestrator.tools.base import ToolContext
 from orchestrator.tools.registry import ToolRegistry, builtin_tools
+from orchestrator.transcripts import SessionStore, Transcript
 from policies.files import Mode
 
 if TYPE_CHECKING:

@@ -30,7 +30,6 @@ from orchestrator.events import AssistantTurn, RetryScheduled, ToolResultsMessag
 from orchestrator.messages import Message, ToolUseBlock
 from orchestrator.permissions import Allow, Ask, Asker, Deny, PermissionFn
 from orchestrator.plan import Assessor, plan_call, tool_assessor
-from orchestrator.transcripts import Transcript
 from orchestrator.subagents import (
     AgentType,
     SubagentEvent,
@@ -44,6 +43,7 @@ from orchestrator.subagents import (
 )
 from orchestrator.tools.base import Tool, ToolContext, ToolInput, ToolOutput, ToolProgress
 from orchestrator.tools.registry import ToolRegistry
+from orchestrator.transcripts import Transcript
 from policies.facts import ToolFacts
 
 __all__ = ["DispatchAgentInput", "DispatchAgentTool", "sidechain_path"]

@@ -13,9 +13,9 @@ from orchestrator.headless import HeadlessOptions, run_headless
 from orchestrator.messages import Message, ToolUseBlock
 from orchestrator.model.scripted import ScriptedModel, ScriptedTurn
 from orchestrator.paths import WarrenDirs
-from orchestrator.transcripts import SessionStore
 from orchestrator.tools.registry import ToolRegistry
 from orchestrator.transcript_repair import INTERRUPTED_BY_USER, is_valid_for_api
+from orchestrator.transcripts import SessionStore
 from tests.orchestrator.probe_tools import ProbeLog, ProbeTool
 
 

@@ -23,7 +23,6 @@ from orchestrator.events import (
 from orchestrator.messages import AssistantMessage, Message, TextBlock, ToolResultBlock, Usage
 from orchestrator.output import subagent_record
 from orchestrator.permissions import Allow, Ask, Deny, default_permission, headless_asker
-from orchestrator.transcripts import SessionStore
 from orchestrator.subagents import (
     GENERAL,
     AgentType,
@@ -41,6 +40,7 @@ from orchestrator.subagents import (
 from orchestrator.tools.base import Tool, ToolContext, ToolInput
 from orchestrator.tools.dispatch_agent import DispatchAgentTool, sidechain_path
 from orchestrator.tools.registry import ToolRegistry, builtin_tools
+from orchestrator.transcripts import SessionStore
 from tests.orchestrator.tools.conftest import run_tool
 
 WRITER = AgentType(
