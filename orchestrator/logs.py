@@ -10,7 +10,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -26,15 +26,29 @@ class LogSink:
     in the same process, as in the test suite) is dropped instead of hitting a closed file.
     """
 
-    def __init__(self, file: IO[str] | None, verbose: bool) -> None:
+    def __init__(
+        self,
+        file: IO[str] | None,
+        verbose: bool,
+        on_error: Callable[[str, OSError], None] | None = None,
+    ) -> None:
         self._file = file
         self._verbose = verbose
+        self._on_error = on_error
 
     def __call__(self, logger: Any, method: str, event: MutableMapping[str, Any]) -> str:
         file = self._file
         if file is not None:
-            file.write(json.dumps(event, default=str) + "\n")
-            file.flush()
+            try:
+                file.write(json.dumps(event, default=str) + "\n")
+                file.flush()
+            except OSError as exc:
+                # A full or read-only state directory: stop logging to the file and let the
+                # session end the run `io_error`, instead of failing whatever code logged.
+                self._file = None
+                if self._on_error is None:
+                    raise
+                self._on_error("log file", exc)
         if self._verbose:
             extras = " ".join(
                 f"{k}={v}" for k, v in event.items() if k not in ("event", "level", "timestamp")
@@ -47,18 +61,25 @@ class LogSink:
         self._verbose = False
         if file is not None:
             file.close()
+        self._on_error = None
 
 
-def configure_logging(*, log_file: Path | None, verbose: bool) -> LogSink:
+def configure_logging(
+    *,
+    log_file: Path | None,
+    verbose: bool,
+    on_error: Callable[[str, OSError], None] | None = None,
+) -> LogSink:
     """Send logs to `log_file` (JSON lines) and, if `verbose`, to stderr.
 
-    Returns the sink; the caller closes it when the run ends.
+    Returns the sink; the caller closes it when the run ends. A failed write to the file
+    detaches it and calls `on_error` (without one, the `OSError` propagates).
     """
     file: IO[str] | None = None
     if log_file is not None:
         log_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         file = log_file.open("a", encoding="utf-8")
-    sink = LogSink(file, verbose)
+    sink = LogSink(file, verbose, on_error)
     structlog.configure(
         processors=[
             structlog.processors.add_log_level,

@@ -9,7 +9,7 @@ the sample's tests run in the persistent shell, and the transcript is written.
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import shutil
 import subprocess
 import sys
@@ -24,9 +24,10 @@ import trio
 
 from orchestrator.demo.sample_repo import generate
 from orchestrator.events import AssistantTurn, Event, PermissionDecided, ToolStarted
-from orchestrator.headless import HeadlessOptions, RunnerFactory, SubagentsFactory, run_headless
+from orchestrator.loop import RunResult
 from orchestrator.outcome import exit_code
 from orchestrator.output import ProgressPrinter
+from orchestrator.session import SessionConfig, SessionParts, open_session
 from orchestrator.subagents import SubagentFinished, SubagentOutcome, SubagentUpdate
 
 __all__ = ["demo_main"]
@@ -100,24 +101,17 @@ def _git_init(workspace: Path) -> None:
 
 
 def demo_main(
-    argv: list[str],
-    *,
-    runner_factory: RunnerFactory | None = None,
-    subagents: SubagentsFactory | None = None,
+    *, keep: bool = False, verbose: bool = False, parts: SessionParts | None = None
 ) -> int:
-    """Run the demo. `runner_factory` and `subagents` are the sandboxed tool hosts and worker
-    pool (the CLI passes them); without them tools run unsandboxed and nothing is dispatched."""
-    parser = argparse.ArgumentParser(prog="warren demo", description=__doc__)
-    parser.add_argument("--keep", action="store_true", help="keep the workspace afterwards")
-    parser.add_argument("-v", "--verbose", action="store_true", help="logs on stderr")
-    args = parser.parse_args(argv)
-
+    """Run the demo. `parts` are the sandboxed tool hosts, worker pool and broker (the CLI
+    passes them); without tool hosts, tools run unsandboxed and nothing is dispatched."""
+    parts = parts or SessionParts()
     root = Path(tempfile.mkdtemp(prefix="warren-demo-"))
     workspace = generate(root / "shop")
     _git_init(workspace)
     out = sys.stdout
     files = sum(1 for _ in workspace.rglob("*.py"))
-    floor = "bubblewrap floor (tool hosts and subagent workers)" if runner_factory else "OFF"
+    floor = "bubblewrap floor (tool hosts and subagent workers)" if parts.runner else "OFF"
     out.write(
         "Warren demo (offline: a scripted model; real sandboxes, tools and policy)\n"
         f"  workspace: {workspace} ({files} Python files, generated)\n"
@@ -127,37 +121,38 @@ def demo_main(
         f"  prompt: {PROMPT}\n\n"
     )
     timeline = _Timeline()
-    options = HeadlessOptions(
-        prompt=PROMPT,
+    config = SessionConfig(
         cwd=workspace,
         model=f"scripted:{HERE / 'session.json'}",
         permission_mode="accept-edits",
         allowed_tools=frozenset({"Bash(python -m unittest:*)"}),
-        verbose=args.verbose,
-        sandbox="required" if runner_factory is not None else "off",
+        verbose=verbose,
+        sandbox="required" if parts.runner is not None else "off",
     )
+
+    async def run() -> tuple[RunResult, Path]:
+        async with open_session(config, demo_parts) as session:
+            return await session.run(PROMPT), session.transcript.path
+
     try:
         with open("/dev/null", "w") as discard:  # the final text is in the summary
-            report = trio.run(
-                lambda: run_headless(
-                    options,
-                    stdout=discard,
-                    extra_sinks=[ProgressPrinter(out, show_text=True), timeline],
-                    runner_factory=runner_factory,
-                    subagents_factory=subagents,
-                    on_subagent=timeline.subagent,
-                )
+            demo_parts = dataclasses.replace(
+                parts,
+                stdout=discard,
+                extra_sinks=(*parts.extra_sinks, ProgressPrinter(out, show_text=True), timeline),
+                on_subagent=timeline.subagent,
             )
+            result, transcript = trio.run(run)
     finally:
-        if not args.keep:
+        if not keep:
             shutil.rmtree(root, ignore_errors=True)
     timeline.finish()
-    _summary(out, report.result.reason, report.result.num_turns, timeline, report.transcript)
-    if args.keep:
+    _summary(out, result.reason, result.num_turns, timeline, transcript)
+    if keep:
         out.write(f"  workspace kept: {workspace}\n")
-    if report.result.reason != "completed":
-        out.write(f"\nThe demo did not complete: {report.result.result}\n")
-    return exit_code(report.result.reason)
+    if result.reason != "completed":
+        out.write(f"\nThe demo did not complete: {result.result}\n")
+    return exit_code(result.reason)
 
 
 def _summary(out: IO[str], reason: str, turns: int, timeline: _Timeline, transcript: Path) -> None:

@@ -1,13 +1,14 @@
-"""`warren doctor` and `warren sandbox run` as plain functions (the CLI wires them later)."""
+"""`warren doctor` and `warren sandbox run` as plain functions returning values (the CLI,
+orchestrator/cli/doctor.py, prints them: tests/orchestrator/test_cli.py)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
-from sandbox.commands import EXIT_SANDBOX_ERROR, doctor, sandbox_run
+from sandbox.commands import doctor, sandbox_run
+from sandbox.errors import SandboxError
 
 
 @pytest.fixture(autouse=True)
@@ -17,35 +18,30 @@ def private_state(scratch: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(scratch / "cache"))
 
 
-def test_doctor_json(capsys: pytest.CaptureFixture[str]) -> None:
-    assert doctor(json_output=True) == 0
-    payload = json.loads(capsys.readouterr().out)
-    assert payload["proven"] is True
-    assert {c["name"] for c in payload["checks"]} >= {"no_capabilities", "network_fails"}
-    assert payload["bwrap_version"]
-
-
-def test_doctor_text(capsys: pytest.CaptureFixture[str]) -> None:
-    assert doctor(json_output=False) == 0
-    assert capsys.readouterr().out.startswith("floor: PROVEN")
+def test_doctor_proves_the_floor() -> None:
+    report = doctor()
+    assert report.floor.proven is True
+    assert {c.name for c in report.floor.checks} >= {"no_capabilities", "network_fails"}
+    assert report.floor.bwrap_version
 
 
 def test_sandbox_run_passes_the_exit_code_through(scratch: Path) -> None:
     ws = scratch / "ws"
     ws.mkdir()
-    assert sandbox_run(ws, False, "off", ["sh", "-c", "echo hi > out; exit 3"]) == 3
+    result = sandbox_run(ws, False, ["sh", "-c", "echo hi > out; exit 3"])
+    assert result.exit_code == 3 and result.notes == ()
     assert (ws / "out").read_text() == "hi\n"
 
 
 def test_sandbox_run_read_only(scratch: Path) -> None:
     ws = scratch / "ws"
     ws.mkdir()
-    assert sandbox_run(ws, True, "off", ["touch", "x"]) != 0
+    assert sandbox_run(ws, True, ["touch", "x"]).exit_code != 0
     assert not (ws / "x").exists()
 
 
-def test_sandbox_run_refusals(scratch: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert sandbox_run(scratch, False, "on", ["true"]) == 2
-    assert sandbox_run(scratch, False, "off", []) == 2
-    assert sandbox_run(scratch / "missing", False, "off", ["true"]) == EXIT_SANDBOX_ERROR
-    assert "does not exist" in capsys.readouterr().err
+def test_sandbox_run_refusals(scratch: Path) -> None:
+    with pytest.raises(ValueError, match="no command"):
+        sandbox_run(scratch, False, [])
+    with pytest.raises(SandboxError, match="does not exist"):
+        sandbox_run(scratch / "missing", False, ["true"])

@@ -1,4 +1,4 @@
-"""dispatch_agent end to end: the headless composition (`run_headless`) with the worker pool
+"""dispatch_agent end to end: a `Session` (orchestrator/session.py) with the worker pool
 wired in as the CLI will wire it, real agent workers under real bwrap, and the real Anthropic
 SDK in the coordinator talking over a socket to the fake Messages API.
 
@@ -20,12 +20,12 @@ from typing import Any
 import pytest
 import trio
 
-from orchestrator.headless import HeadlessOptions, run_headless
 from orchestrator.loop import LoopConfig, RunControl, run_loop
 from orchestrator.messages import Message
 from orchestrator.paths import WarrenDirs
 from orchestrator.permissions import default_permission, headless_asker
 from orchestrator.pipeline import INTERRUPTED_RUNNING, ToolPipeline, ToolRunner
+from orchestrator.session import SessionConfig, SessionParts, open_session
 from orchestrator.session_policy import SessionPolicy
 from orchestrator.subagents import (
     GENERAL,
@@ -178,19 +178,19 @@ async def test_three_subagents_dispatched_in_one_turn(
             with trio.fail_after(60):
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(release_when_in_flight, api, 3)
-                    report = await run_headless(
-                        HeadlessOptions(prompt="Survey the repository.", cwd=workspace),
+                    parts = SessionParts(
                         dirs=dirs,
                         stdout=io.StringIO(),
                         tools=lambda: ToolRegistry([dispatch]),
                         model=broker,
-                        runner_factory=sandboxed_runner,
-                        install_signal_handler=False,
+                        runner=sandboxed_runner,
                     )
+                    async with open_session(SessionConfig(cwd=workspace), parts) as session:
+                        result = await session.run("Survey the repository.")
         requests = api.requests
 
-    assert report.result.reason == "completed"
-    assert report.result.result == "All three parts are surveyed."
+    assert result.reason == "completed"
+    assert result.result == "All three parts are surveyed."
     subagent = [r for r in requests if is_subagent(r)]
     firsts = [r for r in subagent if len(r.messages) == 1]
     seconds = [r for r in subagent if len(r.messages) == 3]
@@ -219,7 +219,7 @@ async def test_three_subagents_dispatched_in_one_turn(
              for b in results]  # fmt: skip
     assert [t.split("\n")[0] for t in texts] == [f"report {t}" for t in TOKENS]
     # Each subagent left a sidechain transcript next to the session's.
-    sidechains = sorted((dirs.sessions / f"{report.session_id}.agents").glob("*.jsonl"))
+    sidechains = sorted((dirs.sessions / f"{session.session_id}.agents").glob("*.jsonl"))
     assert len(sidechains) == 3
     kinds = {type(u).__name__ for u in updates}
     assert kinds == {"SubagentStarted", "SubagentEvent", "SubagentFinished"}

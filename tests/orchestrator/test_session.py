@@ -1,18 +1,21 @@
-"""Headless runs: output formats, transcripts, resume after a crash, audit lines."""
+"""Sessions: output formats, transcripts, resume after a crash, audit lines, a second prompt
+in the same conversation."""
 
 from __future__ import annotations
 
 import io
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from orchestrator.headless import HeadlessOptions, run_headless
+from orchestrator.loop import RunResult
 from orchestrator.messages import Message, ToolUseBlock
 from orchestrator.model.scripted import ScriptedModel, ScriptedTurn
 from orchestrator.paths import WarrenDirs
+from orchestrator.session import SessionConfig, SessionParts, open_session
 from orchestrator.tools.registry import ToolRegistry
 from orchestrator.transcript_repair import INTERRUPTED_BY_USER, is_valid_for_api
 from orchestrator.transcripts import SessionStore
@@ -41,19 +44,30 @@ def workspace(tmp_path: Path) -> Path:
     return ws
 
 
+@dataclass
+class Report:
+    result: RunResult
+    session_id: str
+    transcript: Path
+
+
 async def headless(
-    options: HeadlessOptions, dirs: WarrenDirs, model: ScriptedModel | None = None
-) -> tuple[Any, str]:
+    config: SessionConfig,
+    dirs: WarrenDirs,
+    model: ScriptedModel | None = None,
+    *,
+    prompt: str = "go",
+) -> tuple[Report, str]:
     out = io.StringIO()
-    report = await run_headless(
-        options.model_copy(update={"sandbox": "off"}),
+    parts = SessionParts(
         dirs=dirs,
         stdout=out,
         tools=lambda: ToolRegistry([ProbeTool(ProbeLog())]),
         model=model,
-        install_signal_handler=False,
     )
-    return report, out.getvalue()
+    async with open_session(config.model_copy(update={"sandbox": "off"}), parts) as session:
+        result = await session.run(prompt)
+    return Report(result, session.session_id, session.transcript.path), out.getvalue()
 
 
 async def test_stream_json_shape(tmp_path: Path, dirs: WarrenDirs, workspace: Path) -> None:
@@ -64,7 +78,7 @@ async def test_stream_json_shape(tmp_path: Path, dirs: WarrenDirs, workspace: Pa
             {"content": [{"type": "text", "text": "all done"}]},
         ],
     )
-    options = HeadlessOptions(prompt="go", cwd=workspace, model=model, output_format="stream-json")
+    options = SessionConfig(cwd=workspace, model=model, output_format="stream-json")
     report, out = await headless(options, dirs)
     lines = [json.loads(line) for line in out.splitlines()]
     kinds = [(r["type"], r.get("subtype")) for r in lines]
@@ -96,7 +110,7 @@ async def test_system_prompt_carries_context_and_memory(
     model = ScriptedModel(
         [ScriptedTurn.model_validate({"content": [{"type": "text", "text": "hi"}]})]
     )
-    await headless(HeadlessOptions(prompt="go", cwd=workspace), dirs, model)
+    await headless(SessionConfig(cwd=workspace), dirs, model)
     system = "\n".join(model.requests[0].system)
     assert f"Working directory: {workspace}" in system
     assert "Always run `make check`." in system
@@ -110,7 +124,7 @@ async def test_json_output_and_transcript(
         tmp_path / "s.json",
         [{"content": [probe_call("a")]}, {"content": [{"type": "text", "text": "ok"}]}],
     )
-    options = HeadlessOptions(prompt="go", cwd=workspace, model=model, output_format="json")
+    options = SessionConfig(cwd=workspace, model=model, output_format="json")
     report, out = await headless(options, dirs)
     record = json.loads(out)
     assert record["type"] == "result" and record["result"] == "ok"
@@ -146,7 +160,7 @@ async def test_resume_after_crash_mid_turn(
         [ScriptedTurn.model_validate({"content": [{"type": "text", "text": "resumed"}]})]
     )
     report, _ = await headless(
-        HeadlessOptions(prompt="go on", cwd=workspace, resume=transcript.session_id), dirs, model
+        SessionConfig(cwd=workspace, resume=transcript.session_id), dirs, model, prompt="go on"
     )
     assert report.result.reason == "completed"
     sent = model.requests[0].messages
@@ -160,10 +174,10 @@ async def test_continue_picks_latest_session(
     tmp_path: Path, dirs: WarrenDirs, workspace: Path
 ) -> None:
     model = write_script(tmp_path / "s.json", [{"content": [{"type": "text", "text": "one"}]}])
-    first, _ = await headless(HeadlessOptions(prompt="a", cwd=workspace, model=model), dirs)
+    first, _ = await headless(SessionConfig(cwd=workspace, model=model), dirs, prompt="a")
     model2 = write_script(tmp_path / "s2.json", [{"content": [{"type": "text", "text": "two"}]}])
     second, _ = await headless(
-        HeadlessOptions(prompt="b", cwd=workspace, model=model2, continue_last=True), dirs
+        SessionConfig(cwd=workspace, model=model2, continue_last=True), dirs, prompt="b"
     )
     assert second.session_id == first.session_id
     assert [m.role for m in second.result.messages] == ["user", "assistant", "user", "assistant"]
@@ -171,10 +185,9 @@ async def test_continue_picks_latest_session(
 
 def test_contradictory_options_are_rejected(workspace: Path) -> None:
     with pytest.raises(ValueError, match="--resume and --continue"):
-        HeadlessOptions(prompt="x", cwd=workspace, resume="abc", continue_last=True)
+        SessionConfig(cwd=workspace, resume="abc", continue_last=True)
     with pytest.raises(ValueError, match="both --allowed-tools and --disallowed-tools"):
-        HeadlessOptions(
-            prompt="x",
+        SessionConfig(
             cwd=workspace,
             allowed_tools=frozenset({"Bash"}),
             disallowed_tools=frozenset({"Bash"}),

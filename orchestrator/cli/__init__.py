@@ -1,0 +1,15 @@
+"""The `warren` command: the one composition root, where flags become a `Session` and the
+orchestrator is wired to the sandbox, the tool hosts, the worker pool and the broker.
+
+    main.py      the command line: `warren [PROMPT]`, `-p`, and the subcommands
+    run.py       a headless run: a Session, its result, signals and the exit code
+    wiring.py    the concrete parts a session gets (tool hosts, worker pool, broker)
+    doctor.py    `warren doctor` and `warren sandbox run`: what sandbox/ returns, printed
+    policy.py    `warren policy ...`, `warren trust`, `warren untrust`
+
+Entry point: `warren = "orchestrator.cli:main"` (pyproject.toml).
+"""
+
+from orchestrator.cli.main import main
+
+__all__ = ["main"]

@@ -1,0 +1,280 @@
+"""The `warren` command line: one parser with real subcommands, and a prompt otherwise.
+
+    warren PROMPT / warren -p PROMPT [options]   a headless run (the prompt may come on stdin)
+    warren demo            the offline demo on a generated sample repository
+    warren doctor          prove the sandbox floor on this machine, or say how to fix it
+    warren sandbox run     run one command under the floor
+    warren policy ...      explain and tune the permission policy
+    warren trust / untrust let a repository's policy allow things, or stop it
+
+A first argument that is not a subcommand is a prompt: `warren "fix the build"` is
+`warren -p "fix the build"`. Exit codes are the run's terminal reason
+(`orchestrator.outcome.exit_code`); 2 is a bad command line or configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+__all__ = ["COMMANDS", "build_parser", "main"]
+
+EXIT_CODES = (
+    "Exit codes: 0 completed, 1 model error, 2 usage or configuration (nothing ran), 3 max "
+    "turns, 4 prompt too long, 5 budget exceeded, 6 hook blocked, 7 permission denied, 8 state "
+    "could not be written (io_error), 130/143/129 interrupted by SIGINT/SIGTERM/SIGHUP."
+)
+
+COMMANDS: dict[str, str] = {
+    "demo": "run the offline demo: a scripted multi-agent refactor on a sample repository",
+    "doctor": "prove the sandbox floor on this machine, or say how to fix it",
+    "sandbox": "run one command under Warren's sandbox floor",
+    "policy": "explain and tune the permission policy (check, show, test, init, trust)",
+    "trust": "let a repository's policy allow things",
+    "untrust": "stop trusting a repository's policy",
+}
+"""Every subcommand with its one-line summary (`warren --help` lists them)."""
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("warren")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+def _run_options(parser: argparse.ArgumentParser) -> None:
+    """The options of a run (`warren [PROMPT]`, `warren -p PROMPT`)."""
+    parser.add_argument(
+        "-p",
+        "--print",
+        dest="prompt",
+        metavar="PROMPT",
+        help="run headless with this prompt (or give the prompt on stdin)",
+    )
+    parser.add_argument(
+        "--output-format",
+        choices=["text", "json", "stream-json"],
+        default="text",
+        help="what to print on stdout (default: text)",
+    )
+    parser.add_argument(
+        "--max-turns",
+        type=int,
+        default=None,
+        help="model requests per run (default: the policy's limits.max_turns, else 100)",
+    )
+    parser.add_argument(
+        "--max-concurrency",
+        type=int,
+        default=None,
+        help="read-only tool calls run at once (default: the policy's "
+        "limits.max_concurrency, else 10)",
+    )
+    parser.add_argument(
+        "--max-budget-usd",
+        type=float,
+        default=None,
+        metavar="USD",
+        help="dollars the session may spend on the model, subagents included; a request that "
+        "would pass it is not sent and the run ends budget_exceeded, exit 5 (default: the "
+        "policy's limits.max_budget_usd, else no limit)",
+    )
+    parser.add_argument(
+        "--model",
+        default=None,
+        help="Claude model name, or scripted:PATH to replay a script (default: claude-sonnet-4-6)",
+    )
+    parser.add_argument(
+        "--cwd",
+        type=Path,
+        default=None,
+        help="the workspace to work in (default: the current directory)",
+    )
+    parser.add_argument(
+        "--permission-mode",
+        choices=["default", "accept-edits", "plan", "dont-ask", "bypass"],
+        default=None,
+        help="default: read-only calls run, others ask (denied when headless); accept-edits: "
+        "edits in the workspace run too; plan: read-only tools only; dont-ask: asks become "
+        "denials; bypass: everything except deny rules, protected paths and critical deletes "
+        "(default: the policy files' mode)",
+    )
+    parser.add_argument(
+        "--i-know-there-is-no-sandbox",
+        dest="no_sandbox_consent",
+        action="store_true",
+        help="let --permission-mode bypass run without a proven sandbox floor",
+    )
+    parser.add_argument(
+        "--allowed-tools",
+        action="append",
+        metavar="TOOLS",
+        help="tools that run without asking (comma or space separated)",
+    )
+    parser.add_argument(
+        "--disallowed-tools", action="append", metavar="TOOLS", help="tools that are always denied"
+    )
+    resume = parser.add_mutually_exclusive_group()
+    resume.add_argument("--resume", metavar="SESSION_ID", help="continue a session")
+    resume.add_argument(
+        "-c",
+        "--continue",
+        dest="continue_last",
+        action="store_true",
+        help="continue the most recent session in this directory",
+    )
+    parser.add_argument(
+        "--sandbox",
+        choices=["required", "off"],
+        default="required",
+        help="required (default): prove the bubblewrap floor and run every tool call inside "
+        "it, or refuse to start; off: run tools unsandboxed, with a warning on every run",
+    )
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="readable logs and progress on stderr"
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line: run options, and a subparser per command."""
+    from orchestrator.cli import doctor, policy
+
+    parser = argparse.ArgumentParser(
+        prog="warren",
+        usage="warren [options] [PROMPT]  |  warren COMMAND ...",
+        description="Warren: a sandboxed multi-agent coding orchestrator. "
+        "`warren PROMPT` (or `-p PROMPT`, or the prompt on stdin) runs headless.",
+        epilog=EXIT_CODES,
+    )
+    parser.add_argument("--version", action="version", version=f"warren {_version()}")
+    _run_options(parser)
+    sub = parser.add_subparsers(dest="command", title="commands", metavar="COMMAND")
+    demo = sub.add_parser(
+        "demo", prog="warren demo", help=COMMANDS["demo"], description=COMMANDS["demo"]
+    )
+    demo.add_argument("--keep", action="store_true", help="keep the workspace afterwards")
+    demo.add_argument("-v", "--verbose", action="store_true", help="logs on stderr")
+    demo.set_defaults(handler=_demo)
+    doctor.add_commands(sub, COMMANDS)
+    policy.add_commands(sub, COMMANDS)
+    return parser
+
+
+def _prompt_parser() -> argparse.ArgumentParser:
+    """`warren [options] PROMPT`: the run options and the prompt as a positional."""
+    parser = argparse.ArgumentParser(
+        prog="warren", usage="warren [options] [PROMPT]", epilog=EXIT_CODES
+    )
+    _run_options(parser)
+    parser.add_argument("words", nargs="?", metavar="PROMPT", help="the prompt")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        if (argv[:1] and argv[0] in COMMANDS) or {"-h", "--help", "--version"} & set(argv[:1]):
+            args = build_parser().parse_args(argv)
+            handler: Callable[[argparse.Namespace], int] = args.handler
+            return handler(args)
+        return _prompt(_prompt_parser().parse_args(argv))
+    finally:
+        _flush_stdout()
+
+
+def _flush_stdout() -> None:
+    """Flush stdout now, so a closed terminal or pipe is not a traceback at exit."""
+    import os
+
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+
+
+def _tool_list(values: list[str] | None) -> frozenset[str]:
+    """The rules given to --allowed-tools / --disallowed-tools, each split the policy's way
+    (commas and blanks between rules, never inside `Bash(npm run test:*)`)."""
+    from policies.files import PolicyError, split_tool_list
+
+    try:
+        return frozenset(split_tool_list(values or []))
+    except PolicyError as exc:
+        print(f"warren: {exc}", file=sys.stderr)
+        raise SystemExit(2) from exc
+
+
+def _at_terminal() -> bool:
+    """A person can answer permission asks: stdin and stderr are terminals."""
+    return bool(sys.stdin and sys.stdin.isatty() and sys.stderr.isatty())
+
+
+def _prompt(args: argparse.Namespace) -> int:
+    import trio
+    from pydantic import ValidationError
+
+    from orchestrator.cli.run import run_prompt
+    from orchestrator.cli.wiring import session_parts
+    from orchestrator.outcome import EXIT_USAGE
+    from orchestrator.session import DEFAULT_MODEL, SessionConfig
+
+    if args.prompt is not None and args.words is not None:
+        print("warren: give the prompt once: as PROMPT or with -p", file=sys.stderr)
+        return EXIT_USAGE
+    prompt = args.prompt if args.prompt is not None else args.words
+    if prompt is None:
+        if sys.stdin is None or sys.stdin.isatty():
+            _prompt_parser().print_usage(sys.stderr)
+            print(
+                "warren: give a prompt (warren PROMPT, -p PROMPT, or on stdin; "
+                "the interactive REPL is not built yet); `warren --help` lists the commands",
+                file=sys.stderr,
+            )
+            return EXIT_USAGE
+        prompt = sys.stdin.read()
+    if not prompt.strip():
+        print("warren: the prompt is empty", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        config = SessionConfig(
+            cwd=(args.cwd or Path.cwd()).absolute(),
+            model=args.model or DEFAULT_MODEL,
+            output_format=args.output_format,
+            max_turns=args.max_turns,
+            max_concurrency=args.max_concurrency,
+            max_budget_usd=args.max_budget_usd,
+            permission_mode=args.permission_mode,
+            allowed_tools=_tool_list(args.allowed_tools),
+            disallowed_tools=_tool_list(args.disallowed_tools),
+            resume=args.resume,
+            continue_last=args.continue_last,
+            verbose=args.verbose,
+            sandbox=args.sandbox,
+            no_sandbox_consent=args.no_sandbox_consent,
+            asks="terminal" if _at_terminal() else "deny",
+        )
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'options'}: {e['msg']}"
+            for e in exc.errors(include_url=False)
+        )
+        print(f"warren: {problems}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        return trio.run(run_prompt, config, prompt, session_parts())
+    except KeyboardInterrupt:  # before the signal watch started, or after it stopped
+        print("warren: interrupted", file=sys.stderr)
+        return 130
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from orchestrator.cli.wiring import session_parts
+    from orchestrator.demo.run import demo_main
+
+    return demo_main(keep=args.keep, verbose=args.verbose, parts=session_parts())

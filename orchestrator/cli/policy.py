@@ -1,0 +1,97 @@
+"""`warren policy ...`, `warren trust` and `warren untrust`: the parsers, calling
+policies/commands.py (which writes its report to the stream it is given)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_commands"]
+
+
+def add_commands(sub: Any, summaries: dict[str, str]) -> None:
+    """Add `policy`, `trust` and `untrust` to the `warren` subparsers."""
+    policy = sub.add_parser(
+        "policy", prog="warren policy", help=summaries["policy"], description=summaries["policy"]
+    )
+    commands = policy.add_subparsers(dest="policy_command", required=True, metavar="COMMAND")
+    check = commands.add_parser(
+        "check",
+        help="explain the decision for one call: `-- COMMAND...` or `TOOL PATH`",
+        description="warren policy check [--json] [--cwd DIR] -- COMMAND...  |  "
+        "warren policy check [--json] Edit PATH",
+    )
+    check.add_argument("--json", action="store_true", help="print the decision as JSON")
+    check.add_argument("--cwd", type=Path, default=None, help="the workspace (default: here)")
+    check.add_argument("target", nargs=argparse.REMAINDER, help="-- COMMAND... or TOOL PATH")
+    check.set_defaults(handler=_check)
+    for name, text in (
+        ("show", "print the effective policy with the source of each rule"),
+        ("test", "check every [[examples]] entry of the loaded policy files"),
+        ("init", "write a commented starter .warren/policy.toml"),
+        ("trust", "let this repository's policy allow things (same as `warren trust`)"),
+        ("untrust", "stop trusting this repository's policy (same as `warren untrust`)"),
+    ):
+        command = commands.add_parser(name, help=text, description=text)
+        command.add_argument("--cwd", type=Path, default=None, help="the workspace")
+        command.set_defaults(handler=_policy_command)
+
+    for verb, trust in (("trust", True), ("untrust", False)):
+        parser = sub.add_parser(
+            verb,
+            prog=f"warren {verb}",
+            help=summaries[verb],
+            description="Trust a repository: its policy's allow rules (and later hooks and "
+            "agent definitions) take effect. A changed policy file needs trusting again."
+            if trust
+            else "Stop trusting a repository's policy allow rules.",
+        )
+        parser.add_argument("path", nargs="?", type=Path, default=None, help="default: here")
+        parser.set_defaults(handler=_trust if trust else _untrust)
+
+
+def _check(args: argparse.Namespace) -> int:
+    from policies import commands
+    from policies.files import PolicyError
+
+    words = list(args.target)
+    after_dashdash = words[:1] == ["--"]
+    try:
+        target = commands.check_target(
+            words[1:] if after_dashdash else words, after_dashdash=after_dashdash
+        )
+    except PolicyError as exc:
+        print(f"warren policy check: {exc}", file=sys.stderr)
+        return 2
+    return commands.check(target, json_output=args.json, cwd=(args.cwd or Path.cwd()).absolute())
+
+
+def _policy_command(args: argparse.Namespace) -> int:
+    from policies import commands
+
+    cwd = (args.cwd or Path.cwd()).absolute()
+    match args.policy_command:
+        case "show":
+            return commands.show(cwd)
+        case "test":
+            return commands.test(cwd)
+        case "trust":
+            return commands.trust_cmd(cwd)
+        case "untrust":
+            return commands.untrust_cmd(cwd)
+        case _:
+            return commands.init(cwd)
+
+
+def _trust(args: argparse.Namespace) -> int:
+    from policies import commands
+
+    return commands.trust_cmd((args.path or Path.cwd()).absolute())
+
+
+def _untrust(args: argparse.Namespace) -> int:
+    from policies import commands
+
+    return commands.untrust_cmd((args.path or Path.cwd()).absolute())

@@ -1,0 +1,698 @@
+"""The Session: one object that owns a run's parts, so every front end wires them once.
+
+`warren -p`, `warren demo` and the tests open a session and send it prompts:
+
+    async with open_session(config, parts) as session:
+        result = await session.run("fix the build")
+        result = await session.run("now add a test")   # the same conversation
+
+A session owns the floor report, the policy, the sandboxed tool hosts, the worker pool, the
+model (a broker over the client when one is wired in, so budgets hold for every agent), the
+transcript, the audit log, the log file and the event sinks. `open_session` builds them from a
+`SessionConfig` (frozen, what the user chose) and `SessionParts` (what the composition root
+plugs in: the tool hosts, the pool, the broker; tests inject fakes here instead of patching).
+The REPL, hooks, `mcp serve` and a server process are meant to plug in at the same two seams.
+
+State that cannot be written is translated once, here: at start-up it is a `StateUnwritable`
+(a `ConfigError`: one line, exit 2, nothing ran); mid-run a failed transcript, audit or log
+write interrupts the run, which ends `io_error` (exit 8).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Literal, Protocol, runtime_checkable
+
+import structlog
+import trio
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from orchestrator.audit import AuditLog
+from orchestrator.context import ContextSnapshot, gather_context, system_prompt
+from orchestrator.errors import ConfigError, SessionError
+from orchestrator.events import AssistantTurn, Event, EventSink, RetryScheduled, ToolResultsMessage
+from orchestrator.limits import Limits
+from orchestrator.logs import LogSink, configure_logging
+from orchestrator.loop import LoopConfig, RunControl, RunResult, run_loop
+from orchestrator.messages import Message, Usage
+from orchestrator.model.base import ModelClient
+from orchestrator.output import OutputFormat, OutputPrinter, ProgressPrinter
+from orchestrator.paths import WarrenDirs
+from orchestrator.permissions import Asker, headless_asker
+from orchestrator.pipeline import InProcessRunner, ToolPipeline, ToolRunner
+from orchestrator.session_policy import SessionPolicy, load_session_policy
+from orchestrator.subagents import SubagentEvent, SubagentRunner, SubagentUpdate, load_agent_types
+from orchestrator.terminal_asker import TerminalAsker
+from orchestrator.tools.base import ToolContext
+from orchestrator.tools.registry import ToolRegistry, builtin_tools
+from orchestrator.transcripts import SessionStore, Transcript
+from policies.files import Mode
+
+if TYPE_CHECKING:
+    from sandbox.probe import FloorReport
+
+__all__ = [
+    "DEFAULT_MODEL",
+    "BrokerFactory",
+    "FloorNotProven",
+    "MeteredModel",
+    "RunnerFactory",
+    "Session",
+    "SessionConfig",
+    "SessionParts",
+    "StateUnwritable",
+    "SubagentsFactory",
+    "open_session",
+]
+
+DEFAULT_MODEL = "claude-sonnet-4-6"
+
+SANDBOX_OFF_WARNING = (
+    "warning: --sandbox=off: tool calls run directly on this machine, with your full "
+    "permissions, network and secrets; only the permission checks stand between the model "
+    "and your system."
+)
+
+
+@runtime_checkable
+class MeteredModel(ModelClient, Protocol):
+    """A model client that adds up what every request through it used (the broker)."""
+
+    usage: Usage
+    cost_usd: float
+
+
+RunnerFactory = Callable[[ToolContext, SessionPolicy], AbstractAsyncContextManager[ToolRunner]]
+"""Opens where tool calls run for one session (the CLI passes the sandboxed tool hosts)."""
+
+SubagentsFactory = Callable[
+    [ToolContext, SessionPolicy, ModelClient, Limits],
+    AbstractAsyncContextManager[SubagentRunner],
+]
+"""Opens the worker pool of one session; the model it gets is the session's (the broker, when
+one is wired in), so subagents share the session's limits and budget."""
+
+BrokerFactory = Callable[[ModelClient, Limits], MeteredModel]
+"""Wraps the session's model client in the broker that enforces `Limits` for every agent."""
+
+
+class FloorNotProven(ConfigError):
+    """`--sandbox=required` and the start-up probe could not prove the floor."""
+
+    def __init__(self, report: str) -> None:
+        super().__init__(
+            "the sandbox floor is not proven on this machine, so no tool may run "
+            "(--sandbox=required). The probe said:\n"
+            + report
+            + "\nFix the problem above (`warren doctor` re-checks), or run with --sandbox=off "
+            "to run tools unsandboxed.",
+            source="sandbox",
+        )
+
+
+class StateUnwritable(ConfigError):
+    """Warren's state directory (sessions, logs, audit) cannot be written at start-up."""
+
+    def __init__(self, path: Path, exc: OSError) -> None:
+        super().__init__(
+            f"cannot write Warren's state in {path}: {exc.strerror or exc}. Free some space, "
+            "or point XDG_STATE_HOME at a writable directory.",
+            source="state",
+        )
+
+
+class SessionConfig(BaseModel):
+    """Everything a session is configured with (the CLI fills it from flags)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    cwd: Path
+    """The workspace root: an absolute path to an existing directory."""
+    model: str = DEFAULT_MODEL
+    """A Claude model name, or `scripted:PATH` to replay a script. Default claude-sonnet-4-6."""
+    output_format: OutputFormat = "text"
+    """What goes to stdout: the final text, one JSON result, or one JSON event per line.
+    Default `text`."""
+    max_turns: int | None = Field(default=None, ge=1)
+    """`--max-turns`; None: the policy's `limits.max_turns`, else `Limits`' default."""
+    max_concurrency: int | None = Field(default=None, ge=1, le=64)
+    """`--max-concurrency`; None: the policy's `limits.max_concurrency`, else the default."""
+    max_budget_usd: float | None = Field(default=None, gt=0)
+    """`--max-budget-usd`; None: the policy's `limits.max_budget_usd`, else no budget."""
+    permission_mode: Mode | None = None
+    """Overrides the policy files' `mode`: `default` (read-only calls run, others ask, which
+    headless means deny), `accept-edits`, `plan`, `dont-ask`, `bypass`. Default: the policy's."""
+    no_sandbox_consent: bool = False
+    """`--i-know-there-is-no-sandbox`: let `bypass` run without a proven floor. Default off."""
+    asks: Literal["deny", "terminal"] = "deny"
+    """Who answers a call the policy asks about: nobody (deny, with a message saying how to
+    allow it), or the user at the terminal (`/dev/tty`). Default `deny`."""
+    allowed_tools: frozenset[str] = frozenset()
+    """Rules allowed without asking (`--allowed-tools`). Default none."""
+    disallowed_tools: frozenset[str] = frozenset()
+    """Rules denied outright (`--disallowed-tools`). Default none."""
+    resume: str | None = None
+    """Session id to continue. Default: a new session."""
+    continue_last: bool = False
+    """Continue the most recent session started in `cwd`. Default off."""
+    verbose: bool = False
+    """Readable logs and progress on stderr. Default off."""
+    progress: bool = False
+    """Human progress lines (tool calls, results) on stderr. Default off."""
+    sandbox: Literal["required", "off"] = "required"
+    """`required` (default): prove the floor at start-up and run every tool call in a
+    sandboxed tool host, refusing to run otherwise; `off`: run tools in this process, loudly."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SessionConfig:
+        if self.resume and self.continue_last:
+            raise ValueError("--resume and --continue cannot be used together; pick one")
+        both = self.allowed_tools & self.disallowed_tools
+        if both:
+            raise ValueError(
+                f"{', '.join(sorted(both))} is in both --allowed-tools and --disallowed-tools"
+            )
+        if not self.cwd.is_absolute():
+            raise ValueError("cwd must be an absolute path")
+        return self
+
+
+@dataclass(frozen=True)
+class SessionParts:
+    """What the composition root plugs into a session (each optional; tests inject fakes)."""
+
+    dirs: WarrenDirs | None = None
+    """Where state and config live. Default: from the environment (XDG)."""
+    stdout: IO[str] | None = None
+    """Where the output format writes. Default `sys.stdout`."""
+    extra_sinks: tuple[EventSink, ...] = ()
+    """More consumers of the run's events (the demo's timeline)."""
+    tools: Callable[[], ToolRegistry] | None = None
+    """Replaces the built-in tool set."""
+    model: ModelClient | None = None
+    """Replaces the model named in the config."""
+    broker: BrokerFactory | None = None
+    """Wraps the model so `Limits` (concurrency, budgets) hold for every agent. Without one,
+    budgets are not enforced."""
+    runner: RunnerFactory | None = None
+    """The sandboxed tool hosts; required unless the config's sandbox is `off`."""
+    subagents: SubagentsFactory | None = None
+    """The worker pool behind `dispatch_agent`; without one there are no subagents."""
+    on_subagent: Callable[[SubagentUpdate], None] | None = None
+    """Called with every subagent update."""
+
+
+def build_limits(config: SessionConfig, policy: SessionPolicy) -> Limits:
+    """The session's limits: the command line over the policy's `[limits]` over defaults."""
+    try:
+        return Limits.build(
+            {name: setting.value for name, setting in policy.effective.limits.items()},
+            {
+                "max_turns": config.max_turns,
+                "max_concurrency": config.max_concurrency,
+                "max_budget_usd": config.max_budget_usd,
+            },
+        )
+    except ValueError as exc:
+        raise ConfigError(str(exc), source="limits") from exc
+
+
+def make_model(name: str, cwd: Path) -> ModelClient:
+    """The model client a config names: a Claude model, or a scripted replay."""
+    if name.startswith("scripted:"):
+        from orchestrator.model.scripted import ScriptedModel
+
+        path = Path(name.removeprefix("scripted:")).expanduser()
+        if not path.is_absolute():
+            path = Path.cwd() / path
+        return ScriptedModel.from_file(path, variables={"workspace": str(cwd)})
+    from orchestrator.model.anthropic import AnthropicModel
+
+    return AnthropicModel(model=name)
+
+
+class Session:
+    """One conversation: send prompts with `run`, stop the current one with `interrupt`.
+
+    Made by `open_session`, which owns the parts; a `Session` only uses them.
+    """
+
+    def __init__(
+        self,
+        *,
+        config: SessionConfig,
+        limits: Limits,
+        transcript: Transcript,
+        model: ModelClient,
+        pipeline: ToolPipeline,
+        printer: OutputPrinter,
+        emit: EventSink,
+        system: list[str],
+        history: list[Message],
+        io_guard: _IoGuard,
+    ) -> None:
+        self.config = config
+        self.limits = limits
+        self.transcript = transcript
+        self.model = model
+        self.history = history
+        """The conversation so far (a resumed session starts with its transcript's)."""
+        self._pipeline = pipeline
+        self._printer = printer
+        self._emit = emit
+        self._system = system
+        self._io = io_guard
+        self._control: RunControl | None = None
+
+    @property
+    def session_id(self) -> str:
+        return self.transcript.session_id
+
+    def interrupt(self) -> None:
+        """Stop the current run: it ends `interrupted`, its transcript resumable. No effect
+        between runs."""
+        if self._control is not None:
+            self._control.interrupt()
+
+    async def run(self, prompt: str) -> RunResult:
+        """Send `prompt` and run the agent loop until it ends; the result is printed in the
+        config's output format and recorded in the transcript.
+
+        **Cancellation:** `interrupt()` ends the run `interrupted`; an outer cancellation
+        propagates (the transcript keeps every complete message).
+        **Errors:** none for model, tool or state-writing failures: those are terminal
+        reasons (`model_error`, `budget_exceeded`, `io_error`, ...).
+        """
+        message = Message.user_text(prompt)
+        control = RunControl()
+        self._control = control
+        self._io.control = control
+        self._io.write(lambda: self.transcript.message(message))
+        spent = _spend(self.model)
+        try:
+            result = await run_loop(
+                model=self.model,
+                messages=[*self.history, message],
+                pipeline=self._pipeline,
+                config=LoopConfig(
+                    system=self._system,
+                    max_turns=self.limits.max_turns,
+                    max_concurrency=self.limits.max_concurrency,
+                    max_tokens=self.limits.max_output_tokens,
+                ),
+                emit=self._emit,
+                control=control,
+            )
+        finally:
+            self._control = None
+            self._io.control = None
+        result = _with_session_spend(result, self.model, spent)
+        if self._io.failure is not None:
+            result = dataclasses.replace(result, reason="io_error", result=self._io.failure)
+        self.history = result.messages
+        self._printer.finish(result)
+        self._io.write(
+            lambda: self.transcript.write(
+                {
+                    "type": "result",
+                    "reason": result.reason,
+                    "num_turns": result.num_turns,
+                    "usage": result.usage.model_dump(),
+                    "total_cost_usd": result.cost_usd,
+                }
+            )
+        )
+        structlog.get_logger().info(
+            "run finished", reason=result.reason, turns=result.num_turns, cost=result.cost_usd
+        )
+        return result
+
+
+@asynccontextmanager
+async def open_session(
+    config: SessionConfig, parts: SessionParts | None = None
+) -> AsyncIterator[Session]:
+    """Build a session's parts, yield the `Session`, and close every part on the way out.
+
+    **Cancellation:** leaving the block closes the tool hosts, the pool and the model,
+    shielded and bounded (15 s); the transcript keeps every complete message.
+    **Errors:** `FloorNotProven` when the sandbox is required but unproven; `StateUnwritable`
+    when the state directory cannot be written; `ConfigError` for a bad model script, policy,
+    session or directory.
+    """
+    parts = parts or SessionParts()
+    dirs = parts.dirs or WarrenDirs.from_env()
+    cwd = config.cwd.resolve()
+    if not cwd.is_dir():
+        raise ConfigError(f"{cwd} is not a directory", source="--cwd")
+    io_guard = _IoGuard()
+    async with AsyncExitStack() as stack:
+        transcript, history = _open_transcript(config, dirs, cwd)
+        stack.callback(io_guard.close, transcript.close)
+        log_sink = _open_log(dirs, transcript.session_id, config.verbose, io_guard)
+        stack.callback(io_guard.close, log_sink.close)
+        audit = _open_audit(transcript, config)
+        stack.callback(io_guard.close, audit.close)
+
+        snapshot, floor = await _start_up(config, cwd)
+        floor_state = _floor_state(config, floor, parts.runner)
+        if floor is not None:
+            io_guard.write(
+                lambda: audit.record(
+                    "floor",
+                    proven=floor.proven,
+                    bwrap=floor.bwrap_path,
+                    bwrap_version=floor.bwrap_version,
+                    bwrap_source=floor.bwrap_source,
+                    notes=list(floor.notes),
+                )
+            )
+        audit.floor = floor_state
+        policy = load_session_policy(
+            cwd,
+            floor_proven=floor_state == "proven",
+            permission_mode=config.permission_mode,
+            allowed_tools=config.allowed_tools,
+            disallowed_tools=config.disallowed_tools,
+            no_sandbox_consent=config.no_sandbox_consent,
+        )
+        audit.mode = policy.mode
+        limits = build_limits(config, policy)
+        model = parts.model or make_model(config.model, cwd)
+        if parts.broker is not None:
+            model = parts.broker(model, limits)
+        stack.push_async_callback(_shielded, model.aclose)
+        registry = (
+            parts.tools()
+            if parts.tools is not None
+            else builtin_tools(bash_classifier=policy.bash_classifier())
+        )
+        printer = OutputPrinter(
+            config.output_format, transcript.session_id, parts.stdout or sys.stdout
+        )
+        sinks: list[EventSink] = [
+            io_guard.sink(_transcript_sink(transcript)),
+            io_guard.sink(audit),
+            printer,
+            *parts.extra_sinks,
+        ]
+        if config.progress or config.verbose:
+            sinks.append(ProgressPrinter(sys.stderr))
+        emit = _Fanout(sinks)
+        ctx = ToolContext(
+            workspace=cwd,
+            cwd=cwd,
+            session_id=transcript.session_id,
+            extra_roots=policy.writable_roots(),
+        )
+        stack.push_async_callback(_shielded, ctx.aclose)
+        sandboxed = floor_state == "proven"
+        runner = await stack.enter_async_context(
+            parts.runner(ctx, policy)
+            if parts.runner is not None and sandboxed
+            else _in_process(ctx)
+        )
+        permission = policy.permission_fn()
+        asker: Asker = TerminalAsker(policy) if config.asks == "terminal" else headless_asker
+        if parts.subagents is not None and sandboxed and limits.max_subagents > 0:
+            pool = await stack.enter_async_context(parts.subagents(ctx, policy, model, limits))
+            from orchestrator.tools.dispatch_agent import DispatchAgentTool
+
+            dispatch = DispatchAgentTool(
+                runner=pool,
+                agent_types=load_agent_types(
+                    cwd,
+                    trusted=policy.effective.trust == "trusted",
+                    config_dir=dirs.config,
+                    known_tools=registry.names(),
+                ),
+                tools=registry,
+                permission=permission,
+                asker=asker,
+                sidechain_root=dirs.sessions,
+                on_update=_subagent_sink(printer, io_guard.sink(audit), parts.on_subagent),
+            )
+            registry = ToolRegistry([*registry, dispatch])
+        printer.init(
+            cwd=str(cwd),
+            model=model.model,
+            tools=registry.names(),
+            transcript=str(transcript.path),
+            permission_mode=policy.mode,
+            sandbox=floor_state,
+        )
+        pipeline = ToolPipeline(
+            runner=runner,
+            tools=registry,
+            ctx=ctx,
+            permission=permission,
+            asker=asker,
+            emit=emit,
+            default_timeout_s=limits.tool_timeout_s,
+        )
+        structlog.get_logger().bind(session_id=transcript.session_id).info(
+            "session opened", model=model.model, cwd=str(cwd), resumed=bool(history)
+        )
+        if io_guard.failure is not None:
+            raise ConfigError(
+                f"{io_guard.failure}. Free some space, or point XDG_STATE_HOME at a writable "
+                "directory.",
+                source="state",
+            )
+        yield Session(
+            config=config,
+            limits=limits,
+            transcript=transcript,
+            model=model,
+            pipeline=pipeline,
+            printer=printer,
+            emit=emit,
+            system=system_prompt(snapshot),
+            history=history,
+            io_guard=io_guard,
+        )
+
+
+# --- builders -------------------------------------------------------------------------------
+
+
+def _open_transcript(
+    config: SessionConfig, dirs: WarrenDirs, cwd: Path
+) -> tuple[Transcript, list[Message]]:
+    """A new transcript, or the resumed one with its history."""
+    store = SessionStore(dirs.sessions)
+    try:
+        if not (config.resume or config.continue_last):
+            return store.create(cwd=cwd, model=config.model), []
+        session_id = config.resume or store.latest_for(cwd)
+        if session_id is None:
+            raise ConfigError(f"no earlier session in {cwd} to continue", source="--continue")
+        try:
+            loaded = store.load(session_id)
+        except SessionError as exc:
+            raise ConfigError(str(exc), source="--resume") from exc
+        transcript = store.open(session_id)
+        try:
+            transcript.write({"type": "resume", "skipped_lines": loaded.skipped_lines})
+        except OSError:
+            transcript.close()
+            raise
+        return transcript, list(loaded.messages)
+    except OSError as exc:
+        raise StateUnwritable(dirs.sessions, exc) from exc
+
+
+def _open_log(dirs: WarrenDirs, session_id: str, verbose: bool, io_guard: _IoGuard) -> LogSink:
+    try:
+        return configure_logging(
+            log_file=dirs.logs / f"{session_id}.log", verbose=verbose, on_error=io_guard.failed
+        )
+    except OSError as exc:
+        raise StateUnwritable(dirs.logs, exc) from exc
+
+
+def _open_audit(transcript: Transcript, config: SessionConfig) -> AuditLog:
+    path = transcript.path.with_suffix(".audit.jsonl")
+    try:
+        return AuditLog(path, mode=config.permission_mode or "(policy)", floor="unproven")
+    except OSError as exc:
+        raise StateUnwritable(path.parent, exc) from exc
+
+
+async def _start_up(config: SessionConfig, cwd: Path) -> tuple[ContextSnapshot, FloorReport | None]:
+    """Everything a run needs before its first request, at once: the SDK import (about a
+    second), the context snapshot, and the floor probe (unless the sandbox is off)."""
+    snapshot: ContextSnapshot | None = None
+    floor: FloorReport | None = None
+
+    async def context() -> None:
+        nonlocal snapshot
+        snapshot = await gather_context(cwd)
+
+    async def probe() -> None:
+        nonlocal floor
+        from sandbox.probe import probe_floor
+
+        floor = await probe_floor()
+
+    async def warm_up_sdk() -> None:
+        if not config.model.startswith("scripted:"):
+            from orchestrator.model.anthropic import warm_up
+
+            await warm_up()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(warm_up_sdk)
+        nursery.start_soon(context)
+        if config.sandbox == "required":
+            nursery.start_soon(probe)
+    assert snapshot is not None
+    return snapshot, floor
+
+
+def _floor_state(
+    config: SessionConfig, floor: FloorReport | None, runner: RunnerFactory | None
+) -> Literal["proven", "off"]:
+    """`off` (said loudly), or `proven`; an unproven floor under `required` stops the run."""
+    if config.sandbox == "off":
+        sys.stderr.write(SANDBOX_OFF_WARNING + "\n")
+        return "off"
+    assert floor is not None
+    if not floor.proven:
+        raise FloorNotProven(floor.render())
+    if runner is None:
+        raise ConfigError("no sandboxed tool runner was wired in", source="sandbox")
+    return "proven"
+
+
+# --- parts ----------------------------------------------------------------------------------
+
+
+@dataclass
+class _IoGuard:
+    """The one boundary for state writes during a session (transcript, audit, log).
+
+    The first `OSError` (ENOSPC, EROFS, EIO...) is remembered as one sentence and interrupts
+    the current run, which then ends `io_error`; later writes are skipped, so a full disk does
+    not turn every event into another failure.
+    """
+
+    failure: str | None = None
+    control: RunControl | None = None
+
+    def failed(self, what: str, exc: OSError) -> None:
+        if self.failure is None:
+            self.failure = f"could not write the {what}: {exc.strerror or exc}"
+            structlog.get_logger().error("state write failed", what=what, error=str(exc))
+        if self.control is not None:
+            self.control.interrupt()
+
+    def write(self, step: Callable[[], None], what: str = "transcript") -> None:
+        if self.failure is not None:
+            return
+        try:
+            step()
+        except OSError as exc:
+            self.failed(what, exc)
+
+    def sink(self, sink: EventSink) -> EventSink:
+        what = "audit log" if isinstance(sink, AuditLog) else "transcript"
+
+        def guarded(event: Event) -> None:
+            self.write(lambda: sink(event), what)
+
+        return guarded
+
+    def close(self, close: Callable[[], None]) -> None:
+        try:
+            close()
+        except OSError as exc:
+            self.failed("state", exc)
+
+
+@dataclass
+class _Fanout:
+    sinks: list[EventSink] = field(default_factory=list)
+
+    def __call__(self, event: Event) -> None:
+        for sink in self.sinks:
+            sink(event)
+
+
+def _transcript_sink(transcript: Transcript) -> EventSink:
+    def write(event: Event) -> None:
+        match event:
+            case AssistantTurn(turn=turn):
+                transcript.message(turn.message)
+            case ToolResultsMessage(message=message):
+                transcript.message(message)
+            case RetryScheduled():
+                transcript.write(
+                    {
+                        "type": "retry",
+                        "attempt": event.attempt,
+                        "delay_s": event.delay_s,
+                        "error": event.error,
+                    }
+                )
+            case _:
+                pass
+
+    return write
+
+
+def _subagent_sink(
+    printer: OutputPrinter,
+    audit: EventSink,
+    extra: Callable[[SubagentUpdate], None] | None,
+) -> Callable[[SubagentUpdate], None]:
+    """Subagents' events: tagged lines in stream-json, their permission decisions in the
+    session's audit log, and whatever the embedder wants (`on_subagent`)."""
+
+    def report(update: SubagentUpdate) -> None:
+        printer.subagent(update)
+        if isinstance(update, SubagentEvent):
+            audit(update.event)
+        if extra is not None:
+            extra(update)
+
+    return report
+
+
+def _spend(model: ModelClient) -> tuple[Usage, float] | None:
+    return (model.usage, model.cost_usd) if isinstance(model, MeteredModel) else None
+
+
+def _with_session_spend(
+    result: RunResult, model: ModelClient, before: tuple[Usage, float] | None
+) -> RunResult:
+    """The run's usage and cost counted at the broker: the main agent's and every
+    subagent's (the loop alone sees only the main agent's)."""
+    after = _spend(model)
+    if before is None or after is None:
+        return result
+    (used, _), (was, _) = after, before
+    usage = Usage(
+        input_tokens=used.input_tokens - was.input_tokens,
+        output_tokens=used.output_tokens - was.output_tokens,
+        cache_creation_input_tokens=used.cache_creation_input_tokens
+        - was.cache_creation_input_tokens,
+        cache_read_input_tokens=used.cache_read_input_tokens - was.cache_read_input_tokens,
+    )
+    return dataclasses.replace(result, usage=usage, cost_usd=after[1] - before[1])
+
+
+async def _shielded(close: Callable[[], Awaitable[None]]) -> None:
+    """Teardown that a cancellation cannot skip, bounded so a stuck part cannot hang exit."""
+    with trio.CancelScope(shield=True), trio.move_on_after(15):
+        await close()
+
+
+@asynccontextmanager
+async def _in_process(ctx: ToolContext) -> AsyncIterator[ToolRunner]:
+    yield InProcessRunner()
