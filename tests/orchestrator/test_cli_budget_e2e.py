@@ -109,5 +109,3 @@ def test_a_budget_below_zero_is_a_usage_error(sample: Path, env: dict[str, str])
     done = run_cli(["-p", "x", "--cwd", str(sample), "--max-budget-usd", "-1"], env)
     assert done.returncode == 2 and "max_budget_usd" in done.stderr
     assert "Traceback" not in done.stderr
-
-
