@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import trio
 
 from orchestrator.errors import ConfigError
-from orchestrator.outcome import EXIT_IO_ERROR, EXIT_USAGE, exit_code
+from orchestrator.outcome import EXIT_IO_ERROR, EXIT_USAGE, TerminalReason, exit_code
 from orchestrator.session import Session, SessionConfig, SessionParts, open_session
 
 __all__ = ["STOP_SIGNALS", "run_prompt"]
@@ -41,6 +41,8 @@ class _Stopping:
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
     session: Session | None = None
     signal: int | None = None
+    reason: TerminalReason | None = None
+    """How the run ended, once it has (its result is printed by then)."""
 
     async def watch(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
@@ -69,10 +71,25 @@ async def run_prompt(config: SessionConfig, prompt: str, parts: SessionParts) ->
         except ConfigError as exc:
             say(f"warren: {exc}")
             return EXIT_USAGE
-        except OSError as exc:  # stdout itself is gone (a closed terminal, a closed pipe)
+        except (OSError, ExceptionGroup) as exc:
+            # Stdout gone (a closed terminal, a closed pipe), or a part that writes state of
+            # its own (the sandbox's stub registry) failing on its way out: one line.
+            failure = _os_error_in(exc)
+            if failure is None:
+                raise
             if stopping.signal is not None:
                 return 128 + stopping.signal
-            say(f"warren: cannot write the output: {exc.strerror or exc}")
+            what = f"{failure.strerror or failure}" + (
+                f" ({failure.filename})" if failure.filename else ""
+            )
+            if stopping.session is None and stopping.reason is None:  # nothing ran
+                say(
+                    f"warren: cannot write Warren's state: {what}. Free some space, or point "
+                    "XDG_STATE_HOME at a writable directory."
+                )
+                return EXIT_USAGE
+            if stopping.reason != "io_error":  # else its line is out already
+                say(f"warren: a write failed: {what}")
             return EXIT_IO_ERROR
         finally:
             nursery.cancel_scope.cancel()
@@ -82,6 +99,24 @@ async def run_prompt(config: SessionConfig, prompt: str, parts: SessionParts) ->
     return 128 + stopping.signal
 
 
+def _os_error_in(exc: BaseException) -> OSError | None:
+    """The `OSError` an error is, or the one a group of errors (from the parts' nurseries)
+    holds when it holds nothing but `OSError`s and cancellations."""
+    if isinstance(exc, OSError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        found: OSError | None = None
+        for inner in exc.exceptions:
+            if isinstance(inner, trio.Cancelled):
+                continue
+            failure = _os_error_in(inner)
+            if failure is None:
+                return None
+            found = found or failure
+        return found
+    return None
+
+
 async def _run(config: SessionConfig, prompt: str, parts: SessionParts, stopping: _Stopping) -> int:
     async with open_session(config, parts) as session:
         if stopping.signal is not None:  # it came while the session was opening
@@ -89,8 +124,9 @@ async def _run(config: SessionConfig, prompt: str, parts: SessionParts, stopping
         stopping.session = session
         result = await session.run(prompt)
         stopping.session = None
-    if result.reason != "completed" and config.output_format == "text":
-        say(f"warren: run ended: {result.reason}: {result.result}")
+        stopping.reason = result.reason
+        if result.reason != "completed" and config.output_format == "text":
+            say(f"warren: run ended: {result.reason}: {result.result}")
     if result.reason == "interrupted" and stopping.signal is not None:
         return 128 + stopping.signal
     return exit_code(result.reason)
