@@ -10,12 +10,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 
+from orchestrator.events import Event, ToolStarted
+from orchestrator.limits import Limits
 from orchestrator.loop import RunResult
 from orchestrator.messages import Message, ToolUseBlock
 from orchestrator.model.scripted import ScriptedModel, ScriptedTurn
 from orchestrator.paths import WarrenDirs
-from orchestrator.session import SessionConfig, SessionParts, open_session
+from orchestrator.session import Session, SessionConfig, SessionParts, open_session
+from orchestrator.tools.base import DEFAULT_TOOL_TIMEOUT_S
 from orchestrator.tools.registry import ToolRegistry
 from orchestrator.transcript_repair import INTERRUPTED_BY_USER, is_valid_for_api
 from orchestrator.transcripts import SessionStore
@@ -192,3 +196,96 @@ def test_contradictory_options_are_rejected(workspace: Path) -> None:
             allowed_tools=frozenset({"Bash"}),
             disallowed_tools=frozenset({"Bash"}),
         )
+
+
+async def test_a_second_prompt_continues_the_conversation(
+    tmp_path: Path, dirs: WarrenDirs, workspace: Path
+) -> None:
+    model = ScriptedModel(
+        [
+            ScriptedTurn.model_validate({"content": [{"type": "text", "text": "one"}]}),
+            ScriptedTurn.model_validate({"content": [{"type": "text", "text": "two"}]}),
+        ]
+    )
+    out = io.StringIO()
+    parts = SessionParts(dirs=dirs, stdout=out, model=model)
+    async with open_session(SessionConfig(cwd=workspace, sandbox="off"), parts) as session:
+        first = await session.run("a")
+        second = await session.run("b")
+    assert (first.result, second.result) == ("one", "two")
+    sent = model.requests[1].messages
+    assert [(m.role, m.text()) for m in sent] == [
+        ("user", "a"),
+        ("assistant", "one"),
+        ("user", "b"),
+    ]
+    assert out.getvalue() == "one\ntwo\n"
+    results = [
+        json.loads(line)
+        for line in session.transcript.path.read_text().splitlines()
+        if '"type":"result"' in line
+    ]
+    assert [r["reason"] for r in results] == ["completed", "completed"]
+
+
+async def test_interrupt_ends_the_current_run_and_the_next_one_runs(
+    tmp_path: Path, dirs: WarrenDirs, workspace: Path
+) -> None:
+    """`interrupt()` while a tool runs: the run ends `interrupted`; the same session then
+    answers the next prompt with a valid conversation."""
+    model = ScriptedModel(
+        [
+            ScriptedTurn.model_validate({"content": [probe_call("slow", fail="hang")]}),
+            ScriptedTurn.model_validate({"content": [{"type": "text", "text": "fine"}]}),
+        ]
+    )
+    sessions: list[Session] = []
+
+    def interrupt_when_the_tool_starts(event: Event) -> None:
+        if isinstance(event, ToolStarted):
+            sessions[0].interrupt()
+
+    parts = SessionParts(
+        dirs=dirs,
+        stdout=io.StringIO(),
+        model=model,
+        tools=lambda: ToolRegistry([ProbeTool(ProbeLog())]),
+        extra_sinks=(interrupt_when_the_tool_starts,),
+    )
+    async with open_session(SessionConfig(cwd=workspace, sandbox="off"), parts) as session:
+        sessions.append(session)
+        with trio.fail_after(30):
+            first = await session.run("go")
+        second = await session.run("again")
+    assert first.reason == "interrupted"
+    assert second.reason == "completed" and second.result == "fine"
+    assert is_valid_for_api(model.requests[1].messages)
+
+
+@pytest.mark.parametrize(
+    ("policy", "flags", "expected"),
+    [
+        ({}, {}, Limits()),
+        ({"max_turns": 7}, {}, Limits(max_turns=7)),
+        ({"max_turns": 7}, {"max_turns": 3}, Limits(max_turns=3)),
+        ({"max_turns": 7}, {"max_turns": None}, Limits(max_turns=7)),
+        ({"max_budget_usd": 2.0}, {"max_budget_usd": 0.5}, Limits(max_budget_usd=0.5)),
+        ({"max_output_tokens_total": 10}, {}, Limits(max_output_tokens_total=10)),
+        (
+            {"tool_timeout_s": 5.0, "max_subagents": 0},
+            {},
+            Limits(tool_timeout_s=5.0, max_subagents=0),
+        ),
+    ],
+)
+def test_limits_command_line_over_policy_over_defaults(
+    policy: dict[str, float], flags: dict[str, float | None], expected: Limits
+) -> None:
+    assert Limits.build(policy, flags) == expected
+
+
+def test_limits_defaults_are_written_once() -> None:
+    limits = Limits()
+    assert (limits.max_turns, limits.max_concurrency, limits.max_subagents) == (100, 10, 10)
+    assert limits.tool_timeout_s == DEFAULT_TOOL_TIMEOUT_S
+    assert limits.max_budget_usd is None and limits.max_output_tokens_total is None
