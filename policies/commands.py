@@ -1,8 +1,9 @@
 """`warren policy ...`: the functions behind the subcommands, on parsed values.
 
-The CLI (in `orchestrator`) parses the command line and calls these; each prints to `out`
-and returns the exit code: 0 done, 1 a check failed (`test` mismatch, `init` refused), 2 the
-policy could not be loaded (the located `PolicyError` is printed). Everything outside the
+The CLI (`orchestrator/cli/policy.py`) parses the command line, calls these and prints what
+they return; nothing here writes to the terminal. Each returns a `CommandReport`: its text and
+its exit code: 0 done, 1 a check failed (`test` mismatch, `init` refused), 2 the policy could
+not be loaded (the text holds the located `PolicyError`). Everything outside the
 arguments (environment, managed policy path, trust store, the floor probe) comes through a
 `CommandEnvironment`, the seam tests use.
 
@@ -16,15 +17,16 @@ arguments (environment, managed policy path, trust store, the floor probe) comes
 
 from __future__ import annotations
 
+import functools
+import io
 import json
 import os
 import re
-import sys
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Concatenate, ParamSpec, TextIO
 
 from policies.atomic import open_directory, read_regular
 from policies.engine import PolicyDecision, PolicyEngine, default_facts
@@ -53,6 +55,7 @@ from policies.trust import (
 __all__ = [
     "CheckTarget",
     "CommandEnvironment",
+    "CommandReport",
     "check",
     "check_target",
     "detect_project_commands",
@@ -92,8 +95,6 @@ class CommandEnvironment:
     """Default: `$XDG_STATE_HOME/warren/trust.json` from `env`."""
     probe: Callable[[], bool] = probe_floor_sync
     """Proves the floor when a command is not told its state (runs a real sandbox)."""
-    out: TextIO | None = None
-    """Where to print (default: `sys.stdout` at call time)."""
     command_line: PolicyFile | None = None
     """The command line level (`--allowed-tools`, `--permission-mode`), if any."""
     tool_facts: Mapping[str, ToolFacts] = field(default_factory=dict)
@@ -122,9 +123,6 @@ class CommandEnvironment:
         """Whether `tool` is read-only whatever its input: it reads files or touches nothing."""
         return self.facts(tool).family in ("read", "meta")
 
-    def stdout(self) -> TextIO:
-        return self.out or sys.stdout
-
     def store(self) -> TrustStore:
         return self.trust_store or TrustStore.from_env(self.env)
 
@@ -140,6 +138,28 @@ class CommandEnvironment:
 
 
 _DEFAULT_ENVIRONMENT = CommandEnvironment()
+
+P = ParamSpec("P")
+
+
+@dataclass(frozen=True)
+class CommandReport:
+    """What a command did: its exit code and the text the CLI prints (`warren policy ...`)."""
+
+    exit_code: int
+    text: str
+
+
+def _reported(command: Callable[Concatenate[TextIO, P], int]) -> Callable[P, CommandReport]:
+    """A command that writes its report to a stream, made to return it as a value."""
+
+    @functools.wraps(command)
+    def run(*args: P.args, **kwargs: P.kwargs) -> CommandReport:
+        out = io.StringIO()
+        code = command(out, *args, **kwargs)
+        return CommandReport(code, out.getvalue())
+
+    return run
 
 
 def _error(err: PolicyError, out: TextIO) -> int:
@@ -184,7 +204,9 @@ def _target_call(
     return environment.call(*target)
 
 
+@_reported
 def check(
+    out: TextIO,
     target: CheckTarget,
     *,
     json_output: bool = False,
@@ -197,7 +219,6 @@ def check(
     `floor_proven=None` runs the floor probe (`environment.probe`). The JSON form has
     exactly the keys decision, read_only, concurrency_safe, rule, source, mode, floor.
     """
-    out = environment.stdout()
     workspace = cwd.resolve()
     try:
         policy = environment.load(workspace)
@@ -267,9 +288,9 @@ _TRUST_NOTES = {
 }
 
 
-def show(cwd: Path, *, environment: CommandEnvironment = _DEFAULT_ENVIRONMENT) -> int:
+@_reported
+def show(out: TextIO, cwd: Path, *, environment: CommandEnvironment = _DEFAULT_ENVIRONMENT) -> int:
     """Print the effective policy: each rule and setting with the file it comes from."""
-    out = environment.stdout()
     try:
         policy = environment.load(cwd.resolve())
     except PolicyError as err:
@@ -329,7 +350,9 @@ def _describe(example: Example) -> str:
     return example.tool if not example.input else f"{example.tool}({json.dumps(example.input)})"
 
 
+@_reported
 def test(
+    out: TextIO,
     cwd: Path,
     *,
     floor_proven: bool | None = None,
@@ -341,7 +364,6 @@ def test(
     floor as probed (or as given). Decisions use the current trust state, so an untrusted
     project's allow examples fail until it is trusted (the output says so).
     """
-    out = environment.stdout()
     workspace = cwd.resolve()
     try:
         policy = environment.load(workspace)
@@ -552,9 +574,9 @@ def _create_new(directory: int, name: str, text: str) -> bool:
     return True
 
 
-def init(cwd: Path, *, environment: CommandEnvironment = _DEFAULT_ENVIRONMENT) -> int:
+@_reported
+def init(out: TextIO, cwd: Path, *, environment: CommandEnvironment = _DEFAULT_ENVIRONMENT) -> int:
     """Write a starter `.warren/policy.toml`; never overwrite an existing one."""
-    out = environment.stdout()
     root = cwd.resolve()
     target = root / PROJECT_POLICY
     commands = detect_project_commands(root)
@@ -582,12 +604,14 @@ def init(cwd: Path, *, environment: CommandEnvironment = _DEFAULT_ENVIRONMENT) -
 # -- trust --
 
 
-def trust_cmd(path: Path, *, environment: CommandEnvironment = _DEFAULT_ENVIRONMENT) -> int:
+@_reported
+def trust_cmd(
+    out: TextIO, path: Path, *, environment: CommandEnvironment = _DEFAULT_ENVIRONMENT
+) -> int:
     """Trust the repository at `path` as its policy files are now, after showing them.
 
     A broken policy file is not trusted (exit 2).
     """
-    out = environment.stdout()
     root = path.resolve()
     current = project_policy_hash(root)
     try:
@@ -623,9 +647,11 @@ def trust_cmd(path: Path, *, environment: CommandEnvironment = _DEFAULT_ENVIRONM
     return EXIT_OK
 
 
-def untrust_cmd(path: Path, *, environment: CommandEnvironment = _DEFAULT_ENVIRONMENT) -> int:
+@_reported
+def untrust_cmd(
+    out: TextIO, path: Path, *, environment: CommandEnvironment = _DEFAULT_ENVIRONMENT
+) -> int:
     """Forget the trust decision for the repository at `path`."""
-    out = environment.stdout()
     root = path.resolve()
     try:
         untrusted = environment.store().untrust(root)

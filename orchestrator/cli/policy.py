@@ -1,12 +1,15 @@
-"""`warren policy ...`, `warren trust` and `warren untrust`: the parsers, calling
-policies/commands.py (which writes its report to the stream it is given)."""
+"""`warren policy ...`, `warren trust` and `warren untrust`: the parsers, and the reports
+policies/commands.py returns, printed."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from policies.commands import CommandReport
 
 __all__ = ["add_commands"]
 
@@ -52,6 +55,11 @@ def add_commands(sub: Any, summaries: dict[str, str]) -> None:
         parser.set_defaults(handler=_trust if trust else _untrust)
 
 
+def _printed(report: CommandReport) -> int:
+    sys.stdout.write(report.text)
+    return report.exit_code
+
+
 def _check(args: argparse.Namespace) -> int:
     from policies import commands
     from policies.files import PolicyError
@@ -65,7 +73,8 @@ def _check(args: argparse.Namespace) -> int:
     except PolicyError as exc:
         print(f"warren policy check: {exc}", file=sys.stderr)
         return 2
-    return commands.check(target, json_output=args.json, cwd=(args.cwd or Path.cwd()).absolute())
+    cwd = (args.cwd or Path.cwd()).absolute()
+    return _printed(commands.check(target, json_output=args.json, cwd=cwd))
 
 
 def _policy_command(args: argparse.Namespace) -> int:
@@ -74,24 +83,24 @@ def _policy_command(args: argparse.Namespace) -> int:
     cwd = (args.cwd or Path.cwd()).absolute()
     match args.policy_command:
         case "show":
-            return commands.show(cwd)
+            return _printed(commands.show(cwd))
         case "test":
-            return commands.test(cwd)
+            return _printed(commands.test(cwd))
         case "trust":
-            return commands.trust_cmd(cwd)
+            return _printed(commands.trust_cmd(cwd))
         case "untrust":
-            return commands.untrust_cmd(cwd)
+            return _printed(commands.untrust_cmd(cwd))
         case _:
-            return commands.init(cwd)
+            return _printed(commands.init(cwd))
 
 
 def _trust(args: argparse.Namespace) -> int:
     from policies import commands
 
-    return commands.trust_cmd((args.path or Path.cwd()).absolute())
+    return _printed(commands.trust_cmd((args.path or Path.cwd()).absolute()))
 
 
 def _untrust(args: argparse.Namespace) -> int:
     from policies import commands
 
-    return commands.untrust_cmd((args.path or Path.cwd()).absolute())
+    return _printed(commands.untrust_cmd((args.path or Path.cwd()).absolute()))

@@ -5,7 +5,6 @@ Imported as a module (`commands.test` would otherwise be collected as a test).
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import shutil
@@ -17,7 +16,7 @@ import pytest
 
 from orchestrator.tools.registry import builtin_facts
 from policies import commands
-from policies.commands import CommandEnvironment, check_target
+from policies.commands import CommandEnvironment, CommandReport, check_target
 from policies.files import PolicyError, command_line_policy, load_policy_file
 from policies.trust import TrustStore, project_policy_hash
 
@@ -34,7 +33,7 @@ class Setup:
         }
         self.store = TrustStore.from_env(self.env)
         self.probes = 0
-        self.out = io.StringIO()
+        self.text = ""
 
     def probe(self) -> bool:
         self.probes += 1
@@ -46,15 +45,17 @@ class Setup:
             managed=self.root / "etc/policy.toml",
             trust_store=self.store,
             probe=self.probe,
-            out=self.out,
             tool_facts=builtin_facts(),
             **changes,  # type: ignore[arg-type]
         )
 
+    def run(self, report: CommandReport) -> int:
+        """Keep the report's text for `output()`; its exit code."""
+        self.text += report.text
+        return report.exit_code
+
     def output(self) -> str:
-        text = self.out.getvalue()
-        self.out.seek(0)
-        self.out.truncate()
+        text, self.text = self.text, ""
         return text
 
     def project(self, text: str, *, trust: bool = False) -> Path:
@@ -136,12 +137,14 @@ def test_check_of_a_tool_without_a_path_is_a_policy_error(setup: Setup) -> None:
 
 def test_check_json_has_exactly_the_documented_keys(setup: Setup) -> None:
     setup.project(PROJECT, trust=True)
-    code = commands.check(
-        "make check",
-        json_output=True,
-        cwd=setup.repo,
-        floor_proven=True,
-        environment=setup.environment(),
+    code = setup.run(
+        commands.check(
+            "make check",
+            json_output=True,
+            cwd=setup.repo,
+            floor_proven=True,
+            environment=setup.environment(),
+        )
     )
     assert code == 0
     data = json.loads(setup.output())
@@ -159,8 +162,13 @@ def test_check_json_has_exactly_the_documented_keys(setup: Setup) -> None:
 
 def test_check_text_for_a_path_tool(setup: Setup) -> None:
     setup.project(PROJECT)  # not trusted: the Edit allow waits
-    code = commands.check(
-        ("Edit", "src/a.py"), cwd=setup.repo, floor_proven=False, environment=setup.environment()
+    code = setup.run(
+        commands.check(
+            ("Edit", "src/a.py"),
+            cwd=setup.repo,
+            floor_proven=False,
+            environment=setup.environment(),
+        )
     )
     assert code == 0
     lines = dict(line.split(":", 1) for line in setup.output().splitlines())
@@ -172,8 +180,10 @@ def test_check_text_for_a_path_tool(setup: Setup) -> None:
 
 
 def test_check_read_only_command_with_the_probed_floor(setup: Setup) -> None:
-    commands.check(
-        "rg -n TODO | head", json_output=True, cwd=setup.repo, environment=setup.environment()
+    setup.run(
+        commands.check(
+            "rg -n TODO | head", json_output=True, cwd=setup.repo, environment=setup.environment()
+        )
     )
     data = json.loads(setup.output())
     assert setup.probes == 1
@@ -183,8 +193,10 @@ def test_check_read_only_command_with_the_probed_floor(setup: Setup) -> None:
 
 def test_check_uses_the_command_line_level(setup: Setup) -> None:
     environment = setup.environment(command_line=command_line_policy(disallowed_tools=["Bash"]))
-    commands.check(
-        "ls", json_output=True, cwd=setup.repo, floor_proven=True, environment=environment
+    setup.run(
+        commands.check(
+            "ls", json_output=True, cwd=setup.repo, floor_proven=True, environment=environment
+        )
     )
     data = json.loads(setup.output())
     assert (data["decision"], data["source"]) == ("deny", "command line")
@@ -192,14 +204,18 @@ def test_check_uses_the_command_line_level(setup: Setup) -> None:
 
 def test_check_reports_a_broken_policy_with_its_location(setup: Setup) -> None:
     path = setup.project('[permissions]\nallow = ["Bash("]\n')
-    code = commands.check("ls", cwd=setup.repo, floor_proven=True, environment=setup.environment())
+    code = setup.run(
+        commands.check("ls", cwd=setup.repo, floor_proven=True, environment=setup.environment())
+    )
     assert code == 2
     assert setup.output().startswith(f"error: {path}:2: permissions.allow[0]: ")
 
 
 def test_check_reports_bypass_without_the_floor(setup: Setup) -> None:
     path = setup.project('mode = "bypass"\n', trust=True)
-    code = commands.check("ls", cwd=setup.repo, floor_proven=False, environment=setup.environment())
+    code = setup.run(
+        commands.check("ls", cwd=setup.repo, floor_proven=False, environment=setup.environment())
+    )
     assert code == 2
     assert f"{path}: mode: bypass mode" in setup.output()
 
@@ -212,7 +228,7 @@ def test_show_lists_rules_with_their_sources_and_trust(setup: Setup) -> None:
     user = setup.root / "config/warren/policy.toml"
     user.parent.mkdir(parents=True)
     user.write_text('mode = "plan"\n[permissions]\nask = ["Bash(git push:*)"]\n')
-    assert commands.show(setup.repo, environment=setup.environment()) == 0
+    assert setup.run(commands.show(setup.repo, environment=setup.environment())) == 0
     text = setup.output()
     assert "NOT trusted" in text
     assert f"mode: plan  ({user})" in text
@@ -221,7 +237,7 @@ def test_show_lists_rules_with_their_sources_and_trust(setup: Setup) -> None:
     assert "max_turns = 100  (built-in)" in text
     assert "examples: 5" in text
     setup.store.trust(setup.repo)
-    commands.show(setup.repo, environment=setup.environment())
+    setup.run(commands.show(setup.repo, environment=setup.environment()))
     text = setup.output()
     assert "project:   trusted" in text and "ignored" not in text
 
@@ -231,14 +247,20 @@ def test_show_lists_rules_with_their_sources_and_trust(setup: Setup) -> None:
 
 def test_examples_pass_when_trusted(setup: Setup) -> None:
     setup.project(PROJECT, trust=True)
-    assert commands.test(setup.repo, floor_proven=True, environment=setup.environment()) == 0
+    assert (
+        setup.run(commands.test(setup.repo, floor_proven=True, environment=setup.environment()))
+        == 0
+    )
     text = setup.output()
     assert text.count("ok    ") == 5 and "5 of 5 examples passed" in text
 
 
 def test_a_mismatch_fails_and_says_why(setup: Setup) -> None:
     setup.project(PROJECT)  # untrusted: the two allow examples fail
-    assert commands.test(setup.repo, floor_proven=True, environment=setup.environment()) == 1
+    assert (
+        setup.run(commands.test(setup.repo, floor_proven=True, environment=setup.environment()))
+        == 1
+    )
     text = setup.output()
     assert "FAIL  Bash(make check) -> allow" in text
     assert "FAIL  Edit(src/a.py) -> allow" in text
@@ -252,12 +274,15 @@ def test_examples_without_a_floor_use_the_probe_once(setup: Setup) -> None:
         '[[examples]]\ntool = "Read"\npath = "a.py"\ndecision = "allow"\n'
         '[[examples]]\ntool = "Think"\ninput = { thought = "x" }\ndecision = "allow"\n'
     )
-    assert commands.test(setup.repo, environment=setup.environment()) == 0
+    assert setup.run(commands.test(setup.repo, environment=setup.environment())) == 0
     assert setup.probes == 1
 
 
 def test_no_examples(setup: Setup) -> None:
-    assert commands.test(setup.repo, floor_proven=True, environment=setup.environment()) == 0
+    assert (
+        setup.run(commands.test(setup.repo, floor_proven=True, environment=setup.environment()))
+        == 0
+    )
     assert "no examples" in setup.output()
 
 
@@ -273,7 +298,7 @@ def test_init_detects_commands_and_refuses_to_overwrite(setup: Setup) -> None:
     (repo / "uv.lock").write_text("")
     (repo / "Cargo.toml").write_text("[package]\n")
     (repo / "go.mod").write_text("module x\n")
-    assert commands.init(repo, environment=setup.environment()) == 0
+    assert setup.run(commands.init(repo, environment=setup.environment())) == 0
     target = repo / ".warren/policy.toml"
     policy = load_policy_file(target)
     assert policy is not None
@@ -295,16 +320,16 @@ def test_init_detects_commands_and_refuses_to_overwrite(setup: Setup) -> None:
     text = target.read_text()
     assert text.startswith("# Warren policy")
     setup.output()
-    assert commands.init(repo, environment=setup.environment()) == 1
+    assert setup.run(commands.init(repo, environment=setup.environment())) == 1
     assert "exists" in setup.output()
     assert target.read_text() == text
     # The starter's own examples hold once the repository is trusted.
     setup.store.trust(repo)
-    assert commands.test(repo, floor_proven=True, environment=setup.environment()) == 0
+    assert setup.run(commands.test(repo, floor_proven=True, environment=setup.environment())) == 0
 
 
 def test_init_in_an_empty_repository_writes_a_valid_file(setup: Setup) -> None:
-    assert commands.init(setup.repo, environment=setup.environment()) == 0
+    assert setup.run(commands.init(setup.repo, environment=setup.environment())) == 0
     policy = load_policy_file(setup.repo / ".warren/policy.toml")
     assert policy is not None and policy.permissions.allow == ()
 
@@ -365,23 +390,23 @@ def test_init_reads_build_files_only_when_regular(setup: Setup, outside: Path, k
 
 def test_trust_and_untrust_commands(setup: Setup) -> None:
     setup.project(PROJECT)
-    assert commands.trust_cmd(setup.repo, environment=setup.environment()) == 0
+    assert setup.run(commands.trust_cmd(setup.repo, environment=setup.environment())) == 0
     text = setup.output()
     assert "trusted" in text and "now allowed: Bash(make check)" in text
     assert setup.store.is_trusted(setup.repo, project_policy_hash(setup.repo))
-    assert commands.untrust_cmd(setup.repo, environment=setup.environment()) == 0
+    assert setup.run(commands.untrust_cmd(setup.repo, environment=setup.environment())) == 0
     assert "untrusted" in setup.output()
     assert not setup.store.is_trusted(setup.repo, project_policy_hash(setup.repo))
-    assert commands.untrust_cmd(setup.repo, environment=setup.environment()) == 0
+    assert setup.run(commands.untrust_cmd(setup.repo, environment=setup.environment())) == 0
     assert "was not trusted" in setup.output()
 
 
 def test_a_broken_policy_is_not_trusted(setup: Setup) -> None:
     setup.project("mode = \n")
-    assert commands.trust_cmd(setup.repo, environment=setup.environment()) == 2
+    assert setup.run(commands.trust_cmd(setup.repo, environment=setup.environment())) == 2
     assert setup.store.record(setup.repo) is None
 
 
 def test_nothing_to_trust(setup: Setup) -> None:
-    assert commands.trust_cmd(setup.repo, environment=setup.environment()) == 0
+    assert setup.run(commands.trust_cmd(setup.repo, environment=setup.environment())) == 0
     assert "nothing to trust" in setup.output()
