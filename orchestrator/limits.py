@@ -13,6 +13,7 @@ from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from orchestrator.pipeline import DEFAULT_OUTPUT_CAP
 from orchestrator.tools.base import DEFAULT_TOOL_TIMEOUT_S
 
 __all__ = ["Limits"]
@@ -29,6 +30,9 @@ class Limits(BaseModel):
     """Concurrency-safe tool calls run at once. Default 10."""
     tool_timeout_s: float = Field(default=DEFAULT_TOOL_TIMEOUT_S, gt=0)
     """Seconds a tool call may run unless the tool sets its own limit. Default 300."""
+    max_tool_output_chars: int = Field(default=DEFAULT_OUTPUT_CAP, ge=1_000)
+    """Characters of one tool result the model sees; longer ones keep their head and tail.
+    Default: the pipeline's cap (`DEFAULT_OUTPUT_CAP`)."""
     max_subagents: int = Field(default=10, ge=0, le=64)
     """Subagent worker processes at once; 0 turns `dispatch_agent` off. Default 10."""
     max_output_tokens: int = Field(default=16_384, ge=1)

@@ -292,6 +292,8 @@ class Session:
         control = RunControl()
         self._control = control
         self._io.control = control
+        if self._io.failure is not None:  # an earlier run could not write: nor can this one
+            control.interrupt()
         self._io.write(lambda: self.transcript.message(message))
         spent = _spend(self.model)
         try:
@@ -454,6 +456,7 @@ async def open_session(
             asker=asker,
             emit=emit,
             default_timeout_s=limits.tool_timeout_s,
+            output_cap=limits.max_tool_output_chars,
         )
         structlog.get_logger().bind(session_id=transcript.session_id).info(
             "session opened", model=model.model, cwd=str(cwd), resumed=bool(history)
