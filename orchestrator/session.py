@@ -317,7 +317,6 @@ class Session:
         if self._io.failure is not None:
             result = dataclasses.replace(result, reason="io_error", result=self._io.failure)
         self.history = result.messages
-        self._printer.finish(result)
         self._io.write(
             lambda: self.transcript.write(
                 {
@@ -332,6 +331,8 @@ class Session:
         structlog.get_logger().info(
             "run finished", reason=result.reason, turns=result.num_turns, cost=result.cost_usd
         )
+        # Last: stdout may be a terminal that is gone (SIGHUP); the transcript has it all.
+        self._printer.finish(result)
         return result
 
 
