@@ -289,3 +289,14 @@ def test_limits_defaults_are_written_once() -> None:
     assert (limits.max_turns, limits.max_concurrency, limits.max_subagents) == (100, 10, 10)
     assert limits.tool_timeout_s == DEFAULT_TOOL_TIMEOUT_S
     assert limits.max_budget_usd is None and limits.max_output_tokens_total is None
+
+
+def test_the_built_in_policy_states_the_same_limits_as_the_defaults() -> None:
+    """policies/defaults.toml shows the limits to `warren policy show` (policies/ cannot
+    import orchestrator/): each value must be `Limits`' default, so the two cannot drift."""
+    import tomllib
+    from importlib import resources
+
+    text = resources.files("policies").joinpath("defaults.toml").read_text(encoding="utf-8")
+    stated = tomllib.loads(text)["limits"]
+    assert stated and Limits.build(stated) == Limits()
