@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Literal, Protocol, runtime_checkable
+from typing import IO, TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 import structlog
 import trio
@@ -43,12 +43,12 @@ from orchestrator.messages import Message, Usage
 from orchestrator.model.base import ModelClient
 from orchestrator.output import OutputFormat, OutputPrinter, ProgressPrinter
 from orchestrator.paths import WarrenDirs
-from orchestrator.permissions import Asker, headless_asker
+from orchestrator.permissions import Asker, PermissionFn, headless_asker
 from orchestrator.pipeline import InProcessRunner, ToolPipeline, ToolRunner
 from orchestrator.session_policy import SessionPolicy, load_session_policy
 from orchestrator.subagents import SubagentEvent, SubagentRunner, SubagentUpdate, load_agent_types
 from orchestrator.terminal_asker import TerminalAsker
-from orchestrator.tools.base import ToolContext
+from orchestrator.tools.base import Tool, ToolContext
 from orchestrator.tools.registry import ToolRegistry, builtin_tools
 from orchestrator.transcripts import SessionStore, Transcript
 from policies.files import Mode
@@ -424,20 +424,13 @@ async def open_session(
         asker: Asker = TerminalAsker(policy) if config.asks == "terminal" else headless_asker
         if parts.subagents is not None and sandboxed and limits.max_subagents > 0:
             pool = await stack.enter_async_context(parts.subagents(ctx, policy, model, limits))
-            from orchestrator.tools.dispatch_agent import DispatchAgentTool
-
-            dispatch = DispatchAgentTool(
-                runner=pool,
-                agent_types=load_agent_types(
-                    cwd,
-                    trusted=policy.effective.trust == "trusted",
-                    config_dir=dirs.config,
-                    known_tools=registry.names(),
-                ),
-                tools=registry,
-                permission=permission,
-                asker=asker,
-                sidechain_root=dirs.sessions,
+            dispatch = _dispatch_tool(
+                pool,
+                registry,
+                policy,
+                dirs,
+                permission,
+                asker,
                 on_update=_subagent_sink(printer, io_guard.sink(audit), parts.on_subagent),
             )
             registry = ToolRegistry([*registry, dispatch])
@@ -572,6 +565,36 @@ def _floor_state(
     if runner is None:
         raise ConfigError("no sandboxed tool runner was wired in", source="sandbox")
     return "proven"
+
+
+def _dispatch_tool(
+    pool: SubagentRunner,
+    registry: ToolRegistry,
+    policy: SessionPolicy,
+    dirs: WarrenDirs,
+    permission: PermissionFn,
+    asker: Asker,
+    *,
+    on_update: Callable[[SubagentUpdate], None],
+) -> Tool[Any]:
+    """`dispatch_agent` over the worker pool, with the agent types this workspace defines
+    (its `.warren/agents/` only when trusted) and the session's tools and permissions."""
+    from orchestrator.tools.dispatch_agent import DispatchAgentTool
+
+    return DispatchAgentTool(
+        runner=pool,
+        agent_types=load_agent_types(
+            policy.engine.workspace,
+            trusted=policy.effective.trust == "trusted",
+            config_dir=dirs.config,
+            known_tools=registry.names(),
+        ),
+        tools=registry,
+        permission=permission,
+        asker=asker,
+        sidechain_root=dirs.sessions,
+        on_update=on_update,
+    )
 
 
 # --- parts ----------------------------------------------------------------------------------
