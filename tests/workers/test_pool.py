@@ -419,15 +419,18 @@ async def test_a_used_up_session_budget_ends_the_subagent(workspace: Path) -> No
     async def respond(req: ModelRequest) -> Sequence[ContentBlock]:
         return tool_use("LS", {"path": str(workspace)}, id=f"toolu_{len(req.messages)}")
 
-    model = FunctionModel(respond)  # 15 tokens a response
-    broker = ModelBroker(model, limits=BrokerLimits(max_tokens=20))
+    model = FunctionModel(respond)  # 10 input and 5 output tokens a response
+    # A request reserves max_tokens (16,384) of output before it is sent (workers/broker.py):
+    # room for the first; after its 5 output tokens, not for a second.
+    broker = ModelBroker(model, limits=BrokerLimits(max_output_tokens=16_384 + 4))
     async with open_worker_pool(
         broker=broker, workspace=workspace, options=PoolOptions(max_workers=1)
     ) as pool:
         out = await run(pool, request(agent("reader", tools=("LS",)), "x"))
     assert out.reason == "budget_exceeded"
-    assert "budget of 20 tokens is used up" in out.result
-    assert len(model.requests) == 2 and out.num_turns == 3
+    assert "budget of 16388 output tokens would be passed" in out.result
+    assert "not sent" in out.result
+    assert len(model.requests) == 1 and out.num_turns == 2
 
 
 async def test_the_session_composition_uses_the_policy(workspace: Path) -> None:
