@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from orchestrator.audit import AuditLog
 from orchestrator.context import ContextSnapshot, gather_context, system_prompt
-from orchestrator.errors import ConfigError, SessionError
+from orchestrator.errors import ConfigError, SessionError, TranscriptWriteError
 from orchestrator.events import AssistantTurn, Event, EventSink, RetryScheduled, ToolResultsMessage
 from orchestrator.limits import Limits
 from orchestrator.logs import LogSink, configure_logging
@@ -118,9 +118,10 @@ class FloorNotProven(ConfigError):
 class StateUnwritable(ConfigError):
     """Warren's state directory (sessions, logs, audit) cannot be written at start-up."""
 
-    def __init__(self, path: Path, exc: OSError) -> None:
+    def __init__(self, path: Path, exc: OSError | TranscriptWriteError) -> None:
+        why = exc.strerror or exc if isinstance(exc, OSError) else exc.message.rstrip(".")
         super().__init__(
-            f"cannot write Warren's state in {path}: {exc.strerror or exc}. Free some space, "
+            f"cannot write Warren's state in {path}: {why}. Free some space, "
             "or point XDG_STATE_HOME at a writable directory.",
             source="state",
         )
@@ -496,11 +497,11 @@ def _open_transcript(
         transcript = store.open(session_id)
         try:
             transcript.write({"type": "resume", "skipped_lines": loaded.skipped_lines})
-        except OSError:
+        except (OSError, TranscriptWriteError):
             transcript.close()
             raise
         return transcript, list(loaded.messages)
-    except OSError as exc:
+    except (OSError, TranscriptWriteError) as exc:
         raise StateUnwritable(dirs.sessions, exc) from exc
 
 
@@ -604,17 +605,19 @@ def _dispatch_tool(
 class _IoGuard:
     """The one boundary for state writes during a session (transcript, audit, log).
 
-    The first `OSError` (ENOSPC, EROFS, EIO...) is remembered as one sentence and interrupts
-    the current run, which then ends `io_error`; later writes are skipped, so a full disk does
-    not turn every event into another failure.
+    The first `OSError` (ENOSPC, EROFS, EIO...) or `TranscriptWriteError` (the transcript
+    store's, which cuts a partial record back first) is remembered as one sentence and
+    interrupts the current run, which then ends `io_error`; later writes are skipped, so a
+    full disk does not turn every event into another failure.
     """
 
     failure: str | None = None
     control: RunControl | None = None
 
-    def failed(self, what: str, exc: OSError) -> None:
+    def failed(self, what: str, exc: OSError | TranscriptWriteError) -> None:
         if self.failure is None:
-            self.failure = f"could not write the {what}: {exc.strerror or exc}"
+            why = exc.strerror or exc if isinstance(exc, OSError) else exc.message.rstrip(".")
+            self.failure = f"could not write the {what}: {why}"
             structlog.get_logger().error("state write failed", what=what, error=str(exc))
         if self.control is not None:
             self.control.interrupt()
@@ -624,7 +627,7 @@ class _IoGuard:
             return
         try:
             step()
-        except OSError as exc:
+        except (OSError, TranscriptWriteError) as exc:  # the transcript store's typed error
             self.failed(what, exc)
 
     def sink(self, sink: EventSink) -> EventSink:
@@ -638,7 +641,7 @@ class _IoGuard:
     def close(self, close: Callable[[], None]) -> None:
         try:
             close()
-        except OSError as exc:
+        except (OSError, TranscriptWriteError) as exc:
             self.failed("state", exc)
 
 
