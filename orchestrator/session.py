@@ -449,6 +449,7 @@ async def open_session(
             ctx=ctx,
             permission=permission,
             asker=asker,
+            assessor=policy.assessor(),
             emit=emit,
             default_timeout_s=limits.tool_timeout_s,
             output_cap=limits.max_tool_output_chars,
@@ -593,6 +594,7 @@ def _dispatch_tool(
         tools=registry,
         permission=permission,
         asker=asker,
+        assessor=policy.assessor(),
         sidechain_root=dirs.sessions,
         on_update=on_update,
     )

@@ -61,6 +61,7 @@ def _printed(report: CommandReport) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
+    from orchestrator.tools.registry import builtin_facts
     from policies import commands
     from policies.files import PolicyError
 
@@ -74,10 +75,12 @@ def _check(args: argparse.Namespace) -> int:
         print(f"warren policy check: {exc}", file=sys.stderr)
         return 2
     cwd = (args.cwd or Path.cwd()).absolute()
-    return _printed(commands.check(target, json_output=args.json, cwd=cwd))
+    environment = commands.CommandEnvironment(tool_facts=builtin_facts())
+    return _printed(commands.check(target, json_output=args.json, cwd=cwd, environment=environment))
 
 
 def _policy_command(args: argparse.Namespace) -> int:
+    from orchestrator.tools.registry import builtin_facts
     from policies import commands
 
     cwd = (args.cwd or Path.cwd()).absolute()
@@ -85,7 +88,8 @@ def _policy_command(args: argparse.Namespace) -> int:
         case "show":
             return _printed(commands.show(cwd))
         case "test":
-            return _printed(commands.test(cwd))
+            environment = commands.CommandEnvironment(tool_facts=builtin_facts())
+            return _printed(commands.test(cwd, environment=environment))
         case "trust":
             return _printed(commands.trust_cmd(cwd))
         case "untrust":

@@ -43,9 +43,7 @@ def open_tool_hosts(
         extra_deny_read=policy.deny_read(),
         extra_protected=policy.protected(),
     )
-    return open_tool_runner(
-        spawner=SandboxedSpawner(spec), prestart=ctx, local_tools=frozenset({"dispatch_agent"})
-    )
+    return open_tool_runner(spawner=SandboxedSpawner(spec), prestart=ctx)
 
 
 def open_broker(model: ModelClient, limits: Limits) -> ModelBroker:
