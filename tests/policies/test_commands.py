@@ -122,7 +122,9 @@ def test_a_path_rule_for_a_tool_without_a_path_is_a_policy_error(setup: Setup) -
     """`Think(x)` parses (any keyword may take a path), but Think declares no path field: the
     rule would match nothing, so the policy is refused with its file (exit 2)."""
     setup.project('[permissions]\ndeny = ["Think(x)"]\n')
-    code = commands.check("ls", cwd=setup.repo, floor_proven=True, environment=setup.environment())
+    code = setup.run(
+        commands.check("ls", cwd=setup.repo, floor_proven=True, environment=setup.environment())
+    )
     assert code == 2
     assert "Think takes no path" in setup.output()
 
@@ -130,7 +132,9 @@ def test_a_path_rule_for_a_tool_without_a_path_is_a_policy_error(setup: Setup) -
 def test_check_of_a_tool_without_a_path_is_a_policy_error(setup: Setup) -> None:
     """Which tools take a path is their declared facts: Bash and Think take none."""
     for tool in ("Bash", "Think"):
-        code = commands.check((tool, "ls"), cwd=setup.repo, environment=setup.environment())
+        code = setup.run(
+            commands.check((tool, "ls"), cwd=setup.repo, environment=setup.environment())
+        )
         assert code == 2
         assert "takes no path" in setup.output()
 
@@ -182,7 +186,10 @@ def test_check_text_for_a_path_tool(setup: Setup) -> None:
 def test_check_read_only_command_with_the_probed_floor(setup: Setup) -> None:
     setup.run(
         commands.check(
-            "rg -n TODO | head", json_output=True, cwd=setup.repo, environment=setup.environment()
+            "rg -n TODO | head",
+            json_output=True,
+            cwd=setup.repo,
+            environment=setup.environment(),
         )
     )
     data = json.loads(setup.output())
@@ -359,12 +366,12 @@ def test_init_never_writes_through_a_planted_link(setup: Setup, outside: Path, p
     if plant == "warren-dir":
         (repo / ".warren").rmdir()
         (repo / ".warren").symlink_to(outside)
-        assert commands.init(repo, environment=setup.environment()) == 1
+        assert setup.run(commands.init(repo, environment=setup.environment())) == 1
         assert "symbolic link" in setup.output()
     else:
         target = outside / (".bashrc" if plant == "gitignore-link" else "created-by-warren")
         (repo / ".warren/.gitignore").symlink_to(target)
-        assert commands.init(repo, environment=setup.environment()) == 0
+        assert setup.run(commands.init(repo, environment=setup.environment())) == 0
         assert not (outside / "created-by-warren").exists()
     assert sorted(p.name for p in outside.iterdir()) == [".bashrc"]
     assert (outside / ".bashrc").read_text() == "# mine\n"
