@@ -413,6 +413,7 @@ async def open_session(
             cwd=cwd,
             session_id=transcript.session_id,
             extra_roots=policy.writable_roots(),
+            read_deny=policy.read_deny_rules(),
         )
         stack.push_async_callback(_shielded, ctx.aclose)
         sandboxed = floor_state == "proven"

@@ -73,15 +73,12 @@ from workers.child import (
 )
 
 if TYPE_CHECKING:
-    from orchestrator.model.base import ModelClient
-    from orchestrator.session_policy import SessionPolicy
-    from orchestrator.tools.base import ToolContext
+    pass
 
 __all__ = [
     "PoolOptions",
     "WorkerPool",
     "WorkerStartError",
-    "open_session_subagents",
     "open_worker_pool",
     "tree_usage",
 ]
@@ -715,35 +712,6 @@ def _tree(pid: int) -> list[int]:
             with contextlib.suppress(OSError):
                 found += map(int, Path(f"/proc/{member}/task/{task}/children").read_text().split())
     return found
-
-
-@asynccontextmanager
-async def open_session_subagents(
-    ctx: ToolContext, policy: SessionPolicy, model: ModelClient
-) -> AsyncIterator[tuple[WorkerPool, ModelBroker]]:
-    """What a session needs for dispatch_agent, as the CLI wires it: a broker over the
-    session's model (the main agent should use it too, so the limits hold for everything) and a
-    pool for the session's workspace, its workers sandboxed with the policy's masks and
-    protected paths, at most the policy's `max_subagents` (default 10) at once."""
-    from sandbox.spec import SandboxSpec
-    from workers.toolhost_runner import HOST_LIMITS, SandboxedSpawner
-
-    spec = SandboxSpec(
-        limits=HOST_LIMITS,
-        extra_deny_read=policy.deny_read(),
-        extra_protected=policy.protected(),
-    )
-    max_workers = policy.limit("max_subagents")
-    broker = ModelBroker(model)
-    async with open_worker_pool(
-        broker=broker,
-        workspace=ctx.workspace,
-        cwd=ctx.cwd,
-        extra_roots=ctx.extra_roots,
-        spawner=SandboxedSpawner(spec, read_denied=policy.read_denied()),
-        options=PoolOptions(max_workers=int(max_workers or 10)),
-    ) as pool:
-        yield pool, broker
 
 
 @asynccontextmanager

@@ -43,7 +43,9 @@ def open_tool_hosts(
         extra_deny_read=policy.deny_read(),
         extra_protected=policy.protected(),
     )
-    return open_tool_runner(spawner=SandboxedSpawner(spec), prestart=ctx)
+    return open_tool_runner(
+        spawner=SandboxedSpawner(spec, read_denied=policy.read_denied()), prestart=ctx
+    )
 
 
 def open_broker(model: ModelClient, limits: Limits) -> ModelBroker:
@@ -83,7 +85,7 @@ async def open_subagents(
         workspace=ctx.workspace,
         cwd=ctx.cwd,
         extra_roots=ctx.extra_roots,
-        spawner=SandboxedSpawner(spec),
+        spawner=SandboxedSpawner(spec, read_denied=policy.read_denied()),
         options=PoolOptions(max_workers=limits.max_subagents),
     ) as pool:
         yield pool

@@ -50,7 +50,7 @@ from tests.workers.agent_kit import (
     workspace_at,
 )
 from workers.broker import BrokerLimits, ModelBroker
-from workers.pool import PoolOptions, WorkerPool, open_session_subagents, open_worker_pool
+from workers.pool import PoolOptions, WorkerPool, open_worker_pool
 from workers.toolhost_runner import HostLaunch, HostProcess, HostSpawner, unsandboxed_spawner
 
 
@@ -434,15 +434,16 @@ async def test_a_used_up_session_budget_ends_the_subagent(workspace: Path) -> No
 
 
 async def test_the_session_composition_uses_the_policy(workspace: Path) -> None:
+    from orchestrator.cli.wiring import open_subagents
+    from orchestrator.limits import Limits
     from orchestrator.session_policy import load_session_policy
     from orchestrator.tools.base import ToolContext
 
     policy = load_session_policy(workspace, floor_proven=True)
     ctx = ToolContext(workspace=workspace, cwd=workspace)
-    async with open_session_subagents(ctx, policy, FunctionModel(probe_then_report())) as (
-        pool,
-        broker,
-    ):
+    broker = ModelBroker(FunctionModel(probe_then_report()))
+    async with open_subagents(ctx, policy, broker, Limits()) as pool:
+        assert isinstance(pool, WorkerPool)
         assert pool.options.max_workers == 10
         out = await pool.run(request(PROBE, "s"), on_event=Collected(), permission=allow_all)
         assert out.reason == "completed"
