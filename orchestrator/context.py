@@ -1,27 +1,39 @@
 """What the model is told about where it works: the system prompt and a context snapshot.
 
-Gathered concurrently at start-up (git branch and status, a bounded top-level listing, the
-project's memory files) so that it costs the slowest probe, not their sum.
+The snapshot (git branch and status, a bounded top-level listing, the project's memory files)
+is workspace content, so it is gathered under the floor: `orchestrator.context_probe` runs in
+a one-shot read-only sandbox after the policy is loaded, while the SDK import still runs, so
+start-up does not wait for it (tests/bench/bench_loop.py measures launch -> first request).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import os
+import json
 import platform
+import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import trio
 
-__all__ = ["MEMORY_FILES", "ContextSnapshot", "gather_context", "system_prompt"]
+from orchestrator import context_probe
+from orchestrator.context_probe import MEMORY_FILES, collect
+from sandbox.host import SandboxHost
+from sandbox.spec import Limits, SandboxSpec, WorkspaceRoot
 
-MEMORY_FILES = ("WARREN.md", "AGENTS.md", "CLAUDE.md")
-"""Project memory files read from the workspace root, in this order."""
+__all__ = [
+    "MEMORY_FILES",
+    "ContextSandbox",
+    "ContextSnapshot",
+    "context_spec",
+    "gather_context",
+    "system_prompt",
+]
 
-_MAX_MEMORY_CHARS = 40_000
-_MAX_STATUS_LINES = 40
-_MAX_TREE_ENTRIES = 60
+_PROBE_WALL_S = 10.0
+"""Seconds the probe may take before the snapshot goes without its facts."""
 
 BASE_PROMPT = """\
 You are Warren, a coding agent working in a software repository on the user's Linux machine.
@@ -73,89 +85,93 @@ class ContextSnapshot:
         return "\n".join(lines)
 
 
-async def _git(cwd: Path, *args: str) -> str | None:
-    try:
-        done = await trio.run_process(
-            ["git", *args],
-            cwd=cwd,
-            capture_stdout=True,
-            capture_stderr=True,
-            check=False,
-            stdin=b"",
-        )
-    except OSError:
-        return None
-    if done.returncode != 0:
-        return None
-    return bytes(done.stdout).decode("utf-8", "replace").rstrip("\n")
+@dataclass(frozen=True)
+class ContextSandbox:
+    """Where the probe runs when the floor is on: a read-only spec of the workspace (with
+    the policy's masks) and the session's sandbox host."""
+
+    spec: SandboxSpec
+    host: SandboxHost | None = None
 
 
-def _tree(cwd: Path) -> str:
-    try:
-        entries = sorted(os.scandir(cwd), key=lambda e: e.name)
-    except OSError:
-        return ""
-    shown = [e.name + ("/" if e.is_dir(follow_symlinks=False) else "") for e in entries]
-    shown = [name for name in shown if name != ".git/"]
-    more = len(shown) - _MAX_TREE_ENTRIES
-    text = "\n".join(f"- {name}" for name in shown[:_MAX_TREE_ENTRIES])
-    return text + (f"\n- ... and {more} more" if more > 0 else "")
+def context_spec(cwd: Path, *, deny_read: tuple[str, ...] = (), home_allow: tuple[str, ...] = ()) -> SandboxSpec:
+    """The one-shot sandbox the probe runs in: the workspace read-only, the policy's secrets
+    masked, small limits (git on a huge repository must not stall the start)."""
+    return SandboxSpec(
+        workspaces=(WorkspaceRoot(path=cwd, mode="ro"),),
+        extra_deny_read=deny_read,
+        extra_home_allow=home_allow,
+        limits=Limits(
+            wall_time_s=_PROBE_WALL_S,
+            cpu_time_s=10,
+            memory_bytes=2 * 1024**3,
+            processes=32,
+            file_size_bytes=1024**2,
+            output_bytes=1024**2,
+            tmp_bytes=16 * 1024**2,
+        ),
+    )
 
 
-def _memory(cwd: Path) -> tuple[tuple[str, str], ...]:
-    found = []
-    for name in MEMORY_FILES:
-        path = cwd / name
-        try:
-            text = path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            continue
-        if len(text) > _MAX_MEMORY_CHARS:
-            text = text[:_MAX_MEMORY_CHARS] + f"\n[... {name} cut at {_MAX_MEMORY_CHARS} chars]"
-        found.append((name, text))
-    return tuple(found)
+async def gather_context(
+    cwd: Path, *, sandbox: ContextSandbox | None = None, today: dt.date | None = None
+) -> ContextSnapshot:
+    """Collect the snapshot (see `orchestrator.context_probe`), failing soft.
 
-
-async def gather_context(cwd: Path, *, today: dt.date | None = None) -> ContextSnapshot:
-    """Collect the snapshot; every probe runs at once, each failing soft."""
-    results: dict[str, object] = {}
-
-    async def put(key: str, value: object) -> None:
-        results[key] = value
-
-    async def branch() -> None:
-        await put("branch", await _git(cwd, "rev-parse", "--abbrev-ref", "HEAD"))
-
-    async def status() -> None:
-        out = await _git(cwd, "status", "--short")
-        if out is not None:
-            lines = out.splitlines()
-            if len(lines) > _MAX_STATUS_LINES:
-                more = len(lines) - _MAX_STATUS_LINES
-                lines = [*lines[:_MAX_STATUS_LINES], f"... and {more} more"]
-            out = "\n".join(lines)
-        await put("status", out)
-
-    async def files() -> None:
-        await put("tree", await trio.to_thread.run_sync(_tree, cwd))
-        await put("memory", await trio.to_thread.run_sync(_memory, cwd))
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(branch)
-        nursery.start_soon(status)
-        nursery.start_soon(files)
-    branch_name = results.get("branch")
-    status_text = results.get("status")
-    tree_text = results.get("tree")
-    memory = results.get("memory")
+    With `sandbox`, the probe runs in a one-shot read-only sandbox: nothing the repository
+    configures or links to is run or read on the host. Without (the user turned the sandbox
+    off), it runs here with git's code-running settings disabled and memory files read as
+    bounded regular files.
+    """
+    facts: dict[str, Any] = {}
+    if sandbox is not None:
+        facts = await _sandboxed(cwd, sandbox)
+    else:
+        with trio.move_on_after(_PROBE_WALL_S):
+            facts = await trio.to_thread.run_sync(collect, cwd, abandon_on_cancel=True)
+    branch = facts.get("branch")
+    status = facts.get("status")
+    tree = facts.get("tree")
+    memory = facts.get("memory")
     return ContextSnapshot(
         cwd=cwd,
         platform=f"{platform.system()} {platform.release()}",
         date=(today or dt.date.today()).isoformat(),
-        git_branch=branch_name if isinstance(branch_name, str) else None,
-        git_status=status_text if isinstance(status_text, str) else None,
-        tree=tree_text if isinstance(tree_text, str) else "",
-        memory=memory if isinstance(memory, tuple) else (),
+        git_branch=branch if isinstance(branch, str) else None,
+        git_status=status if isinstance(status, str) else None,
+        tree=tree if isinstance(tree, str) else "",
+        memory=_pairs(memory),
+    )
+
+
+async def _sandboxed(cwd: Path, sandbox: ContextSandbox) -> dict[str, Any]:
+    from sandbox.errors import SandboxError
+    from sandbox.run import run_sandboxed
+
+    argv = [sys.executable, "-I", "-S", str(Path(context_probe.__file__).resolve()), str(cwd)]
+    try:
+        done = await run_sandboxed(sandbox.spec, argv, host=sandbox.host)
+    except (SandboxError, OSError):
+        return {}
+    if done.exit_code != 0 or done.killed_by_limit is not None:
+        return {}
+    try:
+        value = json.loads(done.stdout)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _pairs(value: object) -> tuple[tuple[str, str], ...]:
+    if not isinstance(value, list):
+        return ()
+    return tuple(
+        (item[0], item[1])
+        for item in value
+        if isinstance(item, list)
+        and len(item) == 2
+        and isinstance(item[0], str)
+        and isinstance(item[1], str)
     )
 
 

@@ -33,7 +33,13 @@ import trio
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from orchestrator.audit import AuditLog
-from orchestrator.context import ContextSnapshot, gather_context, system_prompt
+from orchestrator.context import (
+    ContextSandbox,
+    ContextSnapshot,
+    context_spec,
+    gather_context,
+    system_prompt,
+)
 from orchestrator.errors import ConfigError, SessionError, TranscriptWriteError
 from orchestrator.events import AssistantTurn, Event, EventSink, RetryScheduled, ToolResultsMessage
 from orchestrator.limits import Limits
@@ -363,8 +369,8 @@ async def open_session(
         audit = _open_audit(transcript, config)
         stack.callback(io_guard.close, audit.close)
 
-        snapshot, floor = await _start_up(config, cwd)
-        floor_state = _floor_state(config, floor, parts.runner)
+        up = await _start_up(config, cwd, parts.runner)
+        snapshot, floor, floor_state, policy = up.snapshot, up.floor, up.floor_state, up.policy
         if floor is not None:
             io_guard.write(
                 lambda: audit.record(
@@ -377,14 +383,6 @@ async def open_session(
                 )
             )
         audit.floor = floor_state
-        policy = load_session_policy(
-            cwd,
-            floor_proven=floor_state == "proven",
-            permission_mode=config.permission_mode,
-            allowed_tools=config.allowed_tools,
-            disallowed_tools=config.disallowed_tools,
-            no_sandbox_consent=config.no_sandbox_consent,
-        )
         audit.mode = policy.mode
         limits = build_limits(config, policy)
         model = parts.model or make_model(config.model, cwd)
@@ -524,21 +522,50 @@ def _open_audit(transcript: Transcript, config: SessionConfig) -> AuditLog:
         raise StateUnwritable(path.parent, exc) from exc
 
 
-async def _start_up(config: SessionConfig, cwd: Path) -> tuple[ContextSnapshot, FloorReport | None]:
-    """Everything a run needs before its first request, at once: the SDK import (about a
-    second), the context snapshot, and the floor probe (unless the sandbox is off)."""
-    snapshot: ContextSnapshot | None = None
-    floor: FloorReport | None = None
+async def _start_up(
+    config: SessionConfig, cwd: Path, runner: RunnerFactory | None
+) -> _StartedUp:
+    """Everything a run needs before its first request. The SDK import (about a second) runs
+    while the floor probe, the policy and then the context snapshot follow one another: the
+    snapshot is workspace content, gathered in a read-only sandbox under the loaded policy
+    (issue 9: nothing from the repository is read or run on the host)."""
+    started: list[_StartedUp] = []
+    failure: list[Exception] = []
 
-    async def context() -> None:
-        nonlocal snapshot
-        snapshot = await gather_context(cwd)
+    async def probe_then_context() -> None:
+        try:
+            floor: FloorReport | None = None
+            host = None
+            if config.sandbox == "required":
+                from sandbox.host import detect_host
+                from sandbox.probe import probe_floor
 
-    async def probe() -> None:
-        nonlocal floor
-        from sandbox.probe import probe_floor
-
-        floor = await probe_floor()
+                try:
+                    host = await detect_host()
+                except Exception:  # the probe reports a missing bwrap itself
+                    host = None
+                floor = await probe_floor(host=host)
+            state = _floor_state(config, floor, runner)
+            policy = load_session_policy(
+                cwd,
+                floor_proven=state == "proven",
+                permission_mode=config.permission_mode,
+                allowed_tools=config.allowed_tools,
+                disallowed_tools=config.disallowed_tools,
+                no_sandbox_consent=config.no_sandbox_consent,
+            )
+            sandbox = (
+                ContextSandbox(
+                    context_spec(cwd, deny_read=policy.deny_read(), home_allow=policy.home_allow()),
+                    host,
+                )
+                if state == "proven"
+                else None
+            )
+            snapshot = await gather_context(cwd, sandbox=sandbox)
+            started.append(_StartedUp(snapshot, floor, state, policy))
+        except Exception as exc:  # re-raised below, outside the nursery (no ExceptionGroup)
+            failure.append(exc)
 
     async def warm_up_sdk() -> None:
         if not config.model.startswith("scripted:"):
@@ -548,11 +575,18 @@ async def _start_up(config: SessionConfig, cwd: Path) -> tuple[ContextSnapshot, 
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(warm_up_sdk)
-        nursery.start_soon(context)
-        if config.sandbox == "required":
-            nursery.start_soon(probe)
-    assert snapshot is not None
-    return snapshot, floor
+        nursery.start_soon(probe_then_context)
+    if failure:
+        raise failure[0]
+    return started[0]
+
+
+@dataclass(frozen=True)
+class _StartedUp:
+    snapshot: ContextSnapshot
+    floor: FloorReport | None
+    floor_state: Literal["proven", "off"]
+    policy: SessionPolicy
 
 
 def _floor_state(

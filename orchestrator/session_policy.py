@@ -144,6 +144,10 @@ class SessionPolicy:
     def protected(self) -> tuple[str, ...]:
         return tuple(pattern for pattern, _ in self.effective.protected)
 
+    def home_allow(self) -> tuple[str, ...]:
+        """`[sandbox] home_allow`: home paths the sandbox sees (read-only) besides the defaults."""
+        return tuple(path for path, _ in self.effective.home_allow)
+
     def writable_roots(self) -> tuple[Path, ...]:
         return tuple(root for root, _ in self.effective.writable_roots)
 

@@ -310,9 +310,13 @@ def show(out: TextIO, cwd: Path, *, environment: CommandEnvironment = _DEFAULT_E
             if entry.kind == kind:
                 note = "" if entry.active else "  (ignored: project not trusted)"
                 print(f"  {kind:<6}{entry.text:<40} {entry.source}{note}", file=out)
-    if policy.deny_read or policy.protected or policy.writable_roots:
+    if policy.deny_read or policy.protected or policy.writable_roots or policy.home_allow:
         print("sandbox additions:", file=out)
-        for name, values in (("deny_read", policy.deny_read), ("protected", policy.protected)):
+        for name, values in (
+            ("deny_read", policy.deny_read),
+            ("protected", policy.protected),
+            ("home_allow", policy.home_allow),
+        ):
             for value, source in values:
                 print(f"  {name:<15}{value:<30} {source}", file=out)
         for root, source in policy.writable_roots:
@@ -540,6 +544,7 @@ deny = [
 # [sandbox]
 # deny_read = ["~/.config/some-tool"]   # more paths masked from every tool
 # protected = ["scripts/deploy.sh"]     # more paths kept read-only in the workspace
+# home_allow = ["~/.config/some-tool"]  # more of $HOME visible (read-only); the rest is hidden
 
 # [limits]
 # max_turns = 100

@@ -174,6 +174,9 @@ class SandboxAdditions(_Section):
     writable_roots: tuple[StrictStr, ...] = ()
     """More directories tools may write (relative to the file's directory, or `~/`, or
     absolute). Ignored in an untrusted project."""
+    home_allow: tuple[StrictStr, ...] = ()
+    """More paths under `$HOME` the sandbox sees, read-only (`~/...` or absolute); the rest of
+    the home is hidden. Ignored in an untrusted project."""
 
 
 def _finite(value: float) -> float:
@@ -604,6 +607,8 @@ class EffectivePolicy:
     """(pattern, source) added to the floor's masks."""
     protected: tuple[tuple[str, str], ...] = ()
     writable_roots: tuple[tuple[Path, str], ...] = ()
+    home_allow: tuple[tuple[str, str], ...] = ()
+    """(path, source) of the home paths bound back into the sandbox, read-only."""
     hooks: tuple[tuple[Hook, str], ...] = ()
     """Hooks that may run (an untrusted project's are left out), with their source."""
     examples: tuple[tuple[Example, str], ...] = ()
@@ -697,6 +702,7 @@ def merge_policy(
     deny_read: list[tuple[str, str]] = []
     protected: list[tuple[str, str]] = []
     writable: list[tuple[Path, str]] = []
+    home_allow: list[tuple[str, str]] = []
     hooks: list[tuple[Hook, str]] = []
     examples: list[tuple[Example, str]] = []
     for layer in layers:  # lowest first: later (higher) levels overwrite scalars
@@ -708,6 +714,7 @@ def merge_policy(
                 limits[name] = LimitSetting(value, layer.source)
             for root in policy.sandbox.writable_roots:
                 writable.append((_root_path(root, layer.anchor, home), layer.source))
+            home_allow.extend((path, layer.source) for path in policy.sandbox.home_allow)
             hooks.extend((hook, layer.source) for hook in policy.hooks)
         deny_read.extend((pattern, layer.source) for pattern in policy.sandbox.deny_read)
         protected.extend((pattern, layer.source) for pattern in policy.sandbox.protected)
@@ -742,6 +749,7 @@ def merge_policy(
         deny_read=tuple(deny_read),
         protected=tuple(protected),
         writable_roots=tuple(writable),
+        home_allow=tuple(home_allow),
         hooks=tuple(hooks),
         examples=tuple(examples),
     )

@@ -10,7 +10,9 @@ Order matters because bwrap applies mounts in order, each on top of the previous
    again after a sized `/dev/shm` is mounted in it);
 2. a private, sized `/tmp` *before* the workspace binds, so a workspace under /tmp is still
    the host's directory;
-3. workspace and extra binds, parents before children;
+3. the hidden home's empty tmpfs and the workspace, extra, home-allow and runtime binds,
+   parents before children (a workspace under the home is bound after the tmpfs hides the
+   rest of it), the sanitised git configuration, then the home's tmpfs made read-only;
 4. pins (directories bound onto themselves so they cannot be renamed), then protected paths
    read-only, then secrets masked — masks last, so no bind can uncover them.
 """
@@ -69,9 +71,19 @@ def bwrap_argv(
     out += [*_size(limits), "--tmpfs", "/dev/shm", "--remount-ro", "/dev"]
     out += [*_size(limits), "--tmpfs", "/tmp"]
 
-    for bind in sorted(facts.binds, key=lambda b: _depth_key(b.path)):
+    mounts: list[tuple[Path, list[str]]] = []
+    if facts.home_mask is not None:
+        home = str(facts.home_mask)
+        mounts.append((facts.home_mask, ["--size", str(_HOME_TMPFS_BYTES), "--tmpfs", home]))
+    for bind in facts.binds:
         flag = "--bind" if bind.mode == "rw" else "--ro-bind"
-        out += [flag, str(bind.path), str(bind.path)]
+        mounts.append((bind.path, [flag, str(bind.path), str(bind.path)]))
+    for path, args in sorted(mounts, key=lambda m: _depth_key(m[0])):
+        out += args
+    for source, inside in facts.file_binds:
+        out += ["--ro-bind", str(source), str(inside)]
+    if facts.home_mask is not None:
+        out += ["--remount-ro", str(facts.home_mask)]
     for pin in facts.pins:
         out += ["--bind", str(pin), str(pin)]
     for path in facts.protected:
@@ -113,6 +125,10 @@ def prlimit_argv(limits: Limits, prlimit: Path) -> list[str]:
         out.append(f"--cpu={limits.cpu_time_s}:{limits.cpu_time_s + 1}")
     out.append("--")
     return out
+
+
+_HOME_TMPFS_BYTES = 1024**2
+"""Size of the hidden home's tmpfs: it only holds mount points, and is read-only anyway."""
 
 
 def _size(limits: Limits) -> list[str]:

@@ -18,13 +18,23 @@ Rules it implements (each pinned by tests/sandbox/test_masks.py):
   instead of planting a hook.
 - Paths outside every writable root need no protection (the root is read-only); paths in
   the sandbox's private /tmp, /dev or /proc are not the host's and are skipped.
+- The home is hidden (`hide_home`): an empty read-only tmpfs over it, then, read-only, the
+  `home_allow` paths that exist, the Python runtime, and a sanitised copy of the user's git
+  configuration (no credential helpers, URL rewrites, extra headers, includes, fsmonitor,
+  hooks); workspaces and binds under the home keep their own mode. A workspace that *is* the
+  home leaves it visible (the secret masks still apply).
+- Warren's own code (`own_code`: its packages and the virtualenv it runs from) lying inside a
+  writable root is bound read-only over it: a sandbox must not change what the coordinator
+  imports at its next start.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import pwd
 import sys
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -40,6 +50,8 @@ __all__ = [
     "gather_host_facts",
     "python_runtime_paths",
     "resolve_home",
+    "sanitise_gitconfig",
+    "warren_code_paths",
 ]
 
 _PRIVATE_IN_SANDBOX = (Path("/tmp"), Path("/dev"), Path("/proc"))
@@ -76,6 +88,11 @@ class HostFacts(_Frozen):
     """Missing protected paths inside writable roots: not mounted, their creation is undone
     by `sandbox.guard`."""
     env: tuple[tuple[str, str], ...]
+    home_mask: Path | None = None
+    """The home, hidden under an empty read-only tmpfs (None: the home stays visible)."""
+    file_binds: tuple[tuple[Path, Path], ...] = ()
+    """(host source, path inside) files bound read-only into the hidden home (the sanitised
+    git configuration)."""
     warnings: tuple[str, ...] = ()
     """Things that weaken the floor but do not stop it (a protected path that is a symlink)."""
 
@@ -96,6 +113,16 @@ def python_runtime_paths() -> tuple[Path, ...]:
     return tuple(sorted({Path(c) for c in candidates if Path(c).is_absolute()}))
 
 
+def warren_code_paths() -> tuple[Path, ...]:
+    """Where the code the coordinator imports lives: Warren's four packages (side by side in
+    one distribution) and, when it runs from a virtualenv, that virtualenv."""
+    root = Path(__file__).resolve().parents[1]
+    out = [root / name for name in ("sandbox", "policies", "orchestrator", "workers")]
+    if sys.prefix != sys.base_prefix:
+        out.append(Path(sys.prefix))
+    return tuple(p for p in out if p.exists())
+
+
 def resolve_home(spec: SandboxSpec, environ: Mapping[str, str]) -> Path:
     """The spec's home, else `$HOME`, else the password database entry of our uid."""
     if spec.home is not None:
@@ -113,6 +140,8 @@ def gather_host_facts(
     executables: Sequence[Path] = (),
     runtime: Sequence[Path] = (),
     nested: Sequence[Path] = (),
+    own_code: Sequence[Path] = (),
+    scratch: Path | None = None,
 ) -> HostFacts:
     """Look at the host once and return what the sandbox's mounts and environment will be.
 
@@ -122,19 +151,26 @@ def gather_host_facts(
 
     `runtime` are host paths the sandboxed program needs to run at all (our Python and its
     imports, `python_runtime_paths()`): any of them the sandbox would hide (a virtualenv under
-    /tmp, which the sandbox replaces) is bound read-only at its own path.
+    /tmp, which the sandbox replaces, or one in the hidden home) is bound read-only at its own
+    path.
+
+    `own_code` are Warren's packages and virtualenv (`warren_code_paths()`): any inside a
+    writable root is bound read-only. `scratch` is a host directory of ours where the
+    sanitised git configuration is written (None: no git configuration in a hidden home).
 
     `nested` are existing protected paths below the roots' top level (found by
     `sandbox.guard.survey`): each is bound read-only like a top-level one.
 
     Errors: `SandboxConfigError` for a missing workspace or bind, a root inside a masked
-    secret, or an executable inside a writable root.
+    secret, an executable inside a writable root, or Warren's code being a writable root.
     """
     env_map = os.environ if environ is None else environ
     home = resolve_home(spec, env_map)
     builder = _FactsBuilder(spec, home, env_map)
+    builder.hide_home(scratch)
     builder.add_runtime(runtime)
     builder.check_executables(executables)
+    builder.protect_own_code(own_code)
     builder.add_protected()
     for path in nested:
         builder.protect_nested(path)
@@ -155,6 +191,8 @@ class _FactsBuilder:
         self.deny_files: set[Path] = set()
         self.watched: set[Path] = set()
         self.warnings: list[str] = []
+        self.home_mask: Path | None = None
+        self.file_binds: list[tuple[Path, Path]] = []
 
     def _resolve_binds(self) -> list[BindMount]:
         entries = [(f"workspaces[{i}]", w.path, w.mode) for i, w in enumerate(self.spec.workspaces)]
@@ -197,7 +235,56 @@ class _FactsBuilder:
     def visible(self, path: Path) -> bool:
         if self._covering_bind(path) is not None:
             return True
+        if self.home_mask is not None and _within(path, self.home_mask):
+            return False
         return not any(_within(path, private) for private in _PRIVATE_IN_SANDBOX)
+
+    # -- the hidden home -----------------------------------------------------------------
+
+    def hide_home(self, scratch: Path | None) -> None:
+        if not self.spec.hide_home:
+            return
+        home = Path(os.path.realpath(self.home))
+        if home == Path("/") or any(_within(home, p) for p in _PRIVATE_IN_SANDBOX):
+            return
+        if any(bind.path == home or _within(home, bind.path) for bind in self.binds):
+            return  # the home is (inside) a workspace: it must stay as the workspace shows it
+        if not home.is_dir():
+            return
+        self.home_mask = home
+        for i, pattern in enumerate(self.spec.all_home_allow):
+            for path in self._expand(pattern):
+                if not os.path.lexists(path):
+                    continue
+                target = path.resolve()
+                if target.exists() and _within(target, home) and target != home:
+                    self.binds.append(BindMount(path=target, mode="ro", label=f"home_allow[{i}]"))
+        if scratch is not None:
+            for name in (Path(".gitconfig"), Path(".config/git/config")):
+                source = home / name
+                if os.path.isfile(source):
+                    copy = sanitise_gitconfig(source, scratch)
+                    if copy is not None:
+                        self.file_binds.append((copy, source))
+
+    # -- Warren's own code -----------------------------------------------------------------
+
+    def protect_own_code(self, paths: Sequence[Path]) -> None:
+        for path in paths:
+            target = path.resolve()
+            bind = self._covering_bind(target)
+            if bind is None or bind.mode != "rw":
+                continue
+            if bind.path == target:
+                raise SandboxConfigError(
+                    f"{bind.label} ({bind.path}) is Warren's own code; a sandbox writing it "
+                    "would change what Warren runs next. Use another workspace.",
+                    fields=(bind.label,),
+                )
+            self._pin_between(bind.path, target)
+            self.protected.add(target)
+            if target.is_dir():
+                self.protected_dirs.add(target)
 
     def add_runtime(self, paths: Sequence[Path]) -> None:
         for i, path in enumerate(paths):
@@ -396,7 +483,83 @@ class _FactsBuilder:
             watched=_ordered(watched),
             env=build_env(self.spec.env, self.environ, home=self.home),
             warnings=tuple(self.warnings),
+            home_mask=self.home_mask,
+            file_binds=tuple(self.file_binds),
         )
+
+
+_GIT_SECTIONS_KEPT = frozenset(
+    {
+        "user", "init", "core", "color", "alias", "pull", "push", "merge", "rebase", "diff",
+        "log", "format", "status", "branch", "advice", "grep", "pretty", "column", "help",
+        "rerere", "commit", "tag", "fetch", "blame", "apply", "feature", "safe",
+    }
+)
+"""git configuration sections copied into a hidden home; everything else (`credential`,
+`http`, `url` with tokens in rewrites, `include`/`includeIf`, `remote`, `sendemail`, ...) is
+dropped."""
+
+_GIT_KEYS_DROPPED = frozenset(
+    {
+        "core.fsmonitor", "core.hookspath", "core.sshcommand", "core.askpass", "core.pager",
+        "core.editor", "core.gitproxy", "diff.external", "commit.gpgsign", "tag.gpgsign",
+    }
+)
+"""Keys dropped from kept sections: they run programs or need secrets the sandbox lacks."""
+
+
+def sanitise_gitconfig(source: Path, scratch: Path) -> Path | None:
+    """A copy of the git configuration at `source` with only `_GIT_SECTIONS_KEPT` (minus
+    `_GIT_KEYS_DROPPED`), written once per distinct content under `scratch` (atomically).
+    None when the file cannot be read or written."""
+    try:
+        with open(source, "rb") as file:
+            data = file.read(1 << 20)
+    except OSError:
+        return None
+    digest = hashlib.sha256(data).hexdigest()[:20]
+    target = scratch / f"gitconfig-{digest}"
+    if target.is_file():
+        return target
+    kept: list[str] = []
+    section = ""
+    keep_section = False
+    keep_line = False
+    continued = False
+    for raw in data.decode("utf-8", "replace").splitlines():
+        line = raw.strip()
+        if continued:  # the rest of a value whose line ended in a backslash
+            continued = line.endswith("\\")
+            if keep_line:
+                kept.append(raw)
+            continue
+        if line.startswith("["):
+            head = line[1 : line.find("]")] if "]" in line else line[1:]
+            section = head.split(None, 1)[0].split(".", 1)[0].strip().lower() if head else ""
+            keep_section = section in _GIT_SECTIONS_KEPT and '"' not in head
+            if keep_section:
+                kept.append(f"[{section}]")
+            continue
+        if not line or line[0] in "#;":
+            continue
+        key = line.split("=", 1)[0].strip().lower()
+        keep_line = keep_section and f"{section}.{key}" not in _GIT_KEYS_DROPPED
+        continued = line.endswith("\\")
+        if keep_line:
+            kept.append(raw)
+    text = "\n".join(kept) + "\n"
+    try:
+        scratch.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=scratch, prefix=".gitconfig-")
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    except OSError:
+        return None
+    return target
 
 
 def _within(path: Path, root: Path) -> bool:

@@ -42,7 +42,7 @@ from sandbox.limits import (
     sandbox_command_pids,
     sandbox_init_pid,
 )
-from sandbox.masks import HostFacts, gather_host_facts, python_runtime_paths
+from sandbox.masks import HostFacts, gather_host_facts, python_runtime_paths, warren_code_paths
 from sandbox.seccomp import build_filter
 from sandbox.spec import LimitName, Limits, SandboxSpec
 from sandbox.stubs import StubRegistry
@@ -360,6 +360,8 @@ def _prepare(
             spec,
             executables=executables,
             runtime=python_runtime_paths(),
+            own_code=warren_code_paths(),
+            scratch=stub_dir.parent / "home",
             nested=guard.survey.protected if guard is not None else (),
         )
     except BaseException:

@@ -22,6 +22,7 @@ __all__ = [
     "DEFAULT_DENY_READ",
     "DEFAULT_ENV_ALLOW",
     "DEFAULT_ENV_SCRUB",
+    "DEFAULT_HOME_ALLOW",
     "DEFAULT_PROTECTED",
     "Bind",
     "EnvPolicy",
@@ -164,6 +165,42 @@ DEFAULT_DENY_READ: tuple[str, ...] = (
 """Secrets masked from reads: directories become an empty read-only tmpfs, files a /dev/null
 that cannot be opened (the bind is `nodev`). Symlinks are masked at their resolved target."""
 
+DEFAULT_HOME_ALLOW: tuple[str, ...] = (
+    # Language toolchains and version managers.
+    "~/.pyenv",
+    "~/.rbenv",
+    "~/.nvm",
+    "~/.volta",
+    "~/.bun",
+    "~/.deno",
+    "~/.sdkman",
+    "~/.rustup",
+    "~/.cargo/bin",
+    "~/.cargo/env",
+    "~/.cargo/registry",
+    "~/.cargo/git",
+    "~/go/bin",
+    "~/go/pkg/mod",
+    "~/.local/bin",
+    "~/.local/lib",
+    "~/.local/share/uv/python",
+    "~/.local/share/pnpm",
+    # Package caches (not their credential files: `~/.m2/settings.xml`, `~/.npmrc`).
+    "~/.cache/pip",
+    "~/.cache/uv",
+    "~/.cache/go-build",
+    "~/.cache/pre-commit",
+    "~/.npm/_cacache",
+    "~/.m2/repository",
+    "~/.gradle/caches",
+    "~/.gradle/wrapper",
+    # Configuration that holds no secrets.
+    "{config}/git/ignore",
+)
+"""Home paths bound back, read-only, into the hidden home (`~` and `{config}` expand as in
+`deny_read`); missing ones are skipped. The user's git configuration is bound as a sanitised
+copy (see `sandbox.masks`), never as is."""
+
 DEFAULT_ENV_ALLOW: tuple[str, ...] = (
     "PATH",
     "HOME",
@@ -279,6 +316,14 @@ class SandboxSpec(_Frozen):
     home: Path | None = None
     """The home whose secrets are masked and which the sandbox sees as `$HOME`. Default None:
     the invoking user's (`$HOME`, else the password database)."""
+    hide_home: bool = True
+    """Cover the home with an empty read-only tmpfs, then bind back `home_allow` (read-only),
+    workspaces and binds under it, and the Python runtime. Default True: a secret in the home
+    is hidden whether or not `deny_read` names it."""
+    home_allow: tuple[str, ...] = DEFAULT_HOME_ALLOW
+    """Home paths visible (read-only) when `hide_home` is on. Default `DEFAULT_HOME_ALLOW`."""
+    extra_home_allow: tuple[str, ...] = ()
+    """Additions to `home_allow` (the policy's `[sandbox] home_allow`). Default none."""
     env: EnvPolicy = EnvPolicy()
     """How the environment is built. Default: `EnvPolicy()`."""
     limits: Limits = Limits()
@@ -318,6 +363,11 @@ class SandboxSpec(_Frozen):
     def all_deny_read(self) -> tuple[str, ...]:
         """`deny_read` plus `extra_deny_read`, in order, without duplicates."""
         return tuple(dict.fromkeys(self.deny_read + self.extra_deny_read))
+
+    @property
+    def all_home_allow(self) -> tuple[str, ...]:
+        """`home_allow` plus `extra_home_allow`, in order, without duplicates."""
+        return tuple(dict.fromkeys(self.home_allow + self.extra_home_allow))
 
     @property
     def all_protected(self) -> tuple[ProtectedPath, ...]:

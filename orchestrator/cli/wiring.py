@@ -42,6 +42,7 @@ def open_tool_hosts(
         limits=HOST_LIMITS,
         extra_deny_read=policy.deny_read(),
         extra_protected=policy.protected(),
+        extra_home_allow=policy.home_allow(),
     )
     return open_tool_runner(
         spawner=SandboxedSpawner(spec, read_denied=policy.read_denied()), prestart=ctx
@@ -79,6 +80,7 @@ async def open_subagents(
         limits=HOST_LIMITS,
         extra_deny_read=policy.deny_read(),
         extra_protected=policy.protected(),
+        extra_home_allow=policy.home_allow(),
     )
     async with open_worker_pool(
         broker=broker,

@@ -134,11 +134,13 @@ class Arena:
         workspace: Path | None = None,
         extra_binds: Sequence[Bind] = (),
         allow_unix_sockets: bool = False,
+        hide_home: bool = True,
     ) -> SandboxSpec:
         return SandboxSpec(
             workspaces=(WorkspaceRoot(path=workspace or self.ws, mode=mode),),
             extra_binds=tuple(extra_binds),
             home=self.home,
+            hide_home=hide_home,
             allow_unix_sockets=allow_unix_sockets,
             limits=limits or Limits(wall_time_s=30.0),
         )

@@ -991,18 +991,26 @@ def _make_secret_attempt(pattern: str, inner: str | None) -> AttemptFn:
         secret_file.write_text(marker)
         os.chmod(secret_file, 0o600)
         a.own()
-        out = await a.py(
-            "t('notes', r, os.environ['HOME'] + '/notes.txt')\n"
-            "t('read', r, A['secret'])\n"
-            "t('list', lambda: os.listdir(A['root']) if os.path.isdir(A['root']) else 1/0)\n"
-            "t('cat', os.system, 'cat ' + A['secret'])",
-            extra={"secret": str(secret_file), "root": str(root)},
-        )
-        out.assert_refused("read")
-        assert out.report["notes"].startswith("ok"), "the rest of home must stay readable"
-        if inner is not None:
-            assert out.report["list"] == "ok:[]", out.debug()
-        assert marker.encode() not in out.output
+        # Twice: with the home visible, the deny_read mask alone must hold; with the home
+        # hidden (the default), nothing of it is there but what is allowed back.
+        for hide_home in (False, True):
+            out = await a.py(
+                "t('notes', r, os.environ['HOME'] + '/notes.txt')\n"
+                "t('read', r, A['secret'])\n"
+                "t('list', lambda: os.listdir(A['root']) if os.path.isdir(A['root']) else 1/0)\n"
+                "t('cat', os.system, 'cat ' + A['secret'])",
+                spec=a.spec(hide_home=hide_home),
+                extra={"secret": str(secret_file), "root": str(root)},
+            )
+            out.assert_refused("read")
+            if hide_home:
+                assert not out.report["notes"].startswith("ok"), "the home must be hidden"
+                assert not out.report["list"].startswith("ok:['"), out.debug()
+            else:
+                assert out.report["notes"].startswith("ok"), "the rest of home stays readable"
+                if inner is not None:
+                    assert out.report["list"] == "ok:[]", out.debug()
+            assert marker.encode() not in out.output
         assert secret_file.read_text() == marker  # and it was not damaged either
 
     return run

@@ -12,7 +12,12 @@ from sandbox.spec import Bind, ProtectedPath, SandboxSpec, WorkspaceRoot
 
 
 def _spec(ws: Path, home: Path, **kwargs: object) -> SandboxSpec:
-    values: dict[str, object] = {"workspaces": (WorkspaceRoot(path=ws),), "home": home}
+    # The secret masks are tested with the home visible; hiding it is tested on its own below.
+    values: dict[str, object] = {
+        "workspaces": (WorkspaceRoot(path=ws),),
+        "home": home,
+        "hide_home": False,
+    }
     values.update(kwargs)
     return SandboxSpec.model_validate(values)
 

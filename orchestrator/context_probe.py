@@ -1,0 +1,193 @@
+"""The workspace facts the system prompt shows (git branch and status, a top-level listing,
+memory files), collected without letting the repository run code or point us elsewhere.
+
+`orchestrator.context` runs this file as a script inside a one-shot read-only sandbox
+(`python -I -S context_probe.py CWD`, JSON on stdout), and calls `collect` in-process only
+when the user turned the sandbox off. Either way it is hardened on its own: git's
+code-running settings are disabled (fsmonitor, hooks, external diff, pager; no system config;
+submodules ignored, so a gitlink's configuration is never read), and memory files are opened
+as bounded regular files without following links (`sandbox.safe_read`).
+
+Stdlib only, imports nothing of Warren's package `__init__`s: the sandboxed run must start in
+milliseconds, so the safe-read helper is loaded by file path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+__all__ = ["GIT_SAFETY", "MEMORY_FILES", "collect", "git_argv"]
+
+MEMORY_FILES = ("WARREN.md", "AGENTS.md", "CLAUDE.md")
+"""Project memory files read from the workspace root, in this order."""
+
+MAX_MEMORY_BYTES = 40_000
+"""Bytes read from each memory file; the rest is cut with a note."""
+MAX_STATUS_LINES = 40
+MAX_STATUS_BYTES = 64 * 1024
+MAX_TREE_ENTRIES = 60
+MAX_TREE_SCAN = 10_000
+"""Directory entries looked at for the listing; more are counted as `... and more`."""
+GIT_TIMEOUT_S = 5.0
+
+GIT_SAFETY = (
+    "-c",
+    "core.fsmonitor=false",
+    "-c",
+    "core.hooksPath=/dev/null",
+    "-c",
+    "diff.external=",
+    "-c",
+    "core.pager=cat",
+    "-c",
+    "core.untrackedCache=false",
+    "--no-optional-locks",
+    "--no-pager",
+)
+"""Options before every git subcommand: nothing configured by the repository runs."""
+
+_GIT_ENV = {
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_TERMINAL_PROMPT": "0",
+    "GIT_OPTIONAL_LOCKS": "0",
+    "GIT_EXTERNAL_DIFF": "",
+    "GIT_PAGER": "cat",
+    "PAGER": "cat",
+    "LC_ALL": "C",
+}
+
+
+def git_argv(*args: str) -> list[str]:
+    """`git <safety options> args...`."""
+    return ["git", *GIT_SAFETY, *args]
+
+
+def collect(cwd: Path) -> dict[str, Any]:
+    """The facts as plain JSON values: `branch`, `status` (None outside a repository),
+    `tree` (listing text) and `memory` (list of `[name, text]`)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")} | _GIT_ENV
+    # Both git commands at once: start-up costs the slower one, not their sum.
+    branch = _start(git_argv("rev-parse", "--abbrev-ref", "HEAD"), cwd, env)
+    status = _start(
+        git_argv("status", "--short", "--ignore-submodules=all", "--no-renames"), cwd, env
+    )
+    tree = _tree(cwd)
+    memory = _memory(cwd)
+    branch_text = _finish(branch, 4096)
+    status_text = _finish(status, MAX_STATUS_BYTES)
+    if status_text is not None:
+        lines = status_text.splitlines()
+        if len(lines) > MAX_STATUS_LINES:
+            more = len(lines) - MAX_STATUS_LINES
+            lines = [*lines[:MAX_STATUS_LINES], f"... and {more} more"]
+        status_text = "\n".join(lines)
+    return {
+        "branch": branch_text,
+        "status": status_text if branch_text is not None else None,
+        "tree": tree,
+        "memory": memory,
+    }
+
+
+def _start(argv: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Popen[bytes] | None:
+    try:
+        return subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+    except OSError:
+        return None
+
+
+def _finish(proc: subprocess.Popen[bytes] | None, limit: int) -> str | None:
+    if proc is None:
+        return None
+    assert proc.stdout is not None
+    try:
+        out = proc.stdout.read(limit)
+        proc.stdout.close()
+        code = proc.wait(timeout=GIT_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired):
+        proc.kill()
+        proc.wait()
+        return None
+    if code != 0:
+        return None
+    return out.decode("utf-8", "replace").rstrip("\n")
+
+
+def _tree(cwd: Path) -> str:
+    names: list[str] = []
+    extra = 0
+    try:
+        with os.scandir(cwd) as entries:
+            for entry in entries:
+                if len(names) >= MAX_TREE_SCAN:
+                    extra += 1
+                    continue
+                is_dir = entry.is_dir(follow_symlinks=False)
+                if entry.name == ".git" and is_dir:
+                    continue
+                names.append(entry.name + ("/" if is_dir else ""))
+    except OSError:
+        return ""
+    names.sort()
+    more = len(names) - MAX_TREE_ENTRIES + extra
+    text = "\n".join(f"- {name}" for name in names[:MAX_TREE_ENTRIES])
+    return text + (f"\n- ... and {more} more" if more > 0 else "")
+
+
+def _memory(cwd: Path) -> list[list[str]]:
+    read = _safe_reader()
+    root = Path(os.path.realpath(cwd))
+    found: list[list[str]] = []
+    for name in MEMORY_FILES:
+        path = cwd / name
+        if os.path.islink(path):
+            # `CLAUDE.md -> AGENTS.md` is common and fine; a link leaving the workspace is
+            # not followed (`CLAUDE.md -> ~/.ssh/id_rsa`).
+            target = Path(os.path.realpath(path))
+            if target == root or root not in target.parents:
+                continue
+            path = target
+        try:
+            data, cut = read(path, MAX_MEMORY_BYTES)
+        except OSError:
+            continue
+        text = data.decode("utf-8", "replace")
+        if cut:
+            text += f"\n[... {name} cut at {MAX_MEMORY_BYTES} bytes]"
+        found.append([name, text])
+    return found
+
+
+def _safe_reader() -> Callable[[Path, int], tuple[bytes, bool]]:
+    if __name__ != "__main__":
+        from sandbox.safe_read import read_bounded_regular
+
+        return read_bounded_regular
+    import importlib.util
+
+    location = Path(__file__).resolve().parents[1] / "sandbox" / "safe_read.py"
+    spec = importlib.util.spec_from_file_location("_warren_safe_read", location)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    reader: Callable[[Path, int], tuple[bytes, bool]] = module.read_bounded_regular
+    return reader
+
+
+if __name__ == "__main__":
+    sys.stdout.write(json.dumps(collect(Path(sys.argv[1]))))

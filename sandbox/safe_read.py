@@ -1,0 +1,60 @@
+"""Reading a file the sandbox (or a repository) controls, from outside it, without being fooled.
+
+A name in a workspace can be a symlink to a secret (`CLAUDE.md -> ~/.ssh/id_rsa`), a FIFO
+that blocks the reader forever, or a link to `/dev/zero` that never ends. Whoever reads such a
+name on the host (context gathering, policy and trust files, agent definitions) opens it with
+`read_bounded_regular`: no link followed at the last component, no blocking open, regular
+files only, at most `limit` bytes read.
+
+Stdlib only and free of Warren imports: the context probe loads this file by path inside a
+sandbox (`python -I -S`) without importing the `sandbox` package.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+
+__all__ = ["NotARegularFile", "read_bounded_regular"]
+
+
+class NotARegularFile(OSError):
+    """The name is a symlink, FIFO, device, socket or directory: refused, nothing was read."""
+
+
+def read_bounded_regular(path: Path, limit: int) -> tuple[bytes, bool]:
+    """The first `limit` bytes of the regular file at `path` and whether there was more.
+
+    The last component is never followed (`O_NOFOLLOW`), the open never blocks (`O_NONBLOCK`:
+    a FIFO opens at once and is then refused), and anything but a regular file is refused
+    after `fstat` on the open descriptor (no race between the check and the read).
+
+    **Errors:** `NotARegularFile` for a symlink or a non-regular file; other `OSError`s
+    (missing, unreadable) as raised by `open`/`read`.
+    """
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise NotARegularFile(exc.errno, "is a symbolic link", str(path)) from exc
+        raise
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise NotARegularFile(0, "is not a regular file", str(path))
+        chunks: list[bytes] = []
+        want = limit + 1
+        while want > 0:
+            chunk = os.read(fd, min(want, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            want -= len(chunk)
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    return data[:limit], len(data) > limit
+
