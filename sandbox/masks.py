@@ -169,8 +169,8 @@ def gather_host_facts(
     builder = _FactsBuilder(spec, home, env_map)
     builder.hide_home(scratch)
     builder.add_runtime(runtime)
-    builder.check_executables(executables)
     builder.protect_own_code(own_code)
+    builder.check_executables(executables)
     builder.add_protected()
     for path in nested:
         builder.protect_nested(path)
@@ -192,6 +192,7 @@ class _FactsBuilder:
         self.watched: set[Path] = set()
         self.warnings: list[str] = []
         self.home_mask: Path | None = None
+        self.own_code: list[Path] = []
         self.file_binds: list[tuple[Path, Path]] = []
 
     def _resolve_binds(self) -> list[BindMount]:
@@ -283,6 +284,7 @@ class _FactsBuilder:
                 )
             self._pin_between(bind.path, target)
             self.protected.add(target)
+            self.own_code.append(target)
             if target.is_dir():
                 self.protected_dirs.add(target)
 
@@ -298,6 +300,8 @@ class _FactsBuilder:
         for exe in executables:
             resolved = exe.resolve()
             bind = self._covering_bind(resolved)
+            if any(_within(resolved, code) for code in self.own_code):
+                continue  # inside Warren's own code, which is bound read-only
             if bind is not None and bind.mode == "rw":
                 raise SandboxConfigError(
                     f"{exe} lies inside the writable {bind.label} ({bind.path}); a sandboxed "
