@@ -16,6 +16,8 @@ from typing import IO, Any
 
 import structlog
 
+from orchestrator.text import escape_controls
+
 __all__ = ["LogSink", "configure_logging"]
 
 
@@ -53,7 +55,8 @@ class LogSink:
             extras = " ".join(
                 f"{k}={v}" for k, v in event.items() if k not in ("event", "level", "timestamp")
             )
-            sys.stderr.write(f"[{event.get('level', method)}] {event.get('event')} {extras}\n")
+            line = f"[{event.get('level', method)}] {event.get('event')} {extras}"
+            sys.stderr.write(escape_controls(line) + "\n")
         raise structlog.DropEvent
 
     def close(self) -> None:

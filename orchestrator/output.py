@@ -24,6 +24,7 @@ from orchestrator.events import (
     ToolStarted,
 )
 from orchestrator.loop import RunResult
+from orchestrator.text import escape_controls
 from orchestrator.subagents import (
     SubagentEvent,
     SubagentFinished,
@@ -185,10 +186,19 @@ class OutputPrinter:
                 self._line(record)
             case "text" if result.reason == "completed":
                 text = result.result
+                if _is_terminal(self.out):
+                    text = escape_controls(text, keep_lines=True)
                 self.out.write(text + ("\n" if text and not text.endswith("\n") else ""))
                 self.out.flush()
             case "text":
                 pass  # the CLI reports a failed run on stderr; stdout stays the answer only
+
+
+def _is_terminal(out: IO[str]) -> bool:
+    try:
+        return out.isatty()
+    except (AttributeError, ValueError):
+        return False
 
 
 @dataclass
@@ -200,19 +210,23 @@ class ProgressPrinter:
 
     def __call__(self, event: Event) -> None:
         match event:
+            # Every string below comes from the model, a tool or a server: escaped, so none
+            # can move the cursor or rewrite earlier lines (tests/orchestrator/test_output.py).
             case TextStreamed(text=text) if self.show_text:
-                self.out.write(text)
+                self.out.write(escape_controls(text, keep_lines=True))
             case AssistantTurn(turn=turn) if self.show_text and turn.message.text():
                 self.out.write("\n")
             case ToolStarted(display=display):
-                self.out.write(f"  -> {display}\n")
+                self.out.write(f"  -> {escape_controls(display)}\n")
             case ToolFinished(tool=tool, summary=summary, is_error=is_error, duration_s=d):
                 mark = "!!" if is_error else "<-"
-                self.out.write(f"  {mark} {tool}: {summary} ({d * 1000:.0f} ms)\n")
+                line = f"{escape_controls(tool)}: {escape_controls(summary)}"
+                self.out.write(f"  {mark} {line} ({d * 1000:.0f} ms)\n")
             case PermissionDecided(decision="deny", tool=tool, message=message):
-                self.out.write(f"  xx {tool} denied: {(message or '').splitlines()[0][:160]}\n")
+                first = escape_controls((message or "").split("\n")[0][:160])
+                self.out.write(f"  xx {escape_controls(tool)} denied: {first}\n")
             case RetryScheduled(attempt=attempt, delay_s=delay, error=error):
-                self.out.write(f"  .. retry {attempt} in {delay:.1f} s: {error}\n")
+                self.out.write(f"  .. retry {attempt} in {delay:.1f} s: {escape_controls(error)}\n")
             case _:
                 return
         self.out.flush()

@@ -18,6 +18,7 @@ import trio
 
 from orchestrator.permissions import Allow, Ask, Deny
 from orchestrator.session_policy import SessionPolicy
+from orchestrator.text import escape_controls
 from orchestrator.tools.base import Tool, ToolInput
 from policies.files import PolicyError, save_remembered_rule
 from policies.trust import TrustStore
@@ -85,7 +86,11 @@ class TerminalAsker:
                 use = tool.render_use(input)
             except Exception:
                 use = f"{tool.name}({json.dumps(input.model_dump(mode='json'))[:200]})"
-            _write(term, f"\nWarren asks: allow {use}?\n  why: {ask.reason}\n")
+            # Everything shown comes from the model or the repository: escaped, so the
+            # command under review cannot repaint the prompt (test_terminal_asker pins it).
+            shown = escape_controls(use, keep_lines=True)
+            why = escape_controls(ask.reason, keep_lines=True)
+            _write(term, f"\nWarren asks: allow {shown}?\n  why: {why}\n")
             while True:
                 _write(term, "  [y] yes  [n] no  [a] always (don't ask again here) > ")
                 line = answers.readline()

@@ -18,6 +18,7 @@ import trio
 from orchestrator.errors import ConfigError
 from orchestrator.outcome import EXIT_IO_ERROR, EXIT_USAGE, TerminalReason, exit_code
 from orchestrator.session import Session, SessionConfig, SessionParts, open_session
+from orchestrator.text import escape_controls
 
 __all__ = ["STOP_SIGNALS", "run_prompt"]
 
@@ -69,7 +70,7 @@ async def run_prompt(config: SessionConfig, prompt: str, parts: SessionParts) ->
             with stopping.scope:
                 return await _run(config, prompt, parts, stopping)
         except ConfigError as exc:
-            say(f"warren: {exc}")
+            say(f"warren: {escape_controls(str(exc))}")
             return EXIT_USAGE
         except (OSError, ExceptionGroup) as exc:
             # Stdout gone (a closed terminal, a closed pipe), or a part that writes state of
@@ -126,7 +127,8 @@ async def _run(config: SessionConfig, prompt: str, parts: SessionParts, stopping
         stopping.session = None
         stopping.reason = result.reason
         if result.reason != "completed" and config.output_format == "text":
-            say(f"warren: run ended: {result.reason}: {result.result}")
+            said = escape_controls(result.result, keep_lines=True)  # the model's or a server's
+            say(f"warren: run ended: {result.reason}: {said}")
     if result.reason == "interrupted" and stopping.signal is not None:
         return 128 + stopping.signal
     return exit_code(result.reason)

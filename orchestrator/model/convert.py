@@ -16,7 +16,7 @@ of I/O) lets them be tested with plain values (tests/model/test_convert.py).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, get_args
 
@@ -38,9 +38,12 @@ __all__ = [
     "MessageJsonCache",
     "SSEDecoder",
     "ServerSentEvent",
+    "MAX_TOOL_INPUT_BYTES",
+    "MAX_TOOL_INPUT_DEPTH",
     "StreamAccumulator",
     "StreamProtocolError",
     "encode_request",
+    "tool_input_problem",
     "message_param",
     "messages_param",
     "request_params",
@@ -55,6 +58,12 @@ _EPHEMERAL: Mapping[str, str] = {"type": "ephemeral"}
 _UNCACHEABLE_TYPES = frozenset({"thinking", "redacted_thinking"})
 _STOP_REASONS: frozenset[str] = frozenset(get_args(StopReason))
 _PARSE_ERROR_SNIPPET = 300
+
+MAX_TOOL_INPUT_BYTES = 10 * 1024 * 1024
+"""A tool call's input larger than this (as JSON text) is refused before it is parsed."""
+MAX_TOOL_INPUT_DEPTH = 64
+"""A tool call's input nested deeper than this (objects and arrays) is refused: deeper
+structures only serve to exhaust a recursive consumer (pydantic, the transcript, a tool)."""
 
 
 # --- out: the request ----------------------------------------------------------------------------
@@ -257,13 +266,23 @@ class _BlockBuilder:
 
 
 def _tool_use(start: Mapping[str, Any], raw: str) -> ToolUseBlock:
-    """The tool call with its input parsed, or with `parse_error` saying why it did not parse."""
+    """The tool call with its input parsed, or with `parse_error` saying why it did not parse
+    (not JSON, not an object, too large, nested too deep: `tool_input_problem`)."""
     tool_id, name = str(start.get("id", "")), str(start.get("name", ""))
     if not raw.strip():
         initial = start.get("input")
-        return ToolUseBlock(
-            id=tool_id, name=name, input=initial if isinstance(initial, dict) else {}
+        value: object = initial if isinstance(initial, dict) else {}
+        problem = tool_input_problem(value, name=name)
+        if problem is not None:
+            return ToolUseBlock(id=tool_id, name=name, input={}, parse_error=problem)
+        assert isinstance(value, dict)
+        return ToolUseBlock(id=tool_id, name=name, input=value)
+    if _too_large(raw):
+        problem = (
+            f"The input of this {name} call is larger than {MAX_TOOL_INPUT_BYTES} bytes "
+            f"({len(raw)} characters); pass large content in smaller calls"
         )
+        return ToolUseBlock(id=tool_id, name=name, input={}, parse_error=problem)
     snippet = raw if len(raw) <= _PARSE_ERROR_SNIPPET else raw[:_PARSE_ERROR_SNIPPET] + "..."
     try:
         value = json.loads(raw)
@@ -273,10 +292,50 @@ def _tool_use(start: Mapping[str, Any], raw: str) -> ToolUseBlock:
             f"it was: {snippet}"
         )
         return ToolUseBlock(id=tool_id, name=name, input={}, parse_error=problem)
+    except RecursionError:  # nested beyond the decoder's own limit (about 1000 levels)
+        return ToolUseBlock(id=tool_id, name=name, input={}, parse_error=_too_deep(name))
     if not isinstance(value, dict):
         problem = f"The input of this {name} call is JSON but not an object; it was: {snippet}"
         return ToolUseBlock(id=tool_id, name=name, input={}, parse_error=problem)
+    # Fewer openers than the limit cannot nest deeper than it: most inputs skip the walk.
+    if raw.count("{") + raw.count("[") > MAX_TOOL_INPUT_DEPTH:
+        problem = tool_input_problem(value, name=name)
+        if problem is not None:
+            return ToolUseBlock(id=tool_id, name=name, input={}, parse_error=problem)
     return ToolUseBlock(id=tool_id, name=name, input=value)
+
+
+def tool_input_problem(value: object, *, name: str = "tool") -> str | None:
+    """Why a decoded tool input is refused (nested deeper than `MAX_TOOL_INPUT_DEPTH`), or
+    None. Iterative and stops at the first offending level, so it never recurses and costs
+    at most one pass over the input (tests/model/test_convert.py times it)."""
+    level: list[object] = [value] if isinstance(value, dict | list) else []
+    depth = 0
+    while level:  # one pass per level, containers only
+        depth += 1
+        if depth > MAX_TOOL_INPUT_DEPTH:
+            return _too_deep(name)
+        below: list[object] = []
+        for item in level:
+            values = item.values() if isinstance(item, dict) else item
+            assert isinstance(values, Iterable)
+            below += [v for v in values if v.__class__ is dict or v.__class__ is list]
+        level = below
+    return None
+
+
+def _too_deep(name: str) -> str:
+    return (
+        f"The input of this {name} call is nested deeper than {MAX_TOOL_INPUT_DEPTH} levels; "
+        "send a flatter object"
+    )
+
+
+def _too_large(raw: str) -> bool:
+    # Characters first (cheap); UTF-8 bytes only when it could matter.
+    if len(raw) > MAX_TOOL_INPUT_BYTES:
+        return True
+    return len(raw) * 4 > MAX_TOOL_INPUT_BYTES and len(raw.encode("utf-8")) > MAX_TOOL_INPUT_BYTES
 
 
 class StreamProtocolError(ValueError):

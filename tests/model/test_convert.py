@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
@@ -18,6 +19,8 @@ from orchestrator.messages import (
 from orchestrator.model.base import BlockComplete, ModelRequest, TextDelta, ToolSpec
 from orchestrator.model.convert import (
     EMPTY_CONTENT_TEXT,
+    MAX_TOOL_INPUT_BYTES,
+    MAX_TOOL_INPUT_DEPTH,
     MessageJsonCache,
     ServerSentEvent,
     SSEDecoder,
@@ -305,3 +308,56 @@ def test_unknown_stop_reasons_and_block_types_are_dropped() -> None:
     message = acc.finish()
     assert message.stop_reason is None
     assert message.message.content == [TextBlock(text="hi")]
+
+
+def _nested(depth: int) -> str:
+    """`{"a": [{"a": [...]}]}` with `depth` levels of objects and arrays."""
+    opens = "".join('{"a":' if i % 2 == 0 else "[" for i in range(depth))
+    closes = "".join("}" if i % 2 == 0 else "]" for i in reversed(range(depth)))
+    return opens + "1" + closes
+
+
+def _block_for(raw: str) -> ToolUseBlock:
+    started = time.thread_time()
+    [complete] = _feed(StreamAccumulator(model="m"), _tool_events(0, [raw]))
+    assert time.thread_time() - started < 0.1  # refused within 100 ms of CPU
+    assert isinstance(complete, BlockComplete) and isinstance(complete.block, ToolUseBlock)
+    return complete.block
+
+
+@pytest.mark.parametrize("depth", [MAX_TOOL_INPUT_DEPTH + 1, 200, 5_000, 1_000_000])
+def test_tool_input_nested_too_deep_is_a_parse_error(depth: int) -> None:
+    block = _block_for(_nested(depth))
+    assert block.input == {}
+    assert block.parse_error is not None and "nested deeper than 64" in block.parse_error
+
+
+def test_tool_input_at_the_depth_limit_is_accepted() -> None:
+    block = _block_for(_nested(MAX_TOOL_INPUT_DEPTH))
+    assert block.parse_error is None and block.input["a"]
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        '{"content": "' + "x" * MAX_TOOL_INPUT_BYTES + '"}',
+        '{"content": "' + "é" * (MAX_TOOL_INPUT_BYTES // 2) + '"}',  # bytes, not characters
+        "[" * (MAX_TOOL_INPUT_BYTES + 1),
+    ],
+)
+def test_tool_input_larger_than_10_mib_is_a_parse_error(raw: str) -> None:
+    block = _block_for(raw)
+    assert block.input == {}
+    assert block.parse_error is not None and "larger than 10485760 bytes" in block.parse_error
+    assert len(block.parse_error) < 500  # the input is not echoed back
+
+
+def test_a_non_streamed_tool_input_is_checked_too() -> None:
+    deep: Any = 1
+    for _ in range(100):
+        deep = [deep]
+    events = _tool_events(0, [])
+    events[0]["content_block"]["input"] = {"a": deep}
+    [complete] = _feed(StreamAccumulator(model="m"), events)
+    assert isinstance(complete, BlockComplete) and isinstance(complete.block, ToolUseBlock)
+    assert complete.block.input == {} and complete.block.parse_error is not None

@@ -92,3 +92,33 @@ async def test_always_stores_a_prefix_rule(workspace: Path) -> None:
         "Bash", {"command": "npm run test -- --ci"}, tool_read_only=False
     )
     assert decision.decision == "allow"
+
+
+REPAINTS = [
+    "ls\r\x1b[2K\x1b[1Aallow Bash(ls)? ",  # CR, erase line, cursor up: a fake clean prompt
+    "ls \x1b]0;title\x07 \x1b]8;;http://x\x1b\\link\x1b]8;;\x1b\\",  # OSC title, hyperlink
+    "rm -rf ~ \x08\x08\x08\x08\x08\x08\x08\x08ls     ",  # backspaces over the real command
+    "echo \u202egnp.exe\u202c \u2066x\u2069 \u200b",  # bidi overrides, isolates, invisible
+    "echo \x9b2J \x7f \x00",  # C1 CSI, DEL, NUL
+]
+
+
+@pytest.mark.parametrize("command", REPAINTS)
+async def test_the_command_cannot_repaint_the_prompt(workspace: Path, command: str) -> None:
+    policy = load_session_policy(workspace, floor_proven=True)
+    terminal = Terminal(["n", ""])
+    try:
+        asker = TerminalAsker(policy, tty=terminal.path)
+        tool = BashTool()
+        why = "because\x1b[31m it \rsaid so"
+        result = await asker(tool, tool.parse_input({"command": command}), Ask(why))
+    finally:
+        terminal.close()
+    assert isinstance(result, Deny)
+    seen = terminal.seen.replace("\r\n", "\n")  # the pty's own line endings
+    for char in ("\x1b", "\r", "\x07", "\x08", "\x9b", "\x7f", "\x00"):
+        assert char not in seen
+    assert not any(0x202A <= ord(c) <= 0x202E or 0x2066 <= ord(c) <= 0x2069 for c in seen)
+    assert "\u200b" not in seen
+    assert "\\x" in seen or "\\u" in seen  # shown, visibly, instead
+    assert "because\\x1b[31m it \\x0dsaid so" in seen
