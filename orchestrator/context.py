@@ -94,7 +94,9 @@ class ContextSandbox:
     host: SandboxHost | None = None
 
 
-def context_spec(cwd: Path, *, deny_read: tuple[str, ...] = (), home_allow: tuple[str, ...] = ()) -> SandboxSpec:
+def context_spec(
+    cwd: Path, *, deny_read: tuple[str, ...] = (), home_allow: tuple[str, ...] = ()
+) -> SandboxSpec:
     """The one-shot sandbox the probe runs in: the workspace read-only, the policy's secrets
     masked, small limits (git on a huge repository must not stall the start)."""
     return SandboxSpec(
@@ -148,7 +150,7 @@ async def _sandboxed(cwd: Path, sandbox: ContextSandbox) -> dict[str, Any]:
     from sandbox.errors import SandboxError
     from sandbox.run import run_sandboxed
 
-    argv = [sys.executable, "-I", "-S", str(Path(context_probe.__file__).resolve()), str(cwd)]
+    argv = [sys.executable, "-I", "-S", context_probe.__file__, str(cwd)]
     try:
         done = await run_sandboxed(sandbox.spec, argv, host=sandbox.host)
     except (SandboxError, OSError):

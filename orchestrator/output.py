@@ -24,13 +24,13 @@ from orchestrator.events import (
     ToolStarted,
 )
 from orchestrator.loop import RunResult
-from orchestrator.text import escape_controls
 from orchestrator.subagents import (
     SubagentEvent,
     SubagentFinished,
     SubagentStarted,
     SubagentUpdate,
 )
+from orchestrator.text import escape_controls
 
 __all__ = [
     "OutputFormat",

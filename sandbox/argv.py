@@ -78,7 +78,7 @@ def bwrap_argv(
     for bind in facts.binds:
         flag = "--bind" if bind.mode == "rw" else "--ro-bind"
         mounts.append((bind.path, [flag, str(bind.path), str(bind.path)]))
-    for path, args in sorted(mounts, key=lambda m: _depth_key(m[0])):
+    for _, args in sorted(mounts, key=lambda m: _depth_key(m[0])):
         out += args
     for source, inside in facts.file_binds:
         out += ["--ro-bind", str(source), str(inside)]

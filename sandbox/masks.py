@@ -494,9 +494,33 @@ class _FactsBuilder:
 
 _GIT_SECTIONS_KEPT = frozenset(
     {
-        "user", "init", "core", "color", "alias", "pull", "push", "merge", "rebase", "diff",
-        "log", "format", "status", "branch", "advice", "grep", "pretty", "column", "help",
-        "rerere", "commit", "tag", "fetch", "blame", "apply", "feature", "safe",
+        "user",
+        "init",
+        "core",
+        "color",
+        "alias",
+        "pull",
+        "push",
+        "merge",
+        "rebase",
+        "diff",
+        "log",
+        "format",
+        "status",
+        "branch",
+        "advice",
+        "grep",
+        "pretty",
+        "column",
+        "help",
+        "rerere",
+        "commit",
+        "tag",
+        "fetch",
+        "blame",
+        "apply",
+        "feature",
+        "safe",
     }
 )
 """git configuration sections copied into a hidden home; everything else (`credential`,
@@ -505,8 +529,16 @@ dropped."""
 
 _GIT_KEYS_DROPPED = frozenset(
     {
-        "core.fsmonitor", "core.hookspath", "core.sshcommand", "core.askpass", "core.pager",
-        "core.editor", "core.gitproxy", "diff.external", "commit.gpgsign", "tag.gpgsign",
+        "core.fsmonitor",
+        "core.hookspath",
+        "core.sshcommand",
+        "core.askpass",
+        "core.pager",
+        "core.editor",
+        "core.gitproxy",
+        "diff.external",
+        "commit.gpgsign",
+        "tag.gpgsign",
     }
 )
 """Keys dropped from kept sections: they run programs or need secrets the sandbox lacks."""

@@ -57,4 +57,3 @@ def read_bounded_regular(path: Path, limit: int) -> tuple[bytes, bool]:
         os.close(fd)
     data = b"".join(chunks)
     return data[:limit], len(data) > limit
-

@@ -35,19 +35,19 @@ from orchestrator.model.pricing import cost_usd
 
 __all__ = [
     "EMPTY_CONTENT_TEXT",
+    "MAX_TOOL_INPUT_BYTES",
+    "MAX_TOOL_INPUT_DEPTH",
     "MessageJsonCache",
     "SSEDecoder",
     "ServerSentEvent",
-    "MAX_TOOL_INPUT_BYTES",
-    "MAX_TOOL_INPUT_DEPTH",
     "StreamAccumulator",
     "StreamProtocolError",
     "encode_request",
-    "tool_input_problem",
     "message_param",
     "messages_param",
     "request_params",
     "system_param",
+    "tool_input_problem",
     "tools_param",
 ]
 

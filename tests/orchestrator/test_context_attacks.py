@@ -81,7 +81,9 @@ def plant_fsmonitor(repo: Path, marker: Path) -> None:
     git(repo, "config", "core.fsmonitor", str(hook))
 
 
-def start(cwd: Path, env: dict[str, str], sandbox: str) -> tuple[subprocess.CompletedProcess[str], str]:
+def start(
+    cwd: Path, env: dict[str, str], sandbox: str
+) -> tuple[subprocess.CompletedProcess[str], str]:
     """`warren -p hi` in `cwd`; the first request's body as text."""
     with FakeMessagesAPI([Reply.text("ok")]) as api:
         done = subprocess.run(

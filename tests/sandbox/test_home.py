@@ -9,7 +9,6 @@ change the code the coordinator imports at its next start.
 
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 from pathlib import Path
@@ -107,8 +106,8 @@ READERS = {
     "find": 'find "$HOME" -type f -exec cat {{}} +',
     "python": (
         "python3 -c 'import os,sys\n"
-        "for r,_,fs in os.walk(os.environ[\"HOME\"]):\n"
-        "  [sys.stdout.write(open(os.path.join(r,f),errors=\"replace\").read()) for f in fs]'"
+        'for r,_,fs in os.walk(os.environ["HOME"]):\n'
+        '  [sys.stdout.write(open(os.path.join(r,f),errors="replace").read()) for f in fs]\''
     ),
     "ls": 'ls -laR "$HOME"; ls -la {files}',
 }
@@ -151,7 +150,9 @@ async def test_toolchains_caches_and_sanitised_gitconfig_stay(
     assert "autocrlf" in out
 
 
-async def test_home_allow_adds_a_path_read_only(host: SandboxHost, scratch: Path, home: Path) -> None:
+async def test_home_allow_adds_a_path_read_only(
+    host: SandboxHost, scratch: Path, home: Path
+) -> None:
     ws = scratch / "ws"
     ws.mkdir()
     extra = home / ".config" / "sometool"
@@ -210,10 +211,22 @@ def test_the_home_that_is_the_workspace_stays_visible(scratch: Path, home: Path)
     [
         ("[user]\n name = A\n[credential]\n helper = store\n", ["name = A"], ["helper"]),
         ('[credential "https://x"]\n helper = !cat /x\n', [], ["helper"]),
-        ("[core]\n fsmonitor = ./x.sh\n hooksPath = h\n editor = vi\n", [], ["fsmonitor", "hooksPath"]),
-        ("[includeIf \"gitdir:~/\"]\n path = s\n[include]\n path = t\n", [], ["path"]),
-        ("[http]\n extraHeader = Authorization: t\n[url \"https://t@x\"]\n insteadOf = y\n", [], ["t@x", "Authorization"]),
-        ("[alias]\n st = status \\\n  --short\n[core]\n sshCommand = a \\\n  b\n", ["--short"], ["sshCommand", "  b"]),
+        (
+            "[core]\n fsmonitor = ./x.sh\n hooksPath = h\n editor = vi\n",
+            [],
+            ["fsmonitor", "hooksPath"],
+        ),
+        ('[includeIf "gitdir:~/"]\n path = s\n[include]\n path = t\n', [], ["path"]),
+        (
+            '[http]\n extraHeader = Authorization: t\n[url "https://t@x"]\n insteadOf = y\n',
+            [],
+            ["t@x", "Authorization"],
+        ),
+        (
+            "[alias]\n st = status \\\n  --short\n[core]\n sshCommand = a \\\n  b\n",
+            ["--short"],
+            ["sshCommand", "  b"],
+        ),
     ],
 )
 def test_sanitised_gitconfig(scratch: Path, text: str, kept: list[str], dropped: list[str]) -> None:
@@ -263,5 +276,6 @@ async def test_warrens_own_code_is_read_only_in_a_writable_workspace(host: Sandb
             path.unlink(missing_ok=True)
         if REPO in Path(sys.prefix).parents:
             venv_file.unlink(missing_ok=True)
-        if os.path.isdir(REPO / "orchestrator-moved"):
-            os.rename(REPO / "orchestrator-moved", REPO / "orchestrator")
+        moved = REPO / "orchestrator-moved"
+        if moved.is_dir():
+            moved.rename(REPO / "orchestrator")
