@@ -37,6 +37,7 @@ from orchestrator.events import Event
 from orchestrator.messages import Usage
 from orchestrator.outcome import TerminalReason
 from orchestrator.permissions import Allow, Deny
+from sandbox.safe_read import read_bounded_regular
 
 __all__ = [
     "DEFAULT_MAX_TURNS",
@@ -64,6 +65,8 @@ READ_ONLY_TOOLS: tuple[str, ...] = ("Read", "Glob", "Grep", "LS", "Think")
 """The tools of `general` and of definitions that name none: they cannot change anything and
 leave no state behind (no shell), so their worker is reused for the next subagent."""
 
+MAX_AGENT_FILE_BYTES = 256 * 1024
+"""Largest project agent definition read (a system prompt, not a data file)."""
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 _IGNORED_KEYS = frozenset({"color"})
 """Front matter keys other agent tools write that mean nothing here."""
@@ -140,7 +143,18 @@ def parse_agent_file(path: Path, source: Literal["user", "project"]) -> AgentTyp
     import yaml
 
     try:
-        text = path.read_text(encoding="utf-8")
+        if source == "project":
+            # Repository content: never a link out (`x.md -> ~/.ssh/id_rsa` would go into a
+            # system prompt), a FIFO or an endless device (tests/orchestrator/test_subagents).
+            data, cut = read_bounded_regular(path, MAX_AGENT_FILE_BYTES)
+            if cut:
+                raise ConfigError(
+                    f"an agent definition is larger than {MAX_AGENT_FILE_BYTES} bytes",
+                    source=str(path),
+                )
+            text = data.decode("utf-8")
+        else:
+            text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read the agent definition: {exc}", source=str(path)) from exc
     lines = text.splitlines()

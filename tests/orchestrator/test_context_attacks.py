@@ -186,3 +186,45 @@ def test_memory_files_are_bounded(tmp_path: Path, env: dict[str, str], sandbox: 
     assert done.returncode == 0, done.stderr
     assert len(body) < 200_000
     assert "CLAUDE.md cut at" in body
+
+
+# --- other places the coordinator reads workspace content on the host ---------------------
+
+
+def test_project_agent_definitions_do_not_follow_links_or_fifos(
+    tmp_path: Path, outside: Path
+) -> None:
+    """`.warren/agents/*.md` (a trusted project's) goes into a subagent's system prompt."""
+    from orchestrator.errors import ConfigError
+    from orchestrator.subagents import load_agent_types
+
+    for plant in ("symlink", "fifo", "device"):
+        ws = tmp_path / plant
+        agents = ws / ".warren" / "agents"
+        agents.mkdir(parents=True)
+        target = agents / "spy.md"
+        if plant == "symlink":
+            target.symlink_to(outside / "home" / ".ssh" / "id_rsa")
+        elif plant == "fifo":
+            os.mkfifo(target)
+        else:
+            target.symlink_to("/dev/zero")
+        with pytest.raises(ConfigError) as caught:
+            load_agent_types(ws, trusted=True, config_dir=tmp_path / "config")
+        assert "cannot read the agent definition" in str(caught.value)  # refused, not parsed
+        assert "secret-4b1d" not in str(caught.value)
+        assert caught.value.source == str(target)
+
+
+def test_policy_init_reads_project_files_as_bounded_regular_files(
+    tmp_path: Path, outside: Path
+) -> None:
+    from policies.commands import detect_project_commands
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "Makefile").symlink_to(outside / "home" / ".ssh" / "id_rsa")
+    os.mkfifo(ws / "package.json")
+    (ws / "pyproject.toml").symlink_to("/dev/zero")
+    found = detect_project_commands(ws)  # returns at once: nothing blocks or runs away
+    assert "secret-4b1d" not in repr(found)

@@ -27,7 +27,13 @@ from orchestrator.output import ProgressPrinter
 from orchestrator.paths import WarrenDirs
 from orchestrator.text import escape_controls
 from orchestrator.tools.registry import ToolRegistry
-from tests.kit.fake_api import FakeMessagesAPI, MalformedToolJson, Reply, model_for
+from tests.kit.fake_api import (
+    FakeMessagesAPI,
+    FakeResponse,
+    MalformedToolJson,
+    Reply,
+    model_for,
+)
 from tests.orchestrator.probe_tools import ProbeLog, ProbeTool
 
 ATTACK = "x\x1b[2J\x1b]0;pwned\x07\rY\x08\u202eZ\u2066\x9b\x00"
@@ -95,7 +101,7 @@ async def test_deep_and_huge_tool_inputs_are_error_results(tmp_path: Path) -> No
     ws = tmp_path / "ws"
     ws.mkdir()
     dirs = WarrenDirs(state=tmp_path / "state", config=tmp_path / "config")
-    replies = [
+    replies: list[FakeResponse] = [
         MalformedToolJson(name="Probe", raw_json=_nested(100_000)),
         MalformedToolJson(name="Probe", raw_json=_nested(65)),
         Reply.text("survived"),
