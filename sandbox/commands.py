@@ -7,6 +7,8 @@ can call them from synchronous code.
 
 from __future__ import annotations
 
+import dataclasses
+
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,16 +29,32 @@ EXIT_SANDBOX_ERROR = 125
 126/127 stay with the command: not executable / not found)."""
 
 
+def home_view(extra_home_allow: Sequence[str] = ()) -> tuple[Path | None, list[str]]:
+    """The hidden home and what a sandbox sees of it (read-only), for `warren doctor`."""
+    from sandbox.masks import gather_host_facts
+
+    facts = gather_host_facts(SandboxSpec(extra_home_allow=tuple(extra_home_allow)))
+    shown = [str(b.path) for b in facts.binds if b.label.startswith("home_allow")]
+    shown += [f"{inside} (sanitised copy)" for _, inside in facts.file_binds]
+    return facts.home_mask, shown
+
+
 @dataclass(frozen=True)
 class DoctorReport:
     floor: FloorReport
     """The probe's report: proven or not, each check with a fix under each problem."""
     stubs_swept: tuple[Path, ...]
     """Mount stubs left by crashed sandboxes, removed on the way."""
+    home_hidden: Path | None = None
+    """The home hidden from sandboxes (None: visible, secrets masked by list only)."""
+    home_visible: tuple[str, ...] = ()
+    """What a sandbox still sees of the hidden home, read-only (`home_allow`, the sanitised
+    git configuration)."""
 
 
-def doctor() -> DoctorReport:
-    """Probe the floor, and sweep stale mount stubs (harmless but untidy)."""
+def doctor(extra_home_allow: Sequence[str] = ()) -> DoctorReport:
+    """Probe the floor, sweep stale mount stubs (harmless but untidy), and say what a sandbox
+    sees of the home (`extra_home_allow`: the policy's `[sandbox] home_allow`)."""
 
     async def main() -> DoctorReport:
         try:
@@ -50,7 +68,9 @@ def doctor() -> DoctorReport:
             swept = []
         return DoctorReport(report, tuple(swept))
 
-    return trio.run(main)
+    report = trio.run(main)
+    home, visible = home_view(extra_home_allow)
+    return dataclasses.replace(report, home_hidden=home, home_visible=tuple(visible))
 
 
 @dataclass(frozen=True)

@@ -42,16 +42,36 @@ def add_commands(sub: Any, summaries: dict[str, str]) -> None:
 def _doctor(args: argparse.Namespace) -> int:
     from sandbox.commands import doctor
 
-    report = doctor()
+    report = doctor(extra_home_allow=_home_allow_here())
     if args.json:
         payload: dict[str, Any] = report.floor.model_dump(mode="json")
         payload["stubs_swept"] = [str(p) for p in report.stubs_swept]
+        payload["home_hidden"] = str(report.home_hidden) if report.home_hidden else None
+        payload["home_allow"] = list(report.home_visible)
         print(json.dumps(payload, indent=2))
     else:
         print(report.floor.render())
         for path in report.stubs_swept:
             print(f"removed a stale mount stub: {path}")
+        if report.home_hidden is None:
+            print("home: visible to sandboxes (secrets masked by list only)")
+        else:
+            print(f"home: {report.home_hidden} hidden from sandboxes; visible read-only:")
+            for shown in report.home_visible or ("(nothing)",):
+                print(f"  {shown}")
+            print("  add more with `[sandbox] home_allow = [...]` in a policy file")
     return 0 if report.floor.proven else 1
+
+
+def _home_allow_here() -> tuple[str, ...]:
+    """The `[sandbox] home_allow` of the policy in force here (none if it cannot load: the
+    doctor still reports the floor)."""
+    from orchestrator.session_policy import load_session_policy
+
+    try:
+        return load_session_policy(Path.cwd(), floor_proven=True).home_allow()
+    except Exception:
+        return ()
 
 
 def _sandbox_run(args: argparse.Namespace) -> int:
