@@ -439,6 +439,13 @@ class _FactsBuilder:
         return out
 
     def _deny(self, pattern: str, path: Path) -> None:
+        if (
+            self.home_mask is not None
+            and _within(path, self.home_mask)
+            and self._covering_bind(path) is None
+            and not os.path.islink(path)
+        ):
+            return  # already hidden with the home (a link is still masked at its target)
         if not os.path.lexists(path):
             self._deny_missing(path)
             return
