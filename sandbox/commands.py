@@ -8,7 +8,6 @@ can call them from synchronous code.
 from __future__ import annotations
 
 import dataclasses
-
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
+from orchestrator.headless import HeadlessOptions, run_headless
 
 from orchestrator.events import (
     PermissionDecided,
@@ -22,7 +23,6 @@ from orchestrator.events import (
     ToolFinished,
     ToolStarted,
 )
-from orchestrator.headless import HeadlessOptions, run_headless
 from orchestrator.output import ProgressPrinter
 from orchestrator.paths import WarrenDirs
 from orchestrator.text import escape_controls
