@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
-from orchestrator.headless import HeadlessOptions, run_headless
 
 from orchestrator.events import (
     PermissionDecided,
@@ -25,6 +24,7 @@ from orchestrator.events import (
 )
 from orchestrator.output import ProgressPrinter
 from orchestrator.paths import WarrenDirs
+from orchestrator.session import SessionConfig, SessionParts, open_session
 from orchestrator.text import escape_controls
 from orchestrator.tools.registry import ToolRegistry
 from tests.kit.fake_api import (
@@ -108,16 +108,16 @@ async def test_deep_and_huge_tool_inputs_are_error_results(tmp_path: Path) -> No
     ]
     log = ProbeLog()
     with FakeMessagesAPI(replies) as api:
-        report = await run_headless(
-            HeadlessOptions(prompt="go", cwd=ws, sandbox="off"),
+        parts = SessionParts(
             dirs=dirs,
             stdout=io.StringIO(),
             tools=lambda: ToolRegistry([ProbeTool(log)]),
             model=model_for(api, read_timeout_s=120),
-            install_signal_handler=False,
         )
+        async with open_session(SessionConfig(cwd=ws, sandbox="off"), parts) as session:
+            result = await session.run("go")
         requests = api.requests
-    assert report.result.reason == "completed" and report.result.result == "survived"
+    assert result.reason == "completed" and result.result == "survived"
     results = [r.messages[-1]["content"][0] for r in requests[1:]]
     assert [r["is_error"] for r in results] == [True, True]
     for result in results:
