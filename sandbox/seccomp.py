@@ -13,6 +13,11 @@ Each rule answers an escape that works without it (pinned in tests/sandbox/test_
 - `io_uring_*` (it performs socket and open operations that seccomp never sees), kernel
   keyrings (`keyctl`, `add_key`, `request_key`; not namespaced) and `openat2` (its mode sits
   in a struct we cannot inspect) fail with ENOSYS, so programs fall back.
+- `ptrace`, `process_vm_readv`/`process_vm_writev`, `process_madvise`, `pidfd_getfd`, `kcmp`,
+  `perf_event_open` and `userfaultfd` fail with EPERM: no process in a sandbox reads, writes or
+  steals from another one (a worker's memory or its protocol pipe, see workers/entry.py), and
+  none gets the kernel interfaces that make racing the others easier. Debuggers do not work
+  inside; `strace` of a tool runs from outside.
 - A syscall from another ABI (x32, or i386 via `int 0x80`) kills the process: those tables
   number things differently and would slip past every rule above.
 
@@ -61,6 +66,8 @@ class _Arch:
     mode_args: tuple[tuple[int, int], ...]
     """(syscall number, index of its mode argument) for calls that set file modes."""
     enosys: tuple[int, ...]
+    eperm: tuple[int, ...]
+    """Calls refused outright: reaching into another process, or kernel help for races."""
 
 
 _X86_64 = _Arch(
@@ -72,6 +79,9 @@ _X86_64 = _Arch(
     mode_args=((2, 2), (85, 1), (90, 1), (91, 1), (133, 1), (257, 3), (259, 2), (268, 2), (452, 2)),
     # add_key, request_key, keyctl, io_uring_setup/enter/register, openat2
     enosys=(248, 249, 250, 425, 426, 427, 437),
+    # ptrace, process_vm_readv/writev, kcmp, process_madvise, pidfd_getfd, perf_event_open,
+    # userfaultfd
+    eperm=(101, 310, 311, 312, 440, 438, 298, 323),
 )
 _AARCH64 = _Arch(
     audit=0xC00000B7,
@@ -82,6 +92,9 @@ _AARCH64 = _Arch(
     mode_args=((33, 2), (52, 1), (53, 2), (56, 3), (452, 2)),
     # add_key, request_key, keyctl, io_uring_setup/enter/register, openat2
     enosys=(217, 218, 219, 425, 426, 427, 437),
+    # ptrace, process_vm_readv/writev, kcmp, process_madvise, pidfd_getfd, perf_event_open,
+    # userfaultfd
+    eperm=(117, 270, 271, 272, 440, 438, 241, 282),
 )
 
 SUPPORTED_ARCHES: dict[str, _Arch] = {"x86_64": _X86_64, "aarch64": _AARCH64}
@@ -113,6 +126,8 @@ def _program(arch: _Arch, *, allow_unix_sockets: bool) -> list[_Insn | str]:
         prog.append(("jeq", nr, f"mode{index}", None))
     for nr in arch.enosys:
         prog.append(("jeq", nr, "enosys", None))
+    for nr in arch.eperm:
+        prog.append(("jeq", nr, "eperm", None))
     prog.append(("ret", _RET_ALLOW, None, None))
 
     families = [_AF_INET, _AF_INET6, _AF_NETLINK] + ([_AF_UNIX] if allow_unix_sockets else [])

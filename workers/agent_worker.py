@@ -61,7 +61,12 @@ from orchestrator.plan import CallPlan
 from orchestrator.tools.base import Tool, ToolContext, ToolInput
 from orchestrator.tools.registry import ToolRegistry, builtin_tools
 from workers import protocol as wire
-from workers.entry import load_tools_factory, serve_until_sigterm, take_stdio
+from workers.entry import (
+    load_tools_factory,
+    make_undumpable,
+    serve_until_sigterm,
+    take_stdio,
+)
 
 __all__ = [
     "CLOSE_TIMEOUT_S",
@@ -504,6 +509,7 @@ async def _serve(args: argparse.Namespace, proto_in: int, proto_out: int) -> Non
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `python -m workers.agent_worker`; returns the exit status."""
+    make_undumpable()  # before anything else: see workers.entry
     args = _parse_args(argv)
     proto_in, proto_out = take_stdio()
     log("agent worker starting", role=args.role, pid=os.getpid())

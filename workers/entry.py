@@ -1,10 +1,15 @@
 """What both worker entry points (`workers.toolhost`, `workers.agent_worker`) do the same way:
 take the protocol off stdio, load the tool set named on the command line, and serve until the
 coordinator hangs up or sends SIGTERM. Imports nothing heavy (the agent worker counts its RSS).
+
+Both also make themselves non-dumpable first (`make_undumpable`): the tools they run share
+their uid inside the sandbox, and a dumpable worker's `/proc/<pid>/mem` and `/proc/<pid>/fd/N`
+would let a tool read its memory or write a forged message into its protocol pipe.
 """
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 import os
 import signal
@@ -15,7 +20,13 @@ import trio
 from orchestrator.tools.registry import ToolRegistry
 from workers import protocol as wire
 
-__all__ = ["ToolsFactory", "load_tools_factory", "serve_until_sigterm", "take_stdio"]
+__all__ = [
+    "ToolsFactory",
+    "load_tools_factory",
+    "make_undumpable",
+    "serve_until_sigterm",
+    "take_stdio",
+]
 
 ToolsFactory = Callable[[wire.HostRole], ToolRegistry]
 
@@ -27,6 +38,24 @@ def load_tools_factory(spec: str) -> ToolsFactory:
         raise SystemExit(f"--tools must look like MODULE:FUNCTION, got {spec!r}")
     factory: ToolsFactory = getattr(importlib.import_module(module), name)
     return factory
+
+
+_PR_SET_DUMPABLE = 4
+
+
+def make_undumpable() -> None:
+    """Clear this process's dumpable flag (prctl PR_SET_DUMPABLE 0).
+
+    The kernel then lets only a process with CAP_SYS_PTRACE over our user namespace ptrace us
+    or open our `/proc/<pid>/{mem,fd,environ,maps,...}`; the sandbox drops every capability,
+    so the tools we spawn (which exec, and so become dumpable themselves) cannot reach us. The
+    coordinator, outside the sandbox's user namespace, still can. Raises `OSError` when the
+    call fails: a worker that cannot protect itself must not serve.
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"prctl(PR_SET_DUMPABLE, 0) failed: {os.strerror(err)}")
 
 
 def take_stdio() -> tuple[int, int]:

@@ -41,7 +41,12 @@ from orchestrator.tools.base import ReadLedger, ToolContext, ToolOutput
 from orchestrator.tools.bash import MAX_OUTPUT_CHARS, SHELL_RESOURCE
 from orchestrator.tools.registry import ToolRegistry, builtin_tools
 from workers import protocol as wire
-from workers.entry import load_tools_factory, serve_until_sigterm, take_stdio
+from workers.entry import (
+    load_tools_factory,
+    make_undumpable,
+    serve_until_sigterm,
+    take_stdio,
+)
 
 __all__ = [
     "CLOSE_TIMEOUT_S",
@@ -364,6 +369,7 @@ async def _serve(args: argparse.Namespace, proto_in: int, proto_out: int) -> Non
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `python -m workers.toolhost`; returns the exit status."""
+    make_undumpable()  # before anything else: see workers.entry
     args = _parse_args(argv)
     proto_in, proto_out = take_stdio()
     _configure_logging(sys.stderr)

@@ -12,7 +12,7 @@ import pytest
 from sandbox.host import SandboxHost
 from sandbox.run import run_sandboxed
 from sandbox.seccomp import SUPPORTED_ARCHES, build_filter
-from sandbox.spec import SandboxSpec, WorkspaceRoot
+from sandbox.spec import Limits, SandboxSpec, WorkspaceRoot
 
 ALLOW = "allow"
 KILL = "kill"
@@ -78,6 +78,18 @@ CASES = [
     ("io_uring_setup", 425, (), "ENOSYS"),
     ("openat2", 437, (), "ENOSYS"),
     ("x32 ABI read", 0x40000000, (), KILL),
+    # Reaching into another process (a worker's memory or its protocol pipe).
+    ("ptrace PTRACE_ATTACH", 101, (16, 1), "EPERM"),
+    ("ptrace PTRACE_TRACEME", 101, (0,), "EPERM"),
+    ("process_vm_readv", 310, (1,), "EPERM"),
+    ("process_vm_writev", 311, (1,), "EPERM"),
+    ("kcmp", 312, (1, 2), "EPERM"),
+    ("process_madvise", 440, (3,), "EPERM"),
+    ("pidfd_getfd", 438, (3, 4, 0), "EPERM"),
+    ("perf_event_open", 298, (), "EPERM"),
+    ("userfaultfd", 323, (), "EPERM"),
+    ("pidfd_open (harmless: signals only)", 434, (1, 0), ALLOW),
+    ("getpid", 39, (), ALLOW),
 ]
 
 
@@ -101,6 +113,8 @@ def test_aarch64_program() -> None:
     assert run_bpf(program, arch=AARCH64, nr=198, args=(1, 1)) == "EPERM"
     assert run_bpf(program, arch=AARCH64, nr=53, args=(0, 0, 0o4755)) == "EPERM"
     assert run_bpf(program, arch=AARCH64, nr=63, args=()) == ALLOW
+    for nr in (117, 270, 271, 272, 440, 438, 241, 282):  # ptrace, process_vm_*, ...
+        assert run_bpf(program, arch=AARCH64, nr=nr, args=(1,)) == "EPERM", nr
     assert run_bpf(program, arch=X86_64, nr=0, args=()) == KILL
 
 
@@ -125,3 +139,41 @@ async def test_kernel_applies_it(host: SandboxHost, scratch: Path) -> None:
     spec = SandboxSpec(workspaces=(WorkspaceRoot(path=scratch, mode="ro"),))
     result = await run_sandboxed(spec, ["python3", "-I", "-S", "-c", script], host=host)
     assert result.stdout.decode().split() == ["pair-ok", "unix-refused"], result
+
+
+async def test_kernel_refuses_reaching_into_another_process(host: SandboxHost, scratch: Path) -> None:
+    """Inside a sandbox, a child tries ptrace and process_vm_readv on its own parent (same
+    uid, so only the filter stands in the way of process_vm_readv on a dumpable target)."""
+    if not host.seccomp_supported:
+        pytest.skip("no filter for this machine")
+    script = (
+        "import ctypes, os\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "secret = ctypes.create_string_buffer(b'parent-secret')\n"
+        "child = os.fork()\n"
+        "if child == 0:\n"
+        "    parent = os.getppid()\n"
+        "    out = []\n"
+        "    r = libc.ptrace(0x4206, parent, None, None)\n"  # PTRACE_SEIZE: does not stop it
+        "    out.append(f'ptrace={r}/{ctypes.get_errno()}')\n"
+        "    class iovec(ctypes.Structure):\n"
+        "        _fields_ = [('base', ctypes.c_void_p), ('len', ctypes.c_size_t)]\n"
+        "    buf = ctypes.create_string_buffer(64)\n"
+        "    local = iovec(ctypes.cast(buf, ctypes.c_void_p), 13)\n"
+        "    remote = iovec(ctypes.cast(secret, ctypes.c_void_p), 13)\n"
+        "    libc.process_vm_readv.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_ulong,\n"
+        "        ctypes.c_void_p, ctypes.c_ulong, ctypes.c_ulong]\n"
+        "    r = libc.process_vm_readv(parent, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)\n"
+        "    out.append(f'vm_readv={r}/{ctypes.get_errno()}/{buf.value!r}')\n"
+        "    print(' '.join(out), flush=True)\n"
+        "    os._exit(0)\n"
+        "os.waitpid(child, 0)\n"
+    )
+    spec = SandboxSpec(
+        workspaces=(WorkspaceRoot(path=scratch, mode="ro"),), limits=Limits(wall_time_s=30.0)
+    )
+    result = await run_sandboxed(spec, ["python3", "-I", "-S", "-c", script], host=host)
+    eperm = errno.EPERM
+    assert result.stdout.decode().split() == [f"ptrace=-1/{eperm}", f"vm_readv=-1/{eperm}/b''"], (
+        result
+    )
