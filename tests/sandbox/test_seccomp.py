@@ -141,7 +141,9 @@ async def test_kernel_applies_it(host: SandboxHost, scratch: Path) -> None:
     assert result.stdout.decode().split() == ["pair-ok", "unix-refused"], result
 
 
-async def test_kernel_refuses_reaching_into_another_process(host: SandboxHost, scratch: Path) -> None:
+async def test_kernel_refuses_reaching_into_another_process(
+    host: SandboxHost, scratch: Path
+) -> None:
     """Inside a sandbox, a child tries ptrace and process_vm_readv on its own parent (same
     uid, so only the filter stands in the way of process_vm_readv on a dumpable target)."""
     if not host.seccomp_supported:
@@ -163,7 +165,8 @@ async def test_kernel_refuses_reaching_into_another_process(host: SandboxHost, s
         "    remote = iovec(ctypes.cast(secret, ctypes.c_void_p), 13)\n"
         "    libc.process_vm_readv.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_ulong,\n"
         "        ctypes.c_void_p, ctypes.c_ulong, ctypes.c_ulong]\n"
-        "    r = libc.process_vm_readv(parent, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)\n"
+        "    r = libc.process_vm_readv(\n"
+        "        parent, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)\n"
         "    out.append(f'vm_readv={r}/{ctypes.get_errno()}/{buf.value!r}')\n"
         "    print(' '.join(out), flush=True)\n"
         "    os._exit(0)\n"
