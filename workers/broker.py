@@ -17,11 +17,14 @@ broker as its `ModelClient` too, so the limits hold for the whole session:
   it completes, so concurrent requests cannot together pass the budget;
 - a shared backoff: when one request is told to retry after a 429 or 529, requests that start
   meanwhile wait until that retry is due, so ten agents do not hammer a rate-limited API
-  together.
+  together;
+- `max_tokens` of every request is clamped to its model's output limit
+  (`orchestrator.model.output_limits`), whoever asked for more.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import AsyncGenerator, Callable
@@ -34,6 +37,7 @@ from orchestrator.aio import closing_iter
 from orchestrator.errors import ModelError
 from orchestrator.messages import Usage
 from orchestrator.model.base import MessageComplete, ModelClient, ModelEvent, ModelRequest, Retry
+from orchestrator.model.output_limits import clamp_max_tokens
 from orchestrator.model.pricing import price_for
 
 __all__ = ["CHARS_PER_TOKEN", "BrokerLimits", "ModelBroker", "estimate_input_tokens"]
@@ -128,6 +132,7 @@ class ModelBroker:
         self, request: ModelRequest, *, model: str | None = None
     ) -> AsyncGenerator[ModelEvent, None]:
         """Stream one response from `model` (default: the broker's), within the limits."""
+        request = self._clamped(request, model)
         self._refuse_over_budget(_Estimate(0, 0, 0.0))
         async with self._limiter:
             # The pause may be extended while we sleep (another 429): look again after it.
@@ -148,6 +153,13 @@ class ModelBroker:
             finally:
                 self.in_flight -= 1
                 self._release(estimate)
+
+    def _clamped(self, request: ModelRequest, model: str | None) -> ModelRequest:
+        """`request` with `max_tokens` at most the output limit of the model it goes to."""
+        limit = clamp_max_tokens(model or self._client.model, request.max_tokens)
+        if limit == request.max_tokens:
+            return request
+        return dataclasses.replace(request, max_tokens=limit)
 
     def _model_client(self, name: str | None) -> ModelClient:
         if name is None or name in self._clients:

@@ -22,6 +22,14 @@ While a run goes on, the pool serves the worker: model requests stream through t
 `ModelBroker` (the coordinator's one client, with the session's limits), permission asks go to
 the session's permission function, and the run's events go to `on_event`.
 
+A worker runs model-chosen code next to its tools, so nothing it sends is trusted
+(`_admit`): a model request must carry the system prompt the coordinator sent for the run and
+only tools of the agent type (whose descriptions and schemas are the coordinator's own, not the
+worker's); its `max_tokens` is clamped to the run's; a run makes at most `max_turns` of its
+agent type and `max_model_requests` (default 200) requests. A request that breaks one of these
+is refused and the worker killed, so the subagent ends with `worker_protocol` or
+`worker_limit`, saying why; the main agent goes on.
+
 Cancelling a run (the main agent interrupted) sends `Cancel`; the worker interrupts its loop
 and answers, or is killed after `cancel_wait_s`. Closing the pool stops every worker
 (`Shutdown`, then the sandbox's SIGTERM, SIGKILL and reaping, shielded and bounded); bwrap's
@@ -50,7 +58,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from orchestrator.aio import closing_iter
 from orchestrator.errors import ModelError, WarrenError
 from orchestrator.messages import Message
-from orchestrator.model.base import BlockComplete, MessageComplete, ModelRequest, Retry
+from orchestrator.model.base import BlockComplete, MessageComplete, ModelRequest, Retry, ToolSpec
 from orchestrator.permissions import Allow, Deny
 from orchestrator.subagents import (
     SubagentEvent,
@@ -71,11 +79,13 @@ from workers.child import (
     HostSpawner,
     SupervisedChild,
 )
+from workers.entry import load_tools_factory
 
 if TYPE_CHECKING:
     pass
 
 __all__ = [
+    "DEFAULT_MAX_MODEL_REQUESTS",
     "PoolOptions",
     "WorkerPool",
     "WorkerStartError",
@@ -84,6 +94,9 @@ __all__ = [
 ]
 
 _MiB = 1024**2
+
+DEFAULT_MAX_MODEL_REQUESTS = 200
+"""Model requests one subagent run may make, whatever its agent type's `max_turns`."""
 
 
 class PoolOptions(BaseModel):
@@ -116,6 +129,9 @@ class PoolOptions(BaseModel):
     """Seconds a cancelled run has to answer before its worker is killed. Default 5."""
     stop_grace_s: float = Field(default=2.0, gt=0)
     """Seconds a worker has to exit after `Shutdown` before it is terminated. Default 2."""
+    max_model_requests: int = Field(default=DEFAULT_MAX_MODEL_REQUESTS, ge=1)
+    """Model requests one subagent run may make (also capped by its agent type's
+    `max_turns`); one more is refused and the run ends with `worker_limit`. Default 200."""
 
 
 class WorkerStartError(WarrenError):
@@ -191,21 +207,36 @@ class _Run:
     """The pool's side of one subagent run."""
 
     request: SubagentRequest
+    max_tokens: int
+    """The `max_tokens` the run was started with: no request may ask for more."""
     history: list[Message] = field(default_factory=list)
     """The messages of the agent's last model request (they arrive as deltas)."""
+    model_requests: int = 0
+    """Model requests the worker sent for this run so far."""
 
-    def model_request(self, message: wire.ModelRequest) -> ModelRequest:
+    def model_request(self, message: wire.ModelRequest, admitted: ModelRequest) -> ModelRequest:
+        """The full request: `admitted`'s system, tools and max_tokens (see `WorkerPool._admit`)
+        with the history the worker's delta `message` makes."""
         if message.keep > len(self.history):
             raise ValueError(
                 f"keeps {message.keep} messages of a previous request that had {len(self.history)}"
             )
         self.history = [*self.history[: message.keep], *message.messages]
         return ModelRequest(
-            system=message.system,
+            system=admitted.system,
             messages=list(self.history),
-            tools=message.tools,
-            max_tokens=message.max_tokens,
+            tools=admitted.tools,
+            max_tokens=admitted.max_tokens,
         )
+
+
+class _Refused(Exception):
+    """A worker's model request breaks what the coordinator allows its run."""
+
+    def __init__(self, kind: WorkerFailure, text: str) -> None:
+        super().__init__(text)
+        self.kind = kind
+        self.text = text
 
 
 _NORMAL_ENDS = frozenset(
@@ -298,6 +329,7 @@ class WorkerPool:
             on_stopping=_close_channels,
             on_stopped=self._replace,  # it died (or was stopped, then this does nothing)
         )
+        self._specs: dict[wire.HostRole, dict[str, ToolSpec]] = {}
 
     # -- SubagentRunner ---------------------------------------------------------------------
 
@@ -324,7 +356,8 @@ class WorkerPool:
                 text = f"No worker could be started for the subagent: {exc.message}."
                 return SubagentOutcome(agent_id, "worker_unavailable", text)
             try:
-                result = await self._drive(worker, _Run(request), on_event, permission)
+                run = _Run(request, max_tokens=wire.RunAgent.model_fields["max_tokens"].default)
+                result = await self._drive(worker, run, on_event, permission)
             finally:  # after a cancelled run too: a worker that answered is kept
                 reusable = worker.answered and worker.alive and worker.failure is None
                 self._checkin(worker, reusable and not request.agent_type.leaves_state)
@@ -374,6 +407,7 @@ class WorkerPool:
             tools=list(request.agent_type.tools),
             model=request.agent_type.model or self._broker.model,
             max_turns=request.agent_type.max_turns,
+            max_tokens=run.max_tokens,
         )
         worker.post(message)
         result: wire.AgentResult | None = None
@@ -427,7 +461,15 @@ class WorkerPool:
     async def _serve_model(self, worker: _Worker, run: _Run, message: wire.ModelRequest) -> None:
         """Stream one model request through the broker, back to the worker."""
         try:
-            request = run.model_request(message)
+            request = self._admit(worker, run, message)
+        except _Refused as refused:
+            text = f"it sent a model request the coordinator refused: {refused.text}"
+            worker.post(wire.ModelFailed(id=message.id, message=f"Refused: {refused.text}"))
+            worker.kill(refused.kind, text)
+            self._log.warning("model request refused", agent_id=message.agent, why=refused.text)
+            return
+        try:
+            request = run.model_request(message, request)
         except ValueError as exc:
             worker.post(wire.ModelFailed(id=message.id, message=f"Malformed model request: {exc}"))
             return
@@ -449,6 +491,51 @@ class WorkerPool:
                     id=message.id, message=exc.message, reason=exc.reason, status=exc.status
                 )
             )
+
+    def _admit(self, worker: _Worker, run: _Run, message: wire.ModelRequest) -> ModelRequest:
+        """What of `message` the coordinator sends on (messages aside): the run's own system
+        prompt, the coordinator's specs of the tools the worker named, `max_tokens` clamped to
+        the run's. Raises `_Refused` for a request over the run's count, with another system
+        prompt, or naming a tool its agent type does not have."""
+        agent_type = run.request.agent_type
+        run.model_requests += 1
+        cap = min(agent_type.max_turns, self.options.max_model_requests)
+        if run.model_requests > cap:
+            raise _Refused(
+                "worker_limit",
+                f"request {run.model_requests} is over the run's limit of {cap} model requests",
+            )
+        if message.system != run.request.system:
+            raise _Refused("worker_protocol", "its system prompt is not the agent type's")
+        names = [spec.name for spec in message.tools]
+        known = self._tool_specs(worker.writable)
+        extra = sorted(
+            {name for name in names if name not in agent_type.tools or name not in known}
+        )
+        if extra:
+            raise _Refused(
+                "worker_protocol",
+                f"it offers tools its agent type {agent_type.name!r} does not have: "
+                + ", ".join(repr(name) for name in extra),
+            )
+        if len(set(names)) != len(names):
+            raise _Refused("worker_protocol", "it offers the same tool twice")
+        return ModelRequest(
+            system=list(run.request.system),
+            messages=[],
+            tools=[known[name] for name in names],
+            max_tokens=min(message.max_tokens, run.max_tokens),
+        )
+
+    def _tool_specs(self, writable: bool) -> dict[str, ToolSpec]:
+        """The specs of the tools a worker of this role has, built here from the same
+        `--tools` factory (once per role), so a worker cannot rewrite a tool's description."""
+        role: wire.HostRole = "read_write" if writable else "read_only"
+        specs = self._specs.get(role)
+        if specs is None:
+            registry = load_tools_factory(self._tools)(role)
+            specs = self._specs[role] = {spec.name: spec for spec in registry.specs()}
+        return specs
 
     async def _answer(
         self, worker: _Worker, message: wire.PermissionAsk, permission: SubagentPermission
