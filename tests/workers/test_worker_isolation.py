@@ -1,0 +1,273 @@
+"""Workers and their tool processes cannot reach the coordinator's side (issue 9, item 8).
+
+Two attacks, each checked where it would land: the coordinator's model API.
+
+- From inside: a subagent's sandboxed Bash, in a real pool worker, tries to read the worker's
+  memory (`/proc/<worker>/mem`, `maps`, `environ`, ptrace, process_vm_readv) and to write a
+  forged `model_request` into the worker's protocol pipe through `/proc/<worker>/fd/N`. The
+  worker is non-dumpable and the sandbox filters ptrace and process_vm_*, so every attempt
+  fails, and the fake Messages API (the real SDK over a socket) sees no forged request.
+- A rogue worker (tests/workers/rogue_worker.py) sends model requests the coordinator must
+  not pass on: another system prompt, an extra tool, a rewritten tool description, a huge
+  max_tokens, one request more than the run may make.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import textwrap
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+import trio
+
+from orchestrator.messages import ContentBlock, Message
+from orchestrator.model.base import ModelRequest
+from sandbox.errors import SandboxError
+from sandbox.run import run_sandboxed
+from sandbox.spec import SandboxSpec
+from tests.kit.fake_api import TEST_MODEL, FakeMessagesAPI, FakeResponse, RecordedRequest, Reply
+from tests.workers.agent_kit import (
+    FACTORY,
+    Collected,
+    FunctionModel,
+    agent,
+    allow_all,
+    descendants,
+    request,
+    rogue_spawner,
+    text,
+    workspace_at,
+)
+from tests.workers.rogue_worker import FORGED_SYSTEM, HUGE_MAX_TOKENS
+from workers import protocol as wire
+from workers.broker import ModelBroker
+from workers.pool import DEFAULT_MAX_MODEL_REQUESTS, PoolOptions, open_worker_pool
+
+
+def _sandbox_works() -> bool:
+    try:
+        return trio.run(run_sandboxed, SandboxSpec(), ["true"]).ok
+    except (SandboxError, OSError):
+        return False
+
+
+pytestmark = pytest.mark.skipif(not _sandbox_works(), reason="the sandbox cannot run here")
+
+FORGED_TEXT = "FORGED-BY-A-TOOL"
+
+# Run by the subagent's Bash with the worker's pid ($PPID of the one-shot bash) and the forged
+# protocol line (base64). Prints one `name=outcome` word per attempt.
+ATTACK = textwrap.dedent(
+    """
+    import base64, ctypes, os, sys
+    worker, line = int(sys.argv[1]), base64.b64decode(sys.argv[2])
+    out = []
+    def attempt(name, action):
+        try:
+            out.append(f"{name}=ok:{action()}")
+        except OSError as exc:
+            out.append(f"{name}=errno{exc.errno}")
+    def read_mem():
+        maps = open(f"/proc/{worker}/maps").read().splitlines()
+        start = int(maps[0].split("-")[0], 16)
+        with open(f"/proc/{worker}/mem", "rb") as mem:
+            mem.seek(start)
+            return len(mem.read(64))
+    attempt("mem", read_mem)
+    attempt("mem_open", lambda: os.close(os.open(f"/proc/{worker}/mem", os.O_RDONLY)) or 0)
+    attempt("environ", lambda: len(open(f"/proc/{worker}/environ", "rb").read()))
+    attempt("fd_list", lambda: len(os.listdir(f"/proc/{worker}/fd")))
+    written = 0
+    for n in range(64):
+        try:
+            fd = os.open(f"/proc/{worker}/fd/{n}", os.O_WRONLY)
+        except OSError as exc:
+            last = exc.errno
+            continue
+        try:
+            os.write(fd, line)
+            written += 1
+        except OSError:
+            pass
+        os.close(fd)
+    out.append(f"fd_write={written}")
+    libc = ctypes.CDLL(None, use_errno=True)
+    r = libc.ptrace(0x4206, worker, None, None)  # PTRACE_SEIZE
+    out.append(f"ptrace={r}/{ctypes.get_errno()}")
+    class iovec(ctypes.Structure):
+        _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+    buf = ctypes.create_string_buffer(64)
+    local = iovec(ctypes.cast(buf, ctypes.c_void_p), 64)
+    remote = iovec(0x400000, 64)
+    libc.process_vm_readv.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_ulong,
+                                      ctypes.c_void_p, ctypes.c_ulong, ctypes.c_ulong]
+    r = libc.process_vm_readv(worker, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
+    out.append(f"vm_readv={r}/{ctypes.get_errno()}")
+    print("ATTACK " + " ".join(out))
+    """
+)
+
+
+def _forged_line(agent_id: str, system: list[str]) -> bytes:
+    """What the attacker would like the worker to have sent: a model request of its own."""
+    forged = wire.ModelRequest(
+        id="m999",
+        agent=agent_id,
+        messages=[Message.user_text(FORGED_TEXT)],
+        system=system,
+        tools=[],
+        max_tokens=64,
+    )
+    return wire.encode(forged)
+
+
+def _tool_result_text(req: RecordedRequest) -> str:
+    return json.dumps(req.messages[-1]["content"])
+
+
+async def test_a_tool_in_a_worker_cannot_reach_its_worker(tmp_path: Path) -> None:
+    workspace = workspace_at(tmp_path)
+    attacker = agent("attacker", tools=("Bash",))
+    req = request(attacker, "attack your worker", agent_id="agent-attack")
+    line = base64.b64encode(_forged_line(req.agent_id, req.system)).decode()
+    (workspace / "attack.py").write_text(ATTACK)
+    command = f'python3 -I -S attack.py "$PPID" {line}'
+
+    def route(recorded: RecordedRequest) -> FakeResponse:
+        if len(recorded.messages) == 1:
+            return Reply.tool_use("Bash", {"command": command})
+        return Reply.text("done")
+
+    with FakeMessagesAPI(route=route) as api:
+        from orchestrator.model.anthropic import AnthropicModel
+
+        broker = ModelBroker(AnthropicModel(TEST_MODEL, base_url=api.base_url, api_key="k"))
+        async with open_worker_pool(
+            broker=broker, workspace=workspace, tools=FACTORY, options=PoolOptions(max_workers=1)
+        ) as pool:
+            with trio.fail_after(60):
+                out = await pool.run(req, on_event=Collected(), permission=allow_all)
+            # Give a forged line every chance to be read and served before we count.
+            with trio.fail_after(60):
+                again = await pool.run(
+                    request(attacker, "second run", agent_id="agent-after"),
+                    on_event=Collected(),
+                    permission=allow_all,
+                )
+        requests = api.requests
+
+    assert out.reason == "completed", out
+    assert again.reason in {"completed", "max_turns"}, again
+    # No forged request reached the API: only the runs' own.
+    assert FORGED_TEXT not in json.dumps([r.body for r in requests])
+    firsts = [r for r in requests if len(r.messages) == 1]
+    assert len(firsts) == 2, [r.messages for r in requests]
+    # Every attempt failed inside the sandbox.
+    report = _tool_result_text(requests[1])
+    assert "ATTACK " in report, report
+    words = dict(re.findall(r"(\w+)=([\w/:-]+)", report.split("ATTACK ", 1)[1]))
+    for name in ("mem", "mem_open", "environ"):
+        assert words[name].startswith("errno"), (name, words)
+    # The fd numbers may be listed (the directory is ours); no fd can be opened, so nothing
+    # can be written into the protocol pipe.
+    assert words["fd_write"] == "0", words
+    assert words["ptrace"].startswith("-1/"), words
+    assert words["vm_readv"].startswith("-1/"), words
+    assert descendants() == []
+
+
+# --- a rogue worker's model requests ------------------------------------------------------------
+
+
+async def _answer(req: ModelRequest) -> Sequence[ContentBlock]:
+    return text("answer")
+
+
+async def _run_rogue(
+    workspace: Path, mode: str, *, max_turns: int = 10, **options: int
+) -> tuple[str, str, FunctionModel, str]:
+    """One run of the rogue worker in `mode`, then one of a real worker: the outcome of the
+    first (reason, text), the coordinator's model, and the second run's reason."""
+    model = FunctionModel(_answer)
+    async with open_worker_pool(
+        broker=ModelBroker(model),
+        workspace=workspace,
+        spawner=rogue_spawner(mode),
+        options=PoolOptions.model_validate({"max_workers": 1, **options}),
+        tools=FACTORY,
+    ) as pool:
+        rogue = agent("probe", max_turns=max_turns)
+        with trio.fail_after(120):
+            out = await pool.run(request(rogue, "x"), on_event=Collected(), permission=allow_all)
+            after = await pool.run(
+                request(agent("probe"), "y", agent_id="agent-t2"),
+                on_event=Collected(),
+                permission=allow_all,
+            )
+    return out.reason, out.result, model, after.reason
+
+
+@pytest.mark.parametrize(
+    ("mode", "why"),
+    [
+        ("forge-system", "system prompt is not the agent type's"),
+        ("forge-tools", "tools its agent type 'probe' does not have: 'Bash'"),
+    ],
+)
+async def test_a_forged_model_request_is_refused(tmp_path: Path, mode: str, why: str) -> None:
+    reason, result, model, after = await _run_rogue(workspace_at(tmp_path), mode)
+    assert reason == "worker_protocol"
+    assert why in result and "refused" in result
+    # Nothing of the rogue's reached the model; the next subagent (a real worker) ran.
+    assert all(r.system != [FORGED_SYSTEM] for r in model.requests)
+    assert len(model.requests) == 1 and model.requests[0].messages[0].text() == "y"
+    assert after == "completed"
+    assert descendants() == []
+
+
+async def test_a_rewritten_tool_description_is_replaced_by_the_coordinators(
+    tmp_path: Path,
+) -> None:
+    reason, result, model, _ = await _run_rogue(workspace_at(tmp_path), "forge-description")
+    assert (reason, result) == ("completed", "answered after 1")
+    spec = model.requests[0].tools[0]
+    assert spec.name == "Read"
+    assert "Ignore your instructions" not in spec.description
+    assert spec.input_schema.get("properties"), spec
+
+
+async def test_a_huge_max_tokens_is_clamped(tmp_path: Path) -> None:
+    reason, result, model, _ = await _run_rogue(workspace_at(tmp_path), "forge-max-tokens")
+    assert (reason, result) == ("completed", "answered after 1")
+    sent = model.requests[0].max_tokens
+    assert sent == wire.RunAgent.model_fields["max_tokens"].default < HUGE_MAX_TOKENS
+
+
+@pytest.mark.parametrize(
+    ("max_turns", "cap"),
+    [(3, 3), (10_000, DEFAULT_MAX_MODEL_REQUESTS)],
+    ids=["max_turns", "default-cap"],
+)
+async def test_requests_past_the_runs_limit_are_refused(
+    tmp_path: Path, max_turns: int, cap: int
+) -> None:
+    reason, result, model, after = await _run_rogue(
+        workspace_at(tmp_path), "many-requests", max_turns=max_turns
+    )
+    assert reason == "worker_limit"
+    assert f"request {cap + 1} is over the run's limit of {cap} model requests" in result
+    assert len(model.requests) == cap + 1  # the run's cap, then the real worker's one
+    assert after == "completed"
+
+
+async def test_the_cap_is_configurable(tmp_path: Path) -> None:
+    reason, result, model, _ = await _run_rogue(
+        workspace_at(tmp_path), "many-requests", max_model_requests=5
+    )
+    assert reason == "worker_limit"
+    assert "request 6 is over the run's limit of 5" in result
+    assert len(model.requests) == 5 + 1
