@@ -271,3 +271,90 @@ async def test_the_cap_is_configurable(tmp_path: Path) -> None:
     assert reason == "worker_limit"
     assert "request 6 is over the run's limit of 5" in result
     assert len(model.requests) == 5 + 1
+
+
+# --- the mechanism itself, with and without it ------------------------------------------------
+
+# The parent (a stand-in for a worker: make_undumpable or not, a protocol pipe held open) runs
+# an exec'd child (a stand-in for a tool), which tries the parent's /proc files.
+_PARENT = textwrap.dedent(
+    """
+    import os, subprocess, sys
+    if sys.argv[1] == "undumpable":
+        from workers.entry import make_undumpable
+        make_undumpable()
+    r, w = os.pipe()  # the protocol pipe: not inherited (os.pipe is CLOEXEC)
+    child = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", sys.argv[2], str(os.getpid()), str(w)],
+        capture_output=True, text=True,
+    )
+    os.set_blocking(r, False)
+    try:
+        got = os.read(r, 100)
+    except BlockingIOError:
+        got = b""
+    print(child.stdout.strip(), f"pipe_got={len(got)}")
+    """
+)
+_CHILD = textwrap.dedent(
+    """
+    import os, sys
+    parent, w = sys.argv[1], sys.argv[2]
+    out = []
+    for name, path, flags in (
+        ("mem", f"/proc/{parent}/mem", os.O_RDONLY),
+        ("environ", f"/proc/{parent}/environ", os.O_RDONLY),
+        ("fd", f"/proc/{parent}/fd/{w}", os.O_WRONLY),
+    ):
+        try:
+            fd = os.open(path, flags)
+            if name == "fd":
+                os.write(fd, b"forged\\n")
+            os.close(fd)
+            out.append(f"{name}=opened")
+        except OSError as exc:
+            out.append(f"{name}=errno{exc.errno}")
+    try:
+        os.write(int(w), b"inherited\\n")
+        out.append("inherited=yes")
+    except OSError:
+        out.append("inherited=no")
+    print(" ".join(out))
+    """
+)
+
+
+@pytest.mark.parametrize("mode", ["undumpable", "dumpable"])
+async def test_an_undumpable_process_is_out_of_its_childrens_reach(
+    tmp_path: Path, mode: str
+) -> None:
+    """Root inside bwrap (--unshare-user --cap-drop ALL), as the workers run: the child of a
+    dumpable parent can open its /proc files and write into its pipe (the attack works, so
+    the test can fail); the child of a non-dumpable parent cannot."""
+    import sys
+
+    from sandbox.spec import Limits, WorkspaceRoot
+
+    spec = SandboxSpec(
+        workspaces=(WorkspaceRoot(path=Path.cwd(), mode="ro"),), limits=Limits(wall_time_s=60)
+    )
+    # -I leaves the checkout off sys.path: put it back for `workers.entry`.
+    script = (
+        f"import sys; sys.path.insert(0, {str(Path.cwd())!r}); "
+        "exec(compile(sys.argv.pop(1), 'parent', 'exec'))"
+    )
+    argv = [sys.executable, "-I", "-c", script, _PARENT, mode, _CHILD]
+    result = await run_sandboxed(spec, argv)
+    assert result.exit_code == 0, result
+    words = dict(w.split("=", 1) for w in result.stdout.decode().split())
+    assert words["inherited"] == "no", result
+    if mode == "undumpable":
+        assert words == {
+            "mem": "errno13",
+            "environ": "errno13",
+            "fd": "errno13",
+            "inherited": "no",
+            "pipe_got": "0",
+        }, result
+    else:
+        assert words["fd"] == "opened" and words["pipe_got"] == "7", result
