@@ -5,7 +5,8 @@ The runner owns what the kernel cannot enforce by itself: the wall clock, the ou
 process watchdog (see `sandbox.limits`), the cgroup and the workspace guard's lifetime (a
 writable sandbox's protected names, `sandbox.guard`). Every
 sandbox it starts is killed and reaped before the call returns, whatever happens: normal exit,
-a limit, an exception in the caller, or cancellation (teardown is shielded and bounded).
+a limit, an exception in the caller, or cancellation (teardown is shielded and bounded); so is
+its init when it was handed to us (we are PID 1 or a subreaper, see `sandbox.reaper`).
 
 Why we spawn bwrap ourselves instead of with `trio.lowlevel.open_process`: bwrap's
 `--die-with-parent` uses PR_SET_PDEATHSIG, which fires when the *thread* that forked the
@@ -43,6 +44,7 @@ from sandbox.limits import (
     sandbox_init_pid,
 )
 from sandbox.masks import HostFacts, gather_host_facts, python_runtime_paths, warren_code_paths
+from sandbox.reaper import reap_adopted_sandbox_inits
 from sandbox.seccomp import build_filter
 from sandbox.spec import LimitName, Limits, SandboxSpec
 from sandbox.stubs import StubRegistry
@@ -333,6 +335,8 @@ async def _sandbox(
                 if proc is not None:
                     proc.undone += tuple(guard.drain())
                 guard.close()
+            if proc is not None:
+                await reap_adopted_sandbox_inits(REAP_TIMEOUT_S)
 
 
 _swept = False
