@@ -362,7 +362,7 @@ class WorkerPool:
                 reusable = worker.answered and worker.alive and worker.failure is None
                 self._checkin(worker, reusable and not request.agent_type.leaves_state)
         pid = worker.process.pid
-        if result is not None:
+        if result is not None and worker.failure is None:  # a killed worker's answer is moot
             return SubagentOutcome(
                 agent_id,
                 result.reason,

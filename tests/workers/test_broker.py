@@ -12,7 +12,7 @@ import trio.testing
 
 from orchestrator.aio import closing_iter
 from orchestrator.errors import ModelError
-from orchestrator.messages import AssistantMessage, Message, TextBlock, Usage
+from orchestrator.messages import AssistantMessage, ContentBlock, Message, TextBlock, Usage
 from orchestrator.model.base import MessageComplete, ModelEvent, ModelRequest, Retry
 from tests.kit.fake_api import FakeMessagesAPI, HttpError, Reply
 from workers.broker import BrokerLimits, ModelBroker, estimate_input_tokens
@@ -219,3 +219,31 @@ async def test_a_429_from_the_real_api_holds_back_the_next_request() -> None:
     assert limited.response == "HttpError(429)" and limited.ended_at is not None
     assert len(later) == 2
     assert all(r.started_at >= limited.ended_at + 0.3 for r in later)
+
+
+@pytest.mark.parametrize(
+    ("model", "asked", "sent"),
+    [
+        ("claude-3-haiku-20240307", 16_384, 4_096),
+        ("claude-opus-4-1-20250805", 1_000_000_000, 32_000),
+        ("claude-sonnet-4-5", 16_384, 16_384),
+        ("a-model-nobody-knows", 10**9, 64_000),
+    ],
+)
+async def test_max_tokens_is_clamped_to_the_models_output_limit(
+    model: str, asked: int, sent: int
+) -> None:
+    """Whoever asks (the main agent, or a subagent's worker through the pool), no request
+    reaches the API asking for more output than the model can give."""
+    from tests.workers.agent_kit import FunctionModel
+
+    async def answer(request: ModelRequest) -> list[ContentBlock]:
+        return [TextBlock(text="ok")]
+
+    inner = FunctionModel(answer, name=model)
+    broker = ModelBroker(inner)
+    request = ModelRequest(system=[], messages=[Message.user_text("hi")], max_tokens=asked)
+    async with closing_iter(broker.stream(request)) as events:
+        async for _ in events:
+            pass
+    assert [r.max_tokens for r in inner.requests] == [sent]
