@@ -6,6 +6,8 @@
     unsandboxed, median of N runs each, in ms and as a ratio
 (b) a read-only one-shot command: `rg` over this repository, sandboxed vs unsandboxed
 (c) the floor probe, end to end (goal < 100 ms)
+(d) the reaper of adopted sandbox inits (sandbox/reaper.py): `/bin/true` sandboxed with it and
+    with it switched off, alternating, and the cost of one look for adopted inits
 
 Both sides of each comparison spawn the same way (fork+exec from the trio thread) and capture
 output the same way, so the difference is bwrap: namespaces, mounts, seccomp, prlimit, the
@@ -109,6 +111,35 @@ async def main(runs: int) -> None:
                 f"(b) rg over the repository, median of {n}: unsandboxed {bare_rg:.1f} ms, "
                 f"sandboxed (ro) {sandboxed_rg:.1f} ms, ratio x{sandboxed_rg / bare_rg:.2f}"
             )
+
+        import sandbox.run as sandbox_run
+        from sandbox.reaper import adopted_sandbox_inits
+
+        real_reap = sandbox_run.reap_adopted_sandbox_inits  # type: ignore[attr-defined]
+
+        async def no_reaping(timeout_s: float) -> list[int]:
+            return []
+
+        with_reaper: list[float] = []
+        without: list[float] = []
+        for _ in range(runs):
+            for reap, samples in ((real_reap, with_reaper), (no_reaping, without)):
+                sandbox_run.reap_adopted_sandbox_inits = reap  # type: ignore[attr-defined]
+                start = time.perf_counter()
+                await _boxed(host, ro, true)()
+                samples.append((time.perf_counter() - start) * 1000)
+        sandbox_run.reap_adopted_sandbox_inits = real_reap  # type: ignore[attr-defined]
+        look = []
+        for _ in range(200):
+            start = time.perf_counter()
+            adopted_sandbox_inits()
+            look.append((time.perf_counter() - start) * 1000)
+        new, old = statistics.median(with_reaper), statistics.median(without)
+        print(
+            f"(d) reaper, median of {runs}: /bin/true sandboxed with it {new:.2f} ms, without "
+            f"{old:.2f} ms (x{new / old:.3f}); one look for adopted inits "
+            f"{statistics.median(look) * 1000:.0f} us"
+        )
 
         probe_ms = []
         for _ in range(5):
