@@ -29,10 +29,21 @@ How one command runs (`PersistentShell.run`):
 `PersistentShell.run_oneshot` runs a command in a fresh bash that first loads the state the
 persistent shell had after its last command: concurrently running read-only calls cannot share
 one shell, and must not wait for each other.
+
+Nothing a one-shot starts outlives it, not even what left its process group (`setsid`, a
+double fork, `nohup`): the command's bash runs under a small outer bash that is a child
+subreaper (prctl PR_SET_CHILD_SUBREAPER, set between fork and exec), so every orphan of the
+command is handed to it instead of escaping to the sandbox's init. When the command ends the
+outer bash kills whatever it holds, until nothing is left; on a timeout or cancellation we
+kill the outer bash's whole subtree ourselves. (A pid namespace per one-shot would do the same
+in the kernel, but the sandbox forbids nested user namespaces, so a process inside it cannot
+make one; a cgroup is not available inside either.)
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
 import shlex
 import shutil
@@ -422,13 +433,14 @@ class PersistentShell:
         os.set_blocking(err_r, False)
         try:
             proc = await trio.lowlevel.open_process(
-                ["bash", "--noprofile", "--norc", str(script)],
+                ["bash", "--noprofile", "--norc", "-c", _ONESHOT_REAPER, "warren-oneshot", script],
                 stdin=subprocess.DEVNULL,
                 stdout=out_w,
                 stderr=err_w,
                 cwd=cwd,
                 env=self._env,
                 start_new_session=True,
+                preexec_fn=_become_subreaper,
             )
         except OSError as exc:
             for fd in (out_r, err_r):
@@ -449,6 +461,8 @@ class PersistentShell:
             finished = True
         finally:
             with trio.CancelScope(shield=True):
+                if not finished or deadline.cancelled_caught:  # all it started, wherever it went
+                    await _kill_subtree(proc.pid, self._grace)
                 # On timeout or cancellation the command itself; otherwise its background jobs.
                 await _terminate_group(proc.pid, self._grace)
                 with trio.move_on_after(self._grace):
@@ -733,6 +747,67 @@ async def _all_gone(live: Callable[[], list[int]], limit_s: float) -> bool:
                 return True
             await trio.sleep(_POLL_S)
     return False
+
+
+_ONESHOT_REAPER = r"""
+bash --noprofile --norc "$1"
+status=$?
+# A child subreaper: what the command left running was handed to us. Kill it all.
+while read -r -a kids < "/proc/$$/task/$$/children" || ((${#kids[@]})); do
+    ((${#kids[@]})) || break
+    kill -KILL "${kids[@]}" 2>/dev/null
+done
+exit "$status"
+"""
+"""The outer bash of a one-shot (see the module docstring); `$1` is the command's script."""
+
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def _become_subreaper() -> None:
+    """Between fork and exec of a one-shot's outer bash: orphans below it come to it."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER) failed")
+
+
+def _subtree(pid: int) -> list[int]:
+    """The descendants of `pid` (not `pid`), from each thread's `children` file."""
+    found = [pid]
+    for member in found:  # grows as we go
+        try:
+            tasks = os.listdir(f"/proc/{member}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            with contextlib.suppress(OSError, ValueError):
+                found += map(int, Path(f"/proc/{member}/task/{task}/children").read_text().split())
+    return found[1:]
+
+
+async def _kill_subtree(pid: int, grace_s: float) -> None:
+    """SIGTERM every descendant of `pid` (a child subreaper, so none can leave its subtree),
+    allow `grace_s`, then SIGKILL until none is left (bounded)."""
+    _signal_all(_subtree(pid), signal.SIGTERM)
+    if await _all_gone(lambda: _live(_subtree(pid)), grace_s):
+        return
+    with trio.move_on_after(max(grace_s, 1.0)):
+        while live := _live(_subtree(pid)):
+            _signal_all(live, signal.SIGKILL)
+            await trio.sleep(0.005)
+
+
+def _live(pids: list[int]) -> list[int]:
+    """`pids` that are not zombies."""
+    alive = []
+    for pid in pids:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        if stat[stat.rfind(")") + 2 :][:1] != "Z":
+            alive.append(pid)
+    return alive
 
 
 async def _terminate_group(pgid: int, grace_s: float) -> None:

@@ -223,6 +223,48 @@ async def test_oneshot_timeout_and_background_jobs_leave_nothing(shell: Persiste
     assert processes_with(marker) == []
 
 
+ESCAPES = {
+    "setsid": "setsid {sleep} >/dev/null 2>&1 &",
+    "double fork": "( {sleep} >/dev/null 2>&1 & ) ",
+    "nohup": "nohup {sleep} >/dev/null 2>&1 &",
+    "setsid double fork": "( setsid {sleep} >/dev/null 2>&1 & ) ",
+    "disowned": "{sleep} >/dev/null 2>&1 & disown",
+}
+
+
+@pytest.mark.parametrize("escape", list(ESCAPES), ids=list(ESCAPES))
+@pytest.mark.parametrize("end", ["returns", "times out", "cancelled"])
+async def test_nothing_a_oneshot_starts_outlives_it(
+    shell: PersistentShell, escape: str, end: str
+) -> None:
+    """A process that left the one-shot's process group and parent (setsid, a double fork)
+    is gone when the call returns, times out or is cancelled: checked on the host."""
+    sleep, marker = marker_sleep()
+    started = ESCAPES[escape].format(sleep=sleep)
+    if end == "returns":
+        run = await shell.run_oneshot(f"{started}\necho started", timeout_s=10)
+        assert (run.stdout, run.timed_out) == ("started\n", False)
+    elif end == "times out":
+        run = await shell.run_oneshot(f"{started}\nsleep 30", timeout_s=0.5)
+        assert run.timed_out
+    else:
+        with trio.move_on_after(0.5) as scope:
+            await shell.run_oneshot(f"{started}\nsleep 30", timeout_s=10)
+        assert scope.cancelled_caught
+    assert processes_with(marker) == []
+    # The next call is not disturbed, and its own escapee goes the same way.
+    sleep, marker = marker_sleep()
+    command = ESCAPES[escape].format(sleep=sleep) + "\necho next"
+    run = await shell.run_oneshot(command, timeout_s=10)
+    assert run.stdout == "next\n"
+    assert processes_with(marker) == []
+
+
+async def test_a_oneshot_keeps_its_exit_status(shell: PersistentShell) -> None:
+    run = await shell.run_oneshot("(setsid sleep 300 &); exit 7", timeout_s=10)
+    assert run.exit_code == 7
+
+
 async def test_syntax_error_is_reported_without_running(
     shell: PersistentShell, tmp_path: Path
 ) -> None:

@@ -358,3 +358,59 @@ async def test_an_undumpable_process_is_out_of_its_childrens_reach(
         }, result
     else:
         assert words["fd"] == "opened" and words["pipe_got"] == "7", result
+
+
+# --- one-shot commands in a real worker leave nothing behind (issue 9, item 10) ---------------
+
+
+async def test_a_oneshot_in_a_worker_leaves_no_process_for_later_calls(tmp_path: Path) -> None:
+    """A read-only worker runs each Bash call one-shot. What the first call starts with
+    `setsid`, a double fork or `nohup` is gone (looked up on the host, by a marker in its
+    command line) before the model's next request arrives, while the worker lives on."""
+    import secrets
+
+    import psutil
+
+    from tests.workers.agent_kit import first_prompt, tool_use, turn_of
+
+    marker = f"1000.{secrets.randbelow(10**9):09d}"
+    command = (
+        f"setsid sleep {marker}1 >/dev/null 2>&1 &\n"
+        f"( sleep {marker}2 >/dev/null 2>&1 & )\n"
+        f"nohup sleep {marker}3 >/dev/null 2>&1 &\n"
+        "echo started"
+    )
+    left_at_turn_2: list[str] = []
+
+    def ours() -> list[str]:
+        found = []
+        for proc in psutil.process_iter(["cmdline", "status"]):
+            if proc.info["status"] != psutil.STATUS_ZOMBIE and marker in " ".join(
+                proc.info["cmdline"] or []
+            ):
+                found.append(" ".join(proc.info["cmdline"]))
+        return found
+
+    async def respond(req: ModelRequest) -> Sequence[ContentBlock]:
+        if turn_of(req) == 1:
+            return tool_use("Bash", {"command": command})
+        left_at_turn_2.extend(ours())
+        return text(f"done {first_prompt(req)}")
+
+    model = FunctionModel(respond)
+    async with open_worker_pool(
+        broker=ModelBroker(model),
+        workspace=workspace_at(tmp_path),
+        options=PoolOptions(max_workers=1),
+        tools=FACTORY,
+    ) as pool:
+        with trio.fail_after(120):
+            out = await pool.run(
+                request(agent("shell", tools=("Bash",)), "x"),
+                on_event=Collected(),
+                permission=allow_all,
+            )
+    assert out.reason == "completed", out
+    assert "started" in model.requests[1].messages[-1].tool_results()[0].text()
+    assert left_at_turn_2 == []
+    assert ours() == []
