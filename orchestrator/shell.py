@@ -31,9 +31,9 @@ persistent shell had after its last command: concurrently running read-only call
 one shell, and must not wait for each other.
 
 Nothing a one-shot starts outlives it, not even what left its process group (`setsid`, a
-double fork, `nohup`): the command's bash runs under a small outer bash that is a child
-subreaper (prctl PR_SET_CHILD_SUBREAPER, set between fork and exec), so every orphan of the
-command is handed to it instead of escaping to the sandbox's init. When the command ends the
+double fork, `nohup`): the command runs in a subshell of a bash that is a child subreaper
+(prctl PR_SET_CHILD_SUBREAPER, set between fork and exec), so every orphan of the command is
+handed to that bash instead of escaping to the sandbox's init. When the command ends the
 outer bash kills whatever it holds, until nothing is left; on a timeout or cancellation we
 kill the outer bash's whole subtree ourselves. (A pid namespace per one-shot would do the same
 in the kernel, but the sandbox forbids nested user namespaces, so a process inside it cannot
@@ -750,7 +750,11 @@ async def _all_gone(live: Callable[[], list[int]], limit_s: float) -> bool:
 
 
 _ONESHOT_REAPER = r"""
-bash --noprofile --norc "$1"
+(
+    script=$1
+    set --
+    . "$script"
+)
 status=$?
 # A child subreaper: what the command left running was handed to us. Kill it all.
 while read -r -a kids < "/proc/$$/task/$$/children" || ((${#kids[@]})); do

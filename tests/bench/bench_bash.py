@@ -5,6 +5,8 @@
 (a) `true` in the persistent shell (PersistentShell.run)                (goal <= 5 ms)
 (b) `true` through the tool: syntax check + persistent shell           (for information)
 (c) `true` in a one-shot shell (the path of concurrent read-only calls) (for information)
+(d) the same one-shot with the subreaper that kills what it leaves behind, against the old way
+    (the script run by one bash, no subreaper), alternating in one run
 """
 
 from __future__ import annotations
@@ -61,12 +63,46 @@ async def bench(workspace: Path) -> tuple[float, float, float]:
     return a, b, c
 
 
+async def bench_reaper(workspace: Path) -> tuple[float, float]:
+    """(d): medians of `true` one-shots, new way and old way, alternating."""
+    import orchestrator.shell as shell_module
+
+    new_script, new_preexec = shell_module._ONESHOT_REAPER, shell_module._become_subreaper
+
+    def old_way() -> None:  # one bash sources the script: what the old code ran
+        shell_module._ONESHOT_REAPER = '. "$1"'
+        shell_module._become_subreaper = lambda: None
+
+    def new_way() -> None:
+        shell_module._ONESHOT_REAPER = new_script
+        shell_module._become_subreaper = new_preexec
+
+    shell = PersistentShell(cwd=workspace, env=shell_environment(), output_limit=MAX_OUTPUT_CHARS)
+    samples: dict[str, list[float]] = {"new": [], "old": []}
+    try:
+        for _ in range(RUNS):
+            for name, switch in (("new", new_way), ("old", old_way)):
+                switch()
+                start = time.perf_counter()
+                await shell.run_oneshot("true", timeout_s=10)
+                samples[name].append(time.perf_counter() - start)
+    finally:
+        new_way()
+        await shell.aclose()
+    return statistics.median(samples["new"]) * 1000, statistics.median(samples["old"]) * 1000
+
+
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         a, b, c = trio.run(bench, Path(tmp).resolve())
+        new, old = trio.run(bench_reaper, Path(tmp).resolve())
     print(f"(a) persistent shell, `true`, median of {RUNS}: {a:.2f} ms (goal <= 5 ms)")
     print(f"(b) Bash tool call,   `true`, median of {RUNS}: {b:.2f} ms")
     print(f"(c) one-shot shell,   `true`, median of {RUNS}: {c:.2f} ms")
+    print(
+        f"(d) one-shot with the subreaper {new:.2f} ms, the old way {old:.2f} ms, "
+        f"+{new - old:.2f} ms (x{new / old:.2f}), medians of {RUNS} alternating"
+    )
 
 
 if __name__ == "__main__":
