@@ -312,7 +312,7 @@ def _feed(accumulator: StreamAccumulator, name: str, data: str) -> list[TextDelt
     """One SSE event through the accumulator. An event that is not JSON, or is JSON but breaks
     the stream's protocol (a delta for a block never started, a field of the wrong type, ...),
     fails the attempt, retryably, rather than the run: it is translated here, once
-    (tests/model/test_anthropic.py::test_a_malformed_event_is_retried)."""
+    (tests/orchestrator/model/test_anthropic.py::test_a_malformed_event_is_retried)."""
     try:
         value = json.loads(data)
     except ValueError as exc:

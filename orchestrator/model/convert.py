@@ -10,7 +10,7 @@ turns the API's stream events into `TextDelta`/`BlockComplete` events and the fi
 `AssistantMessage`.
 
 The Anthropic client uses these around the SDK's transport; keeping them free of the SDK (and
-of I/O) lets them be tested with plain values (tests/model/test_convert.py).
+of I/O) lets them be tested with plain values (tests/orchestrator/model/test_convert.py).
 """
 
 from __future__ import annotations
@@ -163,8 +163,8 @@ def encode_request(
     """The JSON body of `POST /v1/messages`: `request_params` plus `stream`, encoded.
 
     Built from per-message JSON (cached for all but the last two messages), which keeps a turn
-    of a 1,000-message conversation well under a millisecond (tests/model/test_convert.py
-    checks that the result equals `request_params`).
+    of a 1,000-message conversation well under a millisecond
+    (tests/orchestrator/model/test_convert.py checks that the result equals `request_params`).
     """
     head: dict[str, Any] = {"model": model, "max_tokens": request.max_tokens, "stream": stream}
     system = system_param(request.system)
@@ -308,7 +308,7 @@ def _tool_use(start: Mapping[str, Any], raw: str) -> ToolUseBlock:
 def tool_input_problem(value: object, *, name: str = "tool") -> str | None:
     """Why a decoded tool input is refused (nested deeper than `MAX_TOOL_INPUT_DEPTH`), or
     None. Iterative and stops at the first offending level, so it never recurses and costs
-    at most one pass over the input (tests/model/test_convert.py times it)."""
+    at most one pass over the input (tests/orchestrator/model/test_convert.py times it)."""
     level: list[object] = [value] if isinstance(value, dict | list) else []
     depth = 0
     while level:  # one pass per level, containers only
@@ -397,7 +397,7 @@ class StreamAccumulator:
     once `message_stop` was seen. Block types Warren does not model (server tools, redacted
     thinking) are skipped; `BlockComplete.index` is always the API's index. Event types Warren
     does not know are ignored (the API may add some); a known event that breaks the protocol
-    raises `StreamProtocolError` (tests/model/test_convert.py lists the cases).
+    raises `StreamProtocolError` (tests/orchestrator/model/test_convert.py lists the cases).
     """
 
     model: str

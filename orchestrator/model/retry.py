@@ -3,7 +3,7 @@
 The Anthropic client retries around the whole stream (a failure after partial output restarts
 the request), so the decision is made here from plain values (status, error type, headers)
 that both a status error and an SSE `error` event provide. Keeping it pure makes the schedule
-table-testable (tests/model/test_retry.py) and lets the client inject its sleep.
+table-testable (tests/orchestrator/model/test_retry.py) and lets the client inject its sleep.
 """
 
 from __future__ import annotations

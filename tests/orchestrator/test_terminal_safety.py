@@ -97,7 +97,8 @@ def _nested(depth: int) -> str:
 async def test_deep_and_huge_tool_inputs_are_error_results(tmp_path: Path) -> None:
     """Through the loop over the real SDK: each hostile input gets its `is_error` result and
     the run goes on to complete. (Inputs over 10 MiB take minutes to stream through the fake
-    server here; tests/model/test_convert.py covers them at the decoder, where they arrive.)"""
+    server here; tests/orchestrator/model/test_convert.py covers them at the decoder, where
+    they arrive.)"""
     ws = tmp_path / "ws"
     ws.mkdir()
     dirs = WarrenDirs(state=tmp_path / "state", config=tmp_path / "config")
