@@ -37,12 +37,12 @@ from orchestrator.events import Event
 from orchestrator.messages import Usage
 from orchestrator.outcome import TerminalReason
 from orchestrator.permissions import Allow, Deny
+from orchestrator.tools.registry import STATELESS_TOOLS
 from sandbox.safe_read import read_bounded_regular
 
 __all__ = [
     "DEFAULT_MAX_TURNS",
     "GENERAL",
-    "READ_ONLY_TOOLS",
     "AgentType",
     "SubagentEvent",
     "SubagentFinished",
@@ -60,10 +60,6 @@ __all__ = [
 
 DEFAULT_MAX_TURNS = 50
 """Model requests of a subagent whose definition does not say."""
-
-READ_ONLY_TOOLS: tuple[str, ...] = ("Read", "Glob", "Grep", "LS", "Think")
-"""The tools of `general` and of definitions that name none: they cannot change anything and
-leave no state behind (no shell), so their worker is reused for the next subagent."""
 
 MAX_AGENT_FILE_BYTES = 256 * 1024
 """Largest project agent definition read (a system prompt, not a data file)."""
@@ -83,8 +79,9 @@ class AgentType(BaseModel):
     """When to use this type: listed in dispatch_agent's description for the model."""
     system_prompt: str
     """The subagent's instructions (the body of its definition file)."""
-    tools: tuple[str, ...] = READ_ONLY_TOOLS
-    """Names of the tools the subagent gets. Default `READ_ONLY_TOOLS`."""
+    tools: tuple[str, ...] = STATELESS_TOOLS
+    """Names of the tools the subagent gets. Default: the read-only built-ins
+    (`orchestrator.tools.registry.STATELESS_TOOLS`)."""
     model: str | None = None
     """The model that answers it; None (default) for the session's."""
     max_turns: int = Field(default=DEFAULT_MAX_TURNS, ge=1)
@@ -110,7 +107,7 @@ class AgentType(BaseModel):
     def leaves_state(self) -> bool:
         """Whether a run can leave anything behind in its worker (files, a shell, background
         processes): then the worker is replaced after the run instead of reused."""
-        return self.writable or any(t not in READ_ONLY_TOOLS for t in self.tools)
+        return self.writable or any(t not in STATELESS_TOOLS for t in self.tools)
 
     def system_blocks(self, *, workspace: Path, cwd: Path) -> list[str]:
         access = "read and write" if self.writable else "read (it is mounted read-only)"

@@ -13,7 +13,13 @@ from orchestrator.model.base import ToolSpec
 from orchestrator.tools.base import Tool
 from policies.facts import ToolFacts
 
-__all__ = ["ToolRegistry", "builtin_facts", "builtin_tools"]
+__all__ = ["STATELESS_TOOLS", "ToolRegistry", "builtin_facts", "builtin_tools"]
+
+STATELESS_TOOLS: tuple[str, ...] = ("Read", "Glob", "Grep", "LS", "Think")
+"""The built-in tools whose facts say they only read (family read or meta): they cannot change
+anything and leave no state behind (no shell). The `general` subagent gets them, and a worker
+that ran only these is reused (tests/orchestrator/test_tool_facts.py keeps this list equal to
+the tools' declared facts)."""
 
 
 class ToolRegistry:

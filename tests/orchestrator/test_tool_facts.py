@@ -213,3 +213,11 @@ async def test_the_verdict_is_made_once_even_in_process(workspace: Path) -> None
     assert Counting.calls == commands
     assert [r.is_error for r in results] == [False, True, False]
     assert "notes.txt" in results[0].text() and results[2].text().strip() == "1"
+
+
+def test_the_stateless_tools_are_the_builtins_that_only_read() -> None:
+    """The `general` subagent's tools and worker reuse follow the tools' own facts."""
+    from orchestrator.tools.registry import STATELESS_TOOLS, builtin_tools
+
+    facts = builtin_tools().facts()
+    assert set(STATELESS_TOOLS) == {n for n, f in facts.items() if f.family in ("read", "meta")}
