@@ -8,16 +8,19 @@ runner only detects on its own when given none (about 2 ms: one `bwrap --version
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 from collections.abc import Mapping
 from pathlib import Path
 
+import trio
 from pydantic import BaseModel, ConfigDict
 
 from sandbox.binary import BwrapBinary, find_bwrap, find_system_tool
 from sandbox.limits import CgroupSupport, detect_cgroups
 from sandbox.seccomp import SUPPORTED_ARCHES
+from sandbox.stubs import StubRegistry
 
 __all__ = ["SandboxHost", "default_state_dir", "detect_host"]
 
@@ -76,7 +79,8 @@ async def detect_host(
     use_cgroups: bool = True,
     environ: Mapping[str, str] | None = None,
 ) -> SandboxHost:
-    """Find everything once.
+    """Find everything once, and sweep the mount placeholders older Warren versions left in
+    repositories when they were killed (`sandbox.stubs`; today's sandboxes make none).
 
     Errors: `SandboxUnavailable` when no usable bwrap exists (see `find_bwrap`).
     """
@@ -91,7 +95,7 @@ async def detect_host(
             note="cgroups disabled by configuration",
         )
     )
-    return SandboxHost(
+    host = SandboxHost(
         bwrap=binary,
         prlimit=find_system_tool("prlimit"),
         setpriv=find_system_tool("setpriv"),
@@ -100,3 +104,6 @@ async def detect_host(
         stub_dir=stub_dir or default_state_dir(environ) / "stubs",
         machine=platform.machine(),
     )
+    with contextlib.suppress(OSError):
+        await trio.to_thread.run_sync(StubRegistry(host.stub_dir).sweep)
+    return host

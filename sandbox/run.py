@@ -47,7 +47,6 @@ from sandbox.masks import HostFacts, gather_host_facts, python_runtime_paths, wa
 from sandbox.reaper import reap_adopted_sandbox_inits
 from sandbox.seccomp import build_filter
 from sandbox.spec import LimitName, Limits, SandboxSpec
-from sandbox.stubs import StubRegistry
 
 __all__ = [
     "KILL_GRACE_S",
@@ -339,19 +338,11 @@ async def _sandbox(
                 await reap_adopted_sandbox_inits(REAP_TIMEOUT_S)
 
 
-_swept = False
-
-
 def _prepare(
     spec: SandboxSpec, *, executables: Sequence[Path], stub_dir: Path
 ) -> tuple[HostFacts, WorkspaceGuard | None]:
     """Host facts and, for a writable sandbox, its started guard (in a worker thread: the
-    guard's walk is the costly part). Sweeps old versions' placeholders once per process."""
-    global _swept
-    if not _swept:
-        _swept = True
-        with contextlib.suppress(OSError):
-            StubRegistry(stub_dir).sweep()
+    guard's walk is the costly part). Old versions' placeholders are swept by `detect_host`."""
     roots = [w.path.resolve() for w in spec.workspaces if w.mode == "rw"]
     roots += [b.path.resolve() for b in spec.extra_binds if b.mode == "rw"]
     guard = None

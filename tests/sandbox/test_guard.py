@@ -255,7 +255,7 @@ def test_survey_finds_nested_names_and_skips_git_objects(scratch: Path) -> None:
 
 
 def test_stale_placeholders_of_older_versions_are_swept(host: SandboxHost, scratch: Path) -> None:
-    from sandbox import run
+    from sandbox.host import detect_host
     from sandbox.stubs import StubRegistry, StubRequest
 
     ws = scratch / "old"
@@ -265,8 +265,7 @@ def test_stale_placeholders_of_older_versions_are_swept(host: SandboxHost, scrat
     # An older Warren died holding it: forge a dead holder.
     state = host.stub_dir / "stubs.json"
     state.write_text(state.read_text().replace(lease.token.split(":")[0] + ":", "999999999:", 1))
-    run._swept = False
-    trio.run(lambda: run_sandboxed(_spec(ws), ["true"], host=host))
+    trio.run(lambda: detect_host(stub_dir=host.stub_dir))
     assert not (ws / ".envrc").exists()
 
 
