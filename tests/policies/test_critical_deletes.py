@@ -115,40 +115,37 @@ def test_deletes_strictly_inside_follow_the_rules(tmp_path: Path, mode: str) -> 
 
 
 def _proof_script(commands: list[str]) -> str:
+    """Per case: a workspace `c<i>/ws` with history, work and an untracked file (a real
+    repository for `git clean`), the command, then `destroyed<i>` printed if it destroyed any."""
     lines = []
     for index, command in enumerate(commands):
+        ws = f"c{index}/ws"
+        if command.startswith("git clean"):
+            lines.append(f"git init -q {ws} && echo work > {ws}/untracked.txt")
+            check = f"[ -e {ws}/untracked.txt ]"
+        else:
+            lines.append(
+                f"mkdir -p {ws}/.git/objects/pack && echo history > {ws}/.git/objects/pack/p"
+                f" && echo work > {ws}/keep.txt"
+            )
+            check = f"[ -s {ws}/keep.txt ] && [ -e {ws}/.git/objects/pack/p ]"
         inner = shlex.quote(command)
-        lines.append(f"(cd c{index}/ws && bash -c {inner} </dev/null >/dev/null 2>&1)")
+        lines.append(f"(cd {ws} && bash -c {inner} </dev/null >/dev/null 2>&1)")
+        lines.append(f"{check} || echo destroyed{index}")
     return "\n".join(lines) + "\n"
 
 
 async def test_every_case_really_destroys_the_workspace(host: SandboxHost, scratch: Path) -> None:
+    """Each case, run in a writable sandbox on a scratch workspace, destroys it. The fixture
+    is made and judged inside the sandbox: its nested `.git` directories are new there, so the
+    floor's guard moves them away when the sandbox ends (tests/sandbox/test_guard.py), and an
+    existing nested `.git` would be mounted read-only."""
     commands = [command for command, _ in CRITICAL]
-    for index in range(len(commands)):
-        ws = scratch / f"c{index}" / "ws"
-        (ws / ".git" / "objects" / "pack").mkdir(parents=True)
-        (ws / ".git" / "objects" / "pack" / "p").write_text("history\n")
-        (ws / "keep.txt").write_text("work\n")
-        (ws / "untracked.txt").write_text("work\n")
-        if commands[index].startswith("git clean"):
-            (ws / ".git").rename(ws / "old.git")
-            (ws / "keep.txt").unlink()
     spec = SandboxSpec(workspaces=(WorkspaceRoot(path=scratch),), home=scratch)
-    setup = "for d in c*/ws; do [ -d $d/old.git ] && git init -q $d && rm -rf $d/old.git; done\n"
     result = await run_sandboxed(
-        spec, ["bash", "-c", setup + _proof_script(commands)], cwd=scratch, host=host
+        spec, ["bash", "-c", _proof_script(commands)], cwd=scratch, host=host
     )
     assert result.killed_by_limit is None, result
-    intact = []
-    for index, command in enumerate(commands):
-        ws = scratch / f"c{index}" / "ws"
-        keep = ws / "keep.txt"
-        pack = ws / ".git" / "objects" / "pack" / "p"
-        untracked = ws / "untracked.txt"
-        if command.startswith("git clean"):
-            destroyed = not untracked.exists()
-        else:
-            destroyed = not (keep.exists() and keep.read_text() and pack.exists())
-        if not destroyed:
-            intact.append(command)
+    destroyed = set(result.stdout.decode().split())
+    intact = [c for i, c in enumerate(commands) if f"destroyed{i}" not in destroyed]
     assert intact == [], "these commands destroyed nothing: not attacks"
