@@ -45,6 +45,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import platform
 import shlex
 import shutil
 import signal
@@ -340,6 +341,8 @@ class PersistentShell:
         """The state script of the last completed command: what one-shot runs start from."""
         self._counter = 0
         self._closed = False
+        self._shim: list[str] | None = None
+        """The one-shots' subreaper shim, looked up at the first one-shot (`_subreaper_shim`)."""
 
     @property
     def cwd(self) -> Path:
@@ -432,7 +435,9 @@ class PersistentShell:
         os.set_blocking(out_r, False)  # _pump and _drain must never block the event loop
         os.set_blocking(err_r, False)
         try:
-            shim = _subreaper_shim()
+            if self._shim is None:
+                self._shim = _subreaper_shim()
+            shim = self._shim
             bash = ["bash", "--noprofile", "--norc", "-c", _ONESHOT_REAPER, "warren-oneshot"]
             proc = await trio.lowlevel.open_process(
                 [*shim, *bash, str(script)],
@@ -780,8 +785,6 @@ def _subreaper_shim() -> list[str]:
     """An argv prefix that makes the process a child subreaper and execs the rest, without
     forking Python the slow way: perl's `syscall` (perl-base is essential on Debian). Empty
     when there is no perl or the architecture is unknown: then `_become_subreaper` runs."""
-    import platform
-
     number = _PRCTL_SYSCALL.get(platform.machine())
     perl = shutil.which("perl")
     bash = shutil.which("bash")
