@@ -522,9 +522,7 @@ def _open_audit(transcript: Transcript, config: SessionConfig) -> AuditLog:
         raise StateUnwritable(path.parent, exc) from exc
 
 
-async def _start_up(
-    config: SessionConfig, cwd: Path, runner: RunnerFactory | None
-) -> _StartedUp:
+async def _start_up(config: SessionConfig, cwd: Path, runner: RunnerFactory | None) -> _StartedUp:
     """Everything a run needs before its first request. The SDK import (about a second) runs
     while the floor probe, the policy and then the context snapshot follow one another: the
     snapshot is workspace content, gathered in a read-only sandbox under the loaded policy

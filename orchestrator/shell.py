@@ -31,9 +31,11 @@ persistent shell had after its last command: concurrently running read-only call
 one shell, and must not wait for each other.
 
 Nothing a one-shot starts outlives it, not even what left its process group (`setsid`, a
-double fork, `nohup`): the command runs in a subshell of a bash that is a child subreaper
-(prctl PR_SET_CHILD_SUBREAPER, set between fork and exec), so every orphan of the command is
-handed to that bash instead of escaping to the sandbox's init. When the command ends the
+double fork, `nohup`). Where only one-shots run (the read-only tool host and agent worker),
+this process is the child subreaper of them all and kills their orphans when a call ends
+(`orchestrator.orphans`). Elsewhere the command runs in a subshell of a bash that is a child
+subreaper (prctl PR_SET_CHILD_SUBREAPER, set between fork and exec), so every orphan of the
+command is handed to that bash instead of escaping to the sandbox's init. When the command ends the
 outer bash kills whatever it holds, until nothing is left; on a timeout or cancellation we
 kill the outer bash's whole subtree ourselves. (A pid namespace per one-shot would do the same
 in the kernel, but the sandbox forbids nested user namespaces, so a process inside it cannot
@@ -59,6 +61,7 @@ import psutil
 import trio
 
 from orchestrator.errors import ToolError
+from orchestrator.orphans import adoption
 from orchestrator.text import join_elided, truncate_middle
 
 __all__ = [
@@ -434,24 +437,38 @@ class PersistentShell:
         err_r, err_w = os.pipe()
         os.set_blocking(out_r, False)  # _pump and _drain must never block the event loop
         os.set_blocking(err_r, False)
+        adopted = adoption()
         try:
-            if self._shim is None:
-                self._shim = _subreaper_shim()
-            shim = self._shim
-            bash = ["bash", "--noprofile", "--norc", "-c", _ONESHOT_REAPER, "warren-oneshot"]
-            proc = await trio.lowlevel.open_process(
-                [*shim, *bash, str(script)],
-                stdin=subprocess.DEVNULL,
-                stdout=out_w,
-                stderr=err_w,
-                cwd=cwd,
-                env=self._env,
-                start_new_session=True,
-                # Without the shim, the prctl runs between fork and exec; a `preexec_fn` makes
-                # Python fork instead of vfork, which costs ~13 ms a call in a tool host
-                # (tests/bench/bench_vs_parent.py, Bash read-only).
-                preexec_fn=None if shim else _become_subreaper,
-            )
+            if adopted is not None:  # we are the subreaper: a plain bash (orchestrator.orphans)
+                with adopted.starting():
+                    proc = await trio.lowlevel.open_process(
+                        ["bash", "--noprofile", "--norc", str(script)],
+                        stdin=subprocess.DEVNULL,
+                        stdout=out_w,
+                        stderr=err_w,
+                        cwd=cwd,
+                        env=self._env,
+                        start_new_session=True,
+                    )
+                    adopted.started(proc.pid)
+            else:
+                if self._shim is None:
+                    self._shim = _subreaper_shim()
+                shim = self._shim
+                bash = ["bash", "--noprofile", "--norc", "-c", _ONESHOT_REAPER, "warren-oneshot"]
+                proc = await trio.lowlevel.open_process(
+                    [*shim, *bash, str(script)],
+                    stdin=subprocess.DEVNULL,
+                    stdout=out_w,
+                    stderr=err_w,
+                    cwd=cwd,
+                    env=self._env,
+                    start_new_session=True,
+                    # Without the shim, the prctl runs between fork and exec; a `preexec_fn`
+                    # makes Python fork instead of vfork, which costs ~13 ms a call in a tool
+                    # host (tests/bench/bench_vs_parent.py, Bash read-only).
+                    preexec_fn=None if shim else _become_subreaper,
+                )
         except OSError as exc:
             for fd in (out_r, err_r):
                 os.close(fd)
@@ -477,6 +494,9 @@ class PersistentShell:
                 await _terminate_group(proc.pid, self._grace)
                 with trio.move_on_after(self._grace):
                     await proc.wait()
+                if adopted is not None:  # a bash that would not die is swept with the rest
+                    adopted.ended(proc.pid)
+                    await adopted.sweep(proc.pid)
                 if finished:
                     _drain(out_r, out)
                     _drain(err_r, err)
@@ -569,6 +589,8 @@ class PersistentShell:
         finally:
             os.close(status_w)
         assert proc.stdin is not None
+        if (adopted := adoption()) is not None:
+            adopted.started(proc.pid)
         self._proc, self._stdin, self._status = proc, proc.stdin, _StatusChannel(status_r)
         self._cwd = cwd
         driver = _DRIVER.format(sfd=status_w, dir=shlex.quote(str(workdir)), ok=_STATE_OK)
@@ -678,6 +700,8 @@ class PersistentShell:
                 _signal_all(_live_pids(sid=sid), signal.SIGKILL)
             with trio.move_on_after(self._grace):
                 await proc.wait()
+            if (adopted := adoption()) is not None:
+                adopted.ended(proc.pid)
 
 
 async def _pump(fd: int, capture: OutputCapture) -> None:
@@ -791,7 +815,7 @@ def _subreaper_shim() -> list[str]:
     if number is None or perl is None or bash is None:
         return []
     code = (
-        f"syscall({number}, {_PR_SET_CHILD_SUBREAPER}, 1, 0, 0, 0) == 0 or die \"prctl: $!\\n\";"
+        f'syscall({number}, {_PR_SET_CHILD_SUBREAPER}, 1, 0, 0, 0) == 0 or die "prctl: $!\\n";'
         f" exec {{ '{bash}' }} @ARGV or die \"exec: $!\\n\";"
     )
     return [perl, "-e", code, "--"]

@@ -55,6 +55,7 @@ from orchestrator.model.base import (
     ToolSpec,
 )
 from orchestrator.model.scripted import ScriptedModel
+from orchestrator.orphans import adopt_orphans
 from orchestrator.permissions import Allow, Ask, Deny, PermissionFn, PermissionResult
 from orchestrator.pipeline import ToolPipeline
 from orchestrator.plan import CallPlan
@@ -511,6 +512,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `python -m workers.agent_worker`; returns the exit status."""
     make_undumpable()  # before anything else: see workers.entry
     args = _parse_args(argv)
+    if args.role == "read_only":  # only one-shots run here: see orchestrator.orphans
+        adopt_orphans()
     proto_in, proto_out = take_stdio()
     log("agent worker starting", role=args.role, pid=os.getpid())
     trio.run(_serve, args, proto_in, proto_out)

@@ -36,6 +36,7 @@ import trio
 
 from orchestrator.aio import closing_iter
 from orchestrator.errors import ToolError
+from orchestrator.orphans import adopt_orphans
 from orchestrator.shell import PersistentShell, shell_environment
 from orchestrator.tools.base import ReadLedger, ToolContext, ToolOutput
 from orchestrator.tools.bash import MAX_OUTPUT_CHARS, SHELL_RESOURCE
@@ -371,6 +372,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `python -m workers.toolhost`; returns the exit status."""
     make_undumpable()  # before anything else: see workers.entry
     args = _parse_args(argv)
+    if args.role == "read_only":  # only one-shots run here: see orchestrator.orphans
+        adopt_orphans()
     proto_in, proto_out = take_stdio()
     _configure_logging(sys.stderr)
     structlog.get_logger().info("tool host starting", role=args.role, pid=os.getpid())

@@ -183,9 +183,7 @@ grepping, use dispatch_agent.
             raise ToolError(f"The file search failed: {found.stderr.strip()}")
         paths = found.stdout.splitlines()
         if ctx.read_deny:  # names the policy denies reading are left out
-            paths = [
-                p for p in paths if not ctx.read_denied(os.path.join(root, p), resolve=False)
-            ]
+            paths = [p for p in paths if not ctx.read_denied(os.path.join(root, p), resolve=False)]
         if plan.glob is not None and paths:
             listing = await run_ripgrep(["--files", *RG_COMMON, str(root)], cwd=root)
             if not listing.truncated:

@@ -245,6 +245,30 @@ async def test_misclassified_bash_cannot_write_in_the_read_only_host(
     assert (workspace / "a.txt").exists()
 
 
+async def test_nothing_a_read_only_call_starts_outlives_it_in_the_host(
+    runner: SandboxedToolRunner, ctx: ToolContext
+) -> None:
+    """The read-only host adopts its one-shots' orphans (orchestrator.orphans): what a call
+    left running with `setsid`, a double fork or `nohup` is gone when it returns, looked up on
+    the host by a marker; the host keeps no zombie of them."""
+    import secrets
+
+    marker = f"1000.{secrets.randbelow(10**9):09d}"
+    command = (
+        f"setsid sleep {marker}1 >/dev/null 2>&1 &\n"
+        f"( sleep {marker}2 >/dev/null 2>&1 & )\n"
+        f"( setsid sleep {marker}3 >/dev/null 2>&1 & )\n"
+        f"nohup sleep {marker}4 >/dev/null 2>&1 &\n"
+        "echo started"
+    )
+    out = await call(runner, BashTool(classifier=lambda command: True), ctx, command=command)
+    assert str(out.content).strip() == "started"
+    assert set(runner.host_pids()) == {"read_only"}
+    assert [line for line in command_lines() if marker in line] == []
+    host = host_python(runner, "read_only")
+    assert [p.pid for p in host.children() if p.status() == psutil.STATUS_ZOMBIE] == []
+
+
 async def test_misclassified_tool_cannot_write_in_the_read_only_host(
     runner: SandboxedToolRunner, ctx: ToolContext, workspace: Path
 ) -> None:
