@@ -15,6 +15,7 @@ from orchestrator.messages import AssistantMessage, Message
 
 __all__ = [
     "AssistantTurn",
+    "CompactBoundary",
     "Event",
     "EventSink",
     "PermissionDecided",
@@ -43,6 +44,18 @@ class ToolResultsMessage:
     """The user message carrying a turn's tool_results (or an interruption note)."""
 
     message: Message
+
+
+@dataclass(frozen=True)
+class CompactBoundary:
+    """The conversation was compacted (orchestrator/compaction.py): from here on the history
+    is `messages`. `summarised` is False when clearing old tool results was enough."""
+
+    trigger: Literal["auto", "manual", "reactive"]
+    pre_tokens: int
+    post_tokens: int
+    messages: list[Message]
+    summarised: bool
 
 
 @dataclass(frozen=True)
@@ -96,5 +109,6 @@ Event = (
     | ToolFinished
     | PermissionDecided
     | RetryScheduled
+    | CompactBoundary
 )
 EventSink = Callable[[Event], None]

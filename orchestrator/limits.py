@@ -43,6 +43,12 @@ class Limits(BaseModel):
     """US dollars the session may spend on the model, subagents included. A request whose
     estimate would pass it is not sent and the run ends `budget_exceeded`. Default None: no
     limit."""
+    compact_threshold: float = Field(default=0.8, ge=0.5, le=0.95)
+    """Fraction of the context window a request may fill before the conversation is compacted
+    (orchestrator/compaction.py). Default 0.8."""
+    context_window: int | None = Field(default=None, ge=1_000)
+    """Tokens of the model's context window; None: the model table's (a refusal that names a
+    smaller limit still teaches it)."""
     max_output_tokens_total: int | None = Field(default=None, ge=1)
     """Output tokens the session may generate, subagents included (each request reserves its
     `max_output_tokens`). Default None: no limit."""

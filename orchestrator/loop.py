@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import trio
 
 from orchestrator.aio import closing_iter
+from orchestrator.compaction import Compaction, Compactor
 from orchestrator.errors import ModelError
 from orchestrator.events import (
     AssistantTurn,
@@ -38,6 +39,7 @@ from orchestrator.model.base import (
     Retry,
     TextDelta,
 )
+from orchestrator.model.catalog import context_window
 from orchestrator.outcome import TerminalReason
 from orchestrator.pipeline import ToolPipeline
 from orchestrator.transcript_repair import INTERRUPTED_BY_USER, NO_CONTENT, normalize_for_api
@@ -106,6 +108,12 @@ class RunResult:
     duration_s: float
     model_usage: dict[str, ModelUsage] = field(default_factory=dict)
     """Usage and cost per model name (subagents may use other models)."""
+    context_tokens: int = 0
+    """Input tokens of the last request (the API's count): how full the context is."""
+    context_window: int = 0
+    """The window those tokens are out of (learnt from a refusal when smaller)."""
+    compactions: int = 0
+    """Summaries made in this run (orchestrator/compaction.py)."""
 
 
 async def run_loop(
@@ -116,6 +124,7 @@ async def run_loop(
     config: LoopConfig,
     emit: EventSink,
     control: RunControl | None = None,
+    compactor: Compactor | None = None,
 ) -> RunResult:
     """Run turns until the model answers without tool calls, or a terminal reason occurs.
 
@@ -123,9 +132,15 @@ async def run_loop(
 
     **Cancellation:** `control.interrupt()` ends the run with `interrupted` and a consistent
     transcript; an outer cancellation propagates (nothing is left half-appended).
+    `compactor` keeps the history inside the model's window (orchestrator/compaction.py): pass
+    the session's to keep its learnt window and counts across runs.
+
     **Errors:** none for model or tool failures: they are terminal reasons or tool_results.
     """
     control = control or RunControl()
+    compactor = compactor or Compactor(window=context_window(model.model))
+    summaries_before = compactor.compactions
+    reacted = False
     # Normalised once: from here on the loop only appends pairs that keep it valid, so a long
     # history is not re-checked every turn (tests/bench/bench_loop.py, benchmark c).
     history = normalize_for_api(list(messages))
@@ -140,10 +155,47 @@ async def run_loop(
 
     def finish(reason: TerminalReason, result: str, turns: int) -> RunResult:
         return RunResult(
-            reason, history, turns, usage, cost, result, time.monotonic() - started, by_model
+            reason,
+            history,
+            turns,
+            usage,
+            cost,
+            result,
+            time.monotonic() - started,
+            by_model,
+            context_tokens=compactor.account.last_reported,
+            context_window=compactor.window,
+            compactions=compactor.compactions - summaries_before,
         )
 
+    def take(compaction: Compaction) -> None:
+        nonlocal history, usage, cost
+        history = compaction.messages
+        if (summary := compaction.summary) is not None:
+            usage += summary.usage
+            cost += summary.cost_usd
+            by_model[summary.model] = by_model.get(summary.model, ModelUsage()).add(summary)
+
     for turn in range(1, config.max_turns + 1):
+        with trio.CancelScope() as scope:
+            control._scope = scope
+            if control.interrupted:
+                scope.cancel()
+            compaction = await compactor.before_request(
+                history,
+                model=model,
+                system=config.system,
+                tools=tool_specs,
+                pipeline=pipeline,
+                max_tokens=config.max_tokens,
+                emit=emit,
+            )
+            if compaction is not None:
+                take(compaction)
+        control._scope = None
+        if control.interrupted:
+            _close_interrupted(history, None, {}, [], emit)
+            return finish("interrupted", "The run was interrupted.", turn)
         request = ModelRequest(
             system=config.system,
             messages=list(history),
@@ -183,8 +235,31 @@ async def run_loop(
             _close_interrupted(history, final, completed, results, emit)
             return finish("interrupted", "The run was interrupted.", turn)
         if error is not None:
-            return finish(error.reason, error.message, turn)
+            if error.reason != "prompt_too_long" or reacted:
+                return finish(error.reason, error.message, turn)
+            # Refused as too long: learn the window, summarise, retry once (never a loop).
+            reacted = True
+            compactor.learn(error.message)
+            try:
+                take(
+                    await compactor.compact(
+                        history,
+                        trigger="reactive",
+                        model=model,
+                        system=config.system,
+                        tools=tool_specs,
+                        pipeline=pipeline,
+                        emit=emit,
+                    )
+                )
+            except ModelError as exc:
+                return finish(error.reason, f"{error.message} Compacting failed: {exc}", turn)
+            continue
         assert final is not None
+        reacted = False
+        compactor.observe(
+            request.messages, final, compactor.account.fixed_chars(config.system, tool_specs)
+        )
         if not final.message.tool_uses():
             return finish("completed", final.message.text(), turn)
         tool_results = Message(role="user", content=list(results))

@@ -7,6 +7,7 @@ loop. Field names follow the Anthropic Messages API so `to_api()` is a plain dum
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from functools import cached_property
 from typing import Annotated, Any, Literal
@@ -120,10 +121,17 @@ class Message(BaseModel):
     def _api_form(self) -> dict[str, Any]:
         return self.model_dump(mode="json", exclude_none=True)
 
+    @cached_property
+    def api_size(self) -> int:
+        """Characters of the API form as compact JSON: what context accounting counts
+        (orchestrator/compaction.py). Cached like the form itself."""
+        return len(json.dumps(self._api_form, separators=(",", ":"), ensure_ascii=False))
+
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Message:
         """A copy without the cached API form (which `update` may have made stale)."""
         copy = super().model_copy(update=update, deep=deep)
         copy.__dict__.pop("_api_form", None)
+        copy.__dict__.pop("api_size", None)
         return copy
 
 

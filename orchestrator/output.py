@@ -15,6 +15,7 @@ from typing import IO, Any, Literal
 
 from orchestrator.events import (
     AssistantTurn,
+    CompactBoundary,
     Event,
     PermissionDecided,
     RetryScheduled,
@@ -66,6 +67,11 @@ def result_record(result: RunResult, *, session_id: str, turns_offset: int = 0) 
             }
             for model, entry in result.model_usage.items()
         },
+        "context": {
+            "used_tokens": result.context_tokens,
+            "window_tokens": result.context_window,
+            "compactions": result.compactions,
+        },
         "session_id": session_id,
     }
 
@@ -97,6 +103,17 @@ def event_record(event: Event, **tag: Any) -> dict[str, Any] | None:
                 "delay_ms": round(event.delay_s * 1000),
                 "error": event.error,
                 "error_status": event.status,
+                **tag,
+            }
+        case CompactBoundary(summarised=True):
+            return {
+                "type": "system",
+                "subtype": "compact_boundary",
+                "compact_metadata": {
+                    "trigger": event.trigger,
+                    "pre_tokens": event.pre_tokens,
+                    "post_tokens": event.post_tokens,
+                },
                 **tag,
             }
         case _:
@@ -227,6 +244,11 @@ class ProgressPrinter:
                 self.out.write(f"  xx {escape_controls(tool)} denied: {first}\n")
             case RetryScheduled(attempt=attempt, delay_s=delay, error=error):
                 self.out.write(f"  .. retry {attempt} in {delay:.1f} s: {escape_controls(error)}\n")
+            case CompactBoundary(trigger=trigger, pre_tokens=pre, post_tokens=post):
+                how = "summarised" if event.summarised else "old tool results cleared"
+                self.out.write(
+                    f"  .. context compacted ({trigger}, {how}): ~{pre:,} -> ~{post:,} tokens\n"
+                )
             case _:
                 return
         self.out.flush()

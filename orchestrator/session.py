@@ -33,6 +33,7 @@ import trio
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from orchestrator.audit import AuditLog
+from orchestrator.compaction import Compaction, Compactor
 from orchestrator.context import (
     ContextSandbox,
     ContextSnapshot,
@@ -41,12 +42,20 @@ from orchestrator.context import (
     system_prompt,
 )
 from orchestrator.errors import ConfigError, SessionError, TranscriptWriteError
-from orchestrator.events import AssistantTurn, Event, EventSink, RetryScheduled, ToolResultsMessage
+from orchestrator.events import (
+    AssistantTurn,
+    CompactBoundary,
+    Event,
+    EventSink,
+    RetryScheduled,
+    ToolResultsMessage,
+)
 from orchestrator.limits import Limits
 from orchestrator.logs import LogSink, configure_logging
 from orchestrator.loop import LoopConfig, RunControl, RunResult, run_loop
 from orchestrator.messages import Message, Usage
 from orchestrator.model.base import ModelClient
+from orchestrator.model.catalog import context_window
 from orchestrator.output import OutputFormat, OutputPrinter, ProgressPrinter
 from orchestrator.paths import WarrenDirs
 from orchestrator.permissions import Asker, PermissionFn, headless_asker
@@ -56,6 +65,7 @@ from orchestrator.subagents import SubagentEvent, SubagentRunner, SubagentUpdate
 from orchestrator.terminal_asker import TerminalAsker
 from orchestrator.tools.base import Tool, ToolContext
 from orchestrator.tools.registry import ToolRegistry, builtin_tools
+from orchestrator.transcript_repair import normalize_for_api
 from orchestrator.transcripts import SessionStore, Transcript
 from policies.files import Mode
 
@@ -151,6 +161,8 @@ class SessionConfig(BaseModel):
     """`--max-concurrency`; None: the policy's `limits.max_concurrency`, else the default."""
     max_budget_usd: float | None = Field(default=None, gt=0)
     """`--max-budget-usd`; None: the policy's `limits.max_budget_usd`, else no budget."""
+    compact_threshold: float | None = Field(default=None, ge=0.5, le=0.95)
+    """`--compact-threshold`; None: the policy's `limits.compact_threshold`, else 0.8."""
     permission_mode: Mode | None = None
     """Overrides the policy files' `mode`: `default` (read-only calls run, others ask, which
     headless means deny), `accept-edits`, `plan`, `dont-ask`, `bypass`. Default: the policy's."""
@@ -223,6 +235,7 @@ def build_limits(config: SessionConfig, policy: SessionPolicy) -> Limits:
                 "max_turns": config.max_turns,
                 "max_concurrency": config.max_concurrency,
                 "max_budget_usd": config.max_budget_usd,
+                "compact_threshold": config.compact_threshold,
             },
         )
     except ValueError as exc:
@@ -275,6 +288,11 @@ class Session:
         self._system = system
         self._io = io_guard
         self._control: RunControl | None = None
+        self.compactor = Compactor(
+            window=limits.context_window or context_window(model.model),
+            threshold=limits.compact_threshold,
+        )
+        """Context accounting and compaction, kept across runs (orchestrator/compaction.py)."""
 
     @property
     def session_id(self) -> str:
@@ -316,6 +334,7 @@ class Session:
                 ),
                 emit=self._emit,
                 control=control,
+                compactor=self.compactor,
             )
         finally:
             self._control = None
@@ -341,6 +360,29 @@ class Session:
         # Last: stdout may be a terminal that is gone (SIGHUP); the transcript has it all.
         self._printer.finish(result)
         return result
+
+
+    async def compact(self, instructions: str | None = None) -> Compaction:
+        """Summarise the conversation now (the REPL's `/compact [instructions]`), between runs:
+        the history becomes the compact boundary, recorded in the transcript.
+
+        **Errors:** `ModelError` when the summary request fails (nothing changed);
+        `SessionError` when there is nothing to compact yet.
+        """
+        if not self.history:
+            raise SessionError("there is nothing to compact yet")
+        compaction = await self.compactor.compact(
+            normalize_for_api(list(self.history)),
+            trigger="manual",
+            model=self.model,
+            system=self._system,
+            tools=self._pipeline.tools.specs(),
+            pipeline=self._pipeline,
+            emit=self._emit,
+            instructions=instructions,
+        )
+        self.history = compaction.messages
+        return compaction
 
 
 @asynccontextmanager
@@ -696,6 +738,19 @@ def _transcript_sink(transcript: Transcript) -> EventSink:
                 transcript.message(turn.message)
             case ToolResultsMessage(message=message):
                 transcript.message(message)
+            case CompactBoundary():
+                # The full history stays above; loading restarts from here (transcripts.load).
+                transcript.write(
+                    {
+                        "type": "compact_boundary",
+                        "trigger": event.trigger,
+                        "pre_tokens": event.pre_tokens,
+                        "post_tokens": event.post_tokens,
+                        "summarised": event.summarised,
+                    }
+                )
+                for message in event.messages:
+                    transcript.message(message)
             case RetryScheduled():
                 transcript.write(
                     {

@@ -237,6 +237,8 @@ class SessionStore:
                         cwd = record.get("cwd")
                     elif record.get("type") == "message":
                         messages.append(Message.model_validate(record["message"]))
+                    elif record.get("type") == "compact_boundary":
+                        messages = []  # the compacted history follows, as message records
                 except (ValueError, KeyError, pydantic.ValidationError):
                     skipped += 1
         return LoadedSession(session_id, path, normalize_for_api(messages), cwd, skipped)

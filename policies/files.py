@@ -200,6 +200,12 @@ class Limits(_Section):
     """US dollars the session may spend on the model, subagents included. Default: no limit."""
     max_output_tokens_total: Annotated[int, Field(strict=True, ge=1)] | None = None
     """Output tokens the session may generate, subagents included. Default: no limit."""
+    compact_threshold: (
+        Annotated[float, Field(ge=0.5, le=0.95), AfterValidator(_finite)] | None
+    ) = None
+    """Fraction of the context window filled before the conversation is compacted. Default 0.8."""
+    context_window: Annotated[int, Field(strict=True, ge=1_000)] | None = None
+    """Tokens of the model's context window. Default: the model table's."""
 
 
 class Hook(_Section):

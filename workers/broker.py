@@ -50,7 +50,7 @@ of thumb for English text and code; the JSON framing makes the estimate a little
 def estimate_input_tokens(request: ModelRequest) -> int:
     """Input tokens `request` will be billed, estimated from its characters."""
     chars = sum(len(block) for block in request.system)
-    chars += sum(len(message.model_dump_json(exclude_none=True)) for message in request.messages)
+    chars += sum(message.api_size for message in request.messages)  # cached per message
     chars += sum(len(json.dumps(spec.to_api())) for spec in request.tools)
     return math.ceil(chars / CHARS_PER_TOKEN)
 

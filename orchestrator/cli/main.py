@@ -85,6 +85,15 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
         "policy's limits.max_budget_usd, else no limit)",
     )
     parser.add_argument(
+        "--compact-threshold",
+        type=float,
+        default=None,
+        metavar="F",
+        help="fraction of the model's context window (0.5 to 0.95) a request may fill before "
+        "the conversation is compacted (default: the policy's limits.compact_threshold, else "
+        "0.8)",
+    )
+    parser.add_argument(
         "--model",
         default=None,
         help="Claude model name, or scripted:PATH to replay a script (default: claude-sonnet-4-6)",
@@ -249,6 +258,7 @@ def _prompt(args: argparse.Namespace) -> int:
             max_turns=args.max_turns,
             max_concurrency=args.max_concurrency,
             max_budget_usd=args.max_budget_usd,
+            compact_threshold=args.compact_threshold,
             permission_mode=args.permission_mode,
             allowed_tools=_tool_list(args.allowed_tools),
             disallowed_tools=_tool_list(args.disallowed_tools),

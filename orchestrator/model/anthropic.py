@@ -44,6 +44,7 @@ from orchestrator.model.convert import (
     StreamAccumulator,
     StreamProtocolError,
     encode_request,
+    request_params,
 )
 from orchestrator.model.retry import ApiFailure, RetryPolicy, classify_api_error
 
@@ -173,6 +174,19 @@ class AnthropicModel:
                 http_client=self._http_client,
             )
         return self._client
+
+    async def count_tokens(self, request: ModelRequest) -> int | None:
+        """The input tokens of `request` by the API's `count_tokens` endpoint (free, no
+        output): what context accounting asks when its estimate is near the limit. None when
+        the endpoint cannot answer (the estimate stands then); never raises."""
+        try:
+            client = await self._sdk_client()
+            params = request_params(self._model, request)
+            params.pop("max_tokens", None)
+            counted = await client.messages.count_tokens(**params)
+            return int(counted.input_tokens)
+        except Exception:  # any failure: the caller keeps its estimate
+            return None
 
     async def stream(self, request: ModelRequest) -> AsyncGenerator[ModelEvent, None]:
         """Stream one response, retrying the whole stream on transient failures.

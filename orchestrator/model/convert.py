@@ -16,6 +16,7 @@ of I/O) lets them be tested with plain values (tests/orchestrator/model/test_con
 from __future__ import annotations
 
 import json
+import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, get_args
@@ -145,6 +146,25 @@ class MessageJsonCache:
 
     limit: int = 50_000
     _entries: dict[int, tuple[Message, str]] = field(default_factory=dict)
+    _prefix: tuple[list[Message], str] | None = None
+    """The messages of the last prefix `joined` made, and their JSON joined."""
+
+    def joined(self, messages: Sequence[Message], upto: int) -> str:
+        """The JSON of `messages[:upto]`, comma-joined. A conversation that only grew since
+        the last call (the same message objects in front: checked one by one, a compaction
+        rewrites some) reuses that call's text, so a turn costs what was appended plus one
+        string copy, not a re-encoding pass (tests/bench/bench_long_session.py)."""
+        if upto <= 0:
+            return ""
+        head = list(messages[:upto])
+        last = self._prefix
+        n = len(last[0]) if last is not None else 0
+        if last is not None and 0 < n <= upto and all(map(operator.is_, head[:n], last[0])):
+            text = ", ".join([last[1], *(self.json(m) for m in head[n:])])
+        else:
+            text = ", ".join(self.json(m) for m in head)
+        self._prefix = (head, text)
+        return text
 
     def json(self, message: Message) -> str:
         entry = self._entries.get(id(message))
@@ -173,12 +193,11 @@ def encode_request(
     if request.tools:
         head["tools"] = tools_param(request.tools)
     messages = request.messages
-    first_breakpoint = len(messages) - 2
-    parts = [
-        cache.json(message)
-        if position < first_breakpoint
-        else json.dumps(message_param(message, breakpoint=True))
-        for position, message in enumerate(messages)
+    first_breakpoint = max(0, len(messages) - 2)
+    parts = [cache.joined(messages, first_breakpoint)] if first_breakpoint else []
+    parts += [
+        json.dumps(message_param(message, breakpoint=True))
+        for message in messages[first_breakpoint:]
     ]
     return f'{json.dumps(head)[:-1]}, "messages": [{", ".join(parts)}]}}'.encode()
 

@@ -437,31 +437,18 @@ def _keep_owner_and_mode(fd: int, old: os.stat_result, path: Path) -> None:
     os.fchmod(fd, stat.S_IMODE(old.st_mode))
 
 
-def _fsync_directory(directory: Path) -> None:
-    """Make a rename in `directory` durable. Best effort: the rename has already happened,
-    so a failure here (a filesystem that cannot sync directories) must not be reported as
-    a failed write."""
-    try:
-        dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError:
-        return
-    try:
-        os.fsync(dir_fd)
-    except OSError:
-        pass
-    finally:
-        os.close(dir_fd)
-
-
 def write_atomically(path: Path, data: bytes, ctx: ToolContext) -> None:
     """Replace the file at `path` with `data`, all or nothing, and record it in the ledger.
 
     The bytes go to a new file beside the target (`.<name>.warren-<random>.tmp`, created with
     O_EXCL), which gets the old file's owner and mode, is fsynced and then renamed over the
-    target; the directory is fsynced last. A crash or SIGKILL at any moment leaves the old
-    bytes or the complete new ones, never a torn file (tests/orchestrator/tools/
-    test_atomic_write.py kills a 40 MB Write at ten moments). A symlink inside the workspace
-    is written through (the link stays); a hard link is replaced, not written through.
+    target. A crash or SIGKILL at any moment leaves the old bytes or the complete new ones,
+    never a torn file. The directory is not fsynced after the rename: a power loss right
+    after it may bring the old file back, which is still all or nothing, and a second journal
+    commit per edit cost more than the whole edit's checks (tests/bench/bench_vs_parent.py).
+    tests/orchestrator/tools/test_atomic_write.py kills a 40 MB Write at ten moments. A
+    symlink inside the workspace is written through (the link stays); a hard link is
+    replaced, not written through.
     Missing parent directories are created. After the rename the new file's mtime is recorded
     in the read ledger, so the next change needs no new Read.
 
@@ -519,7 +506,6 @@ def write_atomically(path: Path, data: bytes, ctx: ToolContext) -> None:
                 os.unlink(temp)
             except OSError:
                 pass
-    _fsync_directory(target.parent)
     ctx.read_ledger.record(target)
 
 

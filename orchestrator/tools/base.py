@@ -95,6 +95,11 @@ class ReadLedger:
     def recorded_mtime(self, path: Path) -> int | None:
         return self._mtimes.get(path.resolve())
 
+    def retain(self, paths: set[Path]) -> None:
+        """Forget every entry but `paths` (compared as given: the caller normalises them)."""
+        for path in [p for p in self._mtimes if p not in paths]:
+            del self._mtimes[path]
+
     def entries(self) -> dict[Path, int]:
         """A copy of every entry (resolved path -> mtime in ns), to ship to a tool host."""
         return dict(self._mtimes)

@@ -515,6 +515,9 @@ class _Handler(BaseHTTPRequestHandler):
             parsed = json.loads(raw) if raw else {}
         except ValueError:
             parsed = {}
+        if self.path.split("?")[0] == "/v1/messages/count_tokens":
+            self._count_tokens(api, parsed if isinstance(parsed, dict) else {})
+            return
         record = api._begin(
             method="POST",
             path=self.path,
@@ -531,6 +534,21 @@ class _Handler(BaseHTTPRequestHandler):
         finally:
             self._record = None
             api._end(record)
+
+    def _count_tokens(self, api: FakeMessagesAPI, body: dict[str, Any]) -> None:
+        """`count_tokens`: compact JSON of system, messages and tools / 4 (the peer server's
+        estimate, which `long_session` also enforces). Counted in `api.token_counts`, not
+        recorded as a request."""
+        part = {k: body.get(k) for k in ("system", "messages", "tools")}
+        tokens = max(1, len(json.dumps(part, separators=(",", ":"))) // 4)
+        with api._lock:
+            api.token_counts.append(tokens)
+        data = json.dumps({"input_tokens": tokens}).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
 
     # -- answering ------------------------------------------------------------------------------
 
@@ -771,6 +789,8 @@ class FakeMessagesAPI:
         self._connections: set[socket.socket] = set()
         self._threads: set[threading.Thread] = set()
         self._tool_counter = itertools.count(1)
+        self.token_counts: list[int] = []
+        """What each `POST /v1/messages/count_tokens` answered, in order."""
         self._server: _Server | None = None
         self._serve_thread: threading.Thread | None = None
 

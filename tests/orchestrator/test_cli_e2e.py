@@ -38,14 +38,14 @@ def sample(tmp_path: Path) -> Path:
 
 
 def run_cli(
-    args: list[str], env: dict[str, str], input: str | None = None
+    args: list[str], env: dict[str, str], input: str | None = None, timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*WARREN, *args],
         env=env,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=timeout,
         check=False,
         input=input,
     )

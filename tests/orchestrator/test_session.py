@@ -300,3 +300,36 @@ def test_the_built_in_policy_states_the_same_limits_as_the_defaults() -> None:
     text = resources.files("policies").joinpath("defaults.toml").read_text(encoding="utf-8")
     stated = tomllib.loads(text)["limits"]
     assert stated and Limits.build(stated) == Limits()
+
+
+async def test_manual_compaction_with_instructions_then_the_next_run_continues_from_it(
+    tmp_path: Path, dirs: WarrenDirs, workspace: Path
+) -> None:
+    """`Session.compact(instructions)` (the REPL's `/compact`): one summary request whose last
+    user message asks for the summary with the focus; the history becomes the boundary, the
+    transcript records it, and the next run sends the compacted history."""
+    model = ScriptedModel(
+        [
+            ScriptedTurn.model_validate({"content": [{"type": "text", "text": "one"}]}),
+            ScriptedTurn.model_validate({"content": [{"type": "text", "text": "SUMMARY-1"}]}),
+            ScriptedTurn.model_validate({"content": [{"type": "text", "text": "two"}]}),
+        ]
+    )
+    parts = SessionParts(dirs=dirs, stdout=io.StringIO(), model=model)
+    async with open_session(SessionConfig(cwd=workspace, sandbox="off"), parts) as session:
+        await session.run("first task")
+        compaction = await session.compact("the parser changes")
+        second = await session.run("b")
+        store = SessionStore(dirs.sessions)
+    assert compaction.trigger == "manual" and compaction.summary is not None
+    ask = model.requests[1].messages[-1].text()
+    assert "summary" in ask.lower() and "Focus the summary on: the parser changes" in ask
+    assert second.result == "two"
+    sent = model.requests[2].messages
+    assert "SUMMARY-1" in sent[0].text() and "first task" not in json.dumps(
+        [m.to_api() for m in sent]
+    )
+    records = [json.loads(line) for line in session.transcript.path.read_text().splitlines()]
+    assert [r["trigger"] for r in records if r["type"] == "compact_boundary"] == ["manual"]
+    loaded = store.load(session.session_id).messages
+    assert "SUMMARY-1" in loaded[0].text() and loaded[-1].text() == "two"

@@ -148,7 +148,8 @@ async def test_background_job_does_not_keep_the_call_alive(tmp_path: Path) -> No
         job = psutil.Process(int(run.stdout))
         assert job.status() != psutil.STATUS_ZOMBIE  # still running, as asked
         # A background job that writes without end does not hold the call either.
-        chatty = await shell.run("yes & echo started", timeout_s=10)
+        # (It starts writing after the echo, so the output's head is deterministic.)
+        chatty = await shell.run("(sleep 0.2; exec yes) & echo started", timeout_s=10)
         assert (chatty.exit_code, chatty.timed_out) == (0, False)
         assert chatty.stdout.startswith("started\n")
     finally:

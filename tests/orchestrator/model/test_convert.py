@@ -141,6 +141,23 @@ def test_the_encoded_body_equals_the_params_as_the_conversation_grows() -> None:
     assert len(cache._entries) == len(conversation) - 2
 
 
+def test_a_rewritten_early_message_is_encoded_anew() -> None:
+    """Compaction replaces early messages and keeps later ones (the same objects): the reused
+    prefix must not carry the old text."""
+    cache = MessageJsonCache()
+    conversation = [Message.user_text(f"m{i}") if i % 2 == 0 else
+                    Message(role="assistant", content=[TextBlock(text=f"a{i}")])
+                    for i in range(9)]  # fmt: skip
+    encode_request("claude-x", ModelRequest(system=[], messages=conversation), cache)
+    rewritten = [Message.user_text("cleared"), *conversation[1:]]
+    request = ModelRequest(system=[], messages=rewritten)
+    encoded = json.loads(encode_request("claude-x", request, cache))
+    assert encoded == {**request_params("claude-x", request), "stream": True}
+    shorter = ModelRequest(system=[], messages=[Message.user_text("head"), *conversation[5:]])
+    encoded = json.loads(encode_request("claude-x", shorter, cache))
+    assert encoded == {**request_params("claude-x", shorter), "stream": True}
+
+
 def test_the_json_cache_is_bounded() -> None:
     cache = MessageJsonCache(limit=3)
     messages = [Message.user_text(str(i)) for i in range(5)]
