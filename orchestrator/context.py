@@ -170,12 +170,14 @@ class ContextSandbox:
 
 
 def context_spec(
-    cwd: Path, *, deny_read: tuple[str, ...] = (), home_allow: tuple[str, ...] = ()
+    root: Path, *, deny_read: tuple[str, ...] = (), home_allow: tuple[str, ...] = ()
 ) -> SandboxSpec:
-    """The one-shot sandbox the probe runs in: the workspace read-only, the policy's secrets
-    masked, small limits (git on a huge repository must not stall the start)."""
+    """The one-shot sandbox the probe runs in: `root` read-only (the repository root,
+    `MemorySources.root`, which holds the working directory: git and the memory files above
+    it work from a subdirectory too), the policy's secrets masked, small limits (git on a
+    huge repository must not stall the start)."""
     return SandboxSpec(
-        workspaces=(WorkspaceRoot(path=cwd, mode="ro"),),
+        workspaces=(WorkspaceRoot(path=root, mode="ro"),),
         extra_deny_read=deny_read,
         extra_home_allow=home_allow,
         limits=Limits(

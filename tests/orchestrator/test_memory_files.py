@@ -97,8 +97,7 @@ async def snapshot_of(
     deny: tuple[str, ...] = (),
     user: bool = False,
 ) -> ContextSnapshot:
-    cwd = cwd.resolve()
-    root = memory_root(cwd, home)
+    root = memory_root(cwd, home)  # pytest's tmp_path is already resolved
     patterns = tuple(
         compile_path_pattern(spec, anchor=cwd, workspace=cwd, home=home or cwd) for spec in deny
     )
@@ -112,7 +111,9 @@ async def snapshot_of(
         home=home,
         deny=patterns,
     )
-    sandbox = ContextSandbox(context_spec(root), await detect_host()) if mode == "required" else None
+    sandbox = None
+    if mode == "required":
+        sandbox = ContextSandbox(context_spec(root), await detect_host())
     with trio.fail_after(30):  # a FIFO or an endless device must not hang start-up
         return await gather_context(cwd, sandbox=sandbox, memory=memory)
 
