@@ -1,17 +1,37 @@
 """What the model is told about where it works: the system prompt and a context snapshot.
 
-The snapshot (git branch and status, a bounded top-level listing, the project's memory files)
+The snapshot (git branch and status, a bounded top-level listing, memory files) is what both
+the main agent and every subagent are told (`ContextSnapshot.render`). The repository's part
 is workspace content, so it is gathered under the floor: `orchestrator.context_probe` runs in
 a one-shot read-only sandbox after the policy is loaded, while the SDK import still runs, so
 start-up does not wait for it (tests/bench/bench_loop.py measures launch -> first request).
+
+Memory files, in prompt order (`MemorySources`; the rules in `policies.memory_files`):
+
+1. the user's own, `$XDG_CONFIG_HOME/warren/WARREN.md` (default `~/.config/warren/`) and
+   `~/.claude/CLAUDE.md`. They are read here, on the host, because the sandbox hides the home
+   and they are the user's, not the repository's. Still bounded regular files, and neither
+   they nor their imports may reach into the repository or another writable root: each path
+   is resolved one component at a time and refused the moment a name or a link's target lies
+   there, so a link the repository planted cannot turn a user import into a host read of
+   repository-controlled content (`_user_resolve`).
+2. the repository's, in each directory from the repository root (`memory_root`: the nearest
+   ancestor with `.git`, found by name only) down to the working directory, more specific
+   later, with their imports: read by the probe inside the sandbox, which mounts that root
+   read-only.
+
+Each file is labelled with its path; an import left out carries a note saying why.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import platform
+import stat
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,17 +40,25 @@ import trio
 
 from orchestrator import context_probe
 from orchestrator.context_probe import MEMORY_FILES, collect
+from policies import memory_files
+from policies.memory_files import Skipped, within
+from policies.rules import PathPattern
 from sandbox.host import SandboxHost
+from sandbox.safe_read import read_bounded_regular
 from sandbox.spec import Limits, SandboxSpec, WorkspaceRoot
 
 __all__ = [
     "MEMORY_FILES",
     "ContextSandbox",
     "ContextSnapshot",
+    "MemorySources",
     "context_spec",
     "gather_context",
+    "memory_root",
     "system_prompt",
 ]
+
+_MAX_LINK_HOPS = 40
 
 _PROBE_WALL_S = 10.0
 """Seconds the probe may take before the snapshot goes without its facts."""
@@ -62,7 +90,8 @@ class ContextSnapshot:
     git_status: str | None
     tree: str
     memory: tuple[tuple[str, str], ...]
-    """(file name, contents) of each memory file found."""
+    """(path, contents) of each memory file found, in prompt order: the user's first, then
+    the repository's from its root down to `cwd`, each followed by its imports."""
 
     def render(self) -> str:
         lines = [
@@ -85,6 +114,52 @@ class ContextSnapshot:
         return "\n".join(lines)
 
 
+def memory_root(cwd: Path, home: Path | None = None) -> Path:
+    """The repository root memory files are looked for from (`policies.memory_files`),
+    `cwd` when it is in no repository. Looks at names only."""
+    if home is None:
+        home = Path(os.environ.get("HOME") or Path.home())
+    return Path(memory_files.memory_root(str(cwd), str(home)))
+
+
+@dataclass(frozen=True)
+class MemorySources:
+    """Where memory files come from for one session."""
+
+    root: Path
+    """The repository root (`memory_root`); the probe mounts it and reads no file outside."""
+    user_files: tuple[Path, ...] = ()
+    """The user's own memory files, read on the host, first in the prompt."""
+    home: Path | None = None
+    """What `@~/...` means."""
+    deny: tuple[PathPattern, ...] = ()
+    """The policy's `Read` deny rules: no memory file or import they cover is read."""
+    writable_roots: tuple[Path, ...] = ()
+    """More directories the sandbox may write: a user file never imports from them."""
+
+    @classmethod
+    def for_session(
+        cls,
+        cwd: Path,
+        *,
+        config_dir: Path,
+        home: Path | None = None,
+        deny: Sequence[PathPattern] = (),
+        writable_roots: Sequence[Path] = (),
+    ) -> MemorySources:
+        """The standard sources for a session in `cwd` (resolved): `config_dir/WARREN.md`
+        and `~/.claude/CLAUDE.md`, the repository from `memory_root(cwd)`."""
+        if home is None:
+            home = Path(os.environ.get("HOME") or Path.home())
+        return cls(
+            root=memory_root(cwd, home),
+            user_files=(config_dir / "WARREN.md", home / ".claude" / "CLAUDE.md"),
+            home=home,
+            deny=tuple(deny),
+            writable_roots=tuple(writable_roots),
+        )
+
+
 @dataclass(frozen=True)
 class ContextSandbox:
     """Where the probe runs when the floor is on: a read-only spec of the workspace (with
@@ -95,12 +170,14 @@ class ContextSandbox:
 
 
 def context_spec(
-    cwd: Path, *, deny_read: tuple[str, ...] = (), home_allow: tuple[str, ...] = ()
+    root: Path, *, deny_read: tuple[str, ...] = (), home_allow: tuple[str, ...] = ()
 ) -> SandboxSpec:
-    """The one-shot sandbox the probe runs in: the workspace read-only, the policy's secrets
-    masked, small limits (git on a huge repository must not stall the start)."""
+    """The one-shot sandbox the probe runs in: `root` read-only (the repository root,
+    `MemorySources.root`, which holds the working directory: git and the memory files above
+    it work from a subdirectory too), the policy's secrets masked, small limits (git on a
+    huge repository must not stall the start)."""
     return SandboxSpec(
-        workspaces=(WorkspaceRoot(path=cwd, mode="ro"),),
+        workspaces=(WorkspaceRoot(path=root, mode="ro"),),
         extra_deny_read=deny_read,
         extra_home_allow=home_allow,
         limits=Limits(
@@ -116,25 +193,53 @@ def context_spec(
 
 
 async def gather_context(
-    cwd: Path, *, sandbox: ContextSandbox | None = None, today: dt.date | None = None
+    cwd: Path,
+    *,
+    sandbox: ContextSandbox | None = None,
+    memory: MemorySources | None = None,
+    today: dt.date | None = None,
 ) -> ContextSnapshot:
     """Collect the snapshot (see `orchestrator.context_probe`), failing soft.
 
-    With `sandbox`, the probe runs in a one-shot read-only sandbox: nothing the repository
-    configures or links to is run or read on the host. Without (the user turned the sandbox
-    off), it runs here with git's code-running settings disabled and memory files read as
-    bounded regular files.
+    With `sandbox` (whose spec mounts `memory.root`: `context_spec`), the probe runs in a
+    one-shot read-only sandbox: nothing the repository configures or links to is run or read
+    on the host. Without (the user turned the sandbox off), it runs here with git's
+    code-running settings disabled and memory files read as bounded regular files. The
+    user's memory files are read here meanwhile (see the module docstring). `memory`
+    defaults to `cwd` as the root and no user files.
+
+    **Cancellation:** each part gives up after `_PROBE_WALL_S` and the snapshot goes without
+    it; a host read stuck in the kernel (a hung network mount) is abandoned in its thread.
     """
+    memory = memory or MemorySources(root=cwd)
+    deny = [pattern.wire() for pattern in memory.deny]
     facts: dict[str, Any] = {}
-    if sandbox is not None:
-        facts = await _sandboxed(cwd, sandbox)
-    else:
+    user: list[list[str]] = []
+
+    async def repository() -> None:
+        nonlocal facts
+        if sandbox is not None:
+            facts = await _sandboxed(cwd, memory.root, deny, sandbox)
+        else:
+            with trio.move_on_after(_PROBE_WALL_S):
+                facts = await trio.to_thread.run_sync(
+                    lambda: collect(cwd, root=memory.root, deny=deny), abandon_on_cancel=True
+                )
+
+    async def users() -> None:
+        nonlocal user
+        if not memory.user_files:
+            return
         with trio.move_on_after(_PROBE_WALL_S):
-            facts = await trio.to_thread.run_sync(collect, cwd, abandon_on_cancel=True)
+            user = await trio.to_thread.run_sync(_user_memory, memory, cwd, abandon_on_cancel=True)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(repository)
+        nursery.start_soon(users)
     branch = facts.get("branch")
     status = facts.get("status")
     tree = facts.get("tree")
-    memory = facts.get("memory")
+    found = facts.get("memory")
     return ContextSnapshot(
         cwd=cwd,
         platform=f"{platform.system()} {platform.release()}",
@@ -142,15 +247,18 @@ async def gather_context(
         git_branch=branch if isinstance(branch, str) else None,
         git_status=status if isinstance(status, str) else None,
         tree=tree if isinstance(tree, str) else "",
-        memory=_pairs(memory),
+        memory=_pairs(user) + _pairs(found),
     )
 
 
-async def _sandboxed(cwd: Path, sandbox: ContextSandbox) -> dict[str, Any]:
+async def _sandboxed(
+    cwd: Path, root: Path, deny: list[memory_files.WirePattern], sandbox: ContextSandbox
+) -> dict[str, Any]:
     from sandbox.errors import SandboxError
     from sandbox.run import run_sandboxed
 
-    argv = [sys.executable, "-I", "-S", context_probe.__file__, str(cwd)]
+    probe = context_probe.__file__
+    argv = [sys.executable, "-I", "-S", probe, str(cwd), str(root), json.dumps(deny)]
     try:
         done = await run_sandboxed(sandbox.spec, argv, host=sandbox.host)
     except (SandboxError, OSError):
@@ -175,6 +283,60 @@ def _pairs(value: object) -> tuple[tuple[str, str], ...]:
         and isinstance(item[0], str)
         and isinstance(item[1], str)
     )
+
+
+def _user_memory(memory: MemorySources, cwd: Path) -> list[list[str]]:
+    """The user's memory files and their imports, read on the host (see the module
+    docstring), as `[path, text]` pairs."""
+    forbidden = tuple(str(p) for p in (memory.root, cwd, *memory.writable_roots))
+
+    def resolve(path: str) -> str:
+        real = _user_resolve(path, forbidden)
+        if any(p.matches(path) or p.matches(real) for p in memory.deny):
+            raise Skipped("a Read deny rule covers it")
+        return real
+
+    entries = memory_files.gather(
+        [str(p) for p in memory.user_files],
+        resolve=resolve,
+        read=lambda path, limit: read_bounded_regular(Path(path), limit),
+        home=None if memory.home is None else str(memory.home),
+    )
+    return [[entry.label, entry.rendered()] for entry in entries]
+
+
+def _user_resolve(path: str, forbidden: Sequence[str]) -> str:
+    """The real location of `path`, resolved one component at a time like the kernel does,
+    refused (`Skipped`) as soon as a step (a name, or where a link points) lies in one of
+    the `forbidden` roots: the repository controls everything there, its links included.
+
+    **Errors:** `Skipped`; `FileNotFoundError` and other `OSError`s from `lstat`/`readlink`.
+    """
+    pending = path.split("/")
+    current = "/"
+    hops = 0
+    while pending:
+        name = pending.pop(0)
+        if name in ("", "."):
+            continue
+        if name == "..":
+            current = os.path.dirname(current)
+            continue
+        step = os.path.join(current, name)
+        if any(within(step, root) for root in forbidden):
+            raise Skipped("it lies in a workspace: a user memory file imports only user files")
+        info = os.lstat(step)
+        if not stat.S_ISLNK(info.st_mode):
+            current = step
+            continue
+        hops += 1
+        if hops > _MAX_LINK_HOPS:
+            raise Skipped("too many links")
+        target = os.readlink(step)
+        if target.startswith("/"):
+            current = "/"
+        pending = target.split("/") + pending
+    return current
 
 
 def system_prompt(snapshot: ContextSnapshot, *, extra: str | None = None) -> list[str]:

@@ -1,15 +1,19 @@
 """The workspace facts the system prompt shows (git branch and status, a top-level listing,
-memory files), collected without letting the repository run code or point us elsewhere.
+the repository's memory files), collected without letting the repository run code or point us
+elsewhere.
 
 `orchestrator.context` runs this file as a script inside a one-shot read-only sandbox
-(`python -I -S context_probe.py CWD`, JSON on stdout), and calls `collect` in-process only
+(`python -I -S context_probe.py CWD ROOT DENY`, JSON on stdout; ROOT is the repository root
+mounted read-only, DENY the `Read` deny rules as JSON), and calls `collect` in-process only
 when the user turned the sandbox off. Either way it is hardened on its own: git's
 code-running settings are disabled (fsmonitor, hooks, external diff, pager; no system config;
-submodules ignored, so a gitlink's configuration is never read), and memory files are opened
-as bounded regular files without following links (`sandbox.safe_read`).
+submodules ignored, so a gitlink's configuration is never read), and memory files (from ROOT
+down to CWD, with their `@imports`: `policies.memory_files`) are opened as bounded regular
+files, never outside ROOT, never through a link leading out of it, never when a deny rule
+covers them (`sandbox.safe_read`).
 
 Stdlib only, imports nothing of Warren's package `__init__`s: the sandboxed run must start in
-milliseconds, so the safe-read helper is loaded by file path.
+milliseconds, so the safe-read and memory-file helpers are loaded by file path.
 """
 
 from __future__ import annotations
@@ -22,15 +26,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
+    from types import ModuleType
+
+    from policies.memory_files import WirePattern
 
 __all__ = ["GIT_SAFETY", "MEMORY_FILES", "collect", "git_argv"]
 
 MEMORY_FILES = ("WARREN.md", "AGENTS.md", "CLAUDE.md")
-"""Project memory files read from the workspace root, in this order."""
+"""Memory file names read in each directory from the repository root down, in this order
+(`policies.memory_files.MEMORY_FILES`; a test keeps the two equal)."""
 
-MAX_MEMORY_BYTES = 40_000
-"""Bytes read from each memory file; the rest is cut with a note."""
 MAX_STATUS_LINES = 40
 MAX_STATUS_BYTES = 64 * 1024
 MAX_TREE_ENTRIES = 60
@@ -70,9 +76,12 @@ def git_argv(*args: str) -> list[str]:
     return ["git", *GIT_SAFETY, *args]
 
 
-def collect(cwd: Path) -> dict[str, Any]:
+def collect(
+    cwd: Path, *, root: Path | None = None, deny: Sequence[WirePattern] = ()
+) -> dict[str, Any]:
     """The facts as plain JSON values: `branch`, `status` (None outside a repository),
-    `tree` (listing text) and `memory` (list of `[name, text]`)."""
+    `tree` (listing text) and `memory` (list of `[path, text]`, from `root`, default `cwd`,
+    down to `cwd`; `deny`: the `Read` deny rules, `policies.rules.PathPattern.wire`)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")} | _GIT_ENV
     # Both git commands at once: start-up costs the slower one, not their sum.
     branch = _start(git_argv("rev-parse", "--abbrev-ref", "HEAD"), cwd, env)
@@ -80,7 +89,7 @@ def collect(cwd: Path) -> dict[str, Any]:
         git_argv("status", "--short", "--ignore-submodules=all", "--no-renames"), cwd, env
     )
     tree = _tree(cwd)
-    memory = _memory(cwd)
+    memory = _memory(cwd, root or cwd, deny)
     branch_text = _finish(branch, 4096)
     status_text = _finish(status, MAX_STATUS_BYTES)
     if status_text is not None:
@@ -149,28 +158,46 @@ def _tree(cwd: Path) -> str:
     return text + (f"\n- ... and {more} more" if more > 0 else "")
 
 
-def _memory(cwd: Path) -> list[list[str]]:
+def _memory(cwd: Path, root: Path, deny: Sequence[WirePattern]) -> list[list[str]]:
+    """Memory files from `root` down to `cwd` with their imports (`policies.memory_files`):
+    inside `root` only, never through a link leading out of it, never a file a `Read` deny
+    rule covers, each read as a bounded regular file."""
+    memory = _load_memory_files()
     read = _safe_reader()
-    root = Path(os.path.realpath(cwd))
-    found: list[list[str]] = []
-    for name in MEMORY_FILES:
-        path = cwd / name
-        if os.path.islink(path):
-            # `CLAUDE.md -> AGENTS.md` is common and fine; a link leaving the workspace is
-            # not followed (`CLAUDE.md -> ~/.ssh/id_rsa`).
-            target = Path(os.path.realpath(path))
-            if target == root or root not in target.parents:
-                continue
-            path = target
-        try:
-            data, cut = read(path, MAX_MEMORY_BYTES)
-        except OSError:
-            continue
-        text = data.decode("utf-8", "replace")
-        if cut:
-            text += f"\n[... {name} cut at {MAX_MEMORY_BYTES} bytes]"
-        found.append([name, text])
-    return found
+    top = os.path.realpath(root)
+    home = os.environ.get("HOME")
+
+    def resolve(path: str) -> str:
+        if not memory.within(path, str(root)):
+            raise memory.Skipped("outside the repository")
+        if memory.wire_denied(deny, path):
+            raise memory.Skipped("a Read deny rule covers it")
+        if not os.path.lexists(path):
+            raise FileNotFoundError(path)
+        # `CLAUDE.md -> AGENTS.md` is common and fine; a link leaving the repository is not
+        # followed (`CLAUDE.md -> ~/.ssh/id_rsa`).
+        real = os.path.realpath(path)
+        if not memory.within(real, top):
+            raise memory.Skipped("a link leading outside the repository")
+        if memory.wire_denied(deny, real):
+            raise memory.Skipped("a Read deny rule covers it")
+        return real
+
+    entries = memory.gather(
+        memory.memory_chain(str(root), str(cwd)),
+        resolve=resolve,
+        read=lambda path, limit: read(Path(path), limit),
+        home=home,
+    )
+    return [[entry.label, entry.rendered()] for entry in entries]
+
+
+def _load_memory_files() -> ModuleType:
+    if __name__ != "__main__":
+        import policies.memory_files
+
+        return policies.memory_files
+    return _load_by_path("_warren_memory_files", ("policies", "memory_files.py"))
 
 
 def _safe_reader() -> Callable[[Path, int], tuple[bytes, bool]]:
@@ -178,16 +205,24 @@ def _safe_reader() -> Callable[[Path, int], tuple[bytes, bool]]:
         from sandbox.safe_read import read_bounded_regular
 
         return read_bounded_regular
-    import importlib.util
-
-    location = Path(__file__).resolve().parents[1] / "sandbox" / "safe_read.py"
-    spec = importlib.util.spec_from_file_location("_warren_safe_read", location)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = _load_by_path("_warren_safe_read", ("sandbox", "safe_read.py"))
     reader: Callable[[Path, int], tuple[bytes, bool]] = module.read_bounded_regular
     return reader
 
 
+def _load_by_path(name: str, parts: tuple[str, str]) -> ModuleType:
+    import importlib.util
+
+    location = Path(__file__).resolve().parents[1].joinpath(*parts)
+    spec = importlib.util.spec_from_file_location(name, location)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while the class is made
+    spec.loader.exec_module(module)
+    return module
+
+
 if __name__ == "__main__":
-    sys.stdout.write(json.dumps(collect(Path(sys.argv[1]))))
+    sys.stdout.write(
+        json.dumps(collect(Path(sys.argv[1]), root=Path(sys.argv[2]), deny=json.loads(sys.argv[3])))
+    )

@@ -37,6 +37,7 @@ from orchestrator.compaction import Compaction, Compactor
 from orchestrator.context import (
     ContextSandbox,
     ContextSnapshot,
+    MemorySources,
     context_spec,
     gather_context,
     system_prompt,
@@ -411,7 +412,7 @@ async def open_session(
         audit = _open_audit(transcript, config)
         stack.callback(io_guard.close, audit.close)
 
-        up = await _start_up(config, cwd, parts.runner)
+        up = await _start_up(config, cwd, dirs, parts.runner)
         snapshot, floor, floor_state, policy = up.snapshot, up.floor, up.floor_state, up.policy
         if floor is not None:
             io_guard.write(
@@ -473,6 +474,7 @@ async def open_session(
                 dirs,
                 permission,
                 asker,
+                context=snapshot.render(),
                 on_update=_subagent_sink(printer, io_guard.sink(audit), parts.on_subagent),
             )
             registry = ToolRegistry([*registry, dispatch])
@@ -564,7 +566,9 @@ def _open_audit(transcript: Transcript, config: SessionConfig) -> AuditLog:
         raise StateUnwritable(path.parent, exc) from exc
 
 
-async def _start_up(config: SessionConfig, cwd: Path, runner: RunnerFactory | None) -> _StartedUp:
+async def _start_up(
+    config: SessionConfig, cwd: Path, dirs: WarrenDirs, runner: RunnerFactory | None
+) -> _StartedUp:
     """Everything a run needs before its first request. The SDK import (about a second) runs
     while the floor probe, the policy and then the context snapshot follow one another: the
     snapshot is workspace content, gathered in a read-only sandbox under the loaded policy
@@ -594,15 +598,23 @@ async def _start_up(config: SessionConfig, cwd: Path, runner: RunnerFactory | No
                 disallowed_tools=config.disallowed_tools,
                 no_sandbox_consent=config.no_sandbox_consent,
             )
+            memory = MemorySources.for_session(
+                cwd,
+                config_dir=dirs.config,
+                deny=policy.read_deny_patterns(),
+                writable_roots=policy.writable_roots(),
+            )
             sandbox = (
                 ContextSandbox(
-                    context_spec(cwd, deny_read=policy.deny_read(), home_allow=policy.home_allow()),
+                    context_spec(
+                        memory.root, deny_read=policy.deny_read(), home_allow=policy.home_allow()
+                    ),
                     host,
                 )
                 if state == "proven"
                 else None
             )
-            snapshot = await gather_context(cwd, sandbox=sandbox)
+            snapshot = await gather_context(cwd, sandbox=sandbox, memory=memory)
             started.append(_StartedUp(snapshot, floor, state, policy))
         except Exception as exc:  # re-raised below, outside the nursery (no ExceptionGroup)
             failure.append(exc)
@@ -652,10 +664,12 @@ def _dispatch_tool(
     permission: PermissionFn,
     asker: Asker,
     *,
+    context: str,
     on_update: Callable[[SubagentUpdate], None],
 ) -> Tool[Any]:
     """`dispatch_agent` over the worker pool, with the agent types this workspace defines
-    (its `.warren/agents/` only when trusted) and the session's tools and permissions."""
+    (its `.warren/agents/` only when trusted), the session's tools and permissions, and the
+    main agent's context text (git snapshot, memory files) for every subagent."""
     from orchestrator.tools.dispatch_agent import DispatchAgentTool
 
     return DispatchAgentTool(
@@ -672,6 +686,7 @@ def _dispatch_tool(
         assessor=policy.assessor(),
         sidechain_root=dirs.sessions,
         on_update=on_update,
+        context=context,
     )
 
 

@@ -29,7 +29,7 @@ from policies.files import (
     command_line_policy,
     load_effective_policy,
 )
-from policies.rules import compile_path_pattern
+from policies.rules import PathPattern, compile_path_pattern
 
 __all__ = ["SessionPolicy", "load_session_policy"]
 
@@ -127,18 +127,21 @@ class SessionPolicy:
                 out.append((entry.parsed.specifier, str(entry.anchor)))
         return tuple(out)
 
+    def read_deny_patterns(self) -> tuple[PathPattern, ...]:
+        """The `Read` deny rules compiled (memory files and their imports obey them too)."""
+        home = Path(os.environ.get("HOME") or Path.home()).resolve()
+        workspace = self.engine.workspace
+        return tuple(
+            compile_path_pattern(spec, anchor=Path(anchor), workspace=workspace, home=home)
+            for spec, anchor in self.read_deny_rules()
+        )
+
     def read_denied(self) -> Callable[[str], bool] | None:
         """Absolute path -> does a deny rule on `Read` cover it; None when no rule does. The
         sandbox masks the workspace files it covers (`SandboxedSpawner`)."""
-        rules = self.read_deny_rules()
-        if not rules:
+        patterns = self.read_deny_patterns()
+        if not patterns:
             return None
-        home = Path(os.environ.get("HOME") or Path.home()).resolve()
-        workspace = self.engine.workspace
-        patterns = [
-            compile_path_pattern(spec, anchor=Path(anchor), workspace=workspace, home=home)
-            for spec, anchor in rules
-        ]
         return lambda path: any(pattern.matches(path) for pattern in patterns)
 
     def protected(self) -> tuple[str, ...]:

@@ -639,7 +639,7 @@ def trust_cmd(
     print(f"trusted {root} (contents {current[:12]})", file=out)
     for file in repository_files(root):
         if file.exists() or file.is_symlink():
-            print(f"  covers: {file.relative_to(root)}", file=out)
+            print(f"  covers: {os.path.relpath(file, root)}", file=out)
     for file, policy in loaded:
         if policy is None:
             continue

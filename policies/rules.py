@@ -361,6 +361,12 @@ class PathPattern:
             self._regex = _glob_regex(self.glob, self.anchored)
         return self._regex
 
+    def wire(self) -> tuple[str, str, bool, str | None]:
+        """This pattern as plain values for a process without wcmatch (the context probe:
+        `policies.memory_files.wire_denied` matches them the way `matches` does)."""
+        literal = _GLOB_MAGIC.search(self.glob) is None
+        return self.root, self.glob, self.anchored, None if literal else self.regex.pattern
+
     def matches(self, path: str) -> bool:
         """Does the absolute, normalised `path` fall under this pattern?"""
         if self.root == "/":

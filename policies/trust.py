@@ -9,9 +9,11 @@ Trust is stored per resolved repository path in the user's state directory
 (`$XDG_STATE_HOME/warren/trust.json`), together with a hash of everything the repository
 contributes (`repository_files`): the project and local policy files (rules, mode, limits,
 hooks), agent definitions (`.warren/agents/*.md`), MCP configuration (`.mcp.json`,
-`.warren/mcp.json`) and memory files (`MEMORY_FILES`, what `orchestrator.context` puts in
-the system prompt). When any of them changes, appears or goes, the hash no longer matches
-and the repository is untrusted until the user trusts it again.
+`.warren/mcp.json`) and memory files: the root's `MEMORY_FILES`, and every other file
+`orchestrator.context` puts in the system prompt from the repository (`_memory_files`: memory
+files in the directories from the repository root down, the targets of links among them,
+their `@imports`). When any of them changes, appears or goes, the hash no longer matches and
+the repository is untrusted until the user trusts it again.
 
 Hashing reads repository content on the host, so it goes through `policies.atomic`: no link
 is followed (a link hashes as its target's text, never the target's bytes), a FIFO or device
@@ -30,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
 
+from policies import memory_files
 from policies.atomic import open_directory, read_regular, write_atomic
 
 __all__ = [
@@ -60,9 +63,9 @@ AGENTS_DIR = Path(".warren/agents")
 MCP_FILES: Final = (Path(".mcp.json"), Path(".warren/mcp.json"))
 """MCP server configuration. Hashed before Warren reads them, so a file planted today is not
 trusted unseen on the day MCP support reads it."""
-MEMORY_FILES: Final = ("WARREN.md", "AGENTS.md", "CLAUDE.md")
-"""Memory files at the repository root (`orchestrator.context.MEMORY_FILES`; a test keeps the
-two lists equal)."""
+MEMORY_FILES: Final = memory_files.MEMORY_FILES
+"""Memory files at the repository root, always hashed (missing is a state too); the others
+the prompt holds are added when they exist (`_memory_files`)."""
 MAX_HASHED_BYTES: Final = 1 << 20
 """A larger file hashes as `too large` with its size and modification time, unread."""
 
@@ -84,7 +87,8 @@ def policy_hash(files: Iterable[Path], *, root: Path | None = None) -> str | Non
     found = False
     for path in files:
         inside = root is not None and path.is_relative_to(root)
-        name = str(path.relative_to(root)) if inside and root is not None else path.name
+        # A memory file above the workspace is named `../CLAUDE.md`.
+        name = path.name if root is None else os.path.relpath(path, root)
         try:
             seen = read_regular(path, limit=MAX_HASHED_BYTES, beneath=root if inside else None)
         except OSError as exc:  # unreadable: a state of its own, so trust cannot pass it by
@@ -113,7 +117,45 @@ def repository_files(root: Path, *, policy_files: Iterable[Path] | None = None) 
     files += [root / name for name in MCP_FILES]
     files += [root / name for name in MEMORY_FILES]
     files += _agent_files(root)
+    files += _memory_files(root)
     return files
+
+
+def _memory_files(root: Path) -> list[Path]:
+    """The memory files the context probe would read for a session in `root` besides the
+    root's own `MEMORY_FILES`, by their real paths, in prompt order: the existing ones from
+    the repository root (`memory_files.memory_root`) down, link targets inside the
+    repository, and their imports (`memory_files.gather`, the probe's rules without the deny
+    rules: hashing a denied import too only asks more). Read here as `read_regular` does,
+    never through a link; a file over `MAX_HASHED_BYTES` is listed and hashed as too large.
+    """
+    home = os.environ.get("HOME")
+    top = memory_files.memory_root(str(root), home)
+    real_top = os.path.realpath(top)
+
+    def resolve(path: str) -> str:
+        if not memory_files.within(path, top):
+            raise memory_files.Skipped("outside the repository")
+        if not os.path.lexists(path):
+            raise FileNotFoundError(path)
+        real = os.path.realpath(path)
+        if not memory_files.within(real, real_top):
+            raise memory_files.Skipped("a link leading outside the repository")
+        return real
+
+    def read(path: str, limit: int) -> tuple[bytes, bool]:
+        seen = read_regular(Path(path), limit=MAX_HASHED_BYTES, beneath=Path(real_top))
+        if seen.state == "too large":
+            return b"", True
+        if seen.state != "file":
+            raise OSError(f"{path}: {seen.state}")
+        return seen.content[:limit], len(seen.content) > limit
+
+    own = {str(root / name) for name in MEMORY_FILES}
+    entries = memory_files.gather(
+        memory_files.memory_chain(top, str(root)), resolve=resolve, read=read, home=home
+    )
+    return [Path(entry.real) for entry in entries if entry.real not in own]
 
 
 def _agent_files(root: Path) -> list[Path]:

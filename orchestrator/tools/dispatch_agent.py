@@ -103,6 +103,7 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
         assessor: Assessor | None = None,
         sidechain_root: Path | None = None,
         on_update: Callable[[SubagentUpdate], None] | None = None,
+        context: str | None = None,
     ) -> None:
         """
         `runner`: where subagents run (the worker pool).
@@ -114,6 +115,9 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
         classified once, into its plan, before `permission` decides it.
         `sidechain_root`: the sessions directory; None writes no subagent transcripts.
         `on_update`: receives every `SubagentUpdate` (quick, must not raise).
+        `context`: the main agent's context text (`ContextSnapshot.render`: git snapshot,
+        memory files), the last system block of every subagent; gathered once per session,
+        never again per subagent.
         """
         self._runner = runner
         self._types = dict(agent_types)
@@ -123,6 +127,7 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
         self._assessor: Assessor = assessor or tool_assessor
         self._sidechain_root = sidechain_root
         self._on_update = on_update or _ignore
+        self._context = context
         self._ask_lock = trio.Lock()
         # The model is told which types exist, and they differ per session.
         self.description = DESCRIPTION + "\n".join(  # type: ignore[misc]
@@ -159,7 +164,10 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
             agent_id=agent_id,
             agent_type=agent_type,
             prompt=input.prompt,
-            system=agent_type.system_blocks(workspace=ctx.workspace, cwd=ctx.cwd),
+            system=[
+                *agent_type.system_blocks(workspace=ctx.workspace, cwd=ctx.cwd),
+                *([self._context] if self._context else []),
+            ],
         )
 
         def on_event(update: SubagentEvent) -> None:
