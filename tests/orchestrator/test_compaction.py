@@ -84,9 +84,13 @@ def test_the_estimate_follows_the_reported_tokens_and_what_was_appended() -> Non
 
 
 async def _run(
-    session: LongSession, workspace: Path, compactor: Compactor, events: list[Event]
+    session: LongSession,
+    workspace: Path,
+    compactor: Compactor,
+    events: list[Event],
+    ctx: ToolContext | None = None,
 ) -> tuple[RunResult, int, list[int]]:
-    ctx = ToolContext(workspace=workspace, cwd=workspace)
+    ctx = ctx or ToolContext(workspace=workspace, cwd=workspace)
     pipeline = ToolPipeline(
         tools=builtin_tools(),
         ctx=ctx,
@@ -117,7 +121,8 @@ async def test_compaction_before_the_window_needs_no_refusal(tmp_path: Path) -> 
     session = LongSession(make_files(tmp_path, 30, 4_000), window=20_000, text_per_turn="ok " * 900)
     compactor = Compactor(window=20_000, threshold=0.7)
     events: list[Event] = []
-    result, sent, counts = await _run(session, tmp_path, compactor, events)
+    ctx = ToolContext(workspace=tmp_path, cwd=tmp_path)
+    result, sent, counts = await _run(session, tmp_path, compactor, events, ctx)
     assert result.reason == "completed", result.result
     assert session.refusals == 0
     assert session.reads == list(range(30))
@@ -130,6 +135,17 @@ async def test_compaction_before_the_window_needs_no_refusal(tmp_path: Path) -> 
     assert result.context_window == 20_000 and 0 < result.context_tokens <= 20_000
     head = boundaries[-1].messages[0]
     assert "re-read after the compaction" in head.text()
+    # Read-before-write after the last summary: the files re-read then, the ones the kept
+    # turns touched, and those read since; every earlier file must be read again.
+    kept = boundaries[-1].messages
+    shown = {str(f) for f in session.files if f"{f}," in head.text()}
+    touched = {
+        str(b.input["file_path"]) for m in kept[1:] for b in m.tool_uses() if "file_path" in b.input
+    }
+    last = session.files.index(Path(max(shown | touched)))
+    since = {str(f) for f in session.files[last + 1 :]}
+    assert shown
+    assert {str(p) for p in ctx.read_ledger.entries()} == shown | touched | since
 
 
 async def test_a_refusal_compacts_once_and_never_loops(tmp_path: Path) -> None:
