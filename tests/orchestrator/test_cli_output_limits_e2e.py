@@ -52,8 +52,6 @@ def warren(
     ("model", "sent", "max_tokens"),
     [
         ("sonnet", "claude-sonnet-4-6", 32_000),
-        ("haiku", "claude-haiku-4-5", 32_000),
-        ("claude-3-5-haiku-20241022", "claude-3-5-haiku-20241022", 8_192),
         ("claude-fable-9", "claude-fable-9", 32_000),  # unknown: the conservative defaults
     ],
 )
