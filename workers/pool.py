@@ -131,6 +131,9 @@ class PoolOptions(BaseModel):
     """Seconds a cancelled run has to answer before its worker is killed. Default 5."""
     stop_grace_s: float = Field(default=2.0, gt=0)
     """Seconds a worker has to exit after `Shutdown` before it is terminated. Default 2."""
+    thinking_budget: int | None = Field(default=None, ge=1)
+    """Extended thinking's budget per response of every subagent (the session's
+    `max_thinking_tokens`). Default None: subagents do not use extended thinking."""
     max_model_requests: int = Field(default=DEFAULT_MAX_MODEL_REQUESTS, ge=1)
     """Model requests one subagent run may make (also capped by its agent type's
     `max_turns`); one more is refused and the run ends with `worker_limit`. Default 200."""
@@ -231,6 +234,7 @@ class _Run:
             messages=list(self.history),
             tools=admitted.tools,
             max_tokens=admitted.max_tokens,
+            thinking_budget=admitted.thinking_budget,
         )
 
 
@@ -413,6 +417,7 @@ class WorkerPool:
             model=run.model,
             max_turns=request.agent_type.max_turns,
             max_tokens=default_max_tokens(run.model),
+            thinking_budget=self.options.thinking_budget,
         )
         worker.post(message)
         result: wire.AgentResult | None = None
@@ -530,6 +535,10 @@ class WorkerPool:
             messages=[],
             tools=[known[name] for name in names],
             max_tokens=min(message.max_tokens, run.max_tokens),
+            # Never more thinking than the session allows, and none unless it allows some.
+            thinking_budget=None
+            if self.options.thinking_budget is None or message.thinking_budget is None
+            else min(message.thinking_budget, self.options.thinking_budget),
         )
 
     def _tool_specs(self, writable: bool) -> dict[str, ToolSpec]:
