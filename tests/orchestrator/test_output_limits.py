@@ -14,13 +14,14 @@ from orchestrator.continuation import (
     output_plan,
 )
 from orchestrator.loop import LoopConfig, RunResult, run_loop
-from orchestrator.messages import Message, RedactedThinkingBlock, ThinkingBlock
+from orchestrator.messages import Message, RedactedThinkingBlock, TextBlock, ThinkingBlock
 from orchestrator.model.catalog import output_limit
 from orchestrator.outcome import exit_code
 from orchestrator.permissions import default_permission, headless_asker
 from orchestrator.pipeline import ToolPipeline
 from orchestrator.tools.base import ToolContext
 from orchestrator.tools.registry import ToolRegistry
+from orchestrator.transcripts import SessionStore
 from tests.kit.fake_api import (
     TEST_MODEL,
     FakeMessagesAPI,
@@ -216,3 +217,23 @@ def _texts(request: RecordedRequest) -> list[tuple[str, str]]:
 
 def _has_results(message: dict[str, Any]) -> bool:
     return any(b.get("type") == "tool_result" for b in message["content"])
+
+
+def test_thinking_blocks_survive_the_transcript(tmp_path: Path) -> None:
+    """`--resume` sends thinking back as it came: the transcript keeps both kinds whole."""
+    reply = Message(
+        role="assistant",
+        content=[
+            ThinkingBlock(thinking="Let me look first.", signature="c2lnLTE="),
+            RedactedThinkingBlock(data="EmwKAhgBEgy3va3pzix/LafPsn4aDF"),
+            TextBlock(text="done"),
+        ],
+    )
+    store = SessionStore(tmp_path / "sessions")
+    transcript = store.create(cwd=tmp_path, model=TEST_MODEL)
+    transcript.message(Message.user_text("go"))
+    transcript.message(reply)
+    transcript.close()
+    loaded = store.load(transcript.session_id)
+    assert loaded.messages[1] == reply
+    assert loaded.messages[1].to_api() == reply.to_api()
