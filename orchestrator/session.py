@@ -56,8 +56,7 @@ from orchestrator.logs import LogSink, configure_logging
 from orchestrator.loop import LoopConfig, RunControl, RunResult, run_loop
 from orchestrator.messages import Message, Usage
 from orchestrator.model.base import ModelClient
-from orchestrator.model.catalog import context_window
-from orchestrator.model.catalog import resolve_model
+from orchestrator.model.catalog import context_window, resolve_model
 from orchestrator.output import OutputFormat, OutputPrinter, ProgressPrinter
 from orchestrator.paths import WarrenDirs
 from orchestrator.permissions import Asker, PermissionFn, headless_asker
