@@ -41,7 +41,8 @@ class AssistantTurn:
 
 @dataclass(frozen=True)
 class ToolResultsMessage:
-    """The user message carrying a turn's tool_results (or an interruption note)."""
+    """The user message carrying a turn's tool_results (or an interruption note, or the
+    request to continue a reply cut at `max_tokens`)."""
 
     message: Message
 

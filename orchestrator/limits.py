@@ -35,8 +35,14 @@ class Limits(BaseModel):
     Default: the pipeline's cap (`DEFAULT_OUTPUT_CAP`)."""
     max_subagents: int = Field(default=10, ge=0, le=64)
     """Subagent worker processes at once; 0 turns `dispatch_agent` off. Default 10."""
-    max_output_tokens: int = Field(default=16_384, ge=1)
-    """`max_tokens` of each model request (output tokens per response). Default 16,384."""
+    max_output_tokens: int | None = Field(default=None, ge=1)
+    """`max_tokens` of each model request (output tokens per response), clamped to the
+    model's output limit. Default None: the model's own default
+    (`orchestrator.model.catalog.default_max_tokens`: its output limit, at most 32,000)."""
+    max_thinking_tokens: int | None = Field(default=None, ge=1024)
+    """Extended thinking: the token budget of the model's thinking per response
+    (`--max-thinking-tokens`; the API's minimum is 1,024). `max_tokens` is raised above it
+    when needed. Default None: no extended thinking."""
     max_concurrent_requests: int = Field(default=10, ge=1)
     """Model requests streaming at once across all agents (the broker's slots). Default 10."""
     max_budget_usd: float | None = Field(default=None, gt=0)

@@ -14,6 +14,14 @@ import trio
 
 from orchestrator.aio import closing_iter
 from orchestrator.compaction import Compaction, Compactor
+from orchestrator.continuation import (
+    Keep,
+    OutputRecovery,
+    OutputVerdict,
+    Resume,
+    RetryHigher,
+    Truncated,
+)
 from orchestrator.errors import ModelError
 from orchestrator.events import (
     AssistantTurn,
@@ -58,8 +66,11 @@ class LoopConfig:
     """Model requests per run; the run ends with `max_turns` when reached."""
     max_concurrency: int = 10
     """Concurrency-safe tool calls that may run at once."""
-    max_tokens: int = 16_384
-    """Output tokens per model response."""
+    max_tokens: int | None = None
+    """Output tokens per model response (clamped to the model's output limit). Default None:
+    the model's default (`orchestrator.model.catalog.default_max_tokens`)."""
+    thinking_budget: int | None = None
+    """Extended thinking's budget per response in tokens. Default None: no thinking."""
 
     def __post_init__(self) -> None:
         if self.max_turns < 1:
@@ -150,6 +161,8 @@ async def run_loop(
     limiter = trio.CapacityLimiter(config.max_concurrency)
     tool_specs = pipeline.tools.specs()
     last_text = ""
+    # Replies cut at max_tokens: continued, retried higher, or the end (continuation.py).
+    recovery = OutputRecovery(model.model, config.max_tokens, config.thinking_budget)
 
     by_model: dict[str, ModelUsage] = {}
 
@@ -177,6 +190,7 @@ async def run_loop(
             by_model[summary.model] = by_model.get(summary.model, ModelUsage()).add(summary)
 
     for turn in range(1, config.max_turns + 1):
+        output = recovery.plan()
         with trio.CancelScope() as scope:
             control._scope = scope
             if control.interrupted:
@@ -187,7 +201,7 @@ async def run_loop(
                 system=config.system,
                 tools=tool_specs,
                 pipeline=pipeline,
-                max_tokens=config.max_tokens,
+                max_tokens=output.max_tokens,
                 emit=emit,
             )
             if compaction is not None:
@@ -200,9 +214,11 @@ async def run_loop(
             system=config.system,
             messages=list(history),
             tools=tool_specs,
-            max_tokens=config.max_tokens,
+            max_tokens=output.max_tokens,
+            thinking_budget=output.thinking_budget,
         )
         final: AssistantMessage | None = None
+        verdict: OutputVerdict = Keep()
         completed: dict[int, ContentBlock] = {}
         results: list[ToolResultBlock] = []
         error: ModelError | None = None
@@ -218,10 +234,14 @@ async def run_loop(
                     error = exc
                     nursery.cancel_scope.cancel()
                 else:
-                    executor.message_complete(final.message.tool_uses())
-                    emit(AssistantTurn(final))
-                    history.append(final.message if final.message.content else _EMPTY_TURN)
-                    results = await executor.results()
+                    verdict = recovery.review(final)
+                    if not verdict.keeps_reply:
+                        executor.discard()  # a cut tool call: its reply is dropped
+                    else:
+                        executor.message_complete(final.message.tool_uses())
+                        emit(AssistantTurn(final))
+                        history.append(final.message if final.message.content else _EMPTY_TURN)
+                        results = await executor.results()
         control._scope = None
         if control.interrupted:
             results = executor.settled_results()
@@ -260,8 +280,18 @@ async def run_loop(
         compactor.observe(
             request.messages, final, compactor.account.fixed_chars(config.system, tool_specs)
         )
+        match verdict:
+            case RetryHigher(note=note):
+                emit(RetryScheduled(2, 0.0, note, None))
+                continue
+            case Resume(prompt=prompt):
+                history.append(prompt)
+                emit(ToolResultsMessage(prompt))
+                continue
+            case Truncated(result=text):
+                return finish("output_truncated", text, turn)
         if not final.message.tool_uses():
-            return finish("completed", final.message.text(), turn)
+            return finish("completed", recovery.answer(final.message.text()), turn)
         tool_results = Message(role="user", content=list(results))
         history.append(tool_results)
         emit(ToolResultsMessage(tool_results))

@@ -20,6 +20,7 @@ __all__ = [
     "ImageBlock",
     "ImageSource",
     "Message",
+    "RedactedThinkingBlock",
     "StopReason",
     "TextBlock",
     "ThinkingBlock",
@@ -45,6 +46,14 @@ class ThinkingBlock(_Block):
     type: Literal["thinking"] = "thinking"
     thinking: str
     signature: str = ""
+
+
+class RedactedThinkingBlock(_Block):
+    """Thinking the API's safety systems encrypted: opaque `data`, echoed back exactly like a
+    `ThinkingBlock` (the model decrypts it to keep its reasoning)."""
+
+    type: Literal["redacted_thinking"] = "redacted_thinking"
+    data: str
 
 
 class ImageSource(_Block):
@@ -84,7 +93,7 @@ class ToolResultBlock(_Block):
 
 
 ContentBlock = Annotated[
-    TextBlock | ThinkingBlock | ImageBlock | ToolUseBlock | ToolResultBlock,
+    TextBlock | ThinkingBlock | RedactedThinkingBlock | ImageBlock | ToolUseBlock | ToolResultBlock,
     Field(discriminator="type"),
 ]
 

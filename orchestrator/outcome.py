@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal, assert_never
 
-__all__ = ["EXIT_IO_ERROR", "EXIT_USAGE", "TerminalReason", "exit_code"]
+__all__ = ["EXIT_IO_ERROR", "EXIT_OUTPUT_TRUNCATED", "EXIT_USAGE", "TerminalReason", "exit_code"]
 
 TerminalReason = Literal[
     "completed",
@@ -16,6 +16,7 @@ TerminalReason = Literal[
     "hook_blocked",
     "permission_denied",
     "io_error",
+    "output_truncated",
 ]
 
 EXIT_USAGE = 2
@@ -25,6 +26,11 @@ ran."""
 EXIT_IO_ERROR = 8
 """`io_error`: the transcript, audit log or log could not be written mid-run (a full or
 read-only state directory); what ran stays as far as it could be written."""
+
+EXIT_OUTPUT_TRUNCATED = 9
+"""`output_truncated`: the model's reply was still cut at its output token limit after the
+continuations (a text) or the retry with a higher limit (a tool call); the result holds what
+was written (orchestrator/continuation.py)."""
 
 
 def exit_code(reason: TerminalReason) -> int:
@@ -46,6 +52,8 @@ def exit_code(reason: TerminalReason) -> int:
             return 7
         case "io_error":
             return EXIT_IO_ERROR
+        case "output_truncated":
+            return EXIT_OUTPUT_TRUNCATED
         case "interrupted":
             return 130
         case _:

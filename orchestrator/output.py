@@ -201,7 +201,9 @@ class OutputPrinter:
         match self.format:
             case "stream-json" | "json":
                 self._line(record)
-            case "text" if result.reason == "completed":
+            case "text" if result.reason in ("completed", "output_truncated"):
+                # A truncated answer is still the answer, as far as it goes (the CLI says on
+                # stderr that it is cut).
                 text = result.result
                 if _is_terminal(self.out):
                     text = escape_controls(text, keep_lines=True)

@@ -30,7 +30,7 @@ from typing import IO, TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 import structlog
 import trio
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from orchestrator.audit import AuditLog
 from orchestrator.compaction import Compaction, Compactor
@@ -56,7 +56,7 @@ from orchestrator.logs import LogSink, configure_logging
 from orchestrator.loop import LoopConfig, RunControl, RunResult, run_loop
 from orchestrator.messages import Message, Usage
 from orchestrator.model.base import ModelClient
-from orchestrator.model.catalog import context_window
+from orchestrator.model.catalog import context_window, resolve_model
 from orchestrator.output import OutputFormat, OutputPrinter, ProgressPrinter
 from orchestrator.paths import WarrenDirs
 from orchestrator.permissions import Asker, PermissionFn, headless_asker
@@ -152,7 +152,9 @@ class SessionConfig(BaseModel):
     cwd: Path
     """The workspace root: an absolute path to an existing directory."""
     model: str = DEFAULT_MODEL
-    """A Claude model name, or `scripted:PATH` to replay a script. Default claude-sonnet-4-6."""
+    """A Claude model id or alias (`sonnet`, `opus`, `haiku`: resolved to the id here, so
+    requests carry the real one), or `scripted:PATH` to replay a script. Default
+    claude-sonnet-4-6."""
     output_format: OutputFormat = "text"
     """What goes to stdout: the final text, one JSON result, or one JSON event per line.
     Default `text`."""
@@ -164,6 +166,9 @@ class SessionConfig(BaseModel):
     """`--max-budget-usd`; None: the policy's `limits.max_budget_usd`, else no budget."""
     compact_threshold: float | None = Field(default=None, ge=0.5, le=0.95)
     """`--compact-threshold`; None: the policy's `limits.compact_threshold`, else 0.8."""
+    max_thinking_tokens: int | None = Field(default=None, ge=1024)
+    """`--max-thinking-tokens`: extended thinking with this budget per response; None: the
+    policy's `limits.max_thinking_tokens`, else no extended thinking."""
     permission_mode: Mode | None = None
     """Overrides the policy files' `mode`: `default` (read-only calls run, others ask, which
     headless means deny), `accept-edits`, `plan`, `dont-ask`, `bypass`. Default: the policy's."""
@@ -187,6 +192,11 @@ class SessionConfig(BaseModel):
     sandbox: Literal["required", "off"] = "required"
     """`required` (default): prove the floor at start-up and run every tool call in a
     sandboxed tool host, refusing to run otherwise; `off`: run tools in this process, loudly."""
+
+    @field_validator("model")
+    @classmethod
+    def _resolve_alias(cls, value: str) -> str:
+        return resolve_model(value)
 
     @model_validator(mode="after")
     def _consistent(self) -> SessionConfig:
@@ -237,6 +247,7 @@ def build_limits(config: SessionConfig, policy: SessionPolicy) -> Limits:
                 "max_concurrency": config.max_concurrency,
                 "max_budget_usd": config.max_budget_usd,
                 "compact_threshold": config.compact_threshold,
+                "max_thinking_tokens": config.max_thinking_tokens,
             },
         )
     except ValueError as exc:
@@ -332,6 +343,7 @@ class Session:
                     max_turns=self.limits.max_turns,
                     max_concurrency=self.limits.max_concurrency,
                     max_tokens=self.limits.max_output_tokens,
+                    thinking_budget=self.limits.max_thinking_tokens,
                 ),
                 emit=self._emit,
                 control=control,

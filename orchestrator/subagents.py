@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from orchestrator.errors import ConfigError
 from orchestrator.events import Event
 from orchestrator.messages import Usage
+from orchestrator.model.catalog import resolve_model
 from orchestrator.outcome import TerminalReason
 from orchestrator.permissions import Allow, Deny
 from orchestrator.tools.registry import STATELESS_TOOLS
@@ -83,7 +84,8 @@ class AgentType(BaseModel):
     """Names of the tools the subagent gets. Default: the read-only built-ins
     (`orchestrator.tools.registry.STATELESS_TOOLS`)."""
     model: str | None = None
-    """The model that answers it; None (default) for the session's."""
+    """The model that answers it, an id or an alias (`haiku`: resolved to the id); None
+    (default) for the session's."""
     max_turns: int = Field(default=DEFAULT_MAX_TURNS, ge=1)
     """Model requests before the run ends with `max_turns`. Default 50."""
     writable: bool = False
@@ -93,6 +95,11 @@ class AgentType(BaseModel):
     source: Literal["builtin", "user", "project"] = "builtin"
     path: Path | None = None
     """The definition file, for messages."""
+
+    @field_validator("model")
+    @classmethod
+    def _resolve_alias(cls, value: str | None) -> str | None:
+        return None if value is None else resolve_model(value)
 
     @field_validator("name")
     @classmethod

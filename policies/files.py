@@ -206,6 +206,11 @@ class Limits(_Section):
     """Fraction of the context window filled before the conversation is compacted. Default 0.8."""
     context_window: Annotated[int, Field(strict=True, ge=1_000)] | None = None
     """Tokens of the model's context window. Default: the model table's."""
+    max_output_tokens: Annotated[int, Field(strict=True, ge=1)] | None = None
+    """`max_tokens` of each model request. Default: the model's (its output limit, at most
+    32,000)."""
+    max_thinking_tokens: Annotated[int, Field(strict=True, ge=1024)] | None = None
+    """Extended thinking's token budget per response. Default: no extended thinking."""
 
 
 class Hook(_Section):

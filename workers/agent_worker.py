@@ -309,6 +309,7 @@ class AgentWorker:
                     system=message.system,
                     max_turns=message.max_turns,
                     max_tokens=message.max_tokens,
+                    thinking_budget=message.thinking_budget,
                 ),
                 emit=emit,
                 control=control,
@@ -383,6 +384,7 @@ class BrokeredModel:
                     system=request.system,
                     tools=request.tools,
                     max_tokens=request.max_tokens,
+                    thinking_budget=request.thinking_budget,
                 )
             )
             async for reply in replies:
@@ -424,6 +426,7 @@ class _Rehearsed:
                 system=request.system,
                 tools=request.tools,
                 max_tokens=request.max_tokens,
+                thinking_budget=request.thinking_budget,
             )
         )
         async with closing_iter(self._model.stream(request)) as events:

@@ -19,7 +19,7 @@ broker as its `ModelClient` too, so the limits hold for the whole session:
   meanwhile wait until that retry is due, so ten agents do not hammer a rate-limited API
   together;
 - `max_tokens` of every request is clamped to its model's output limit
-  (`orchestrator.model.output_limits`), whoever asked for more.
+  (`orchestrator.model.catalog`), whoever asked for more.
 """
 
 from __future__ import annotations
@@ -37,8 +37,7 @@ from orchestrator.aio import closing_iter
 from orchestrator.errors import ModelError
 from orchestrator.messages import Usage
 from orchestrator.model.base import MessageComplete, ModelClient, ModelEvent, ModelRequest, Retry
-from orchestrator.model.output_limits import clamp_max_tokens
-from orchestrator.model.pricing import price_for
+from orchestrator.model.catalog import clamp_max_tokens, price_for
 
 __all__ = ["CHARS_PER_TOKEN", "BrokerLimits", "ModelBroker", "estimate_input_tokens"]
 

@@ -25,10 +25,11 @@ the session's permission function, and the run's events go to `on_event`.
 A worker runs model-chosen code next to its tools, so nothing it sends is trusted
 (`_admit`): a model request must carry the system prompt the coordinator sent for the run and
 only tools of the agent type (whose descriptions and schemas are the coordinator's own, not the
-worker's); its `max_tokens` is clamped to the run's; a run makes at most `max_turns` of its
-agent type and `max_model_requests` (default 200) requests. A request that breaks one of these
-is refused and the worker killed, so the subagent ends with `worker_protocol` or
-`worker_limit`, saying why; the main agent goes on.
+worker's); its `max_tokens` is clamped to the run's (the model's output limit: the run's
+loop asks for the model's default and retries a cut tool call up to the limit); a run makes
+at most `max_turns` of its agent type and `max_model_requests` (default 200) requests. A
+request that breaks one of these is refused and the worker killed, so the subagent ends with
+`worker_protocol` or `worker_limit`, saying why; the main agent goes on.
 
 Cancelling a run (the main agent interrupted) sends `Cancel`; the worker interrupts its loop
 and answers, or is killed after `cancel_wait_s`. Closing the pool stops every worker
@@ -59,6 +60,7 @@ from orchestrator.aio import closing_iter
 from orchestrator.errors import ModelError, WarrenError
 from orchestrator.messages import Message
 from orchestrator.model.base import BlockComplete, MessageComplete, ModelRequest, Retry, ToolSpec
+from orchestrator.model.catalog import default_max_tokens, output_limit
 from orchestrator.permissions import Allow, Deny
 from orchestrator.subagents import (
     SubagentEvent,
@@ -129,6 +131,9 @@ class PoolOptions(BaseModel):
     """Seconds a cancelled run has to answer before its worker is killed. Default 5."""
     stop_grace_s: float = Field(default=2.0, gt=0)
     """Seconds a worker has to exit after `Shutdown` before it is terminated. Default 2."""
+    thinking_budget: int | None = Field(default=None, ge=1)
+    """Extended thinking's budget per response of every subagent (the session's
+    `max_thinking_tokens`). Default None: subagents do not use extended thinking."""
     max_model_requests: int = Field(default=DEFAULT_MAX_MODEL_REQUESTS, ge=1)
     """Model requests one subagent run may make (also capped by its agent type's
     `max_turns`); one more is refused and the run ends with `worker_limit`. Default 200."""
@@ -207,8 +212,10 @@ class _Run:
     """The pool's side of one subagent run."""
 
     request: SubagentRequest
+    model: str
+    """The model that answers the run."""
     max_tokens: int
-    """The `max_tokens` the run was started with: no request may ask for more."""
+    """The model's output limit: no request of the run may ask for more."""
     history: list[Message] = field(default_factory=list)
     """The messages of the agent's last model request (they arrive as deltas)."""
     model_requests: int = 0
@@ -227,6 +234,7 @@ class _Run:
             messages=list(self.history),
             tools=admitted.tools,
             max_tokens=admitted.max_tokens,
+            thinking_budget=admitted.thinking_budget,
         )
 
 
@@ -356,7 +364,8 @@ class WorkerPool:
                 text = f"No worker could be started for the subagent: {exc.message}."
                 return SubagentOutcome(agent_id, "worker_unavailable", text)
             try:
-                run = _Run(request, max_tokens=wire.RunAgent.model_fields["max_tokens"].default)
+                model = request.agent_type.model or self._broker.model
+                run = _Run(request, model=model, max_tokens=output_limit(model))
                 result = await self._drive(worker, run, on_event, permission)
             finally:  # after a cancelled run too: a worker that answered is kept
                 reusable = worker.answered and worker.alive and worker.failure is None
@@ -405,9 +414,10 @@ class WorkerPool:
             prompt=request.prompt,
             system=request.system,
             tools=list(request.agent_type.tools),
-            model=request.agent_type.model or self._broker.model,
+            model=run.model,
             max_turns=request.agent_type.max_turns,
-            max_tokens=run.max_tokens,
+            max_tokens=default_max_tokens(run.model),
+            thinking_budget=self.options.thinking_budget,
         )
         worker.post(message)
         result: wire.AgentResult | None = None
@@ -525,6 +535,10 @@ class WorkerPool:
             messages=[],
             tools=[known[name] for name in names],
             max_tokens=min(message.max_tokens, run.max_tokens),
+            # Never more thinking than the session allows, and none unless it allows some.
+            thinking_budget=None
+            if self.options.thinking_budget is None or message.thinking_budget is None
+            else min(message.thinking_budget, self.options.thinking_budget),
         )
 
     def _tool_specs(self, writable: bool) -> dict[str, ToolSpec]:

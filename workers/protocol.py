@@ -266,6 +266,9 @@ class RunAgent(_Wire):
     max_turns: int = Field(ge=1)
     max_tokens: int = Field(default=16_384, ge=1)
     """Output tokens per model response."""
+    thinking_budget: int | None = Field(default=None, ge=1)
+    """Extended thinking's budget per response (the session's `max_thinking_tokens`); None:
+    no thinking."""
 
 
 class AgentEvent(_Wire):
@@ -338,6 +341,7 @@ class ModelRequest(_Wire):
     system: list[str]
     tools: list[ToolSpec]
     max_tokens: int = Field(ge=1)
+    thinking_budget: int | None = Field(default=None, ge=1)
 
 
 class ModelEvent(_Wire):

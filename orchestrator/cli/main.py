@@ -24,7 +24,8 @@ __all__ = ["COMMANDS", "build_parser", "main"]
 EXIT_CODES = (
     "Exit codes: 0 completed, 1 model error, 2 usage or configuration (nothing ran), 3 max "
     "turns, 4 prompt too long, 5 budget exceeded, 6 hook blocked, 7 permission denied, 8 state "
-    "could not be written (io_error), 130/143/129 interrupted by SIGINT/SIGTERM/SIGHUP."
+    "could not be written (io_error), 9 the reply stayed cut at the output token limit "
+    "(output_truncated), 130/143/129 interrupted by SIGINT/SIGTERM/SIGHUP."
 )
 
 COMMANDS: dict[str, str] = {
@@ -96,7 +97,17 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model",
         default=None,
-        help="Claude model name, or scripted:PATH to replay a script (default: claude-sonnet-4-6)",
+        help="Claude model id or alias (sonnet, opus, haiku), or scripted:PATH to replay a "
+        "script (default: claude-sonnet-4-6)",
+    )
+    parser.add_argument(
+        "--max-thinking-tokens",
+        type=int,
+        default=None,
+        metavar="N",
+        help="extended thinking with a budget of N tokens per response (at least 1024; "
+        "max_tokens is raised above it); default: the policy's limits.max_thinking_tokens, "
+        "else no extended thinking",
     )
     parser.add_argument(
         "--cwd",
@@ -259,6 +270,7 @@ def _prompt(args: argparse.Namespace) -> int:
             max_concurrency=args.max_concurrency,
             max_budget_usd=args.max_budget_usd,
             compact_threshold=args.compact_threshold,
+            max_thinking_tokens=args.max_thinking_tokens,
             permission_mode=args.permission_mode,
             allowed_tools=_tool_list(args.allowed_tools),
             disallowed_tools=_tool_list(args.disallowed_tools),

@@ -126,7 +126,12 @@ async def _run(config: SessionConfig, prompt: str, parts: SessionParts, stopping
         result = await session.run(prompt)
         stopping.session = None
         stopping.reason = result.reason
-        if result.reason != "completed" and config.output_format == "text":
+        if result.reason == "output_truncated" and config.output_format == "text":
+            say(
+                "warren: run ended: output_truncated: the model's reply stayed cut at its "
+                "output token limit; stdout holds what it wrote"
+            )
+        elif result.reason != "completed" and config.output_format == "text":
             said = escape_controls(result.result, keep_lines=True)  # the model's or a server's
             say(f"warren: run ended: {result.reason}: {said}")
     if result.reason == "interrupted" and stopping.signal is not None:

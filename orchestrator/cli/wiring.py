@@ -88,6 +88,8 @@ async def open_subagents(
         cwd=ctx.cwd,
         extra_roots=ctx.extra_roots,
         spawner=SandboxedSpawner(spec, read_denied=policy.read_denied()),
-        options=PoolOptions(max_workers=limits.max_subagents),
+        options=PoolOptions(
+            max_workers=limits.max_subagents, thinking_budget=limits.max_thinking_tokens
+        ),
     ) as pool:
         yield pool

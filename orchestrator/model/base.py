@@ -49,7 +49,9 @@ class ModelRequest:
     messages: list[Message]
     tools: list[ToolSpec] = field(default_factory=list)
     max_tokens: int = 16_384
-    """Upper bound of output tokens for this response."""
+    """Upper bound of output tokens for this response (thinking included)."""
+    thinking_budget: int | None = None
+    """Extended thinking's budget in tokens (less than `max_tokens`); None: no thinking."""
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from orchestrator.messages import (
     AssistantMessage,
     ContentBlock,
     Message,
+    RedactedThinkingBlock,
     StopReason,
     TextBlock,
     ThinkingBlock,
@@ -32,7 +33,7 @@ from orchestrator.messages import (
     Usage,
 )
 from orchestrator.model.base import BlockComplete, ModelRequest, TextDelta, ToolSpec
-from orchestrator.model.pricing import cost_usd
+from orchestrator.model.catalog import cost_usd
 
 __all__ = [
     "EMPTY_CONTENT_TEXT",
@@ -48,6 +49,7 @@ __all__ = [
     "messages_param",
     "request_params",
     "system_param",
+    "thinking_param",
     "tool_input_problem",
     "tools_param",
 ]
@@ -86,6 +88,12 @@ def tools_param(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
     return params
 
 
+def thinking_param(budget_tokens: int) -> dict[str, Any]:
+    """Extended thinking with a budget of `budget_tokens` (the request's `max_tokens` must be
+    larger: `orchestrator.continuation.output_plan` sees to it)."""
+    return {"type": "enabled", "budget_tokens": budget_tokens}
+
+
 def message_param(message: Message, *, breakpoint: bool = False) -> dict[str, Any]:
     """One message in API form; with `breakpoint`, a cache breakpoint on its last block.
 
@@ -118,7 +126,8 @@ def messages_param(messages: Sequence[Message], *, breakpoints: int = 2) -> list
 
 
 def request_params(model: str, request: ModelRequest) -> dict[str, Any]:
-    """Keyword arguments for `messages.create`: model, max_tokens, messages, system, tools.
+    """Keyword arguments for `messages.create`: model, max_tokens, messages, thinking, system,
+    tools.
 
     At most four cache breakpoints, the API's limit: system, tools, and the last two messages.
     """
@@ -127,6 +136,8 @@ def request_params(model: str, request: ModelRequest) -> dict[str, Any]:
         "max_tokens": request.max_tokens,
         "messages": messages_param(request.messages),
     }
+    if request.thinking_budget is not None:
+        params["thinking"] = thinking_param(request.thinking_budget)
     system = system_param(request.system)
     if system:
         params["system"] = system
@@ -187,6 +198,8 @@ def encode_request(
     (tests/orchestrator/model/test_convert.py checks that the result equals `request_params`).
     """
     head: dict[str, Any] = {"model": model, "max_tokens": request.max_tokens, "stream": stream}
+    if request.thinking_budget is not None:
+        head["thinking"] = thinking_param(request.thinking_budget)
     system = system_param(request.system)
     if system:
         head["system"] = system
@@ -279,6 +292,8 @@ class _BlockBuilder:
                 thinking="".join(self.text),
                 signature=self.signature or self.start.get("signature", ""),
             )
+        if self.kind == "redacted_thinking":
+            return RedactedThinkingBlock(data=str(self.start.get("data", "")))
         if self.kind == "tool_use":
             return _tool_use(self.start, "".join(self.partial_json))
         return None
@@ -378,6 +393,7 @@ _START_STRINGS: Mapping[str, tuple[str, ...]] = {
     "text": (),
     "tool_use": ("id", "name"),
     "thinking": (),
+    "redacted_thinking": ("data",),
 }
 """Block type -> string fields its `content_block_start` must carry."""
 
@@ -413,8 +429,9 @@ class StreamAccumulator:
 
     `feed` returns the events to pass on: a `TextDelta` per text delta, a `BlockComplete` at
     each `content_block_stop` (a tool may start then). `finish` builds the `AssistantMessage`
-    once `message_stop` was seen. Block types Warren does not model (server tools, redacted
-    thinking) are skipped; `BlockComplete.index` is always the API's index. Event types Warren
+    once `message_stop` was seen. Thinking and redacted thinking are kept whole (signature,
+    data): the API wants them echoed back exactly. Block types Warren does not model (server
+    tools) are skipped; `BlockComplete.index` is always the API's index. Event types Warren
     does not know are ignored (the API may add some); a known event that breaks the protocol
     raises `StreamProtocolError` (tests/orchestrator/model/test_convert.py lists the cases).
     """

@@ -325,6 +325,11 @@ def _tool_output(outcome: SubagentOutcome, agent_type: AgentType) -> ToolOutput:
             )
         case "interrupted":
             text = f"The subagent was interrupted before it finished: {result}"
+        case "output_truncated":
+            text = (
+                "The subagent's reply stayed cut at its output token limit, so its report is "
+                f"incomplete. What it wrote:\n{result or '(none)'}"
+            )
         case "io_error":
             text = f"The subagent stopped because Warren could not write its state: {result}"
         case "permission_denied" | "hook_blocked":

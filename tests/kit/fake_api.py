@@ -108,7 +108,10 @@ class Reply:
 
     `content` holds API-shaped blocks as dicts: `{"type": "text", "text": ...}`,
     `{"type": "tool_use", "name": ..., "input": {...}, "id": optional}` (ids default to
-    `toolu_fake_<n>`) and `{"type": "thinking", "thinking": ..., "signature": ...}`.
+    `toolu_fake_<n>`; `"partial_json": "..."` instead of `input` streams that text as the
+    input, for a call cut by `stop_reason="max_tokens"`),
+    `{"type": "thinking", "thinking": ..., "signature": ...}` and
+    `{"type": "redacted_thinking", "data": ...}` (no deltas, as the API sends it).
     """
 
     content: Sequence[Mapping[str, Any]] = ()
@@ -402,6 +405,8 @@ def _plan_reply(
             start = {"type": "tool_use", "id": tool_id, "name": block["name"], "input": {}}
             if raw_json_by_index is not None and index in raw_json_by_index:
                 raw = raw_json_by_index[index]
+            elif "partial_json" in block:
+                raw = str(block["partial_json"])
             else:
                 raw = json.dumps(block.get("input", {}))
             # The real API opens every tool input with an empty partial.
@@ -416,6 +421,9 @@ def _plan_reply(
                 for piece in _chunks(str(block.get("thinking", "")), reply.text_chunk_chars)
             ]
             deltas.append({"type": "signature_delta", "signature": block.get("signature", "")})
+        elif kind == "redacted_thinking":
+            start = {"type": "redacted_thinking", "data": str(block.get("data", ""))}
+            deltas = []
         else:
             raise ValueError(f"Reply block type {kind!r} is not supported by the fake API")
         events.append(
@@ -755,7 +763,10 @@ def _whole_message(events: Sequence[_Event]) -> dict[str, Any]:
             message["stop_reason"] = data["delta"]["stop_reason"]
             message["usage"] = {**message["usage"], **data["usage"]}
     for index, raw in partial.items():
-        content[index]["input"] = json.loads(raw) if raw else {}
+        try:
+            content[index]["input"] = json.loads(raw) if raw else {}
+        except ValueError:  # a call cut by max_tokens: the API sends what it has
+            content[index]["input"] = {}
     message["content"] = content
     return message
 

@@ -2,10 +2,10 @@
 Messages API, whose turns report 100,000 input tokens ($0.30 each on claude-sonnet-4-6).
 
 Under `--max-budget-usd 0.50` the first such turn fits (its estimate: a few input tokens plus
-16,384 output tokens, about $0.25), the next request would pass the budget ($0.30 spent plus
-about $0.25), so it is never sent: the run ends `budget_exceeded`, exit 5, with the spend in
-the result. The same when the $0.30 was spent by a subagent, or when the budget comes from the
-policy's `[limits] max_budget_usd`.
+the model's default max_tokens, 32,000 output tokens, about $0.49), the next request would pass
+the budget ($0.30 spent plus about $0.49), so it is never sent: the run ends `budget_exceeded`,
+exit 5, with the spend in the result. The same when the $0.30 was spent by a subagent, or when
+the budget comes from the policy's `[limits] max_budget_usd`.
 """
 
 from __future__ import annotations

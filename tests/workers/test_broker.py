@@ -227,7 +227,7 @@ async def test_a_429_from_the_real_api_holds_back_the_next_request() -> None:
         ("claude-3-haiku-20240307", 16_384, 4_096),
         ("claude-opus-4-1-20250805", 1_000_000_000, 32_000),
         ("claude-sonnet-4-5", 16_384, 16_384),
-        ("a-model-nobody-knows", 10**9, 64_000),
+        ("a-model-nobody-knows", 10**9, 32_000),
     ],
 )
 async def test_max_tokens_is_clamped_to_the_models_output_limit(

@@ -52,6 +52,7 @@ from tests.workers.agent_kit import (
     tools,
     workspace_at,
 )
+from tests.workers.agent_kit import request as subagent_request
 from workers.broker import ModelBroker
 from workers.pool import PoolOptions, WorkerPool, open_worker_pool
 from workers.toolhost_runner import open_tool_runner
@@ -289,3 +290,39 @@ async def test_interrupting_the_main_agent_while_ten_subagents_run(tmp_path: Pat
             )
             assert (again.reason, again.result) == ("completed", "quick report")
     assert descendants() == []
+
+
+async def test_a_subagent_continues_a_cut_reply_and_thinks_when_the_session_does(
+    tmp_path: Path,
+) -> None:
+    """Subagents run the same loop: a cut text is continued, and with the session's thinking
+    budget their requests think and echo their thinking back (signature included)."""
+    from orchestrator.continuation import CONTINUE_PROMPT
+
+    thinking = {"type": "thinking", "thinking": "Look first.", "signature": "c2lnLXN1Yg=="}
+    replies: list[FakeResponse] = [
+        Reply(content=[thinking, {"type": "tool_use", "name": "Probe", "input": {"label": "p"}}]),
+        Reply(content=[{"type": "text", "text": "report, first half; "}], stop_reason="max_tokens"),
+        Reply.text("second half."),
+    ]
+    with FakeMessagesAPI(replies) as api:
+        from orchestrator.model.anthropic import AnthropicModel
+
+        model = AnthropicModel(TEST_MODEL, api_key="sk-test", base_url=api.base_url)
+        async with open_worker_pool(
+            broker=ModelBroker(model),
+            workspace=workspace_at(tmp_path),
+            tools=FACTORY,
+            options=PoolOptions(max_workers=1, thinking_budget=2048),
+        ) as pool:
+            with trio.fail_after(60):
+                outcome = await pool.run(
+                    subagent_request(PROBE, "Survey"), on_event=lambda e: None, permission=allow_all
+                )
+        requests = api.requests
+    assert (outcome.reason, outcome.result) == ("completed", "report, first half; second half.")
+    assert [r.body["thinking"] for r in requests] == [
+        {"type": "enabled", "budget_tokens": 2048}
+    ] * 3
+    assert requests[1].messages[1]["content"][0] == thinking
+    assert requests[2].messages[-1]["content"][0]["text"] == CONTINUE_PROMPT

@@ -27,6 +27,7 @@ from orchestrator.errors import ModelError
 from orchestrator.events import PermissionDecided
 from orchestrator.messages import ContentBlock
 from orchestrator.model.base import ModelRequest
+from orchestrator.model.catalog import default_max_tokens
 from orchestrator.permissions import Allow, Deny
 from orchestrator.subagents import SubagentOutcome, SubagentRequest
 from sandbox.errors import SandboxError
@@ -420,15 +421,17 @@ async def test_a_used_up_session_budget_ends_the_subagent(workspace: Path) -> No
         return tool_use("LS", {"path": str(workspace)}, id=f"toolu_{len(req.messages)}")
 
     model = FunctionModel(respond)  # 10 input and 5 output tokens a response
-    # A request reserves max_tokens (16,384) of output before it is sent (workers/broker.py):
-    # room for the first; after its 5 output tokens, not for a second.
-    broker = ModelBroker(model, limits=BrokerLimits(max_output_tokens=16_384 + 4))
+    # A request reserves max_tokens (the model's default: 32,000 for a model the table does
+    # not know) of output before it is sent (workers/broker.py): room for the first; after its
+    # 5 output tokens, not for a second.
+    reserved = default_max_tokens(model.model)
+    broker = ModelBroker(model, limits=BrokerLimits(max_output_tokens=reserved + 4))
     async with open_worker_pool(
         broker=broker, workspace=workspace, options=PoolOptions(max_workers=1)
     ) as pool:
         out = await run(pool, request(agent("reader", tools=("LS",)), "x"))
     assert out.reason == "budget_exceeded"
-    assert "budget of 16388 output tokens would be passed" in out.result
+    assert f"budget of {reserved + 4} output tokens would be passed" in out.result
     assert "not sent" in out.result
     assert len(model.requests) == 1 and out.num_turns == 2
 

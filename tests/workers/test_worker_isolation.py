@@ -26,6 +26,7 @@ import trio
 
 from orchestrator.messages import ContentBlock, Message
 from orchestrator.model.base import ModelRequest
+from orchestrator.model.catalog import output_limit
 from sandbox.errors import SandboxError
 from sandbox.run import run_sandboxed
 from sandbox.spec import SandboxSpec
@@ -244,7 +245,7 @@ async def test_a_huge_max_tokens_is_clamped(tmp_path: Path) -> None:
     reason, result, model, _ = await _run_rogue(workspace_at(tmp_path), "forge-max-tokens")
     assert (reason, result) == ("completed", "answered after 1")
     sent = model.requests[0].max_tokens
-    assert sent == wire.RunAgent.model_fields["max_tokens"].default < HUGE_MAX_TOKENS
+    assert sent == output_limit(model.model) < HUGE_MAX_TOKENS
 
 
 @pytest.mark.parametrize(

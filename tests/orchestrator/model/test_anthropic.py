@@ -26,7 +26,7 @@ from orchestrator.model.base import (
     TextDelta,
     ToolSpec,
 )
-from orchestrator.model.pricing import cost_usd
+from orchestrator.model.catalog import cost_usd
 from orchestrator.model.retry import RetryPolicy
 from tests.kit.fake_api import (
     TEST_MODEL,
