@@ -60,12 +60,15 @@ async def main():
             async def long():
                 run = await shell.run_oneshot(case["long"], timeout_s=10)
                 seen["long_stdout"] = run.stdout
+            release = Path(case["cwd"]) / "release"
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(long)
-                await trio.sleep(0.2)
+                while not (Path(case["cwd"]) / "long-started").exists():
+                    await trio.sleep(0.01)
                 run = await shell.run_oneshot(case["short"], timeout_s=10)
                 seen["short_stdout"] = run.stdout
                 seen["during"] = {m: live(m) for m in case["markers"]}
+                release.touch()  # the long call ends only now, however slow the machine
             seen["after"] = {m: live(m) for m in case["markers"]}
         seen["zombies"] = zombies()
     finally:
@@ -127,9 +130,14 @@ def test_a_call_ending_beside_a_running_one_takes_only_what_it_can_attribute(
             "cwd": str(tmp_path),
             "short": (
                 f"( {in_session} >/dev/null 2>&1 & )\n"
-                f"( setsid {left_session} >/dev/null 2>&1 & )\necho short"
+                # It says when it has left the session, so the call cannot end first.
+                f"( setsid sh -c 'touch left; exec {left_session}' >/dev/null 2>&1 & )\n"
+                "until [ -e left ]; do sleep 0.01; done\necho short"
             ),
-            "long": f"{own_job} >/dev/null 2>&1 &\nsleep 1.5\nkill -0 $! && echo own job alive",
+            "long": (
+                f"{own_job} >/dev/null 2>&1 &\ntouch long-started\n"
+                "until [ -e release ]; do sleep 0.02; done\nkill -0 $! && echo own job alive"
+            ),
             "markers": [in_session_m, left_session_m, own_job_m],
         }
     )
