@@ -38,6 +38,7 @@ import ctypes.util
 import dataclasses
 import errno
 import os
+import re
 import shutil
 import stat
 import struct
@@ -49,6 +50,7 @@ from pathlib import Path
 
 __all__ = [
     "GUARD_MESSAGE",
+    "STALE_TEMPORARY",
     "ProtectedNames",
     "Survey",
     "WorkspaceGuard",
@@ -62,6 +64,10 @@ GUARD_MESSAGE = (
     "outside it ({tools}) would run it."
 )
 """The note appended to a tool result for each undone creation."""
+
+STALE_TEMPORARY = re.compile(r"\..+\.warren-[0-9a-f]{12}\.tmp", re.S)
+"""The name of an atomic write's temporary file (`orchestrator/tools/_files.py _temp_name`:
+`.<name>.warren-<12 hex>.tmp`). The start-up walk removes those it finds."""
 
 WALK_LIMIT = 200_000
 """Entries the start-up walk (and an overflow scan) looks at before it stops."""
@@ -148,6 +154,9 @@ class Survey:
     git_dirs: list[Path] = field(default_factory=list)
     files: list[Path] = field(default_factory=list)
     """Every non-directory seen (for read-deny matching), when asked for."""
+    stale_temporaries: list[Path] = field(default_factory=list)
+    """Regular files named like an atomic write's temporary file (`STALE_TEMPORARY`): what a
+    write killed between creating it and renaming it left behind."""
     truncated: bool = False
     """The walk stopped at `WALK_LIMIT` entries."""
     warnings: list[str] = field(default_factory=list)
@@ -209,6 +218,9 @@ def _walk(
                 continue  # only the direct children of a .git directory matter
             if is_dir:
                 stack.append((Path(entry.path), sub))
+                continue
+            if STALE_TEMPORARY.fullmatch(entry.name) and entry.is_file(follow_symlinks=False):
+                out.stale_temporaries.append(Path(entry.path))
             elif files:
                 out.files.append(Path(entry.path))
 
@@ -303,6 +315,10 @@ class WorkspaceGuard:
         for root in guard.roots:
             guard._watch(root)
         guard.survey = survey(guard.roots, guard.names, files=files)
+        for temporary in guard.survey.stale_temporaries:
+            # Left by a write killed mid-way (no sandbox runs yet): the target kept its bytes.
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
         for directory in guard.survey.directories:
             guard._watch(directory)
         for git_dir in guard.survey.git_dirs:

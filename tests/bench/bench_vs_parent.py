@@ -103,8 +103,8 @@ def run_once(tree: Path, replies: list[Reply], ws: Path, env: dict[str, str],
 
 def build_base(rev: str, into: Path) -> Path:
     subprocess.run(["git", "-C", ROOT, "worktree", "add", "-q", "--detach", into, rev], check=True)
-    subprocess.run(["uv", "sync", "--frozen", "--quiet"], cwd=into, check=True,
-                   env={**os.environ, "UV_PYTHON_DOWNLOADS": "never"})
+    subprocess.run(["uv", "sync", "--frozen", "--quiet", "--compile-bytecode"], cwd=into,
+                   check=True, env={**os.environ, "UV_PYTHON_DOWNLOADS": "never"})
     return into
 
 

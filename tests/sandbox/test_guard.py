@@ -286,3 +286,30 @@ def test_what_the_guard_takes_away_is_kept_when_it_can_be(scratch: Path) -> None
     [kept] = quarantine.glob("*/.vscode/settings.json")
     assert kept.read_text() == "the user's settings"
     assert str(kept.parent) in note
+
+
+def test_the_start_walk_removes_what_a_killed_write_left(tmp_path: Path) -> None:
+    """A write killed between creating its temporary file and renaming it leaves
+    `.<name>.warren-<hex>.tmp` beside the target; the next start removes exactly those
+    (regular files named so), so the tree is as before the run."""
+    from orchestrator.tools._files import _temp_name
+
+    ws = tmp_path / "ws"
+    (ws / "sub").mkdir(parents=True)
+    (ws / "sub" / "a.py").write_text("kept")
+    stale = [ws / _temp_name("a.py"), ws / "sub" / _temp_name("a.py")]
+    for path in stale:
+        path.write_text("half a write")
+    look_alikes = [
+        ws / ".a.py.warren-notahexname.tmp",  # not the writer's pattern
+        ws / "a.py.warren-0123456789ab.tmp",  # no leading dot
+    ]
+    for path in look_alikes:
+        path.write_text("the user's")
+    link = ws / ".b.py.warren-0123456789ab.tmp"
+    link.symlink_to(ws / "sub" / "a.py")  # a link is never a temporary of ours
+    guard = WorkspaceGuard.start([ws.resolve()], PROTECTED)
+    guard.close()
+    assert [p for p in stale if p.exists()] == []
+    assert all(p.read_text() == "the user's" for p in look_alikes)
+    assert link.is_symlink() and (ws / "sub" / "a.py").read_text() == "kept"
