@@ -285,6 +285,11 @@ class WorkspaceGuard:
         self, roots: Sequence[Path], names: ProtectedNames, quarantine: Path | None = None
     ) -> None:
         self.roots = tuple(roots)
+        self.denied: Callable[[str], bool] | None = None
+        """The policy's read deny rules (an absolute path -> is it denied), when set: `drain`
+        then also collects new paths they cover in `new_denied`, since the sandboxes' masks
+        were computed when they started (workers/toolhost_runner.py restarts them)."""
+        self.new_denied: list[Path] = []
         self.quarantine = quarantine
         """Where removed paths are moved (Warren's state directory, masked in sandboxes)."""
         self.names = names
@@ -389,9 +394,21 @@ class WorkspaceGuard:
             created.extend((path, False) for path in self._rescan())
         for path, is_dir in created:
             messages.extend(self._check_created(path, is_dir=is_dir))
+            if self.denied is not None:
+                self._note_denied(path, is_dir=is_dir)
         for git_dir in sorted(index_changed):
             messages.extend(self._check_index(git_dir))
         return messages
+
+    def _note_denied(self, path: Path, *, is_dir: bool) -> None:
+        """Collect `path` (or, for a new directory, what it already holds) when read-denied."""
+        assert self.denied is not None
+        if not os.path.lexists(path):
+            return
+        if self.denied(str(path)):
+            self.new_denied.append(path)
+        elif is_dir:
+            self.new_denied.extend(find_denied([path], self.denied, limit=WALK_LIMIT // 10))
 
     def _relative(self, path: Path) -> tuple[Path, tuple[str, ...]] | None:
         for root in self.roots:

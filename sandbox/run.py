@@ -177,6 +177,14 @@ class SandboxProcess:
         non-blocking read when nothing changed."""
         return [] if self.guard is None else self.guard.drain()
 
+    def take_new_denied(self) -> list[Path]:
+        """Paths the guard saw created since the last call that the read deny rules cover
+        (collected by `check_changes`; see `WorkspaceGuard.denied`); each returned once."""
+        if self.guard is None:
+            return []
+        found, self.guard.new_denied = self.guard.new_denied, []
+        return found
+
     @property
     def returncode(self) -> int | None:
         return self._popen.poll()

@@ -166,7 +166,16 @@ class SandboxedSpawner:
         async with open_sandboxed_process(
             spec, launch.argv, cwd=launch.cwd, stderr="pipe", host=self._host
         ) as process:
+            if process.guard is not None and self._read_denied is not None:
+                process.guard.denied = self._read_denied
             yield process
+
+    def add_denied(self, paths: Sequence[Path]) -> None:
+        """Also mask `paths` (files the read deny rules cover, created after the first
+        sandbox started) in every sandbox started from now on."""
+        known = self._denied or ()
+        added = tuple(glob.escape(str(p)) for p in paths if glob.escape(str(p)) not in known)
+        self._denied = known + added
 
 
 @asynccontextmanager
@@ -216,6 +225,8 @@ class _Host(SupervisedChild):
     sent_ledger: dict[Path, int] = field(default_factory=dict)
     """The ledger as this host's replica has it (what was sent plus what it reported)."""
     sent_shell: wire.ShellState | None = None
+    retiring: bool = False
+    """Replaced (its masks are out of date): stopped once its last call has answered."""
 
     async def send(self, message: pydantic.BaseModel) -> None:
         """Write one message, whole (`SupervisedChild.send_bytes`).
@@ -245,6 +256,13 @@ class _Host(SupervisedChild):
         self.sent_ledger.update(recorded)
         for path in forgotten:
             self.sent_ledger.pop(path, None)
+
+
+HOSTS_REPLACED = (
+    "Warren restarted the tool sandboxes: {count} new file(s) that the read deny rules cover "
+    "appeared, and every sandbox now hides them. The shell started afresh (working directory "
+    "and exported variables reset)."
+)
 
 
 @dataclass(frozen=True)
@@ -305,6 +323,8 @@ class SandboxedToolRunner:
         self._ids = itertools.count(1)
         self._shell: wire.ShellState | None = None
         """The read-write host's last reported shell state."""
+        self._carried: list[str] = []
+        """Guard notes drained before a read-only call, for the next output."""
         self._log = structlog.get_logger().bind(component="toolhost_runner")
         self._starter = ChildStarter(
             nursery,
@@ -384,6 +404,10 @@ class SandboxedToolRunner:
                     yield event
             return
         role = _ROLES[plan.sandbox]
+        if role == "read_only":
+            # What appeared since the last writable call (the agent's or anyone's) is checked
+            # before a read: a new file the deny rules cover restarts the hosts masked.
+            self._carried += self._drain_guard(self._hosts.get("read_write"))
         try:
             host = await self._host(role, ctx)
         except ToolHostError as exc:
@@ -425,6 +449,8 @@ class SandboxedToolRunner:
                 with trio.CancelScope(shield=True), trio.move_on_after(self._cancel_wait_s):
                     await self._cancel(host, call_id, ctx, receive)
             host.pending.pop(call_id, None)
+            if host.retiring and not host.pending:
+                host.process.kill()
 
     # -- calls -------------------------------------------------------------------------------
 
@@ -475,12 +501,38 @@ class SandboxedToolRunner:
                     self._shell = reply.shell
                 return
 
+    def _drain_guard(self, host: _Host | None) -> list[str]:
+        """Drain the read-write sandbox's guard (`sandbox.guard`): notes for the protected
+        names it removed; and when a new file is read-denied, every host is replaced so the
+        next sandboxes mask it (the running ones were masked when they started)."""
+        if host is None or not host.alive:
+            return []
+        check = getattr(host.process, "check_changes", None)
+        notes: list[str] = check() if check is not None else []
+        take = getattr(host.process, "take_new_denied", None)
+        found: list[Path] = take() if take is not None else []
+        add = getattr(self._spawner, "add_denied", None)
+        if found and add is not None:
+            add(found)
+            self._log.info("new read-denied files: tool hosts replaced", count=len(found))
+            for stale in list(self._hosts.values()):
+                self._retire(stale)
+            notes.append(HOSTS_REPLACED.format(count=len(found)))
+        return notes
+
+    def _retire(self, host: _Host) -> None:
+        """Start a fresh host of this role at its next call; stop this one when idle."""
+        host.alive = False
+        host.retiring = True
+        if not host.pending:
+            host.process.kill()
+
     def _guarded(self, host: _Host | None, output: ToolOutput) -> ToolOutput:
         """`output` with a note for each protected name the call created and the read-write
         sandbox's guard removed (`sandbox.guard`): it also catches what a background process
         of the persistent shell or a subagent made since the last call."""
-        check = getattr(host.process, "check_changes", None) if host is not None else None
-        notes: list[str] = check() if check is not None else []
+        notes = self._carried + self._drain_guard(host)
+        self._carried = []
         if not notes:
             return output
         note = "\n".join(notes)

@@ -431,3 +431,39 @@ async def test_tools_that_declare_it_run_in_the_coordinator(ctx: ToolContext) ->
 
 def test_registry_of_test_tools_is_a_superset_of_the_builtins() -> None:
     assert {"Read", "Edit", "Bash", "Think"} <= set(ToolRegistry(REGISTRY).names())
+
+
+@pytest.mark.parametrize("made_by", ["the agent", "someone else"])
+async def test_a_denied_file_created_after_the_hosts_started_is_hidden_from_bash(
+    ctx: ToolContext, workspace: Path, made_by: str
+) -> None:
+    """Read deny rules become masks when a sandbox starts. A file they cover that appears
+    later (written by a writable call, or by anyone while the hosts run) makes the runner
+    replace the hosts before the next read, so `cat` and `grep -r` in the read-only host
+    cannot read it; the model is told the shell started afresh."""
+    from workers.toolhost_runner import SandboxedSpawner
+
+    def denied(path: str) -> bool:
+        return path.endswith("/.env")
+
+    secret = "TOKEN-" + os.urandom(6).hex()
+    async with open_tool_runner(
+        tools=FACTORY, spawner=SandboxedSpawner(read_denied=denied), stop_grace_s=2
+    ) as runner:
+        await runner.start(ctx)
+        if made_by == "the agent":
+            wrote = await call(runner, tool("Bash"), ctx, command=f"echo {secret} > .env")
+            assert not wrote.is_error
+            assert "restarted the tool sandboxes" in str(wrote.content)
+        else:
+            (workspace / ".env").write_text(secret)
+        reader = BashTool(classifier=lambda command: True)
+        out = await call(runner, reader, ctx, command="cat .env; grep -r TOKEN- . ; echo done")
+        assert secret not in str(out.content)
+        assert "done" in str(out.content)
+        if made_by == "someone else":
+            assert "restarted the tool sandboxes" in str(out.content)
+        # Still hidden on later calls, from both hosts.
+        again = await call(runner, tool("Bash"), ctx, command="cat .env; echo done")
+        assert secret not in str(again.content)
+    assert (workspace / ".env").read_text().strip() == secret  # the user's file is untouched
