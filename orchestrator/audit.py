@@ -1,4 +1,5 @@
-"""The audit log: one JSON line per permission decision (and, later, per sandboxed execution).
+"""The audit log: one JSON line per permission decision and per hook run (and, later, per
+sandboxed execution).
 
 Each permission line carries the call's plan (`orchestrator.plan.CallPlan`): its read-only
 verdict and reason and the sandbox it runs in, as the pipeline decided them, never re-derived.
@@ -15,7 +16,7 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from orchestrator.events import Event, PermissionDecided
+from orchestrator.events import Event, HookRan, PermissionDecided
 
 __all__ = ["AuditLog"]
 
@@ -54,6 +55,20 @@ class AuditLog:
                 read_only=event.read_only,
                 read_only_reason=event.read_only_reason,
                 sandbox=event.sandbox,
+            )
+
+        elif isinstance(event, HookRan):
+            self.record(
+                "hook",
+                hook_event=event.hook_event,
+                command=event.command,
+                source=event.source,
+                tool_use_id=event.tool_use_id,
+                exit_code=event.exit_code,
+                duration_ms=round(event.duration_s * 1000),
+                blocked=event.blocked,
+                decision=event.decision,
+                error=event.error,
             )
 
     def close(self) -> None:

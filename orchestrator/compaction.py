@@ -349,16 +349,21 @@ class Compactor:
                 done = Compaction(cleared, trigger, pre, after, None)
                 emit(CompactBoundary(trigger, pre, after, cleared, summarised=False))
                 return done
+        hooks = pipeline.hooks
+        if hooks is not None:
+            await hooks.pre_compact(trigger, instructions)
         summary = await self._summarise(cleared, model, system, tools, fixed, instructions)
         text = summary.message.text().strip()
         if not text:
             raise ModelError("The summary request answered without text; nothing was compacted.")
         tail = self._tail(history)
+        restarted = () if hooks is None else (await hooks.session_start("compact")).context
         head = Message(
             role="user",
             content=[
                 TextBlock(text=CONTINUATION.format(summary=text)),
                 *await self._reread(history, tail, pipeline),
+                *(TextBlock(text=context) for context in restarted),
             ],
         )
         messages = normalize_for_api([head, *tail])

@@ -18,6 +18,7 @@ __all__ = [
     "CompactBoundary",
     "Event",
     "EventSink",
+    "HookRan",
     "PermissionDecided",
     "RetryScheduled",
     "TextStreamed",
@@ -85,13 +86,34 @@ class PermissionDecided:
     input: dict[str, Any]
     decision: Literal["allow", "deny", "ask"]
     rule: str | None
-    answered_by: Literal["policy", "asker"]
+    answered_by: Literal["policy", "asker", "hook"]
     message: str | None = None
     read_only: bool | None = None
     """The call's read-only verdict (its `CallPlan`), None where no plan was made."""
     read_only_reason: str | None = None
     sandbox: Literal["ro", "rw"] | None = None
     """The sandbox the call runs in if allowed: `ro` exactly when the verdict is read-only."""
+
+
+@dataclass(frozen=True)
+class HookRan:
+    """One hook ran (orchestrator/hooks): for stream-json's `hook_response`, the audit log
+    and the user (a non-blocking `error` is shown, never sent to the model)."""
+
+    hook_event: str
+    command: str
+    source: str
+    """The policy file the hook comes from."""
+    exit_code: int | None
+    """None when it never finished (timeout, flood, could not start)."""
+    duration_s: float
+    blocked: bool
+    decision: Literal["allow", "deny", "ask"] | None = None
+    error: str | None = None
+    stdout: str = ""
+    """The head of what it printed."""
+    stderr: str = ""
+    tool_use_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -111,5 +133,6 @@ Event = (
     | PermissionDecided
     | RetryScheduled
     | CompactBoundary
+    | HookRan
 )
 EventSink = Callable[[Event], None]

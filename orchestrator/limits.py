@@ -55,6 +55,9 @@ class Limits(BaseModel):
     context_window: int | None = Field(default=None, ge=1_000)
     """Tokens of the model's context window; None: the model table's (a refusal that names a
     smaller limit still teaches it)."""
+    max_stop_hook_blocks: int = Field(default=5, ge=0)
+    """Times Stop/SubagentStop hooks may keep one run going; one more block ends it
+    `hook_blocked` (exit 6). Default 5."""
     max_output_tokens_total: int | None = Field(default=None, ge=1)
     """Output tokens the session may generate, subagents included (each request reserves its
     `max_output_tokens`). Default None: no limit."""

@@ -71,12 +71,18 @@ class LoopConfig:
     the model's default (`orchestrator.model.catalog.default_max_tokens`)."""
     thinking_budget: int | None = None
     """Extended thinking's budget per response in tokens. Default None: no thinking."""
+    max_stop_hook_blocks: int = 5
+    """Times Stop hooks may keep the run going; one more block ends it `hook_blocked`."""
+    agent_id: str | None = None
+    """A subagent's id: its end fires SubagentStop instead of Stop."""
 
     def __post_init__(self) -> None:
         if self.max_turns < 1:
             raise ValueError("max_turns must be at least 1")
         if self.max_concurrency < 1:
             raise ValueError("max_concurrency must be at least 1")
+        if self.max_stop_hook_blocks < 0:
+            raise ValueError("max_stop_hook_blocks must not be negative")
 
 
 class RunControl:
@@ -163,6 +169,7 @@ async def run_loop(
     last_text = ""
     # Replies cut at max_tokens: continued, retried higher, or the end (continuation.py).
     recovery = OutputRecovery(model.model, config.max_tokens, config.thinking_budget)
+    stop_blocks = 0
 
     by_model: dict[str, ModelUsage] = {}
 
@@ -290,11 +297,40 @@ async def run_loop(
                 continue
             case Truncated(result=text):
                 return finish("output_truncated", text, turn)
+        hooks = pipeline.hooks
         if not final.message.tool_uses():
-            return finish("completed", recovery.answer(final.message.text()), turn)
+            if hooks is None or not hooks.has("SubagentStop" if config.agent_id else "Stop"):
+                return finish("completed", recovery.answer(final.message.text()), turn)
+            with trio.CancelScope() as scope:
+                control._scope = scope
+                if control.interrupted:
+                    scope.cancel()
+                outcome = await hooks.stop(active=stop_blocks > 0, agent_id=config.agent_id)
+            control._scope = None
+            if control.interrupted:
+                return finish("interrupted", "The run was interrupted.", turn)
+            if hooks.stop_requested is not None:
+                return finish("hook_blocked", hooks.stop_requested, turn)
+            if not outcome.blocked:
+                return finish("completed", recovery.answer(final.message.text()), turn)
+            if stop_blocks >= config.max_stop_hook_blocks:
+                return finish(
+                    "hook_blocked",
+                    f"Stop hooks kept the run going {stop_blocks} times and blocked it again "
+                    f"(limit: [limits] max_stop_hook_blocks = {config.max_stop_hook_blocks}): "
+                    + outcome.reason_text,
+                    turn,
+                )
+            stop_blocks += 1
+            feedback = Message.user_text("Stop hook feedback:\n" + outcome.reason_text)
+            history.append(feedback)
+            emit(ToolResultsMessage(feedback))
+            continue
         tool_results = Message(role="user", content=list(results))
         history.append(tool_results)
         emit(ToolResultsMessage(tool_results))
+        if hooks is not None and hooks.stop_requested is not None:
+            return finish("hook_blocked", hooks.stop_requested, turn)
     return finish(
         "max_turns", last_text or f"Stopped after {config.max_turns} turns.", config.max_turns
     )

@@ -7,9 +7,11 @@ final `result`. Nothing else is ever written to stdout in that mode.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, Any, Literal
 
@@ -17,6 +19,7 @@ from orchestrator.events import (
     AssistantTurn,
     CompactBoundary,
     Event,
+    HookRan,
     PermissionDecided,
     RetryScheduled,
     TextStreamed,
@@ -38,6 +41,7 @@ __all__ = [
     "OutputPrinter",
     "ProgressPrinter",
     "event_record",
+    "hook_errors",
     "result_record",
     "subagent_record",
 ]
@@ -103,6 +107,23 @@ def event_record(event: Event, **tag: Any) -> dict[str, Any] | None:
                 "delay_ms": round(event.delay_s * 1000),
                 "error": event.error,
                 "error_status": event.status,
+                **tag,
+            }
+        case HookRan():
+            return {
+                "type": "system",
+                "subtype": "hook_response",
+                "hook_event": event.hook_event,
+                "command": event.command,
+                "source": event.source,
+                "exit_code": event.exit_code,
+                "duration_ms": round(event.duration_s * 1000),
+                "blocked": event.blocked,
+                "decision": event.decision,
+                "error": event.error,
+                "stdout": event.stdout,
+                "stderr": event.stderr,
+                "tool_use_id": event.tool_use_id,
                 **tag,
             }
         case CompactBoundary(summarised=True):
@@ -246,6 +267,11 @@ class ProgressPrinter:
                 self.out.write(f"  xx {escape_controls(tool)} denied: {first}\n")
             case RetryScheduled(attempt=attempt, delay_s=delay, error=error):
                 self.out.write(f"  .. retry {attempt} in {delay:.1f} s: {escape_controls(error)}\n")
+            case HookRan():
+                said = _hook_line(event)
+                if said is None:
+                    return
+                self.out.write(said)
             case CompactBoundary(trigger=trigger, pre_tokens=pre, post_tokens=post):
                 how = "summarised" if event.summarised else "old tool results cleared"
                 self.out.write(
@@ -254,3 +280,30 @@ class ProgressPrinter:
             case _:
                 return
         self.out.flush()
+
+
+def _hook_line(event: HookRan) -> str | None:
+    """A hook that blocked or failed, for humans (a quiet success is not shown)."""
+    if event.error is not None:
+        what = f"failed (not blocking): {event.error}"
+    elif event.blocked:
+        what = f"blocked (exit {event.exit_code})"
+    else:
+        return None
+    first = escape_controls(what.split("\n")[0][:300])
+    return f"  hh {event.hook_event} hook {escape_controls(event.command[:120])} {first}\n"
+
+
+def hook_errors(out: IO[str]) -> Callable[[Event], None]:
+    """Without progress lines, hooks that failed are still said on stderr: a broken hook
+    must not fail silently (a blocked one is the model's business, and the result's)."""
+
+    def sink(event: Event) -> None:
+        if isinstance(event, HookRan) and event.error is not None:
+            line = _hook_line(event)
+            if line is not None:
+                with contextlib.suppress(OSError, ValueError):
+                    out.write("warren: " + line[5:])
+                    out.flush()
+
+    return sink

@@ -1,7 +1,8 @@
 """The per-call pipeline: from a model's `tool_use` block to exactly one `tool_result`.
 
     unknown tool -> input JSON -> schema -> read-only verdict (the `CallPlan`) ->
-    tool.validate -> permission -> ask -> call (under the tool's time limit) -> cap and render
+    tool.validate -> PreToolUse hooks -> permission -> ask -> call (under the tool's time
+    limit) -> cap and render -> PostToolUse hooks
 
 Every failure on that path becomes an `is_error` result whose text tells the model how to fix
 the call; nothing here raises into the loop except cancellation. `prepare` makes each call's
@@ -9,6 +10,13 @@ the call; nothing here raises into the loop except cancellation. `prepare` makes
 events and the runner read it. Where the call runs is the `ToolRunner` seam, handed the plan:
 in-process (`InProcessRunner`) or the sandboxed tool hosts (workers/toolhost_runner.py),
 which run a plan in the sandbox it names.
+
+Hooks (orchestrator/hooks) may narrow a decision, never widen it past a deny rule or the
+floor: a PreToolUse block or `deny` ends the call; `ask` turns the policy's allow into an ask;
+`allow` answers an ask (a deny stays a deny); an `updatedInput` is another call, parsed,
+planned, validated and decided again. The session's `HookRunner` lives here because every
+place that fires hooks (the loop's Stop, the compactor, the session) already holds the
+pipeline.
 """
 
 from __future__ import annotations
@@ -16,7 +24,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import AsyncIterator
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import pydantic
 import trio
@@ -24,7 +32,7 @@ import trio
 from orchestrator.aio import closing_iter
 from orchestrator.errors import ToolError
 from orchestrator.events import EventSink, PermissionDecided, ToolFinished, ToolStarted
-from orchestrator.messages import ToolResultBlock, ToolUseBlock
+from orchestrator.messages import TextBlock, ToolResultBlock, ToolUseBlock
 from orchestrator.permissions import Allow, Ask, Asker, Deny, PermissionFn
 from orchestrator.plan import Assessor, CallPlan, PlanDecision, plan_call, tool_assessor
 from orchestrator.text import truncate_middle
@@ -37,6 +45,10 @@ from orchestrator.tools.base import (
     ToolProgress,
 )
 from orchestrator.tools.registry import ToolRegistry
+
+if TYPE_CHECKING:  # a worker's pipeline has no hooks: it does not import them
+    from orchestrator.hooks.output import PermissionVerdict
+    from orchestrator.hooks.runner import HookOutcome, HookRunner
 
 __all__ = [
     "DEFAULT_OUTPUT_CAP",
@@ -114,6 +126,7 @@ class ToolPipeline:
         emit: EventSink,
         output_cap: int = DEFAULT_OUTPUT_CAP,
         default_timeout_s: float = DEFAULT_TOOL_TIMEOUT_S,
+        hooks: HookRunner | None = None,
     ) -> None:
         self.tools = tools
         self.ctx = ctx
@@ -126,6 +139,8 @@ class ToolPipeline:
         self.output_cap = output_cap
         self.default_timeout_s = default_timeout_s
         """The time limit of a tool that sets none of its own (Bash has its own rule)."""
+        self.hooks = hooks
+        """The session's hooks; None: no hook code path at all (tests, benchmarks)."""
 
     def prepare(self, block: ToolUseBlock) -> CallPlan:
         """The call's plan: unknown tool, unparsable JSON and schema checks, then the read-only
@@ -167,7 +182,32 @@ class ToolPipeline:
         if refusal is not None:
             return self._error(block, refusal)
 
-        decided, plan = await self._decide(plan)
+        hooks = self.hooks
+        verdict: PermissionVerdict | None = None
+        if hooks is not None and hooks.has("PreToolUse"):
+            outcome = await hooks.pre_tool_use(plan)
+            verdict = outcome.permission
+            if verdict == "deny":
+                message = _hook_denial(tool.name, outcome)
+                self._audit(plan, Deny(message, rule=_hook_rule(outcome)), "hook")
+                return self._error(block, message)
+            if outcome.updated_input is not None:
+                try:
+                    changed = tool.parse_input(outcome.updated_input)
+                except pydantic.ValidationError as exc:
+                    return self._error(
+                        block,
+                        "A PreToolUse hook changed the input: " + (_schema_error_text(tool, exc)),
+                    )
+                plan = plan_call(block, tool, changed, self.assessor)
+                try:
+                    refusal = await self.runner.validate(plan, self.ctx)
+                except Exception as exc:
+                    refusal = f"{tool.name} could not validate this call: {exc}"
+                if refusal is not None:
+                    return self._error(block, refusal)
+
+        decided, plan = await self._decide(plan, verdict)
         if isinstance(decided, Deny):
             return self._error(block, decided.message)
         if decided.updated_input is not None:
@@ -180,15 +220,28 @@ class ToolPipeline:
             decision = plan.decision
             plan = plan_call(block, tool, rewritten, self.assessor)
             plan = plan if decision is None else plan.decided(decision)
-        return await self._call(plan)
+        result = await self._call(plan)
+        if hooks is not None and hooks.has("PostToolUse"):
+            result = _with_feedback(result, await hooks.post_tool_use(plan, result.content))
+        return result
 
-    async def _decide(self, plan: CallPlan) -> tuple[Allow | Deny, CallPlan]:
+    async def _decide(
+        self, plan: CallPlan, hook: PermissionVerdict | None = None
+    ) -> tuple[Allow | Deny, CallPlan]:
+        """The policy's decision, narrowed by a PreToolUse hook's `ask`, or an ask answered
+        by its `allow` (never past a deny)."""
         tool, input = plan.runnable()
         try:
             result = await self.permission(plan, self.ctx)
         except Exception as exc:
             result = Deny(f"The permission check failed ({exc}); the call was not run.")
         plan = self._audit(plan, result, "policy")
+        if hook == "ask" and isinstance(result, Allow):
+            result = Ask("A PreToolUse hook asks for confirmation.", rule="PreToolUse hook")
+            plan = self._audit(plan, result, "hook")
+        elif hook == "allow" and isinstance(result, Ask):
+            allowed = Allow(rule="PreToolUse hook: allow")
+            return allowed, self._audit(plan, allowed, "hook")
         if isinstance(result, Ask):
             try:
                 answer = await self.asker(tool, input, result)
@@ -198,7 +251,10 @@ class ToolPipeline:
         return result, plan
 
     def _audit(
-        self, plan: CallPlan, result: Allow | Deny | Ask, by: Literal["policy", "asker"]
+        self,
+        plan: CallPlan,
+        result: Allow | Deny | Ask,
+        by: Literal["policy", "asker", "hook"],
     ) -> CallPlan:
         """Record the decision in the plan and report it (with the plan's verdict)."""
         message: str | None
@@ -297,3 +353,36 @@ class ToolPipeline:
         return ToolResultBlock(
             tool_use_id=block.id, content=f"<tool_use_error>{text}</tool_use_error>", is_error=True
         )
+
+
+def _hook_rule(outcome: HookOutcome) -> str:
+    labels = [run.hook.label for run in outcome.runs if run.output.permission or run.output.blocked]
+    return "PreToolUse hook " + " ".join(labels)
+
+
+def _hook_denial(tool: str, outcome: HookOutcome) -> str:
+    """The tool_result of a call a PreToolUse hook stopped: each blocking hook's stderr or
+    reason, as Claude Code reports it."""
+    if outcome.reasons:
+        return f"{tool} operation blocked by hook:\n" + "\n".join(
+            f"- {reason}" for reason in outcome.reasons
+        )
+    return f"{tool} operation denied by a PreToolUse hook: " + (
+        outcome.permission_reason or "no reason given"
+    )
+
+
+def _with_feedback(result: ToolResultBlock, outcome: HookOutcome) -> ToolResultBlock:
+    """The result with PostToolUse feedback beside it: a block's reasons, then any
+    additional context."""
+    notes: list[str] = []
+    if outcome.blocked:
+        notes.append("PostToolUse hook feedback:\n" + outcome.reason_text)
+    notes.extend(outcome.context)
+    if not notes:
+        return result
+    text = "\n\n".join(notes)
+    content = result.content
+    if isinstance(content, str):
+        return result.model_copy(update={"content": f"{content}\n\n{text}"})
+    return result.model_copy(update={"content": [*content, TextBlock(text=text)]})

@@ -83,8 +83,9 @@ class PlanDecision:
     decision: Literal["allow", "deny", "ask"]
     rule: str | None
     """The rule or built-in label that decided, with its source (`Bash(make) [policy.toml]`)."""
-    answered_by: Literal["policy", "asker"]
-    """`policy`: the permission function; `asker`: the user (or the headless deny)."""
+    answered_by: Literal["policy", "asker", "hook"]
+    """`policy`: the permission function; `asker`: the user (or the headless deny); `hook`:
+    a PreToolUse hook."""
     message: str | None = None
     """Deny: the message for the model; ask: the reason shown to the user."""
 

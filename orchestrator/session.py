@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
@@ -51,13 +52,15 @@ from orchestrator.events import (
     RetryScheduled,
     ToolResultsMessage,
 )
+from orchestrator.hooks.build import build_hook_runner
+from orchestrator.hooks.runner import HookRunner
 from orchestrator.limits import Limits
 from orchestrator.logs import LogSink, configure_logging
 from orchestrator.loop import LoopConfig, RunControl, RunResult, run_loop
-from orchestrator.messages import Message, Usage
+from orchestrator.messages import Message, TextBlock, Usage
 from orchestrator.model.base import ModelClient
 from orchestrator.model.catalog import context_window, resolve_model
-from orchestrator.output import OutputFormat, OutputPrinter, ProgressPrinter
+from orchestrator.output import OutputFormat, OutputPrinter, ProgressPrinter, hook_errors
 from orchestrator.paths import WarrenDirs
 from orchestrator.permissions import Asker, PermissionFn, headless_asker
 from orchestrator.pipeline import InProcessRunner, ToolPipeline, ToolRunner
@@ -300,6 +303,8 @@ class Session:
         self._system = system
         self._io = io_guard
         self._control: RunControl | None = None
+        self._start_context: list[str] = []
+        """SessionStart hooks' context, added to the next prompt."""
         self.compactor = Compactor(
             window=limits.context_window or context_window(model.model),
             threshold=limits.compact_threshold,
@@ -325,12 +330,33 @@ class Session:
         **Errors:** none for model, tool or state-writing failures: those are terminal
         reasons (`model_error`, `budget_exceeded`, `io_error`, ...).
         """
-        message = Message.user_text(prompt)
         control = RunControl()
         self._control = control
         self._io.control = control
         if self._io.failure is not None:  # an earlier run could not write: nor can this one
             control.interrupt()
+        hooks = self._pipeline.hooks
+        started = time.monotonic()
+        context = list(self._start_context)
+        self._start_context = []
+        if hooks is not None:
+            hooks.stop_requested = None
+            with trio.CancelScope() as scope:
+                control._scope = scope
+                if control.interrupted:
+                    scope.cancel()
+                submitted = await hooks.user_prompt_submit(prompt)
+            control._scope = None
+            if submitted.blocked or hooks.stop_requested is not None:
+                why = hooks.stop_requested or submitted.reason_text
+                return self._finish(
+                    self._rejected(f"The prompt was blocked by a hook: {why}", started)
+                )
+            context.extend(submitted.context)
+        message = Message(
+            role="user",
+            content=[TextBlock(text=prompt), *(TextBlock(text=text) for text in context)],
+        )
         self._io.write(lambda: self.transcript.message(message))
         spent = _spend(self.model)
         try:
@@ -344,6 +370,7 @@ class Session:
                     max_concurrency=self.limits.max_concurrency,
                     max_tokens=self.limits.max_output_tokens,
                     thinking_budget=self.limits.max_thinking_tokens,
+                    max_stop_hook_blocks=self.limits.max_stop_hook_blocks,
                 ),
                 emit=self._emit,
                 control=control,
@@ -356,6 +383,26 @@ class Session:
         if self._io.failure is not None:
             result = dataclasses.replace(result, reason="io_error", result=self._io.failure)
         self.history = result.messages
+        return self._finish(result)
+
+    def _rejected(self, why: str, started: float) -> RunResult:
+        """A run that never reached the model: a hook rejected its prompt."""
+        return RunResult(
+            "hook_blocked", list(self.history), 0, Usage(), 0.0, why,
+            time.monotonic() - started,
+        )  # fmt: skip
+
+    async def start(self) -> None:
+        """Fire SessionStart (`startup`, or `resume` for a resumed conversation): what the
+        hooks print joins the first prompt as context; `continue: false` makes the first run
+        end `hook_blocked`."""
+        hooks = self._pipeline.hooks
+        if hooks is None:
+            return
+        outcome = await hooks.session_start("resume" if self.history else "startup")
+        self._start_context.extend(outcome.context)
+
+    def _finish(self, result: RunResult) -> RunResult:
         self._io.write(
             lambda: self.transcript.write(
                 {
@@ -373,7 +420,6 @@ class Session:
         # Last: stdout may be a terminal that is gone (SIGHUP); the transcript has it all.
         self._printer.finish(result)
         return result
-
 
     async def compact(self, instructions: str | None = None) -> Compaction:
         """Summarise the conversation now (the REPL's `/compact [instructions]`), between runs:
@@ -460,6 +506,8 @@ async def open_session(
         ]
         if config.progress or config.verbose:
             sinks.append(ProgressPrinter(sys.stderr))
+        else:
+            sinks.append(hook_errors(sys.stderr))
         emit = _Fanout(sinks)
         ctx = ToolContext(
             workspace=cwd,
@@ -476,7 +524,20 @@ async def open_session(
             else _in_process(ctx)
         )
         permission = policy.permission_fn()
-        asker: Asker = TerminalAsker(policy) if config.asks == "terminal" else headless_asker
+        hooks = build_hook_runner(
+            policy,
+            workspace=cwd,
+            sandboxed=sandboxed,
+            session_id=transcript.session_id,
+            transcript_path=str(transcript.path),
+            extra_roots=ctx.extra_roots,
+            emit=emit,
+        )
+        asker: Asker = (
+            TerminalAsker(policy, notify=hooks.notification)
+            if config.asks == "terminal"
+            else headless_asker
+        )
         if parts.subagents is not None and sandboxed and limits.max_subagents > 0:
             pool = await stack.enter_async_context(parts.subagents(ctx, policy, model, limits))
             dispatch = _dispatch_tool(
@@ -508,6 +569,7 @@ async def open_session(
             emit=emit,
             default_timeout_s=limits.tool_timeout_s,
             output_cap=limits.max_tool_output_chars,
+            hooks=hooks,
         )
         structlog.get_logger().bind(session_id=transcript.session_id).info(
             "session opened", model=model.model, cwd=str(cwd), resumed=bool(history)
@@ -518,7 +580,7 @@ async def open_session(
                 "directory.",
                 source="state",
             )
-        yield Session(
+        session = Session(
             config=config,
             limits=limits,
             transcript=transcript,
@@ -530,6 +592,10 @@ async def open_session(
             history=history,
             io_guard=io_guard,
         )
+        if hooks.has("SessionEnd"):
+            stack.push_async_callback(_shielded, _session_end(hooks))
+        await session.start()
+        yield session
 
 
 # --- builders -------------------------------------------------------------------------------
@@ -838,6 +904,13 @@ async def _shielded(close: Callable[[], Awaitable[None]]) -> None:
     """Teardown that a cancellation cannot skip, bounded so a stuck part cannot hang exit."""
     with trio.CancelScope(shield=True), trio.move_on_after(15):
         await close()
+
+
+def _session_end(hooks: HookRunner) -> Callable[[], Awaitable[None]]:
+    async def end() -> None:
+        await hooks.session_end()
+
+    return end
 
 
 @asynccontextmanager

@@ -11,6 +11,7 @@ exact command (`policies.engine.PolicyEngine.remember`).
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import IO, Any
 
@@ -33,18 +34,32 @@ class TerminalAsker:
     to its thread and its answer, if any, ignored.
     """
 
-    def __init__(self, policy: SessionPolicy, *, tty: Path = Path("/dev/tty")) -> None:
+    def __init__(
+        self,
+        policy: SessionPolicy,
+        *,
+        tty: Path = Path("/dev/tty"),
+        notify: Callable[[str], Awaitable[object]] | None = None,
+    ) -> None:
+        """`notify`: told (the session's Notification hooks) each time the user is asked,
+        while the question waits; it never delays or answers it."""
         self._policy = policy
         self._tty = tty
         self._lock = trio.Lock()
+        self._notify = notify
 
     async def __call__(self, tool: Tool[Any], input: ToolInput, ask: Ask) -> Allow | Deny:
         async with self._lock:
             raw = input.model_dump(mode="json", by_alias=True, exclude_none=True)
             try:
-                answer, reason = await trio.to_thread.run_sync(
-                    self._prompt, tool, input, ask, abandon_on_cancel=True
-                )
+                async with trio.open_nursery() as nursery:
+                    if self._notify is not None:
+                        nursery.start_soon(
+                            self._notify, f"Warren needs your permission to use {tool.name}"
+                        )
+                    answer, reason = await trio.to_thread.run_sync(
+                        self._prompt, tool, input, ask, abandon_on_cancel=True
+                    )
             except OSError as exc:
                 return Deny(
                     f"Permission to use {tool.name} could not be asked ({exc}); "

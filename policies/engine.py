@@ -44,6 +44,7 @@ from policies.facts import ToolFacts
 from policies.files import EffectivePolicy, Mode, PolicyError, RuleEntry
 from policies.rules import (
     CompiledRule,
+    ParsedRule,
     PathPattern,
     bash_rule_matches,
     compile_path_pattern,
@@ -463,6 +464,16 @@ class PolicyEngine:
                 paths = (lexical,) if lexical == resolved else (lexical, resolved)
                 return _Call(tool, input, tool_read_only, facts, any_paths=paths, resolved=resolved)
         return _Call(tool, input, tool_read_only, facts)
+
+    def compile_matcher(self, parsed: ParsedRule, *, anchor: Path) -> CompiledRule:
+        """A rule used as a hook matcher (orchestrator/hooks), bound like a policy rule."""
+        return compile_rule(parsed, anchor=anchor, workspace=self.workspace, home=self._home)
+
+    def rule_matches(self, rule: CompiledRule, assessed: CallAssessment) -> bool:
+        """Does `rule` match an assessed call, the way a deny rule would (either path, any
+        part of a compound command, git's global options seen through)? For hook matchers:
+        a hook on `Bash(git push:*)` sees `git -C . push` as its deny rule would."""
+        return self._matches(rule, assessed, strict=False)
 
     def _first_match(self, rules: tuple[_Rule, ...], call: _Call) -> _Rule | None:
         for rule in rules:

@@ -102,6 +102,9 @@ HookEvent = Literal[
     "PreCompact",
 ]
 _TOOL_EVENTS = frozenset({"PreToolUse", "PostToolUse"})
+_MATCHER_EVENTS = _TOOL_EVENTS | {"SessionStart", "PreCompact"}
+"""Events whose hooks may have a `matcher`: a tool call, or SessionStart's `source` and
+PreCompact's `trigger` (as Claude Code allows)."""
 
 MANAGED_POLICY_PATH: Final = Path("/etc/warren/policy.toml")
 _MAX_POLICY_BYTES: Final = 1 << 20
@@ -147,6 +150,25 @@ def _valid_rule(text: str) -> str:
 
 
 RuleText = Annotated[StrictStr, AfterValidator(_valid_rule)]
+
+
+def _valid_matcher(text: str) -> str:
+    """A hook matcher: a rule (`Bash(git push:*)`, `Edit(src/**)`, `Bash`), or, as Claude
+    Code writes them, a regular expression over names (`Edit|Write`, `mcp__.*`); empty or
+    `*` matches everything. The hooks layer (orchestrator/hooks/matchers.py) decides which."""
+    text = text.strip()
+    if text in ("", "*"):
+        return text
+    try:
+        parse_rule(text)
+    except RuleSyntaxError as rule_error:
+        try:
+            re.compile(text)
+        except (re.error, RecursionError, OverflowError):
+            raise ValueError(
+                f"neither a rule nor a regular expression: {rule_error}"
+            ) from None
+    return text
 
 
 class _Section(BaseModel):
@@ -211,6 +233,9 @@ class Limits(_Section):
     32,000)."""
     max_thinking_tokens: Annotated[int, Field(strict=True, ge=1024)] | None = None
     """Extended thinking's token budget per response. Default: no extended thinking."""
+    max_stop_hook_blocks: Annotated[int, Field(strict=True, ge=0, le=1_000)] | None = None
+    """Times Stop/SubagentStop hooks may keep one run going before it ends `hook_blocked`.
+    Default 5."""
 
 
 class Hook(_Section):
@@ -219,16 +244,22 @@ class Hook(_Section):
     event: HookEvent
     command: Annotated[StrictStr, Field(min_length=1)]
     """Shell command line, run in the sandbox with the event as JSON on stdin."""
-    matcher: RuleText | None = None
-    """For PreToolUse/PostToolUse: only calls this rule matches (default: every call)."""
+    matcher: Annotated[StrictStr, AfterValidator(_valid_matcher)] | None = None
+    """For PreToolUse/PostToolUse: only calls this rule (or regular expression over tool
+    names, `Edit|Write`) matches; for SessionStart/PreCompact: a regular expression over the
+    `source`/`trigger`. Default: every one."""
     timeout_s: Annotated[float, Field(gt=0, le=3600), AfterValidator(_finite)] = 60.0
     """Seconds before the hook is killed. Default 60."""
+    sandbox: StrictBool = True
+    """Run under the floor (workspace as the tools have it, no network, secrets masked).
+    Only a user or managed policy may set false; a repository's hooks always run sandboxed."""
 
     @model_validator(mode="after")
     def _matcher_for_tool_events(self) -> Hook:
-        if self.matcher is not None and self.event not in _TOOL_EVENTS:
+        if self.matcher is not None and self.event not in _MATCHER_EVENTS:
             raise ValueError(
-                f"`matcher` only applies to PreToolUse and PostToolUse hooks, not {self.event}"
+                "`matcher` only applies to PreToolUse, PostToolUse, SessionStart and "
+                f"PreCompact hooks, not {self.event}"
             )
         return self
 
@@ -726,7 +757,15 @@ def merge_policy(
             for root in policy.sandbox.writable_roots:
                 writable.append((_root_path(root, layer.anchor, home), layer.source))
             home_allow.extend((path, layer.source) for path in policy.sandbox.home_allow)
-            hooks.extend((hook, layer.source) for hook in policy.hooks)
+            for hook in policy.hooks:
+                if not hook.sandbox and layer.level not in ("user", "managed"):
+                    raise PolicyError(
+                        "`sandbox = false` is only allowed in the user's or the managed "
+                        f"policy; a {layer.level} hook always runs in the sandbox",
+                        file=layer.source,
+                        key="hooks",
+                    )
+                hooks.append((hook, layer.source))
         deny_read.extend((pattern, layer.source) for pattern in policy.sandbox.deny_read)
         protected.extend((pattern, layer.source) for pattern in policy.sandbox.protected)
         examples.extend((example, layer.source) for example in policy.examples)

@@ -1,0 +1,71 @@
+"""The session's `HookRunner`, from its effective policy.
+
+Only the hooks the merge let through are here: an untrusted repository's never are
+(`policies.files.merge_policy` leaves them out), so nothing a repository wrote runs until the
+user trusts it. Each hook's matcher is compiled against the policy engine, anchored at the
+directory of the file that defines it (as that file's rules are).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from orchestrator.events import EventSink
+from orchestrator.hooks.matchers import build_matcher
+from orchestrator.hooks.runner import ConfiguredHook, HookRunner, HookSandbox
+from orchestrator.session_policy import SessionPolicy
+
+__all__ = ["build_hook_runner", "configured_hooks", "hook_sandbox"]
+
+
+def configured_hooks(policy: SessionPolicy) -> tuple[ConfiguredHook, ...]:
+    """The hooks in force, in policy order (lowest level first), matchers compiled."""
+    effective = policy.effective
+    anchors = {layer.source: layer.anchor for layer in effective.layers}
+    return tuple(
+        ConfiguredHook(
+            hook,
+            source,
+            build_matcher(hook.matcher, engine=policy.engine, anchor=anchors.get(source)),
+        )
+        for hook, source in effective.hooks
+    )
+
+
+def hook_sandbox(policy: SessionPolicy) -> HookSandbox:
+    """The floor for hooks: the tool hosts' additions (masks, protected paths, home
+    allowances) and the policy's read deny rules."""
+    from sandbox.spec import SandboxSpec
+
+    spec = SandboxSpec(
+        extra_deny_read=policy.deny_read(),
+        extra_protected=policy.protected(),
+        extra_home_allow=policy.home_allow(),
+    )
+    return HookSandbox(spec, read_denied=policy.read_denied())
+
+
+def build_hook_runner(
+    policy: SessionPolicy,
+    *,
+    workspace: Path,
+    sandboxed: bool,
+    session_id: str = "",
+    transcript_path: str = "",
+    extra_roots: Sequence[Path] = (),
+    emit: EventSink | None = None,
+) -> HookRunner:
+    """The runner for one session; `sandboxed` False (the user turned the sandbox off) runs
+    every hook as a plain process."""
+    hooks = configured_hooks(policy)
+    return HookRunner(
+        hooks,
+        workspace=workspace,
+        session_id=session_id,
+        transcript_path=transcript_path,
+        permission_mode=policy.mode,
+        extra_roots=extra_roots,
+        sandbox=hook_sandbox(policy) if sandboxed and hooks else None,
+        emit=emit,
+    )

@@ -1,0 +1,521 @@
+"""Running the hooks of one event: each under the floor, all at once, merged in one answer.
+
+`HookRunner` is the session's (built by `orchestrator.hooks.build_hook_runner` from the
+effective policy, so an untrusted repository's hooks are not even in it). The pipeline, the
+loop, the compactor, the session and the terminal asker call its per-event methods; with no
+hook for an event each returns `NO_OUTCOME` after one set lookup (tests/bench/bench_hooks.py
+measures that path).
+
+Where a hook runs: a one-shot sandbox (`sandbox.run.run_sandboxed`) with the workspace and
+the policy's writable roots mounted as the tool hosts have them (read-only in `plan` mode),
+no network, the home hidden and secrets masked, the environment scrubbed plus
+`CLAUDE_PROJECT_DIR` and `WARREN_PROJECT_DIR`; its `timeout_s` is the wall-clock limit and
+its output is capped (`HOOK_OUTPUT_BYTES`; more is a flood, killed). A user or managed hook
+with `sandbox = false`, or any hook when the user turned the sandbox off, runs as a plain
+process group with the same timeout and cap.
+
+Merging (deterministic, whatever order the hooks finish in): a block from any hook blocks;
+permission decisions rank deny > ask > allow; two hooks rewriting the input differently is a
+deny naming both; context, reasons and errors keep the policy's hook order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import trio
+
+from orchestrator.events import EventSink, HookRan
+from orchestrator.hooks.events import (
+    HookInput,
+    NotificationInput,
+    PostToolUseInput,
+    PreCompactInput,
+    PreToolUseInput,
+    SessionEndInput,
+    SessionSource,
+    SessionStartInput,
+    StopInput,
+    UserPromptSubmitInput,
+)
+from orchestrator.hooks.output import HookOutput, PermissionVerdict, parse_output
+from orchestrator.plan import CallPlan
+from policies.files import Hook, HookEvent
+
+if TYPE_CHECKING:  # the sandbox is imported when a hook first runs sandboxed
+    from orchestrator.hooks.matchers import HookMatcher
+    from sandbox.host import SandboxHost
+    from sandbox.spec import SandboxSpec
+
+__all__ = [
+    "HOOK_OUTPUT_BYTES",
+    "NO_OUTCOME",
+    "ConfiguredHook",
+    "HookOutcome",
+    "HookRun",
+    "HookRunner",
+    "HookSandbox",
+]
+
+HOOK_OUTPUT_BYTES = 1024 * 1024
+"""stdout plus stderr a hook may print; more kills it (a non-blocking error)."""
+_REAP_S = 5.0
+"""Seconds we wait for a SIGKILLed unsandboxed hook to be reaped."""
+_SHOWN = 2_000
+"""Characters of a hook's stdout/stderr carried in its event (stream-json, audit)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConfiguredHook:
+    """A hook in force: the policy's entry, its file, and its matcher compiled."""
+
+    hook: Hook
+    source: str
+    matcher: HookMatcher
+
+    @property
+    def label(self) -> str:
+        """How messages name it: `[command]`."""
+        return f"[{self.hook.command}]"
+
+
+@dataclass(frozen=True, slots=True)
+class HookRun:
+    """One hook's run and what it said."""
+
+    hook: ConfiguredHook
+    exit_code: int | None
+    """None when it never finished (timeout, flood, could not start)."""
+    stdout: str
+    stderr: str
+    duration_s: float
+    output: HookOutput
+
+
+@dataclass(frozen=True, slots=True)
+class HookOutcome:
+    """The merged answer of every hook of one event."""
+
+    runs: tuple[HookRun, ...] = ()
+    blocked: bool = False
+    """Exit 2 or `decision: block` from any hook."""
+    reasons: tuple[str, ...] = ()
+    """Block reasons, one per blocking hook, in policy order."""
+    permission: PermissionVerdict | None = None
+    """PreToolUse: deny > ask > allow over every hook (a block counts as deny)."""
+    permission_reason: str | None = None
+    updated_input: dict[str, Any] | None = None
+    context: tuple[str, ...] = ()
+    """`additionalContext` (or plain stdout where the event takes it), in policy order."""
+    stop: bool = False
+    """A hook said `continue: false`: the run ends `hook_blocked`."""
+    stop_reason: str | None = None
+
+    @property
+    def reason_text(self) -> str:
+        return "\n".join(self.reasons)
+
+
+NO_OUTCOME = HookOutcome()
+_RANK: dict[PermissionVerdict, int] = {"allow": 0, "ask": 1, "deny": 2}
+
+
+def merge(runs: Sequence[HookRun]) -> HookOutcome:
+    """Merge in the given (policy) order; see the module docstring."""
+    reasons: list[str] = []
+    context: list[str] = []
+    permission: PermissionVerdict | None = None
+    permission_reason: str | None = None
+    rewrites: list[tuple[HookRun, dict[str, Any]]] = []
+    stop_reasons: list[str] = []
+    stop = False
+    for run in runs:
+        out = run.output
+        if out.error is not None:
+            continue
+        if out.blocked:
+            reasons.append(f"{run.hook.label}: {out.reason}" if out.reason else run.hook.label)
+        verdict = "deny" if out.blocked else out.permission
+        if verdict is not None and (permission is None or _RANK[verdict] > _RANK[permission]):
+            permission, permission_reason = verdict, out.reason
+        if out.updated_input is not None:
+            rewrites.append((run, out.updated_input))
+        if out.context:
+            context.append(out.context)
+        if out.stop:
+            stop = True
+            if out.stop_reason:
+                stop_reasons.append(out.stop_reason)
+    updated: dict[str, Any] | None = None
+    if rewrites:
+        first_run, updated = rewrites[0]
+        for other_run, other in rewrites[1:]:
+            if other != updated:
+                permission = "deny"
+                permission_reason = (
+                    f"Two hooks rewrote this call's input differently: {first_run.hook.label} "
+                    f"and {other_run.hook.label}; the call was not run."
+                )
+                updated = None
+                break
+    return HookOutcome(
+        runs=tuple(runs),
+        blocked=bool(reasons),
+        reasons=tuple(reasons),
+        permission=permission,
+        permission_reason=permission_reason,
+        updated_input=updated if permission != "deny" else None,
+        context=tuple(context),
+        stop=stop,
+        stop_reason="; ".join(stop_reasons) or None,
+    )
+
+
+@dataclass
+class HookSandbox:
+    """The floor hooks run under: the session's sandbox spec (masks, protected paths, home
+    allowances), the host, and the policy's read deny rules (the workspace files they cover
+    are masked, found once on first use)."""
+
+    spec: SandboxSpec
+    host: SandboxHost | None = None
+    read_denied: Callable[[str], bool] | None = None
+    _denied: tuple[str, ...] | None = field(default=None, repr=False)
+
+    async def sandbox_host(self) -> SandboxHost:
+        """The host facts (bwrap, cgroups), found on first use and kept."""
+        if self.host is None:
+            from sandbox.host import detect_host
+
+            self.host = await detect_host()
+        return self.host
+
+    async def denied(self, roots: Sequence[Path]) -> tuple[str, ...]:
+        if self.read_denied is None:
+            return ()
+        if self._denied is None:
+            import glob
+
+            from sandbox.guard import find_denied
+
+            found = await trio.to_thread.run_sync(find_denied, list(roots), self.read_denied)
+            self._denied = tuple(glob.escape(str(p)) for p in found)
+        return self._denied
+
+
+class HookRunner:
+    """The session's hooks, by event (see the module docstring)."""
+
+    def __init__(
+        self,
+        hooks: Sequence[ConfiguredHook] = (),
+        *,
+        workspace: Path,
+        session_id: str = "",
+        transcript_path: str = "",
+        permission_mode: str = "default",
+        extra_roots: Sequence[Path] = (),
+        sandbox: HookSandbox | None = None,
+        emit: EventSink | None = None,
+        output_bytes: int = HOOK_OUTPUT_BYTES,
+    ) -> None:
+        """`sandbox` None runs every hook unsandboxed (the user turned the sandbox off)."""
+        self.hooks = tuple(hooks)
+        self._by_event: dict[str, tuple[ConfiguredHook, ...]] = {}
+        for configured in self.hooks:
+            event = configured.hook.event
+            self._by_event[event] = (*self._by_event.get(event, ()), configured)
+        self.workspace = workspace
+        self.extra_roots = tuple(extra_roots)
+        self.session_id = session_id
+        self.transcript_path = transcript_path
+        self.permission_mode = permission_mode
+        self.sandbox = sandbox
+        self.emit: EventSink = emit or (lambda event: None)
+        self.output_bytes = output_bytes
+        self.stop_requested: str | None = None
+        """Set when a hook said `continue: false` (its `stopReason`): the loop ends the run
+        `hook_blocked` at the next step. The session clears it before each run."""
+
+    def has(self, event: HookEvent) -> bool:
+        return event in self._by_event
+
+    def _common(self) -> dict[str, Any]:
+        return {
+            "session_id": self.session_id,
+            "transcript_path": self.transcript_path,
+            "cwd": str(self.workspace),
+            "permission_mode": self.permission_mode,
+        }
+
+    # -- per event --------------------------------------------------------------------------
+
+    async def pre_tool_use(self, plan: CallPlan) -> HookOutcome:
+        if "PreToolUse" not in self._by_event:
+            return NO_OUTCOME
+        input = PreToolUseInput(
+            **self._common(),
+            tool_name=plan.block.name,
+            tool_input=_raw_input(plan),
+            tool_use_id=plan.block.id,
+        )
+        return await self.run(input, plan=plan)
+
+    async def post_tool_use(self, plan: CallPlan, response: Any) -> HookOutcome:
+        if "PostToolUse" not in self._by_event:
+            return NO_OUTCOME
+        input = PostToolUseInput(
+            **self._common(),
+            tool_name=plan.block.name,
+            tool_input=_raw_input(plan),
+            tool_use_id=plan.block.id,
+            tool_response=response,
+        )
+        return await self.run(input, plan=plan)
+
+    async def user_prompt_submit(self, prompt: str) -> HookOutcome:
+        if "UserPromptSubmit" not in self._by_event:
+            return NO_OUTCOME
+        return await self.run(UserPromptSubmitInput(**self._common(), prompt=prompt))
+
+    async def stop(self, *, active: bool, agent_id: str | None = None) -> HookOutcome:
+        event: HookEvent = "SubagentStop" if agent_id is not None else "Stop"
+        if event not in self._by_event:
+            return NO_OUTCOME
+        input = StopInput(
+            **self._common(),
+            stop_hook_active=active,
+            subagent=agent_id is not None,
+            agent_id=agent_id,
+        )
+        return await self.run(input)
+
+    async def session_start(self, source: SessionSource) -> HookOutcome:
+        if "SessionStart" not in self._by_event:
+            return NO_OUTCOME
+        return await self.run(SessionStartInput(**self._common(), source=source), name=source)
+
+    async def session_end(self, reason: str = "other") -> HookOutcome:
+        if "SessionEnd" not in self._by_event:
+            return NO_OUTCOME
+        return await self.run(SessionEndInput(**self._common(), reason=reason))
+
+    async def notification(self, message: str) -> HookOutcome:
+        if "Notification" not in self._by_event:
+            return NO_OUTCOME
+        return await self.run(NotificationInput(**self._common(), message=message))
+
+    async def pre_compact(
+        self, trigger: Literal["auto", "manual", "reactive"], instructions: str | None
+    ) -> HookOutcome:
+        if "PreCompact" not in self._by_event:
+            return NO_OUTCOME
+        input = PreCompactInput(
+            **self._common(), trigger=trigger, custom_instructions=instructions or ""
+        )
+        return await self.run(input, name=trigger)
+
+    # -- running ----------------------------------------------------------------------------
+
+    def matching(
+        self, event: HookEvent, *, plan: CallPlan | None = None, name: str | None = None
+    ) -> list[ConfiguredHook]:
+        out = []
+        for configured in self._by_event.get(event, ()):
+            matcher = configured.matcher
+            if plan is not None and not matcher.matches_call(plan):
+                continue
+            if name is not None and not matcher.matches_name(name):
+                continue
+            out.append(configured)
+        return out
+
+    async def run(
+        self, input: HookInput, *, plan: CallPlan | None = None, name: str | None = None
+    ) -> HookOutcome:
+        """Run every hook of `input`'s event that matches, concurrently; merge their answers.
+
+        **Cancellation:** running hooks are killed and reaped, then `Cancelled` propagates.
+        **Errors:** none: a hook that cannot start, crashes or times out is a `HookRun` with
+        a non-blocking `error`.
+        """
+        selected = self.matching(input.hook_event_name, plan=plan, name=name)
+        if not selected:
+            return NO_OUTCOME
+        payload = json.dumps(input.payload(), default=str).encode()
+        runs: list[HookRun | None] = [None] * len(selected)
+
+        async def one(index: int, configured: ConfiguredHook) -> None:
+            runs[index] = await self._run_one(configured, payload)
+
+        async with trio.open_nursery() as nursery:
+            for index, configured in enumerate(selected):
+                nursery.start_soon(one, index, configured)
+        done = [run for run in runs if run is not None]
+        tool_use_id = plan.block.id if plan is not None else None
+        for run in done:
+            self.emit(_event(input.hook_event_name, run, tool_use_id))
+        outcome = merge(done)
+        if outcome.stop and self.stop_requested is None:
+            self.stop_requested = (
+                outcome.stop_reason
+                or f"A {input.hook_event_name} hook stopped the run (continue: false)."
+            )
+        return outcome
+
+    async def _run_one(self, configured: ConfiguredHook, payload: bytes) -> HookRun:
+        hook = configured.hook
+        started = time.monotonic()
+        env = {"CLAUDE_PROJECT_DIR": str(self.workspace), "WARREN_PROJECT_DIR": str(self.workspace)}
+        try:
+            if self.sandbox is not None and hook.sandbox:
+                code, out, err, problem = await self._sandboxed(hook, payload, env)
+            else:
+                code, out, err, problem = await _unsandboxed(
+                    hook.command, payload, env, self.workspace, hook.timeout_s, self.output_bytes
+                )
+        except Exception as exc:  # a spec the host cannot build, a spawn failure
+            code, out, err, problem = None, b"", b"", f"could not start: {exc}"
+        stdout = out.decode("utf-8", "replace")
+        stderr = err.decode("utf-8", "replace")
+        if problem is not None:
+            output = HookOutput(error=problem)
+        else:
+            assert code is not None
+            output = parse_output(code, stdout, stderr)
+        return HookRun(configured, code, stdout, stderr, time.monotonic() - started, output)
+
+    async def _sandboxed(
+        self, hook: Hook, payload: bytes, env: dict[str, str]
+    ) -> tuple[int | None, bytes, bytes, str | None]:
+        from sandbox.run import run_sandboxed
+        from sandbox.spec import WorkspaceRoot
+
+        assert self.sandbox is not None
+        base = self.sandbox.spec
+        mode: Literal["ro", "rw"] = "ro" if self.permission_mode == "plan" else "rw"
+        roots = (self.workspace, *self.extra_roots)
+        denied = await self.sandbox.denied(roots)
+        spec = base.model_copy(
+            update={
+                "workspaces": tuple(WorkspaceRoot(path=r, mode=mode) for r in roots),
+                "extra_deny_read": base.extra_deny_read + denied,
+                "env": base.env.model_copy(update={"values": {**base.env.values, **env}}),
+                "limits": base.limits.model_copy(
+                    update={"wall_time_s": hook.timeout_s, "output_bytes": self.output_bytes}
+                ),
+            }
+        )
+        done = await run_sandboxed(
+            spec,
+            ["/bin/sh", "-c", hook.command],
+            cwd=self.workspace,
+            stdin=payload,
+            host=await self.sandbox.sandbox_host(),
+        )
+        problem = None
+        if done.timed_out:
+            problem = f"timed out after {hook.timeout_s:g} s and was stopped"
+        elif done.killed_by_limit == "output":
+            problem = f"printed more than {self.output_bytes} bytes and was stopped"
+        elif done.killed_by_limit is not None:
+            problem = done.limit_message(spec.limits) or "was stopped by a sandbox limit"
+        return done.exit_code, done.stdout, done.stderr, problem
+
+
+def _raw_input(plan: CallPlan) -> dict[str, Any]:
+    if plan.input is not None:
+        return plan.input.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return dict(plan.block.input)
+
+
+def _event(event: HookEvent, run: HookRun, tool_use_id: str | None) -> HookRan:
+    out = run.output
+    return HookRan(
+        hook_event=event,
+        command=run.hook.hook.command,
+        source=run.hook.source,
+        exit_code=run.exit_code,
+        duration_s=run.duration_s,
+        blocked=out.blocked,
+        decision=out.permission,
+        error=out.error,
+        stdout=run.stdout[:_SHOWN],
+        stderr=run.stderr[:_SHOWN],
+        tool_use_id=tool_use_id,
+    )
+
+
+async def _unsandboxed(
+    command: str,
+    payload: bytes,
+    env: dict[str, str],
+    cwd: Path,
+    timeout_s: float,
+    cap: int,
+) -> tuple[int | None, bytes, bytes, str | None]:
+    """A hook as a plain process group: a user's or the managed policy's `sandbox = false`
+    hook, or every hook under `--sandbox=off`. Killed (the whole group) at the timeout or
+    when its output passes `cap`."""
+    import subprocess
+
+    proc = await trio.lowlevel.open_process(
+        ["/bin/sh", "-c", command],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=cwd,
+        env={**os.environ, **env},
+        start_new_session=True,
+    )
+    chunks: dict[str, bytearray] = {"out": bytearray(), "err": bytearray()}
+    problem: str | None = None
+
+    def kill() -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+    async def pump(name: str, stream: trio.abc.ReceiveStream, scope: trio.CancelScope) -> None:
+        nonlocal problem
+        while data := await stream.receive_some(65536):
+            chunks[name] += data
+            if len(chunks["out"]) + len(chunks["err"]) > cap:
+                problem = f"printed more than {cap} bytes and was stopped"
+                kill()
+                scope.cancel()
+                return
+
+    async def feed(stream: trio.abc.SendStream) -> None:
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            await stream.send_all(payload)
+            await stream.aclose()
+
+    try:
+        with trio.move_on_after(timeout_s) as scope:
+            async with trio.open_nursery() as nursery:
+                assert proc.stdin and proc.stdout and proc.stderr
+                nursery.start_soon(feed, proc.stdin)
+                nursery.start_soon(pump, "out", proc.stdout, scope)
+                nursery.start_soon(pump, "err", proc.stderr, scope)
+                await proc.wait()
+        if scope.cancelled_caught and problem is None:
+            problem = f"timed out after {timeout_s:g} s and was stopped"
+    finally:
+        kill()
+        with trio.CancelScope(shield=True), trio.move_on_after(_REAP_S):
+            await proc.wait()
+            for stream in (proc.stdin, proc.stdout, proc.stderr):
+                if stream is not None:
+                    await stream.aclose()
+    code = proc.returncode
+    if problem is None and code is not None and code < 0:
+        problem = f"was killed by signal {-code}"
+    return code, bytes(chunks["out"]), bytes(chunks["err"]), problem
