@@ -6,6 +6,7 @@
     warren sandbox run     run one command under the floor
     warren policy ...      explain and tune the permission policy
     warren trust / untrust let a repository's policy allow things, or stop it
+    warren hooks test      run the hooks in force against a sample event
 
 A first argument that is not a subcommand is a prompt: `warren "fix the build"` is
 `warren -p "fix the build"`. Exit codes are the run's terminal reason
@@ -35,6 +36,7 @@ COMMANDS: dict[str, str] = {
     "policy": "explain and tune the permission policy (check, show, test, init, trust)",
     "trust": "let a repository's policy allow things",
     "untrust": "stop trusting a repository's policy",
+    "hooks": "the hooks in force: run them against a sample event (test)",
 }
 """Every subcommand with its one-line summary (`warren --help` lists them)."""
 
@@ -162,7 +164,7 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line: run options, and a subparser per command."""
-    from orchestrator.cli import doctor, policy
+    from orchestrator.cli import doctor, hooks, policy
 
     parser = argparse.ArgumentParser(
         prog="warren",
@@ -182,6 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(handler=_demo)
     doctor.add_commands(sub, COMMANDS)
     policy.add_commands(sub, COMMANDS)
+    hooks.add_commands(sub, COMMANDS)
     return parser
 
 
