@@ -27,7 +27,13 @@ def configured_hooks(policy: SessionPolicy) -> tuple[ConfiguredHook, ...]:
         ConfiguredHook(
             hook,
             source,
-            build_matcher(hook.matcher, engine=policy.engine, anchor=anchors.get(source)),
+            build_matcher(
+                hook.matcher,
+                # Claude Code's settings say how their matcher reads (policies/hooks.py).
+                kind=getattr(hook, "matcher_kind", None),
+                engine=policy.engine,
+                anchor=anchors.get(source),
+            ),
         )
         for hook, source in effective.hooks
     )

@@ -2,10 +2,12 @@
 
 A matcher is either a Warren rule, matched exactly as a deny rule is (`Bash(git push:*)` also
 sees `git -C . push`; `Edit(src/**)` the lexical and resolved path; a bare `Edit` the whole
-edit family), or, when it does not parse as a rule, a regular expression over the tool name
-as Claude Code writes them (`Edit|Write`, `mcp__.*`), matched in full. Empty or `*`: every
-call. For SessionStart and PreCompact the matcher is a regular expression over `source` /
-`trigger` (`startup`, `compact|resume`).
+edit family), or Claude Code's: names separated by `|` matched whole (`Edit|Write` is never
+`NotebookEdit`), anything else a regular expression searched in the name (`mcp__.*`). Which
+one: the hook's `matcher_kind` when its source says (Claude Code's settings are `regex`),
+else a rule when the text parses as one. Empty or `*`: every call. For SessionStart and
+PreCompact the matcher is Claude Code's over `source` / `trigger` (`startup`,
+`compact|resume`).
 """
 
 from __future__ import annotations
@@ -13,13 +15,26 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from orchestrator.plan import CallPlan
 from policies.engine import CallAssessment, PolicyEngine
 from policies.rules import CompiledRule, ParsedRule, RuleSyntaxError, parse_rule
 
-__all__ = ["HookMatcher", "build_matcher"]
+__all__ = ["HookMatcher", "build_matcher", "claude_matches"]
+
+_NAMES = re.compile(r"[A-Za-z0-9_|]+")
+
+
+def claude_matches(matcher: str, value: str) -> bool:
+    """Claude Code's reading of a matcher: `a|b` lists whole names, anything else is a
+    regular expression searched in `value`; one that does not compile matches nothing."""
+    if _NAMES.fullmatch(matcher):
+        return value in (name.strip() for name in matcher.split("|"))
+    try:
+        return re.search(matcher, value) is not None
+    except (re.error, RecursionError, OverflowError):
+        return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,11 +43,12 @@ class HookMatcher:
     rule: ParsedRule | None = None
     compiled: CompiledRule | None = None
     engine: PolicyEngine | None = None
-    regex: re.Pattern[str] | None = None
+    regex: bool = False
+    """Claude Code's reading (`claude_matches`)."""
 
     @property
     def everything(self) -> bool:
-        return self.rule is None and self.regex is None
+        return self.text in ("", "*")
 
     def matches_call(self, plan: CallPlan) -> bool:
         """Does the hook apply to this call? A plan that failed before it was parsed is
@@ -40,18 +56,15 @@ class HookMatcher:
         if self.everything:
             return True
         name = plan.block.name
-        if self.regex is not None:
-            return self.regex.fullmatch(name) is not None
-        assert self.rule is not None
+        if self.regex or self.rule is None:
+            return claude_matches(self.text, name)
         if self.compiled is None or self.engine is None or plan.tool is None:
             return self.rule.kind in ("tool", "mcp_server") and name == self.rule.tool
         return self.engine.rule_matches(self.compiled, _assessment(self.engine, plan))
 
     def matches_name(self, value: str) -> bool:
         """SessionStart's `source`, PreCompact's `trigger`."""
-        if self.everything:
-            return True
-        return re.fullmatch(self.text, value) is not None
+        return self.everything or claude_matches(self.text, value)
 
 
 def _assessment(engine: PolicyEngine, plan: CallPlan) -> CallAssessment:
@@ -64,18 +77,22 @@ def _assessment(engine: PolicyEngine, plan: CallPlan) -> CallAssessment:
 
 
 def build_matcher(
-    text: str | None, *, engine: PolicyEngine | None = None, anchor: Path | None = None
+    text: str | None,
+    *,
+    kind: Literal["rule", "regex"] | None = None,
+    engine: PolicyEngine | None = None,
+    anchor: Path | None = None,
 ) -> HookMatcher:
-    """Compile a hook's matcher once (the policy loader already checked that it is a rule
-    or a regular expression). `engine` binds path rules to the workspace and `anchor`, the
-    directory of the file the hook comes from."""
+    """Compile a hook's matcher once (the policy loader already checked it). `kind`: how
+    its source says to read it (None: a rule when it parses as one). `engine` binds path
+    rules to the workspace and `anchor`, the directory of the file the hook comes from."""
     text = (text or "").strip()
-    if text in ("", "*"):
-        return HookMatcher(text)
+    if text in ("", "*") or kind == "regex":
+        return HookMatcher(text, regex=kind == "regex")
     try:
         parsed = parse_rule(text)
     except RuleSyntaxError:
-        return HookMatcher(text, regex=re.compile(text))
+        return HookMatcher(text, regex=True)
     compiled = None
     if engine is not None:
         compiled = engine.compile_matcher(parsed, anchor=anchor or engine.workspace)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.hooks.build import configured_hooks
-from orchestrator.hooks.matchers import build_matcher
+from orchestrator.hooks.matchers import build_matcher, claude_matches
 from orchestrator.hooks.output import HookOutput, parse_output
 from orchestrator.hooks.runner import ConfiguredHook, HookRun, HookRunner, merge
 from orchestrator.messages import ToolUseBlock
@@ -185,9 +185,21 @@ async def test_hook_ask_narrows_an_allow_and_headless_denies_it(ws: Path) -> Non
 
 
 def test_matchers_rules_and_regexes() -> None:
-    assert build_matcher("Edit|Write").regex is not None
-    assert build_matcher("mcp__.*").regex is not None
+    assert build_matcher("Edit|Write").regex and build_matcher("mcp__.*").regex
     assert build_matcher("Bash(git push:*)").rule is not None
+    assert build_matcher("Edit", kind="regex").regex
     assert build_matcher("*").everything and build_matcher(None).everything
     assert build_matcher("compact|resume").matches_name("resume")
     assert not build_matcher("startup").matches_name("resume")
+
+
+@pytest.mark.parametrize(
+    ("matcher", "name", "expected"),
+    [("Edit|Write", "Write", True), ("Edit|Write", "NotebookEdit", False),
+     ("mcp__.*", "mcp__gh__search", True), ("Notebook.*", "NotebookEdit", True),
+     ("Bash", "Bash", True), ("(", "Bash", False)],
+)  # fmt: skip
+def test_claude_code_matchers_read_as_claude_code_reads_them(
+    matcher: str, name: str, expected: bool
+) -> None:
+    assert claude_matches(matcher, name) is expected
