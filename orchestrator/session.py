@@ -676,6 +676,8 @@ async def _start_up(
                 disallowed_tools=config.disallowed_tools,
                 no_sandbox_consent=config.no_sandbox_consent,
             )
+            if notice := policy.effective.untrusted_hooks_notice():
+                sys.stderr.write(notice + "\n")  # once per start-up (issue 12)
             memory = MemorySources.for_session(
                 cwd,
                 config_dir=dirs.config,

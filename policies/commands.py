@@ -13,6 +13,7 @@ arguments (environment, managed policy path, trust store, the floor probe) comes
     warren policy test [--cwd DIR]                             test(cwd)
     warren policy init [--cwd DIR]                             init(cwd)
     warren policy trust [DIR] / untrust [DIR]                  trust_cmd(path) / untrust_cmd
+    warren hooks list [--cwd DIR]                              hooks_list(cwd)
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TextIO
 
 from policies.atomic import open_directory, read_regular
+from policies.claude_settings import claude_settings_files, read_claude_settings
 from policies.engine import PolicyDecision, PolicyEngine, default_facts
 from policies.facts import ToolFacts
 from policies.files import (
@@ -59,6 +61,8 @@ __all__ = [
     "check",
     "check_target",
     "detect_project_commands",
+    "hook_lines",
+    "hooks_list",
     "init",
     "probe_floor_sync",
     "show",
@@ -280,11 +284,12 @@ def _print_decision(decision: PolicyDecision, out: TextIO) -> None:
 _TRUST_NOTES = {
     "trusted": "trusted",
     "untrusted": "NOT trusted: its allow rules, hooks, mode, limits, writable roots and agents "
-    "are ignored (review .warren/, .mcp.json and its memory files such as CLAUDE.md, then run "
-    "`warren policy trust`)",
-    "changed": "NOT trusted: a file it contributes (policy, agent, MCP or memory file) changed "
-    "since you trusted it (review it and run `warren policy trust` again)",
-    "no project policy": "no project files to trust (policy, agent, MCP or memory files)",
+    "are ignored (review .warren/, .claude/settings*.json, .mcp.json and its memory files such "
+    "as CLAUDE.md, then run `warren policy trust`)",
+    "changed": "NOT trusted: a file it contributes (policy, Claude Code settings, agent, MCP or "
+    "memory file) changed since you trusted it (review it and run `warren policy trust` again)",
+    "no project policy": "no project files to trust (policy, Claude Code settings, agent, MCP or "
+    "memory files)",
 }
 
 
@@ -325,13 +330,63 @@ def show(out: TextIO, cwd: Path, *, environment: CommandEnvironment = _DEFAULT_E
         print("limits:", file=out)
         for name, setting in sorted(policy.limits.items()):
             print(f"  {name} = {setting.value}  ({setting.source})", file=out)
-    if policy.hooks:
+    if policy.hooks or policy.unsupported_hooks or policy.untrusted_hooks:
         print("hooks:", file=out)
-        for hook, source in policy.hooks:
-            matcher = f" [{hook.matcher}]" if hook.matcher else ""
-            print(f"  {hook.event}{matcher}: {hook.command}  ({source})", file=out)
+        for line in hook_lines(policy):
+            print(f"  {line}", file=out)
     if policy.examples:
         print(f"examples: {len(policy.examples)} (check them with `warren policy test`)", file=out)
+    return EXIT_OK
+
+
+# -- hooks --
+
+
+def _one_line(text: str) -> str:
+    return text.replace("\r", "\\r").replace("\n", "\\n")
+
+
+def hook_lines(policy: EffectivePolicy) -> list[str]:
+    """One line per hook in force (event, matcher, command, file), then one per hook that is
+    declared but does not run: unsupported ones, and an untrusted repository's, per file."""
+    lines: list[str] = []
+    for hook, source in policy.hooks:
+        matcher = ""
+        if hook.matcher is not None:
+            matcher = (
+                f" [regex {hook.matcher}]" if hook.matcher_kind == "regex" else f" [{hook.matcher}]"
+            )
+        notes = "" if hook.timeout_s == 60 else f"  timeout {hook.timeout_s:g}s"
+        notes += "" if hook.sandbox else "  unsandboxed"
+        lines.append(f"{hook.event}{matcher}: {_one_line(hook.command)}{notes}  ({source})")
+    for skipped in policy.unsupported_hooks:
+        matcher = f" [regex {skipped.matcher}]" if skipped.matcher else ""
+        lines.append(
+            f"unsupported: {skipped.event}{matcher} {skipped.type} {json.dumps(skipped.text)}  "
+            f"({skipped.source}: {skipped.key}): {skipped.reason}"
+        )
+    for source, count in policy.untrusted_hooks:
+        hooks = "hook" if count == 1 else "hooks"
+        lines.append(
+            f"not trusted: {count} {hooks} in {source} will not run until you trust the "
+            "repository (`warren trust`)"
+        )
+    return lines
+
+
+@_reported
+def hooks_list(
+    out: TextIO, cwd: Path, *, environment: CommandEnvironment = _DEFAULT_ENVIRONMENT
+) -> int:
+    """Print the hooks in force with their files, and those declared that do not run."""
+    try:
+        policy = environment.load(cwd.resolve())
+    except PolicyError as err:
+        return _error(err, out)
+    if not policy.hooks:
+        print("no hooks in force", file=out)
+    for line in hook_lines(policy):
+        print(line, file=out)
     return EXIT_OK
 
 
@@ -621,10 +676,15 @@ def trust_cmd(
     current = project_policy_hash(root)
     try:
         loaded = [(f, load_policy_file(f, beneath=root)) for f in project_policy_files(root)]
+        settings = [read_claude_settings(f, beneath=root) for f in claude_settings_files(root)]
     except PolicyError as err:
         return _error(err, out)
     if current is None:
-        print(f"{root} has no policy, agent, MCP or memory files; nothing to trust", file=out)
+        print(
+            f"{root} has no policy, Claude Code settings, agent, MCP or memory files; "
+            "nothing to trust",
+            file=out,
+        )
         return EXIT_OK
     if project_policy_hash(root) != current:
         print(
@@ -649,6 +709,20 @@ def trust_cmd(
             print(f"  hook now runs: {hook.event}: {hook.command}  ({file})", file=out)
         if policy.mode is not None:
             print(f"  mode: {policy.mode}  ({file})", file=out)
+    for claude in settings:
+        if claude is None:
+            continue
+        for hook in claude.hooks:
+            print(
+                f"  hook now runs: {hook.event}: {_one_line(hook.command)}  ({claude.file})",
+                file=out,
+            )
+        for skipped in claude.unsupported:
+            print(
+                f"  hook does not run: {skipped.event} {skipped.type} ({claude.file}: "
+                f"{skipped.key}): {skipped.reason}",
+                file=out,
+            )
     return EXIT_OK
 
 

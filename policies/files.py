@@ -44,7 +44,15 @@ from pydantic import (
 )
 
 from policies.atomic import read_regular, write_atomic
+from policies.claude_settings import (
+    claude_settings_files,
+    count_declared_hooks,
+    read_claude_settings,
+    user_claude_settings,
+)
+from policies.hooks import Hook, HookEvent, UnsupportedHook
 from policies.rules import ParsedRule, RuleSyntaxError, parse_rule
+from policies.sources import MAX_SOURCE_BYTES, PolicyError, read_source_text
 from policies.trust import (
     LOCAL_POLICY,
     TrustState,
@@ -73,6 +81,7 @@ __all__ = [
     "RuleEntry",
     "RuleKindName",
     "SandboxAdditions",
+    "UnsupportedHook",
     "append_allow_rule",
     "command_line_policy",
     "load_effective_policy",
@@ -90,52 +99,13 @@ Level = Literal["built-in", "user", "project", "local", "command line", "managed
 LEVELS: Final[tuple[Level, ...]] = get_args(Level)
 """Lowest to highest precedence."""
 RuleKindName = Literal["allow", "ask", "deny"]
-HookEvent = Literal[
-    "PreToolUse",
-    "PostToolUse",
-    "UserPromptSubmit",
-    "Stop",
-    "SubagentStop",
-    "SessionStart",
-    "SessionEnd",
-    "Notification",
-    "PreCompact",
-]
-_TOOL_EVENTS = frozenset({"PreToolUse", "PostToolUse"})
-_MATCHER_EVENTS = _TOOL_EVENTS | {"SessionStart", "PreCompact"}
-"""Events whose hooks may have a `matcher`: a tool call, or SessionStart's `source` and
-PreCompact's `trigger` (as Claude Code allows)."""
 
 MANAGED_POLICY_PATH: Final = Path("/etc/warren/policy.toml")
-_MAX_POLICY_BYTES: Final = 1 << 20
+_MAX_POLICY_BYTES: Final = MAX_SOURCE_BYTES
 """A policy file larger than this is refused unread."""
 _MODE_ALIASES: Final[Mapping[str, str]] = MappingProxyType(
     {"acceptEdits": "accept-edits", "bypassPermissions": "bypass", "dontAsk": "dont-ask"}
 )
-
-
-class PolicyError(Exception):
-    """A policy that cannot be used. Nothing runs on it.
-
-    `file` is the path of the policy file (or `command line`, `built-in`), `line` the 1-based
-    line when known, `key` the dotted key (`permissions.allow[2]`) when known.
-    """
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        file: str | None = None,
-        line: int | None = None,
-        key: str | None = None,
-    ) -> None:
-        where = ":".join(part for part in (file, str(line) if line else None) if part)
-        text = ": ".join(part for part in (where, key, message) if part)
-        super().__init__(text)
-        self.message = message
-        self.file = file
-        self.line = line
-        self.key = key
 
 
 # -- schema --
@@ -150,25 +120,6 @@ def _valid_rule(text: str) -> str:
 
 
 RuleText = Annotated[StrictStr, AfterValidator(_valid_rule)]
-
-
-def _valid_matcher(text: str) -> str:
-    """A hook matcher: a rule (`Bash(git push:*)`, `Edit(src/**)`, `Bash`), or, as Claude
-    Code writes them, a regular expression over names (`Edit|Write`, `mcp__.*`); empty or
-    `*` matches everything. The hooks layer (orchestrator/hooks/matchers.py) decides which."""
-    text = text.strip()
-    if text in ("", "*"):
-        return text
-    try:
-        parse_rule(text)
-    except RuleSyntaxError as rule_error:
-        try:
-            re.compile(text)
-        except (re.error, RecursionError, OverflowError):
-            raise ValueError(
-                f"neither a rule nor a regular expression: {rule_error}"
-            ) from None
-    return text
 
 
 class _Section(BaseModel):
@@ -236,32 +187,6 @@ class Limits(_Section):
     max_stop_hook_blocks: Annotated[int, Field(strict=True, ge=0, le=1_000)] | None = None
     """Times Stop/SubagentStop hooks may keep one run going before it ends `hook_blocked`.
     Default 5."""
-
-
-class Hook(_Section):
-    """`[[hooks]]`: a command run at an event (validated here, run by the hooks layer)."""
-
-    event: HookEvent
-    command: Annotated[StrictStr, Field(min_length=1)]
-    """Shell command line, run in the sandbox with the event as JSON on stdin."""
-    matcher: Annotated[StrictStr, AfterValidator(_valid_matcher)] | None = None
-    """For PreToolUse/PostToolUse: only calls this rule (or regular expression over tool
-    names, `Edit|Write`) matches; for SessionStart/PreCompact: a regular expression over the
-    `source`/`trigger`. Default: every one."""
-    timeout_s: Annotated[float, Field(gt=0, le=3600), AfterValidator(_finite)] = 60.0
-    """Seconds before the hook is killed. Default 60."""
-    sandbox: StrictBool = True
-    """Run under the floor (workspace as the tools have it, no network, secrets masked).
-    Only a user or managed policy may set false; a repository's hooks always run sandboxed."""
-
-    @model_validator(mode="after")
-    def _matcher_for_tool_events(self) -> Hook:
-        if self.matcher is not None and self.event not in _MATCHER_EVENTS:
-            raise ValueError(
-                "`matcher` only applies to PreToolUse, PostToolUse, SessionStart and "
-                f"PreCompact hooks, not {self.event}"
-            )
-        return self
 
 
 class Example(_Section):
@@ -344,36 +269,9 @@ def load_policy_file(path: Path, *, beneath: Path | None = None) -> PolicyFile |
     below it or as the file; without, the file may be a link (the user's own files). Either
     way a FIFO, a device or a file over 1 MiB is an error, never a read that hangs.
     """
-    try:
-        found = read_regular(
-            path, limit=_MAX_POLICY_BYTES, beneath=beneath, follow_links=beneath is None
-        )
-    except OSError as exc:
-        raise PolicyError(f"cannot read the file: {exc.strerror or exc}", file=str(path)) from None
-    match found.state:
-        case "missing":
-            return None
-        case "file":
-            raw = found.content
-        case "link":
-            raise PolicyError(
-                "it, or a directory on the way to it, is a symbolic link; Warren does not "
-                "follow links in a repository (make it a regular file)",
-                file=str(path),
-            )
-        case "not a regular file":
-            raise PolicyError("cannot read the file: not a regular file", file=str(path))
-        case "too large":
-            raise PolicyError(
-                f"cannot read the file: larger than {_MAX_POLICY_BYTES} bytes", file=str(path)
-            )
-        case unreachable:
-            assert_never(unreachable)
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = raw.count(b"\n", 0, exc.start) + 1
-        raise PolicyError("the file is not valid UTF-8", file=str(path), line=line) from None
+    text = read_source_text(path, beneath=beneath)
+    if text is None:
+        return None
     return parse_policy_text(text, file=str(path))
 
 
@@ -514,6 +412,12 @@ class PolicyPaths:
     project: Path
     local: Path
     managed: Path | None = MANAGED_POLICY_PATH
+    claude_user: Path | None = None
+    """The user's Claude Code settings (`policies.claude_settings`); None: not read."""
+    claude_project: Path | None = None
+    """The repository's `.claude/settings.json`; None: not read."""
+    claude_local: Path | None = None
+    """The repository's `.claude/settings.local.json`; None: not read."""
 
     @classmethod
     def for_workspace(
@@ -523,13 +427,21 @@ class PolicyPaths:
         env: Mapping[str, str] | None = None,
         managed: Path | None = MANAGED_POLICY_PATH,
     ) -> PolicyPaths:
-        """The standard places for `workspace` (XDG_CONFIG_HOME honoured)."""
+        """The standard places for `workspace` (XDG_CONFIG_HOME and CLAUDE_CONFIG_DIR
+        honoured), Claude Code's settings files included."""
         env = os.environ if env is None else env
         home = Path(env.get("HOME") or Path.home())
         config = Path(env.get("XDG_CONFIG_HOME") or home / ".config")
         project, local = project_policy_files(workspace)
+        claude_project, claude_local = claude_settings_files(workspace)
         return cls(
-            user=config / "warren" / "policy.toml", project=project, local=local, managed=managed
+            user=config / "warren" / "policy.toml",
+            project=project,
+            local=local,
+            managed=managed,
+            claude_user=user_claude_settings(env),
+            claude_project=claude_project,
+            claude_local=claude_local,
         )
 
 
@@ -605,6 +517,11 @@ class PolicyLayer:
     """The directory `/x` path rules of this level are relative to (resolved)."""
     trusted: bool = True
     """False for the project and local files of a repository the user has not trusted."""
+    unsupported_hooks: tuple[UnsupportedHook, ...] = ()
+    """Hooks a Claude Code settings file declares that Warren does not run (listed)."""
+    unread_hooks: int = 0
+    """Hooks an untrusted repository's Claude Code settings declare: counted, never read
+    into `policy` (`claude_settings.count_declared_hooks`)."""
 
 
 @dataclass(frozen=True)
@@ -652,12 +569,44 @@ class EffectivePolicy:
     home_allow: tuple[tuple[str, str], ...] = ()
     """(path, source) of the home paths bound back into the sandbox, read-only."""
     hooks: tuple[tuple[Hook, str], ...] = ()
-    """Hooks that may run (an untrusted project's are left out), with their source."""
+    """The hooks in force, with the file each came from, lowest level first: Warren's
+    `[[hooks]]` and those mapped from Claude Code's settings alike (`Hook.matcher_kind` tells
+    their matchers apart). An untrusted repository's are never here."""
     examples: tuple[tuple[Example, str], ...] = ()
+    unsupported_hooks: tuple[UnsupportedHook, ...] = ()
+    """Hooks the loaded Claude Code settings declare that Warren does not run (shown)."""
+    untrusted_hooks: tuple[tuple[str, int], ...] = ()
+    """(file, number of hooks) of an untrusted repository's files that declare hooks: shown
+    and announced at start-up, never run."""
 
     def limit(self, name: str) -> int | float | None:
         setting = self.limits.get(name)
         return None if setting is None else setting.value
+
+    def hooks_for(self, event: HookEvent) -> tuple[tuple[Hook, str], ...]:
+        """The hooks in force for `event`, with their files, in `hooks` order."""
+        return tuple(entry for entry in self.hooks if entry[0].event == event)
+
+    def untrusted_hooks_notice(self) -> str | None:
+        """The one start-up line saying an untrusted repository's hooks will not run; None
+        when there are none."""
+        if not self.untrusted_hooks:
+            return None
+        total = sum(count for _, count in self.untrusted_hooks)
+        where = ", ".join(
+            f"{count} in {_relative(file, self.workspace)}" for file, count in self.untrusted_hooks
+        )
+        return (
+            f"warren: this repository's hooks will not run until you trust it ({where}); "
+            f"review them with `warren hooks list`, then run `warren trust`"
+            if total
+            else None
+        )
+
+
+def _relative(file: str, workspace: Path) -> str:
+    path = Path(file)
+    return str(path.relative_to(workspace)) if path.is_relative_to(workspace) else file
 
 
 def _defaults_text() -> str:
@@ -696,21 +645,23 @@ def load_effective_policy(
             workspace,
         )
     ]
-    levels: tuple[tuple[Level, Path | None], ...] = (
-        ("user", paths.user),
-        ("project", paths.project),
-        ("local", paths.local),
+    levels: tuple[tuple[Level, Path | None, Path | None], ...] = (
+        ("user", paths.user, paths.claude_user),
+        ("project", paths.project, paths.claude_project),
+        ("local", paths.local, paths.claude_local),
     )
-    for level, path in levels:
-        if path is None:
-            continue
-        in_repository = level in ("project", "local") and path.is_relative_to(workspace)
-        loaded = load_policy_file(path, beneath=workspace if in_repository else None)
-        if loaded is not None:
-            anchor = workspace if level in ("project", "local") else path.parent.resolve()
-            layers.append(
-                PolicyLayer(level, str(path), loaded, anchor, trusted=trusted or level == "user")
-            )
+    for level, path, claude in levels:
+        if path is not None:
+            in_repository = level in ("project", "local") and path.is_relative_to(workspace)
+            loaded = load_policy_file(path, beneath=workspace if in_repository else None)
+            if loaded is not None:
+                anchor = workspace if level in ("project", "local") else path.parent.resolve()
+                trust_layer = trusted or level == "user"
+                layers.append(PolicyLayer(level, str(path), loaded, anchor, trusted=trust_layer))
+        if claude is not None:
+            layer = _claude_layer(level, claude, workspace, trusted=trusted or level == "user")
+            if layer is not None:
+                layers.append(layer)
     if command_line is not None:
         layers.append(PolicyLayer("command line", "command line", command_line, workspace))
     if paths.managed is not None:
@@ -720,6 +671,50 @@ def load_effective_policy(
                 PolicyLayer("managed", str(paths.managed), managed, paths.managed.parent.resolve())
             )
     return merge_policy(workspace, tuple(layers), trust=trust, project_hash=project_hash, home=home)
+
+
+def _check_sandboxed(layer: PolicyLayer) -> None:
+    """Only the user's own policy and the managed one may run a hook outside the sandbox; a
+    file that says so anywhere else is wrong, trusted or not."""
+    if layer.level in ("user", "managed"):
+        return
+    for index, hook in enumerate(layer.policy.hooks):
+        if not hook.sandbox:
+            raise PolicyError(
+                "`sandbox = false` is only allowed in the user's or the managed policy; a "
+                f"{layer.level} hook always runs in the sandbox",
+                file=layer.source,
+                key=f"hooks[{index}].sandbox",
+            )
+
+
+def _claude_layer(
+    level: Level, path: Path, workspace: Path, *, trusted: bool
+) -> PolicyLayer | None:
+    """Claude Code's settings file at `path` as a layer of `level`; None when it is absent.
+
+    The user's file may be a link; a repository's is read without following any, and only
+    when the repository is trusted: otherwise its hooks are only counted, for the notice.
+    """
+    in_repository = level != "user" and path.is_relative_to(workspace)
+    anchor = workspace if level != "user" else path.parent.resolve()
+    if not trusted:
+        count = count_declared_hooks(path, beneath=workspace)
+        if count is None:
+            return None
+        return PolicyLayer(
+            level, str(path), PolicyFile(), anchor, trusted=False, unread_hooks=count
+        )
+    settings = read_claude_settings(path, beneath=workspace if in_repository else None)
+    if settings is None:
+        return None
+    return PolicyLayer(
+        level,
+        str(path),
+        PolicyFile(hooks=settings.hooks),
+        anchor,
+        unsupported_hooks=settings.unsupported,
+    )
 
 
 def merge_policy(
@@ -746,9 +741,12 @@ def merge_policy(
     writable: list[tuple[Path, str]] = []
     home_allow: list[tuple[str, str]] = []
     hooks: list[tuple[Hook, str]] = []
+    unsupported: list[UnsupportedHook] = []
+    untrusted_hooks: list[tuple[str, int]] = []
     examples: list[tuple[Example, str]] = []
     for layer in layers:  # lowest first: later (higher) levels overwrite scalars
         policy = layer.policy
+        _check_sandboxed(layer)
         if layer.trusted and policy.mode is not None:
             mode, mode_source = policy.mode, layer.source
         if layer.trusted:
@@ -757,15 +755,10 @@ def merge_policy(
             for root in policy.sandbox.writable_roots:
                 writable.append((_root_path(root, layer.anchor, home), layer.source))
             home_allow.extend((path, layer.source) for path in policy.sandbox.home_allow)
-            for hook in policy.hooks:
-                if not hook.sandbox and layer.level not in ("user", "managed"):
-                    raise PolicyError(
-                        "`sandbox = false` is only allowed in the user's or the managed "
-                        f"policy; a {layer.level} hook always runs in the sandbox",
-                        file=layer.source,
-                        key="hooks",
-                    )
-                hooks.append((hook, layer.source))
+            hooks.extend((hook, layer.source) for hook in policy.hooks)
+            unsupported.extend(layer.unsupported_hooks)
+        elif count := len(policy.hooks) + layer.unread_hooks:
+            untrusted_hooks.append((layer.source, count))
         deny_read.extend((pattern, layer.source) for pattern in policy.sandbox.deny_read)
         protected.extend((pattern, layer.source) for pattern in policy.sandbox.protected)
         examples.extend((example, layer.source) for example in policy.examples)
@@ -802,6 +795,8 @@ def merge_policy(
         home_allow=tuple(home_allow),
         hooks=tuple(hooks),
         examples=tuple(examples),
+        unsupported_hooks=tuple(unsupported),
+        untrusted_hooks=tuple(untrusted_hooks),
     )
 
 

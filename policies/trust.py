@@ -1,17 +1,19 @@
 """Trust in a repository: whether what it contributes may loosen what Warren does.
 
 A project's `.warren/policy.toml` travels with the repository, so anyone who can push to it
-could write `allow = ["Bash"]`. Its allow rules, hooks, agent definitions and MCP servers
-therefore take effect only after the user trusts that repository; its deny and ask rules
-apply at once, since they only make Warren more careful.
+could write `allow = ["Bash"]`. Its allow rules, hooks (its own and those of its Claude Code
+settings), agent definitions and MCP servers therefore take effect only after the user trusts
+that repository; its deny and ask rules apply at once, since they only make Warren more
+careful.
 
 Trust is stored per resolved repository path in the user's state directory
 (`$XDG_STATE_HOME/warren/trust.json`), together with a hash of everything the repository
 contributes (`repository_files`): the project and local policy files (rules, mode, limits,
-hooks), agent definitions (`.warren/agents/*.md`), MCP configuration (`.mcp.json`,
-`.warren/mcp.json`) and memory files: the root's `MEMORY_FILES`, and every other file
-`orchestrator.context` puts in the system prompt from the repository (`_memory_files`: memory
-files in the directories from the repository root down, the targets of links among them,
+hooks), Claude Code's settings files (`.claude/settings.json`, `.claude/settings.local.json`:
+hooks, and permissions to come), agent definitions (`.warren/agents/*.md`), MCP configuration
+(`.mcp.json`, `.warren/mcp.json`) and memory files: the root's `MEMORY_FILES`, and every other
+file `orchestrator.context` puts in the system prompt from the repository (`_memory_files`:
+memory files in the directories from the repository root down, the targets of links among them,
 their `@imports`). When any of them changes, appears or goes, the hash no longer matches and
 the repository is untrusted until the user trusts it again.
 
@@ -34,6 +36,7 @@ from typing import Any, Final, Literal
 
 from policies import memory_files
 from policies.atomic import open_directory, read_regular, write_atomic
+from policies.claude_settings import claude_settings_files
 
 __all__ = [
     "AGENTS_DIR",
@@ -114,6 +117,7 @@ def repository_files(root: Path, *, policy_files: Iterable[Path] | None = None) 
     """Every file the repository at `root` contributes, in a fixed order (see the module
     docstring). `policy_files` replaces the two standard policy files (a test seam)."""
     files = list(project_policy_files(root) if policy_files is None else policy_files)
+    files += claude_settings_files(root)
     files += [root / name for name in MCP_FILES]
     files += [root / name for name in MEMORY_FILES]
     files += _agent_files(root)

@@ -1,6 +1,12 @@
-"""`warren hooks ...`: the hooks in force, tried by hand.
+"""`warren hooks ...`: the hooks in force, listed and tried by hand. One function per
+subcommand (`_list`, `_test`), each added by `add_commands`.
 
+    warren hooks list [--cwd DIR]
     warren hooks test EVENT [--input FILE] [--cwd DIR]
+
+`list` prints the hooks in force with the file each comes from (Warren's `[[hooks]]` and
+Claude Code's settings), then those declared that do not run: unsupported ones (a `type:
+"prompt"` hook, an event Warren does not have) and an untrusted repository's, per file.
 
 `test` runs the hooks the effective policy has for EVENT (an untrusted repository's are not
 among them) against a sample input (Claude Code's field names; `--input` a JSON file, `-` for
@@ -33,6 +39,15 @@ def add_commands(sub: Any, summaries: dict[str, str]) -> argparse.ArgumentParser
         "hooks", prog="warren hooks", help=summaries["hooks"], description=summaries["hooks"]
     )
     commands = hooks.add_subparsers(dest="hooks_command", required=True, metavar="COMMAND")
+    listing = commands.add_parser(
+        "list",
+        help="the hooks in force with their files (Warren's [[hooks]] and Claude Code's "
+        "settings), and those that do not run",
+        description="warren hooks list [--cwd DIR]: the hooks in force with their files, then "
+        "unsupported ones and an untrusted repository's (which do not run)",
+    )
+    listing.add_argument("--cwd", type=Path, default=None, help="the workspace (default: here)")
+    listing.set_defaults(handler=_list)
     test = commands.add_parser(
         "test",
         help="run the hooks of EVENT against a sample input and print what each returned",
@@ -55,6 +70,13 @@ def add_commands(sub: Any, summaries: dict[str, str]) -> argparse.ArgumentParser
     )
     test.set_defaults(handler=_test)
     return commands  # type: ignore[no-any-return]
+
+
+def _list(args: argparse.Namespace) -> int:
+    from orchestrator.cli.policy import printed
+    from policies import commands
+
+    return printed(commands.hooks_list((args.cwd or Path.cwd()).absolute()))
 
 
 def _test(args: argparse.Namespace) -> int:

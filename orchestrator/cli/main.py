@@ -6,6 +6,7 @@
     warren sandbox run     run one command under the floor
     warren policy ...      explain and tune the permission policy
     warren trust / untrust let a repository's policy allow things, or stop it
+    warren hooks list      the hooks in force with their files, and those that do not run
     warren hooks test      run the hooks in force against a sample event
 
 A first argument that is not a subcommand is a prompt: `warren "fix the build"` is
@@ -36,7 +37,8 @@ COMMANDS: dict[str, str] = {
     "policy": "explain and tune the permission policy (check, show, test, init, trust)",
     "trust": "let a repository's policy allow things",
     "untrust": "stop trusting a repository's policy",
-    "hooks": "the hooks in force: run them against a sample event (test)",
+    "hooks": "the hooks in force: list them with their files, run them against a sample "
+    "event (list, test)",
 }
 """Every subcommand with its one-line summary (`warren --help` lists them)."""
 

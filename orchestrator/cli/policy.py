@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from policies.commands import CommandReport
 
-__all__ = ["add_commands"]
+__all__ = ["add_commands", "printed"]
 
 
 def add_commands(sub: Any, summaries: dict[str, str]) -> None:
@@ -46,8 +46,9 @@ def add_commands(sub: Any, summaries: dict[str, str]) -> None:
             verb,
             prog=f"warren {verb}",
             help=summaries[verb],
-            description="Trust a repository: its policy's allow rules (and later hooks and "
-            "agent definitions) take effect. A changed policy file needs trusting again."
+            description="Trust a repository: its policy's allow rules, hooks (its own and its "
+            "Claude Code settings'), agent definitions and memory files take effect. A changed "
+            "file needs trusting again."
             if trust
             else "Stop trusting a repository's policy allow rules.",
         )
@@ -55,8 +56,12 @@ def add_commands(sub: Any, summaries: dict[str, str]) -> None:
         parser.set_defaults(handler=_trust if trust else _untrust)
 
 
-def _printed(report: CommandReport) -> int:
-    sys.stdout.write(report.text)
+def printed(report: CommandReport) -> int:
+    """Print a command's report on stdout, every control character in it escaped (policy
+    files and settings name commands and paths a repository chose); return its exit code."""
+    from orchestrator.text import escape_controls
+
+    sys.stdout.write(escape_controls(report.text, keep_lines=True))
     return report.exit_code
 
 
@@ -76,7 +81,7 @@ def _check(args: argparse.Namespace) -> int:
         return 2
     cwd = (args.cwd or Path.cwd()).absolute()
     environment = commands.CommandEnvironment(tool_facts=builtin_facts())
-    return _printed(commands.check(target, json_output=args.json, cwd=cwd, environment=environment))
+    return printed(commands.check(target, json_output=args.json, cwd=cwd, environment=environment))
 
 
 def _policy_command(args: argparse.Namespace) -> int:
@@ -86,25 +91,25 @@ def _policy_command(args: argparse.Namespace) -> int:
     cwd = (args.cwd or Path.cwd()).absolute()
     match args.policy_command:
         case "show":
-            return _printed(commands.show(cwd))
+            return printed(commands.show(cwd))
         case "test":
             environment = commands.CommandEnvironment(tool_facts=builtin_facts())
-            return _printed(commands.test(cwd, environment=environment))
+            return printed(commands.test(cwd, environment=environment))
         case "trust":
-            return _printed(commands.trust_cmd(cwd))
+            return printed(commands.trust_cmd(cwd))
         case "untrust":
-            return _printed(commands.untrust_cmd(cwd))
+            return printed(commands.untrust_cmd(cwd))
         case _:
-            return _printed(commands.init(cwd))
+            return printed(commands.init(cwd))
 
 
 def _trust(args: argparse.Namespace) -> int:
     from policies import commands
 
-    return _printed(commands.trust_cmd((args.path or Path.cwd()).absolute()))
+    return printed(commands.trust_cmd((args.path or Path.cwd()).absolute()))
 
 
 def _untrust(args: argparse.Namespace) -> int:
     from policies import commands
 
-    return _printed(commands.untrust_cmd((args.path or Path.cwd()).absolute()))
+    return printed(commands.untrust_cmd((args.path or Path.cwd()).absolute()))
