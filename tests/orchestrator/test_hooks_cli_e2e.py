@@ -32,7 +32,7 @@ CLAUDE_SETTINGS = {
             {
                 "hooks": [
                     {"type": "prompt", "prompt": "Are the tests green?"},
-                    {"type": "command", "command": "make test"},
+                    {"type": "command", "command": "echo done"},
                 ]
             }
         ],
@@ -97,7 +97,7 @@ def test_hooks_list_and_policy_show_name_each_hook_s_file(repo: Path, env: dict[
         f"PreToolUse [Bash(git push:*)]: echo 'no pushing' >&2; exit 2  "
         f"({repo}/.warren/policy.toml)",
         f"PreToolUse [regex Edit|Write]: ./fmt.sh  timeout 30s  ({repo}/.claude/settings.json)",
-        f"Stop: make test  ({repo}/.claude/settings.json)",
+        f"Stop: echo done  ({repo}/.claude/settings.json)",
         f'unsupported: Stop prompt "Are the tests green?"  ({repo}/.claude/settings.json: '
         'hooks.Stop[0].hooks[0]): type "prompt" hooks are not supported (only "command")',
     ]
