@@ -27,7 +27,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import AsyncGenerator, Callable
+import operator
+from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass
 
 import trio
@@ -35,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.aio import closing_iter
 from orchestrator.errors import ModelError
-from orchestrator.messages import Usage
+from orchestrator.messages import Message, Usage
 from orchestrator.model.base import MessageComplete, ModelClient, ModelEvent, ModelRequest, Retry
 from orchestrator.model.catalog import clamp_max_tokens, price_for
 
@@ -46,12 +47,38 @@ CHARS_PER_TOKEN = 4
 of thumb for English text and code; the JSON framing makes the estimate a little high)."""
 
 
-def estimate_input_tokens(request: ModelRequest) -> int:
-    """Input tokens `request` will be billed, estimated from its characters."""
+def estimate_input_tokens(request: ModelRequest, sizes: _MessageSizes | None = None) -> int:
+    """Input tokens `request` will be billed, estimated from its characters. `sizes` (one per
+    conversation) makes a request that only appended to the last one cost what it appended."""
     chars = sum(len(block) for block in request.system)
-    chars += sum(message.api_size for message in request.messages)  # cached per message
+    if sizes is not None:
+        chars += sizes.total(request.messages)
+    else:
+        chars += sum(message.api_size for message in request.messages)  # cached per message
     chars += sum(len(json.dumps(spec.to_api())) for spec in request.tools)
     return math.ceil(chars / CHARS_PER_TOKEN)
+
+
+_CONVERSATIONS_REMEMBERED = 16
+
+
+class _MessageSizes:
+    """The characters of the last conversation estimated, by identity of its messages: a
+    conversation that grew since adds only the new ones (a 1,000-turn session re-sends its
+    whole history every turn; tests/bench/bench_long_session.py)."""
+
+    def __init__(self) -> None:
+        self._messages: list[Message] = []
+        self._chars = 0
+
+    def total(self, messages: Sequence[Message]) -> int:
+        known = len(self._messages)
+        if known <= len(messages) and all(map(operator.is_, messages[:known], self._messages)):
+            chars = self._chars + sum(m.api_size for m in messages[known:])
+        else:
+            chars = sum(m.api_size for m in messages)
+        self._messages, self._chars = list(messages), chars
+        return chars
 
 
 @dataclass(frozen=True)
@@ -101,6 +128,9 @@ class ModelBroker:
         client_for: Callable[[str], ModelClient] | None = None,
     ) -> None:
         self._client = client
+        self._sizes: dict[int, _MessageSizes] = {}
+        """Per conversation (by its first message, which `_MessageSizes` keeps alive, so the
+        id is not reused): the sizes of its last request."""
         self._limits = limits or BrokerLimits()
         self._client_for = client_for
         self._clients: dict[str, ModelClient] = {client.model: client}
@@ -170,7 +200,12 @@ class ModelBroker:
 
     def _estimate(self, request: ModelRequest, model: str) -> _Estimate:
         """The most `request` can use: its estimated input plus `max_tokens` of output."""
-        input_tokens = estimate_input_tokens(request)
+        first = id(request.messages[0]) if request.messages else 0
+        sizes = self._sizes.pop(first, None) or _MessageSizes()
+        input_tokens = estimate_input_tokens(request, sizes)
+        self._sizes[first] = sizes  # most recent last; a few conversations are remembered
+        while len(self._sizes) > _CONVERSATIONS_REMEMBERED:
+            del self._sizes[next(iter(self._sizes))]
         price = price_for(model)
         cost = (
             0.0

@@ -247,3 +247,17 @@ async def test_max_tokens_is_clamped_to_the_models_output_limit(
         async for _ in events:
             pass
     assert [r.max_tokens for r in inner.requests] == [sent]
+
+
+def test_the_incremental_estimate_equals_the_whole_one_when_grown_or_rewritten() -> None:
+    from workers.broker import _MessageSizes
+
+    sizes = _MessageSizes()
+    conversation = [Message.user_text("x" * 100)]
+    for i in range(6):
+        conversation.append(Message.user_text(f"turn {i} " * (i + 1)))
+        request = ModelRequest(system=["s"], messages=list(conversation))
+        assert estimate_input_tokens(request, sizes) == estimate_input_tokens(request)
+    rewritten = [Message.user_text("summary"), *conversation[3:]]  # a compaction
+    request = ModelRequest(system=["s"], messages=rewritten)
+    assert estimate_input_tokens(request, sizes) == estimate_input_tokens(request)
