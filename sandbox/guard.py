@@ -43,6 +43,7 @@ import shutil
 import stat
 import struct
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -342,9 +343,12 @@ class WorkspaceGuard:
             self.names = dataclasses.replace(self.names, exact=self.names.exact | extra)
 
     def close(self) -> None:
+        """Stop watching. Closing an inotify descriptor waits for the kernel to retire its
+        watches (about 12 ms here: a one-shot writable sandbox took 58 ms instead of 46), so
+        the close happens in a thread of its own and nobody waits for it."""
         if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+            fd, self._fd = self._fd, -1
+            threading.Thread(target=os.close, args=(fd,), name="inotify-close", daemon=True).start()
 
     def _watch(self, path: Path) -> None:
         if self._fd < 0:
