@@ -135,6 +135,11 @@ class ContextAccount:
         self._anchor_chars = 0
         self._fixed: tuple[tuple[int, int], int] | None = None
 
+    @property
+    def chars_per_token(self) -> float:
+        """The ratio the last answered request showed (or the default before one)."""
+        return self._ratio
+
     def fixed_chars(self, system: Sequence[str], tools: Sequence[ToolSpec]) -> int:
         """Characters of the system prompt and tool definitions (cached per pair of lists)."""
         key = (id(system), id(tools))
@@ -342,7 +347,7 @@ class Compactor:
         pre = estimate if estimate is not None else self.account.estimate(history, fixed)
         cleared, removed = clear_old_results(history)
         if trigger == "auto" and removed:
-            after = pre - int(removed / self.account._ratio)
+            after = pre - int(removed / self.account.chars_per_token)
             if after <= self.account.window * LOW_WATER:
                 self.cleared += 1
                 self.account.forget()
@@ -387,7 +392,7 @@ class Compactor:
         if instructions:
             prompt += f"\nFocus the summary on: {instructions}\n"
         room = self.account.window - SUMMARY_MAX_TOKENS - 1_000
-        source = _fit(history, room, fixed, self.account._ratio)
+        source = _fit(history, room, fixed, self.account.chars_per_token)
         request = ModelRequest(
             system=system,
             messages=normalize_for_api([*source, Message.user_text(prompt)]),
@@ -402,15 +407,8 @@ class Compactor:
 
     def _tail(self, history: list[Message]) -> list[Message]:
         """The last turns kept verbatim: from an assistant message, within the tail budget."""
-        budget = self.account.window * TAIL_FRACTION * self.account._ratio
-        size, start = 0.0, len(history)
-        for i in range(len(history) - 1, 0, -1):
-            size += history[i].api_size
-            if size > budget:
-                break
-            if history[i].role == "assistant":
-                start = i
-        return list(history[start:])
+        budget = self.account.window * TAIL_FRACTION * self.account.chars_per_token
+        return list(history[_tail_start(history, budget) :])
 
     async def _reread(
         self, history: list[Message], tail: list[Message], pipeline: ToolPipeline
@@ -469,7 +467,14 @@ def _fit(history: list[Message], room: int, fixed: int, ratio: float) -> list[Me
     if total / ratio <= room or len(history) < 3:
         return history
     first = history[0]
-    budget = room * ratio - fixed - first.api_size - 200
+    start = _tail_start(history, room * ratio - fixed - first.api_size - 200)
+    omitted = Message.user_text("[Part of the conversation was omitted here to fit the window.]")
+    return normalize_for_api([first, omitted, *history[start:]])
+
+
+def _tail_start(history: Sequence[Message], budget: float) -> int:
+    """Where the newest turns that fit in `budget` characters begin: an assistant message's
+    index (never 0), or `len(history)` when not even the last turn fits."""
     size, start = 0.0, len(history)
     for i in range(len(history) - 1, 0, -1):
         size += history[i].api_size
@@ -477,5 +482,4 @@ def _fit(history: list[Message], room: int, fixed: int, ratio: float) -> list[Me
             break
         if history[i].role == "assistant":
             start = i
-    omitted = Message.user_text("[Part of the conversation was omitted here to fit the window.]")
-    return normalize_for_api([first, omitted, *history[start:]])
+    return start

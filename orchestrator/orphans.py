@@ -30,6 +30,8 @@ from pathlib import Path
 
 import trio
 
+from sandbox.reaper import our_children
+
 __all__ = ["Adoption", "adopt_orphans", "adoption"]
 
 _PR_SET_CHILD_SUBREAPER = 36
@@ -91,7 +93,7 @@ class Adoption:
         start without a new session (rg, `bash -n`) shares our session, which no orphan of a
         one-shot can join; what we start with one is registered through `started`."""
         found = []
-        for pid in _children():
+        for pid in our_children():
             if pid in self._running:
                 continue
             sid = _session_of(pid)
@@ -119,16 +121,6 @@ def adopt_orphans() -> Adoption:
 def adoption() -> Adoption | None:
     """This process's adoption, when `adopt_orphans` was called."""
     return _ADOPTION
-
-
-def _children() -> list[int]:
-    """Our children: each thread's `children` file (an orphan goes to any of our threads)."""
-    found: list[int] = []
-    with contextlib.suppress(OSError):
-        for task in os.listdir("/proc/self/task"):
-            with contextlib.suppress(OSError, ValueError):
-                found += map(int, Path(f"/proc/self/task/{task}/children").read_text().split())
-    return found
 
 
 def _session_of(pid: int) -> int | None:

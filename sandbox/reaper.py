@@ -19,7 +19,7 @@ from pathlib import Path
 
 import trio
 
-__all__ = ["adopted_sandbox_inits", "reap_adopted_sandbox_inits"]
+__all__ = ["adopted_sandbox_inits", "our_children", "reap_adopted_sandbox_inits"]
 
 
 def _nspid_depth(status: str) -> int | None:
@@ -29,7 +29,8 @@ def _nspid_depth(status: str) -> int | None:
     return None
 
 
-def _our_children() -> list[int]:
+def our_children() -> list[int]:
+    """Our children, from each thread's `children` file (an orphan goes to any thread)."""
     found: list[int] = []
     with contextlib.suppress(OSError):
         for task in os.listdir("/proc/self/task"):
@@ -45,7 +46,7 @@ def adopted_sandbox_inits() -> list[int]:
     if own is None:  # kernels before 4.1 do not say; nothing is reaped then
         return []
     adopted = []
-    for pid in _our_children():
+    for pid in our_children():
         try:
             depth = _nspid_depth(Path(f"/proc/{pid}/status").read_text())
         except OSError:
