@@ -11,10 +11,12 @@ read that never returns) or a link to `/dev/zero` (a read that never ends). Poli
 - `read_regular` opens without following a link and without blocking, checks that it is a
   regular file and reads at most a bound: a FIFO, a device or a link is a state, never a
   read.
-- `write_atomic` writes a temporary file beside the target, fsyncs it, renames it over the
-  target and fsyncs the directory: a reader sees the old bytes or the new ones, and a failure
-  leaves the old bytes (`AtomicWriteError`, "nothing changed"). The target's mode is kept;
-  a target that is a link or not a regular file is refused.
+- `replace_file` is the one temp file + fsync + rename in Warren (the file tools' writes in
+  `orchestrator/tools/_files.py` use it too): a reader sees the old bytes or the new ones,
+  and a failure leaves the old bytes. The target's owner and mode are kept.
+- `write_atomic` is `replace_file` below a trusted directory, plus a directory fsync; a
+  target that is a link or not a regular file is refused (`LinkRefused`), any other failure
+  is `AtomicWriteError`, "nothing changed".
 
 Generic on purpose (nothing here knows policies), so the layers above can share it.
 """
@@ -34,8 +36,12 @@ __all__ = [
     "FileState",
     "LinkRefused",
     "RegularFile",
+    "ReplaceFailed",
+    "ReplaceStage",
     "open_directory",
     "read_regular",
+    "replace_file",
+    "temporary_name",
     "write_atomic",
 ]
 
@@ -233,34 +239,90 @@ def _replace(path: Path, data: bytes, dir_fd: int, mode: int) -> None:
         raise LinkRefused(
             errno.ELOOP, f"{path} is {kind}; Warren does not write through it (nothing changed)"
         )
-    tmp = f".{name}.{secrets.token_hex(6)}.tmp"
-    written = False
     try:
-        fd = os.open(
-            tmp,
-            os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-            0o600,
-            dir_fd=dir_fd,
-        )
+        replace_file(name, data, old=old, mode=mode, dir_fd=dir_fd)
+    except ReplaceFailed as exc:
+        raise AtomicWriteError(
+            exc.errno or errno.EIO,
+            f"cannot write {path}: {exc.strerror or exc} ({exc.stage}); nothing changed",
+        ) from exc
+
+
+_TEMP_NAME_BYTES = 200
+"""Longest target name kept whole in a temporary file's name (names are at most 255 bytes)."""
+
+ReplaceStage = Literal["temporary file", "owner", "content", "rename"]
+
+
+class ReplaceFailed(OSError):
+    """`replace_file` did not replace the target: it is as it was, the temporary file gone.
+    `stage` says what failed."""
+
+    def __init__(self, stage: ReplaceStage, cause: OSError) -> None:
+        super().__init__(cause.errno, cause.strerror or str(cause))
+        self.stage: ReplaceStage = stage
+
+
+def temporary_name(name: str) -> str:
+    """`.<name>.warren-<12 hex>.tmp`: the name `sandbox.guard.STALE_TEMPORARY` knows, so what a
+    write killed before its rename left behind is swept at the next start."""
+    if len(os.fsencode(name)) > _TEMP_NAME_BYTES:
+        name = name[:40]
+    return f".{name}.warren-{secrets.token_hex(6)}.tmp"
+
+
+def replace_file(
+    path: Path | str,
+    data: bytes,
+    *,
+    old: os.stat_result | None,
+    mode: int = 0o666,
+    dir_fd: int | None = None,
+) -> None:
+    """Replace the regular file `path` (relative to `dir_fd` when given) with `data`, all or
+    nothing: the one place Warren does temp file + fsync + rename.
+
+    The bytes go to `temporary_name` beside the target (O_EXCL, no link followed), which gets
+    `old`'s owner and permission bits (owner first: a chown clears set-user-ID bits the chmod
+    then restores) or, for a new file, `mode` less the umask; it is fsynced and renamed over
+    the target. A crash at any moment leaves the old bytes or all the new ones. A file whose
+    owner cannot be kept (someone else's, writable through group bits) is not replaced:
+    renaming our copy over it would quietly make it ours. The directory is not fsynced here.
+
+    **Errors:** `ReplaceFailed` (nothing changed; the temporary file is removed).
+    """
+    folder, name = os.path.split(os.fspath(path))
+    temp = os.path.join(folder, temporary_name(name))
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
+    try:
+        # Private until its mode is set.
+        fd = os.open(temp, flags, 0o600 if old is not None else mode, dir_fd=dir_fd)
+    except OSError as exc:
+        raise ReplaceFailed("temporary file", exc) from exc
+    stage: ReplaceStage = "owner"
+    renamed = False
+    try:
         try:
+            if old is not None:
+                now = os.fstat(fd)
+                if (now.st_uid, now.st_gid) != (old.st_uid, old.st_gid):
+                    os.fchown(fd, old.st_uid, old.st_gid)
+                os.fchmod(fd, stat.S_IMODE(old.st_mode))
+            stage = "content"
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
-            os.fchmod(fd, stat.S_IMODE(old.st_mode) if old is not None else mode)
-            if old is not None and os.geteuid() == 0:
-                os.fchown(fd, old.st_uid, old.st_gid)
             os.fsync(fd)
         finally:
             os.close(fd)
-        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-        written = True
+        stage = "rename"
+        os.rename(temp, name if dir_fd is not None else path, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        renamed = True
     except OSError as exc:
-        raise AtomicWriteError(
-            exc.errno or errno.EIO, f"cannot write {path}: {exc.strerror or exc}; nothing changed"
-        ) from exc
+        raise ReplaceFailed(stage, exc) from exc
     finally:
-        if not written:
+        if not renamed:
             try:
-                os.unlink(tmp, dir_fd=dir_fd)
+                os.unlink(temp, dir_fd=dir_fd)
             except OSError:
                 pass

@@ -67,7 +67,7 @@ GUARD_MESSAGE = (
 """The note appended to a tool result for each undone creation."""
 
 STALE_TEMPORARY = re.compile(r"\..+\.warren-[0-9a-f]{12}\.tmp", re.S)
-"""The name of an atomic write's temporary file (`orchestrator/tools/_files.py _temp_name`:
+"""The name of an atomic write's temporary file (`policies.atomic.temporary_name`:
 `.<name>.warren-<12 hex>.tmp`). The start-up walk removes those it finds."""
 
 WALK_LIMIT = 200_000

@@ -12,7 +12,6 @@ import codecs
 import difflib
 import errno
 import os
-import secrets
 import stat
 import subprocess
 import sys
@@ -26,6 +25,7 @@ import trio
 
 from orchestrator.errors import ToolError
 from orchestrator.tools.base import ToolContext
+from policies.atomic import ReplaceFailed, ReplaceStage, replace_file
 
 __all__ = [
     "HARD_LINK_NOTE",
@@ -382,16 +382,6 @@ HARD_LINK_NOTE = (
 )
 """The sentence every writing tool's description carries about how files are replaced."""
 
-_TEMP_NAME_BYTES = 200
-"""Longest target name kept whole in a temporary file's name (names are at most 255 bytes)."""
-
-
-def _temp_name(name: str) -> str:
-    if len(os.fsencode(name)) > _TEMP_NAME_BYTES:
-        name = name[:40]
-    return f".{name}.warren-{secrets.token_hex(6)}.tmp"
-
-
 def _write_failed(path: Path, why: str, exc: OSError | None, *, existed: bool) -> ToolError:
     reason = f" ({exc.strerror or exc})" if exc is not None else ""
     if exc is not None and exc.errno in (errno.ENOSPC, errno.EDQUOT):
@@ -416,25 +406,12 @@ def _write_target(path: Path, ctx: ToolContext) -> Path:
     )
 
 
-def _keep_owner_and_mode(fd: int, old: os.stat_result, path: Path) -> None:
-    """Give the temporary file the old file's owner, group and permission bits.
-
-    The owner goes first: a chown clears set-user-ID bits that the chmod then restores. A
-    file whose owner cannot be kept (someone else's file, writable through group bits) is not
-    replaced: renaming our copy over it would quietly make it ours.
-    """
-    now = os.fstat(fd)
-    if (now.st_uid, now.st_gid) != (old.st_uid, old.st_gid):
-        try:
-            os.fchown(fd, old.st_uid, old.st_gid)
-        except OSError as exc:
-            raise _write_failed(
-                path,
-                f"its owner ({old.st_uid}:{old.st_gid}) could not be kept on the new copy",
-                exc,
-                existed=True,
-            ) from exc
-    os.fchmod(fd, stat.S_IMODE(old.st_mode))
+_FAILED_STAGE: dict[ReplaceStage, str] = {
+    "temporary file": "a temporary file cannot be created beside it",
+    "owner": "its owner ({owner}) could not be kept on the new copy",
+    "content": "the new content could not be saved",
+    "rename": "the new content could not be saved",
+}
 
 
 def write_atomically(path: Path, data: bytes, ctx: ToolContext) -> None:
@@ -476,36 +453,13 @@ def write_atomically(path: Path, data: bytes, ctx: ToolContext) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise _write_failed(path, "its directory cannot be created", exc, existed=False) from exc
-    temp = target.parent / _temp_name(target.name)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
     try:
-        # Private until its mode is set; a new file gets 0o666 less the umask, as open() does.
-        fd = os.open(temp, flags, 0o600 if existed else 0o666)
-    except OSError as exc:
-        why = "a temporary file cannot be created beside it"
+        replace_file(target, data, old=old)
+    except ReplaceFailed as exc:
+        why = _FAILED_STAGE[exc.stage]
+        if exc.stage == "owner" and old is not None:
+            why = why.format(owner=f"{old.st_uid}:{old.st_gid}")
         raise _write_failed(path, why, exc, existed=existed) from exc
-    renamed = False
-    try:
-        try:
-            if old is not None:
-                _keep_owner_and_mode(fd, old, path)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.rename(temp, target)
-        renamed = True
-    except OSError as exc:
-        why = "the new content could not be saved"
-        raise _write_failed(path, why, exc, existed=existed) from exc
-    finally:
-        if not renamed:
-            try:
-                os.unlink(temp)
-            except OSError:
-                pass
     ctx.read_ledger.record(target)
 
 

@@ -154,3 +154,32 @@ def test_read_regular_states(tmp_path: Path, outside: Path) -> None:
     assert state("linkdir/secret", beneath=tmp_path) == "link"
     assert state("link", follow_links=True) == "file"  # only for the user's own files
     assert state("zero", follow_links=True) == "not a regular file"
+
+
+def test_every_atomic_writer_leaves_a_temporary_the_start_up_sweep_knows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Policy files and the tools' writes share one replace (`replace_file`): a write that
+    dies before its rename leaves a temporary named as `sandbox.guard.STALE_TEMPORARY` says,
+    and a failed one cleans it up and leaves the old bytes."""
+    from policies.atomic import replace_file
+    from sandbox.guard import STALE_TEMPORARY
+
+    target = tmp_path / "policy.toml"
+    target.write_bytes(b"old")
+    seen: list[str] = []
+    real_fsync = os.fsync
+
+    def failing_fsync(fd: int) -> None:
+        seen.extend(name for name in os.listdir(tmp_path) if name != "policy.toml")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", failing_fsync)
+    with pytest.raises(AtomicWriteError, match="nothing changed"):
+        write_atomic(target, b"new" * 1000, beneath=tmp_path)
+    with pytest.raises(OSError, match="No space"):
+        replace_file(target, b"new", old=target.stat())
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    assert len(seen) == 2 and all(STALE_TEMPORARY.fullmatch(name) for name in seen), seen
+    assert target.read_bytes() == b"old"
+    assert os.listdir(tmp_path) == ["policy.toml"]

@@ -292,7 +292,7 @@ def test_the_start_walk_removes_what_a_killed_write_left(tmp_path: Path) -> None
     """A write killed between creating its temporary file and renaming it leaves
     `.<name>.warren-<hex>.tmp` beside the target; the next start removes exactly those
     (regular files named so), so the tree is as before the run."""
-    from orchestrator.tools._files import _temp_name
+    from policies.atomic import temporary_name as _temp_name
 
     ws = tmp_path / "ws"
     (ws / "sub").mkdir(parents=True)
