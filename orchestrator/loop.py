@@ -166,6 +166,7 @@ async def run_loop(
     cost = 0.0
     limiter = trio.CapacityLimiter(config.max_concurrency)
     tool_specs = pipeline.tools.specs()
+    tools_version = pipeline.tools.version
     last_text = ""
     # Replies cut at max_tokens: continued, retried higher, or the end (continuation.py).
     recovery = OutputRecovery(model.model, config.max_tokens, config.thinking_budget)
@@ -197,6 +198,8 @@ async def run_loop(
             by_model[summary.model] = by_model.get(summary.model, ModelUsage()).add(summary)
 
     for turn in range(1, config.max_turns + 1):
+        if pipeline.tools.version != tools_version:  # an MCP server listed its tools
+            tool_specs, tools_version = pipeline.tools.specs(), pipeline.tools.version
         output = recovery.plan()
         with trio.CancelScope() as scope:
             control._scope = scope

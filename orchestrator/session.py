@@ -74,6 +74,7 @@ from orchestrator.transcripts import SessionStore, Transcript
 from policies.files import Mode
 
 if TYPE_CHECKING:
+    from orchestrator.mcp.servers import McpServers
     from sandbox.probe import FloorReport
 
 __all__ = [
@@ -116,6 +117,9 @@ SubagentsFactory = Callable[
 ]
 """Opens the worker pool of one session; the model it gets is the session's (the broker, when
 one is wired in), so subagents share the session's limits and budget."""
+
+McpFactory = Callable[[ToolContext, SessionPolicy], AbstractAsyncContextManager["McpServers"]]
+"""Starts the policy's MCP servers beside the session (the CLI passes them in the floor)."""
 
 BrokerFactory = Callable[[ModelClient, Limits], MeteredModel]
 """Wraps the session's model client in the broker that enforces `Limits` for every agent."""
@@ -238,6 +242,8 @@ class SessionParts:
     """The worker pool behind `dispatch_agent`; without one there are no subagents."""
     on_subagent: Callable[[SubagentUpdate], None] | None = None
     """Called with every subagent update."""
+    mcp: McpFactory | None = None
+    """The policy's MCP servers; without it none start (and the policy's are ignored)."""
 
 
 def build_limits(config: SessionConfig, policy: SessionPolicy) -> Limits:
@@ -538,6 +544,11 @@ async def open_session(
             if config.asks == "terminal"
             else headless_asker
         )
+        if parts.mcp is not None and policy.effective.mcp_servers:
+            from orchestrator.mcp.tool import McpTools  # the MCP SDK only when servers exist
+
+            servers = await stack.enter_async_context(parts.mcp(ctx, policy))
+            registry = ToolRegistry(list(registry), [McpTools(servers)])
         if parts.subagents is not None and sandboxed and limits.max_subagents > 0:
             pool = await stack.enter_async_context(parts.subagents(ctx, policy, model, limits))
             dispatch = _dispatch_tool(
@@ -550,7 +561,7 @@ async def open_session(
                 context=snapshot.render(),
                 on_update=_subagent_sink(printer, io_guard.sink(audit), parts.on_subagent),
             )
-            registry = ToolRegistry([*registry, dispatch])
+            registry = registry.with_tools([dispatch])
         printer.init(
             cwd=str(cwd),
             model=model.model,
@@ -676,8 +687,12 @@ async def _start_up(
                 disallowed_tools=config.disallowed_tools,
                 no_sandbox_consent=config.no_sandbox_consent,
             )
-            if notice := policy.effective.untrusted_hooks_notice():
-                sys.stderr.write(notice + "\n")  # once per start-up (issue 12)
+            for notice in (
+                policy.effective.untrusted_hooks_notice(),
+                policy.effective.untrusted_servers_notice(),
+            ):
+                if notice:
+                    sys.stderr.write(notice + "\n")  # once per start-up (issues 12, 14)
             memory = MemorySources.for_session(
                 cwd,
                 config_dir=dirs.config,

@@ -51,6 +51,14 @@ from policies.claude_settings import (
     user_claude_settings,
 )
 from policies.hooks import Hook, HookEvent, UnsupportedHook
+from policies.mcp import (
+    MCP_JSON,
+    McpJsonError,
+    McpSection,
+    McpServer,
+    UnsupportedServer,
+    read_mcp_json,
+)
 from policies.rules import ParsedRule, RuleSyntaxError, parse_rule
 from policies.sources import MAX_SOURCE_BYTES, PolicyError, read_source_text
 from policies.trust import (
@@ -230,6 +238,7 @@ class PolicyFile(_Section):
     limits: Limits = Limits()
     hooks: tuple[Hook, ...] = ()
     examples: tuple[Example, ...] = ()
+    mcp: McpSection = McpSection()
 
 
 _MODELS: Final[Mapping[str, type[BaseModel]]] = MappingProxyType(
@@ -239,6 +248,7 @@ _MODELS: Final[Mapping[str, type[BaseModel]]] = MappingProxyType(
         "limits": Limits,
         "hooks": Hook,
         "examples": Example,
+        "mcp": McpSection,
     }
 )
 
@@ -522,6 +532,10 @@ class PolicyLayer:
     unread_hooks: int = 0
     """Hooks an untrusted repository's Claude Code settings declare: counted, never read
     into `policy` (`claude_settings.count_declared_hooks`)."""
+    unsupported_servers: tuple[UnsupportedServer, ...] = ()
+    """MCP servers a `.mcp.json` declares that Warren does not run (listed)."""
+    unread_servers: int = 0
+    """MCP servers an untrusted repository's `.mcp.json` declares: counted, never started."""
 
 
 @dataclass(frozen=True)
@@ -578,6 +592,15 @@ class EffectivePolicy:
     untrusted_hooks: tuple[tuple[str, int], ...] = ()
     """(file, number of hooks) of an untrusted repository's files that declare hooks: shown
     and announced at start-up, never run."""
+    mcp_servers: tuple[tuple[str, McpServer, str], ...] = ()
+    """(name, server, file) of the MCP servers in force; a higher level's server of the same
+    name replaces a lower one's. An untrusted repository's are never here."""
+    mcp_read_only_tools: bool = False
+    """`[mcp] allow_read_only_tools`: see `policies.mcp.McpSection`."""
+    unsupported_servers: tuple[UnsupportedServer, ...] = ()
+    untrusted_servers: tuple[tuple[str, int], ...] = ()
+    """(file, number of servers) of an untrusted repository's files that declare MCP
+    servers: shown and announced at start-up, never started."""
 
     def limit(self, name: str) -> int | float | None:
         setting = self.limits.get(name)
@@ -590,18 +613,32 @@ class EffectivePolicy:
     def untrusted_hooks_notice(self) -> str | None:
         """The one start-up line saying an untrusted repository's hooks will not run; None
         when there are none."""
-        if not self.untrusted_hooks:
-            return None
-        total = sum(count for _, count in self.untrusted_hooks)
-        where = ", ".join(
-            f"{count} in {_relative(file, self.workspace)}" for file, count in self.untrusted_hooks
+        return _untrusted_notice(
+            self.untrusted_hooks, self.workspace, "hooks will not run", "`warren hooks list`"
         )
-        return (
-            f"warren: this repository's hooks will not run until you trust it ({where}); "
-            f"review them with `warren hooks list`, then run `warren trust`"
-            if total
-            else None
+
+    def untrusted_servers_notice(self) -> str | None:
+        """The one start-up line saying an untrusted repository's MCP servers will not start;
+        None when there are none."""
+        return _untrusted_notice(
+            self.untrusted_servers,
+            self.workspace,
+            "MCP servers will not start",
+            "`warren policy show`",
         )
+
+
+def _untrusted_notice(
+    counts: tuple[tuple[str, int], ...], workspace: Path, what: str, review: str
+) -> str | None:
+    total = sum(count for _, count in counts)
+    if not total:
+        return None
+    where = ", ".join(f"{count} in {_relative(file, workspace)}" for file, count in counts)
+    return (
+        f"warren: this repository's {what} until you trust it ({where}); "
+        f"review them with {review}, then run `warren trust`"
+    )
 
 
 def _relative(file: str, workspace: Path) -> str:
@@ -651,6 +688,10 @@ def load_effective_policy(
         ("local", paths.local, paths.claude_local),
     )
     for level, path, claude in levels:
+        if level == "project":
+            mcp_layer = _mcp_json_layer(workspace, trusted=trusted)
+            if mcp_layer is not None:
+                layers.append(mcp_layer)
         if path is not None:
             in_repository = level in ("project", "local") and path.is_relative_to(workspace)
             loaded = load_policy_file(path, beneath=workspace if in_repository else None)
@@ -686,6 +727,41 @@ def _check_sandboxed(layer: PolicyLayer) -> None:
                 file=layer.source,
                 key=f"hooks[{index}].sandbox",
             )
+    for name, server in layer.policy.mcp.servers.items():
+        if not server.sandbox and server.command is not None:
+            raise PolicyError(
+                "`sandbox = false` is only allowed in the user's or the managed policy; a "
+                f"{layer.level} MCP server always runs in the sandbox",
+                file=layer.source,
+                key=f"mcp.servers.{name}.sandbox",
+            )
+
+
+def _mcp_json_layer(workspace: Path, *, trusted: bool) -> PolicyLayer | None:
+    """The repository's `.mcp.json` (Claude Code's format) as a project layer; None when
+    there is none. Untrusted: its servers are only counted, for the notice (a file that does
+    not parse counts as none)."""
+    path = workspace / MCP_JSON
+    try:
+        declared = read_mcp_json(path, beneath=workspace)
+    except McpJsonError as exc:
+        if not trusted:
+            return None
+        raise PolicyError(str(exc).removeprefix(f"{path}: "), file=str(path)) from None
+    if declared is None:
+        return None
+    if not trusted:
+        count = len(declared.servers) + len(declared.unsupported)
+        return PolicyLayer(
+            "project", str(path), PolicyFile(), workspace, trusted=False, unread_servers=count
+        )
+    return PolicyLayer(
+        "project",
+        str(path),
+        PolicyFile(mcp=McpSection(servers=declared.servers)),
+        workspace,
+        unsupported_servers=declared.unsupported,
+    )
 
 
 def _claude_layer(
@@ -744,6 +820,10 @@ def merge_policy(
     unsupported: list[UnsupportedHook] = []
     untrusted_hooks: list[tuple[str, int]] = []
     examples: list[tuple[Example, str]] = []
+    servers: dict[str, tuple[McpServer, str]] = {}
+    read_only_tools = False
+    unsupported_servers: list[UnsupportedServer] = []
+    untrusted_servers: list[tuple[str, int]] = []
     for layer in layers:  # lowest first: later (higher) levels overwrite scalars
         policy = layer.policy
         _check_sandboxed(layer)
@@ -757,8 +837,17 @@ def merge_policy(
             home_allow.extend((path, layer.source) for path in policy.sandbox.home_allow)
             hooks.extend((hook, layer.source) for hook in policy.hooks)
             unsupported.extend(layer.unsupported_hooks)
-        elif count := len(policy.hooks) + layer.unread_hooks:
-            untrusted_hooks.append((layer.source, count))
+            servers.update(
+                (name, (server, layer.source)) for name, server in policy.mcp.servers.items()
+            )
+            if policy.mcp.allow_read_only_tools is not None:
+                read_only_tools = policy.mcp.allow_read_only_tools
+            unsupported_servers.extend(layer.unsupported_servers)
+        else:
+            if count := len(policy.hooks) + layer.unread_hooks:
+                untrusted_hooks.append((layer.source, count))
+            if count := len(policy.mcp.servers) + layer.unread_servers:
+                untrusted_servers.append((layer.source, count))
         deny_read.extend((pattern, layer.source) for pattern in policy.sandbox.deny_read)
         protected.extend((pattern, layer.source) for pattern in policy.sandbox.protected)
         examples.extend((example, layer.source) for example in policy.examples)
@@ -797,6 +886,10 @@ def merge_policy(
         examples=tuple(examples),
         unsupported_hooks=tuple(unsupported),
         untrusted_hooks=tuple(untrusted_hooks),
+        mcp_servers=tuple((name, server, source) for name, (server, source) in servers.items()),
+        mcp_read_only_tools=read_only_tools,
+        unsupported_servers=tuple(unsupported_servers),
+        untrusted_servers=tuple(untrusted_servers),
     )
 
 

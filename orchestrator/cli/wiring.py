@@ -15,6 +15,7 @@ from orchestrator.session import SessionParts
 
 if TYPE_CHECKING:
     from orchestrator.limits import Limits
+    from orchestrator.mcp.servers import McpServers, ServerProcess
     from orchestrator.model.base import ModelClient
     from orchestrator.pipeline import ToolRunner
     from orchestrator.session_policy import SessionPolicy
@@ -22,12 +23,14 @@ if TYPE_CHECKING:
     from orchestrator.tools.base import ToolContext
     from workers.broker import ModelBroker
 
-__all__ = ["open_broker", "open_subagents", "open_tool_hosts", "session_parts"]
+__all__ = ["open_broker", "open_mcp", "open_subagents", "open_tool_hosts", "session_parts"]
 
 
 def session_parts() -> SessionParts:
-    """The sandboxed tool hosts, the worker pool and the broker."""
-    return SessionParts(runner=open_tool_hosts, subagents=open_subagents, broker=open_broker)
+    """The sandboxed tool hosts, the worker pool, the broker and the MCP servers."""
+    return SessionParts(
+        runner=open_tool_hosts, subagents=open_subagents, broker=open_broker, mcp=open_mcp
+    )
 
 
 def open_tool_hosts(
@@ -93,3 +96,95 @@ async def open_subagents(
         ),
     ) as pool:
         yield pool
+
+
+def open_mcp(ctx: ToolContext, policy: SessionPolicy) -> AbstractAsyncContextManager[McpServers]:
+    """The policy's MCP servers, started in the background: each stdio server in its own
+    sandbox (the floor's masks and the policy's, the workspace read-only unless the server
+    has `write = true`, no network, the scrubbed environment plus the server's `env`), or, for
+    a `sandbox = false` server of the user's or the managed policy, as a plain process with
+    the same short environment. One line on stderr for each server that fails."""
+    import sys
+
+    from orchestrator.mcp.servers import open_mcp_servers
+    from policies.mcp import McpServer
+    from sandbox.spec import EnvPolicy, SandboxSpec
+    from workers.child import HostLaunch
+    from workers.toolhost_runner import HOST_LIMITS, SandboxedSpawner, host_environment
+
+    floor_proven = policy.engine.floor_proven
+    base = SandboxSpec(
+        limits=HOST_LIMITS,
+        extra_deny_read=policy.deny_read(),
+        extra_protected=policy.protected(),
+        extra_home_allow=policy.home_allow(),
+    )
+
+    @asynccontextmanager
+    async def launch(name: str, server: McpServer) -> AsyncIterator[ServerProcess]:
+        assert server.command is not None
+        argv = (server.command, *server.args)
+        if not server.sandbox:
+            async with _plain_process(argv, {**host_environment(), **server.env}, ctx) as proc:
+                yield proc
+            return
+        if not floor_proven:
+            raise RuntimeError("not started: the sandbox is not available (see `warren doctor`)")
+        spec = base.model_copy(update={"env": EnvPolicy(values=dict(server.env))})
+        spawner = SandboxedSpawner(spec, read_denied=policy.read_denied())
+        started = HostLaunch(
+            role="read_write" if server.write else "read_only",
+            argv=argv,
+            workspace=ctx.workspace,
+            extra_roots=ctx.extra_roots,
+            cwd=ctx.cwd,
+        )
+        async with spawner(started) as process:
+            yield process  # type: ignore[misc]
+
+    servers = {name: (server, source) for name, server, source in policy.effective.mcp_servers}
+    return open_mcp_servers(
+        servers,
+        launch,
+        read_only_tools=policy.effective.mcp_read_only_tools,
+        on_notice=lambda line: print(line, file=sys.stderr),
+    )
+
+
+@asynccontextmanager
+async def _plain_process(
+    argv: tuple[str, ...], env: dict[str, str], ctx: ToolContext
+) -> AsyncIterator[ServerProcess]:
+    """A server outside the floor (the user's own choice): its own session, stopped with its
+    process group (stdin closed, SIGTERM, SIGKILL)."""
+    import os
+    import signal
+    import subprocess
+
+    import trio
+
+    process = await trio.lowlevel.open_process(
+        list(argv),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        cwd=ctx.cwd,
+        start_new_session=True,
+    )
+    try:
+        yield process
+    finally:
+        with trio.CancelScope(shield=True):
+            if process.stdin is not None:
+                await process.stdin.aclose()
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                with trio.move_on_after(2.0):
+                    await process.wait()
+                if process.returncode is not None:
+                    break
+                try:
+                    os.killpg(process.pid, sig)
+                except ProcessLookupError:
+                    break
+            await process.wait()

@@ -6,14 +6,14 @@ Bash command classifier); `builtin_tools()` is the standard set.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, Protocol
 
 from orchestrator.model.base import ToolSpec
 from orchestrator.tools.base import Tool
 from policies.facts import ToolFacts
 
-__all__ = ["STATELESS_TOOLS", "ToolRegistry", "builtin_facts", "builtin_tools"]
+__all__ = ["STATELESS_TOOLS", "ToolRegistry", "ToolSource", "builtin_facts", "builtin_tools"]
 
 STATELESS_TOOLS: tuple[str, ...] = ("Read", "Glob", "Grep", "LS", "Think")
 """The built-in tools whose facts say they only read (family read or meta): they cannot change
@@ -22,36 +22,72 @@ that ran only these is reused (tests/orchestrator/test_tool_facts.py keeps this 
 the tools' declared facts)."""
 
 
+class ToolSource(Protocol):
+    """Tools that come and go while a session runs (an MCP server's, once it has listed
+    them): `version` changes whenever `listed()` would change."""
+
+    @property
+    def version(self) -> int: ...
+
+    def listed(self) -> Sequence[Tool[Any]]: ...
+
+    def get(self, name: str) -> Tool[Any] | None: ...
+
+
 class ToolRegistry:
-    def __init__(self, tools: Iterable[Tool[Any]]) -> None:
+    """The tools by name: a fixed set, plus those of `sources` as they list them (a fixed
+    tool's name wins)."""
+
+    def __init__(self, tools: Iterable[Tool[Any]], sources: Sequence[ToolSource] = ()) -> None:
         self._tools: dict[str, Tool[Any]] = {}
         for tool in tools:
             if tool.name in self._tools:
                 raise ValueError(f"two tools are named {tool.name!r}")
             self._tools[tool.name] = tool
+        self.sources = tuple(sources)
+
+    @property
+    def version(self) -> tuple[int, ...]:
+        """Changes whenever the set of tools does (the loop then lists them again)."""
+        return tuple(source.version for source in self.sources)
+
+    def _all(self) -> dict[str, Tool[Any]]:
+        if not self.sources:
+            return self._tools
+        found = {t.name: t for source in self.sources for t in source.listed()}
+        return {**self._tools, **{name: t for name, t in found.items() if name not in self._tools}}
 
     def get(self, name: str) -> Tool[Any] | None:
-        return self._tools.get(name)
+        tool = self._tools.get(name)
+        if tool is None:
+            for source in self.sources:
+                if (tool := source.get(name)) is not None:
+                    break
+        return tool
 
     def names(self) -> list[str]:
-        return list(self._tools)
+        return list(self._all())
 
     def __iter__(self) -> Iterator[Tool[Any]]:
-        return iter(self._tools.values())
+        return iter(self._all().values())
 
     def __len__(self) -> int:
-        return len(self._tools)
+        return len(self._all())
 
     def only(self, keep: Callable[[Tool[Any]], bool]) -> ToolRegistry:
         return ToolRegistry(t for t in self._tools.values() if keep(t))
 
+    def with_tools(self, tools: Iterable[Tool[Any]]) -> ToolRegistry:
+        """These tools added to the fixed set; the same sources."""
+        return ToolRegistry([*self._tools.values(), *tools], self.sources)
+
     def facts(self) -> dict[str, ToolFacts]:
         """Each tool's declared facts by name (for the policy commands, which decide calls
         without tool objects)."""
-        return {t.name: t.facts for t in self._tools.values()}
+        return {t.name: t.facts for t in self._all().values()}
 
     def specs(self) -> list[ToolSpec]:
-        return [ToolSpec(t.name, t.description, t.input_schema()) for t in self._tools.values()]
+        return [ToolSpec(t.name, t.description, t.input_schema()) for t in self._all().values()]
 
 
 def builtin_tools(*, bash_classifier: Callable[[str], bool] | None = None) -> ToolRegistry:

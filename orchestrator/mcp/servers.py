@@ -1,0 +1,366 @@
+"""The session's MCP servers: started beside it, listed, called, restarted, stopped.
+
+`open_mcp_servers` starts every configured server concurrently in the background and returns
+at once: a server's start-up is never on the path of the first model request. Each server
+lives in one task of its own (`_Server.run`), which holds its process (from the injected
+`ServerLauncher`: the floor for stdio servers) and its `mcp.ClientSession` for as long as the
+server stays up. Its tools join the session's registry when its listing arrives
+(`McpServers.tools`); a call that names a server still starting waits for it, up to the
+server's `startup_timeout_s`.
+
+Faults never end the session: a server that fails to start, exits, hangs past `timeout_s` or
+answers with something that is not MCP gives the call an error result for the model, one line
+for the user (`McpServers.notices`), and is started again at its next call, at most
+`MAX_RESTARTS` times a session. Leaving `open_mcp_servers` stops every server (stdin closed,
+then the launcher's own SIGTERM/SIGKILL teardown), so no server process outlives the session.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+import mcp_types
+import structlog
+import trio
+from mcp import ClientSession
+
+from orchestrator.mcp.transport import process_streams
+from policies.mcp import McpServer
+
+__all__ = [
+    "MAX_RESTARTS",
+    "McpCallFailed",
+    "McpServers",
+    "ServerLauncher",
+    "ServerProcess",
+    "ServerStatus",
+    "open_mcp_servers",
+]
+
+MAX_RESTARTS = 3
+"""Times one server is started again after a failure, per session."""
+
+_STDERR_TAIL = 2_000
+"""Characters of a server's stderr kept to explain a failure."""
+
+ServerStatus = Literal["starting", "ready", "failed", "stopped"]
+
+
+class ServerProcess(Protocol):
+    """A started server process as the launcher gives it (a `SandboxProcess` or a
+    `trio.Process`)."""
+
+    pid: int
+    stdin: trio.abc.SendStream | None
+    stdout: trio.abc.ReceiveStream | None
+    stderr: trio.abc.ReceiveStream | None
+
+    async def wait(self) -> int: ...
+
+
+ServerLauncher = Callable[[str, McpServer], AbstractAsyncContextManager[ServerProcess]]
+"""Starts a stdio server (its name and configuration) and stops it when the block ends."""
+
+
+class McpCallFailed(Exception):
+    """A call could not be made or did not complete; the message is for the model."""
+
+
+@dataclass(eq=False)
+class _Server:
+    name: str
+    config: McpServer
+    source: str
+    launcher: ServerLauncher
+    on_change: Callable[[], None]
+    notice: Callable[[str], None]
+    status: ServerStatus = "starting"
+    error: str | None = None
+    tools: dict[str, mcp_types.Tool] = field(default_factory=dict)
+    session: ClientSession | None = None
+    pid: int | None = None
+    starts: int = 0
+    _change: trio.Event = field(default_factory=trio.Event)
+    """Set (and replaced) at every change of `status`."""
+    _restart: trio.Event = field(default_factory=trio.Event)
+    _gone: trio.Event = field(default_factory=trio.Event)
+    _stderr: str = ""
+    _why: str | None = None
+    """Why the server was stopped from our side (a call that timed out)."""
+
+    async def run(self) -> None:
+        """The server's life: start, serve until it fails, then wait for a call to ask for a
+        restart (bounded). Cancelled when the session ends."""
+        log = structlog.get_logger().bind(mcp_server=self.name)
+        while True:
+            self.starts += 1
+            self.error, self._stderr, self._why = None, "", None
+            self._set("starting")
+            self._gone = trio.Event()
+            try:
+                await self._serve(log)
+            except Exception as exc:  # any failure of one server is that server's state
+                self._fail(_describe(exc))
+            else:
+                self._fail(self._why or "the server exited")
+            self.session, self.pid = None, None
+            log.warning("mcp server down", error=self.error, starts=self.starts)
+            self.notice(f"warren: MCP server {self.name!r}: {self.error}")
+            self.on_change()
+            if self.starts > MAX_RESTARTS:
+                return
+            await self._restart.wait()
+            self._restart = trio.Event()
+
+    async def _serve(self, log: Any) -> None:
+        async with self.launcher(self.name, self.config) as process:
+            assert process.stdin is not None and process.stdout is not None
+            self.pid = process.pid
+            async with trio.open_nursery() as nursery:
+                if process.stderr is not None:
+                    nursery.start_soon(self._keep_stderr, process.stderr)
+                nursery.start_soon(self._watch_exit, process, nursery.cancel_scope)
+                async with (
+                    process_streams(process.stdin, process.stdout) as (read, write),
+                    ClientSession(read, write) as session,
+                ):
+                    with trio.fail_after(self.config.startup_timeout_s):
+                        await session.initialize()
+                        self.tools = await _list_tools(session)
+                    self.session = session
+                    self._set("ready")
+                    log.info("mcp server ready", tools=len(self.tools), pid=process.pid)
+                    self.on_change()
+                    await self._gone.wait()
+                nursery.cancel_scope.cancel()
+
+    async def _watch_exit(self, process: ServerProcess, scope: trio.CancelScope) -> None:
+        await process.wait()
+        self._gone.set()
+
+    async def _keep_stderr(self, stream: trio.abc.ReceiveStream) -> None:
+        while chunk := await stream.receive_some(1 << 14):
+            text = self._stderr + chunk.decode(errors="replace")
+            self._stderr = text[-_STDERR_TAIL:]
+
+    def _fail(self, why: str) -> None:
+        tail = self._stderr.strip().splitlines()
+        self.error = f"{why} (its last stderr line: {tail[-1][:300]})" if tail else why
+        self.session = None
+        if self.starts > MAX_RESTARTS:
+            self.tools = {}
+        self._set("failed" if self.starts <= MAX_RESTARTS else "stopped")
+
+    def _set(self, status: ServerStatus) -> None:
+        self.status = status
+        self._change.set()
+        self._change = trio.Event()
+
+    async def connected(self) -> ClientSession:
+        """The live session, waiting for a start under way (up to `startup_timeout_s`) and
+        asking a failed server to start again (once per call).
+
+        **Errors:** `McpCallFailed` when the server is not up in time, fails again, or is out
+        of restarts.
+        """
+        asked = False
+        with trio.move_on_after(self.config.startup_timeout_s):
+            while True:
+                if self.status == "ready" and self.session and not self._gone.is_set():
+                    return self.session
+                if self.status == "stopped" or (self.status == "failed" and asked):
+                    raise McpCallFailed(self._unavailable())
+                if self.status == "failed":
+                    self._restart.set()
+                    asked = True
+                await self._change.wait()
+        raise McpCallFailed(
+            f"MCP server {self.name!r} did not start within {self.config.startup_timeout_s:g} s"
+        )
+
+    def _unavailable(self) -> str:
+        restarts = (
+            " It is not started again in this session."
+            if self.starts > MAX_RESTARTS
+            else " It is started again at the next call."
+        )
+        return f"MCP server {self.name!r} is not available: {self.error}.{restarts}"
+
+    async def call(
+        self, tool: str, arguments: Mapping[str, Any], timeout_s: float
+    ) -> mcp_types.CallToolResult:
+        """Call `tool`; the whole call (a wait for a start included) is bounded.
+
+        **Errors:** `McpCallFailed` (the model's message): no such tool, the server down, a
+        timeout (the server is then stopped and started again at the next call), a result
+        that is not MCP.
+        """
+        session = await self.connected()
+        if tool not in self.tools:
+            names = ", ".join(sorted(self.tools)) or "none"
+            raise McpCallFailed(
+                f"MCP server {self.name!r} has no tool {tool!r}; its tools: {names}"
+            )
+        gone = self._gone
+        result: mcp_types.CallToolResult | None = None
+        failure: str | None = None
+        async with trio.open_nursery() as nursery:
+
+            async def watch() -> None:
+                await gone.wait()
+                nursery.cancel_scope.cancel()
+
+            async def call() -> None:
+                nonlocal result, failure
+                try:
+                    with trio.move_on_after(timeout_s) as scope:
+                        answer = await session.call_tool(tool, dict(arguments))
+                    if scope.cancelled_caught:
+                        failure = f"timed out after {timeout_s:g} s"
+                        self._why = f"a call timed out after {timeout_s:g} s"
+                        gone.set()  # stopped now, started again at the next call
+                    elif isinstance(answer, mcp_types.CallToolResult):
+                        result = answer
+                    else:
+                        failure = f"answered with a {type(answer).__name__}, not a tool result"
+                except Exception as exc:  # a broken connection, an MCP error, a bad result
+                    failure = _describe(exc)
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(watch)
+            nursery.start_soon(call)
+        if result is not None:
+            return result
+        if failure is None:  # the watcher fired: the process is gone
+            failure = "the server exited during the call"
+        raise McpCallFailed(
+            f"MCP server {self.name!r} failed: {failure}. It is started again at the next call."
+        )
+
+
+async def _list_tools(session: ClientSession) -> dict[str, mcp_types.Tool]:
+    tools: dict[str, mcp_types.Tool] = {}
+    cursor: str | None = None
+    for _ in range(100):  # pages; a server that never stops paging is cut off
+        params = mcp_types.PaginatedRequestParams(cursor=cursor) if cursor else None
+        listing = await session.list_tools(params=params)
+        tools.update((tool.name, tool) for tool in listing.tools)
+        cursor = listing.next_cursor
+        if not cursor:
+            break
+    return tools
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, trio.TooSlowError):
+        return "it did not finish starting in time"
+    if isinstance(exc, (FileNotFoundError, PermissionError)):
+        return f"it could not be started ({exc})"
+    text = str(exc).strip() or type(exc).__name__
+    if isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        return _describe(exc.exceptions[0])
+    return text.splitlines()[0][:300]
+
+
+class McpServers:
+    """Every configured server of a session, by name."""
+
+    def __init__(
+        self,
+        servers: Mapping[str, tuple[McpServer, str]],
+        launcher: ServerLauncher,
+        *,
+        read_only_tools: bool = False,
+        on_notice: Callable[[str], None] | None = None,
+    ) -> None:
+        self.read_only_tools = read_only_tools
+        """`[mcp] allow_read_only_tools`."""
+        self.version = 0
+        """Bumped whenever a server's tools come or go (the loop re-reads the tool list)."""
+        self.notices: list[str] = []
+        self._on_notice = on_notice
+        self._servers = {
+            name: _Server(name, config, source, launcher, self._changed, self._notice)
+            for name, (config, source) in servers.items()
+        }
+
+    def _changed(self) -> None:
+        self.version += 1
+
+    def _notice(self, line: str) -> None:
+        self.notices.append(line)
+        if self._on_notice is not None:
+            self._on_notice(line)
+
+    def names(self) -> list[str]:
+        return list(self._servers)
+
+    def config(self, server: str) -> McpServer | None:
+        found = self._servers.get(server)
+        return None if found is None else found.config
+
+    def status(self, server: str) -> tuple[ServerStatus, str | None, int | None]:
+        """(status, error, pid) of one server."""
+        found = self._servers[server]
+        return found.status, found.error, found.pid
+
+    def tools(self) -> list[tuple[str, mcp_types.Tool]]:
+        """(server, tool) of every tool listed by a server that is not out of restarts (a
+        failed server keeps its tools: a call starts it again)."""
+        return [
+            (server.name, tool)
+            for server in self._servers.values()
+            for tool in server.tools.values()
+            if server.status != "stopped"
+        ]
+
+    def tool(self, server: str, name: str) -> mcp_types.Tool | None:
+        found = self._servers.get(server)
+        return None if found is None else found.tools.get(name)
+
+    async def wait_started(self, timeout_s: float = math.inf) -> None:
+        """Wait until no server is starting (for `warren doctor` and tests)."""
+        with trio.move_on_after(timeout_s):
+            for server in self._servers.values():
+                while server.status == "starting":
+                    await server._change.wait()
+
+    async def call(
+        self, server: str, tool: str, arguments: Mapping[str, Any]
+    ) -> mcp_types.CallToolResult:
+        """See `_Server.call`; an unknown server is `McpCallFailed` too."""
+        found = self._servers.get(server)
+        if found is None:
+            raise McpCallFailed(f"there is no MCP server {server!r}")
+        return await found.call(tool, arguments, found.config.timeout_s)
+
+
+@asynccontextmanager
+async def open_mcp_servers(
+    servers: Mapping[str, tuple[McpServer, str]],
+    launcher: ServerLauncher,
+    *,
+    read_only_tools: bool = False,
+    on_notice: Callable[[str], None] | None = None,
+) -> AsyncIterator[McpServers]:
+    """Start every stdio server in the background; stop them all when the block ends.
+
+    Servers given by `url` are not started here (see the README's MCP section).
+    """
+    started = McpServers(
+        {name: entry for name, entry in servers.items() if entry[0].command is not None},
+        launcher,
+        read_only_tools=read_only_tools,
+        on_notice=on_notice,
+    )
+    async with trio.open_nursery() as nursery:
+        for server in started._servers.values():
+            nursery.start_soon(server.run, name=f"mcp server {server.name}")
+        try:
+            yield started
+        finally:
+            nursery.cancel_scope.cancel()

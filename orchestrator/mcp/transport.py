@@ -1,0 +1,96 @@
+"""The pipes of a server process as the MCP SDK's stream pair.
+
+The SDK's own `stdio_client` spawns its process itself; Warren's servers are spawned by the
+floor (`sandbox.open_sandboxed_process`), so this bridges any process with trio stdin/stdout
+streams to the `(read, write)` pair `mcp.ClientSession` takes: newline-delimited JSON-RPC, one
+message a line. A line that is not JSON-RPC reaches the session as an exception value (the SDK
+surfaces it, the call in flight fails); a line longer than `MAX_LINE_BYTES` (a server flooding
+its stdout) ends the connection instead of the coordinator's memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio
+import mcp_types
+import trio
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from mcp.shared.message import SessionMessage
+
+__all__ = ["MAX_LINE_BYTES", "LineTooLong", "process_streams"]
+
+MAX_LINE_BYTES = 16 * 1024 * 1024
+"""One JSON-RPC message from a server, at most (a tool result included)."""
+
+
+class LineTooLong(ValueError):
+    """The server wrote a line past `MAX_LINE_BYTES`: the connection is closed."""
+
+
+def _parse(line: bytes) -> SessionMessage | Exception:
+    try:
+        return SessionMessage(mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False))
+    except ValueError as exc:
+        return ValueError(f"the server wrote something that is not JSON-RPC ({exc})")
+
+
+@asynccontextmanager
+async def process_streams(
+    stdin: trio.abc.SendStream, stdout: trio.abc.ReceiveStream
+) -> AsyncIterator[
+    tuple[
+        MemoryObjectReceiveStream[SessionMessage | Exception],
+        MemoryObjectSendStream[SessionMessage],
+    ]
+]:
+    """The session's stream pair over a process's pipes, for the block's duration.
+
+    Leaving the block stops both pumps and closes the memory streams; the process itself is
+    its owner's to stop (closing its stdin is the MCP way to ask it to exit).
+    """
+    to_session, from_server = anyio.create_memory_object_stream[SessionMessage | Exception](16)
+    to_server, from_session = anyio.create_memory_object_stream[SessionMessage](16)
+
+    async def read() -> None:
+        buffer = bytearray()
+        async with to_session:
+            while True:
+                try:
+                    chunk = await stdout.receive_some(1 << 16)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    return
+                if not chunk:
+                    return
+                buffer += chunk
+                while (end := buffer.find(b"\n")) >= 0:
+                    line = bytes(buffer[:end])
+                    del buffer[: end + 1]
+                    if line.strip():
+                        await to_session.send(_parse(line))
+                if len(buffer) > MAX_LINE_BYTES:
+                    await to_session.send(
+                        LineTooLong(f"the server wrote a line over {MAX_LINE_BYTES} bytes")
+                    )
+                    return
+
+    async def write() -> None:
+        async with from_session:
+            async for message in from_session:
+                data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                try:
+                    await stdin.send_all(data.encode() + b"\n")
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    await to_session.aclose()  # the server is gone: the session sees the end
+                    return
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(read)
+        nursery.start_soon(write)
+        try:
+            yield from_server, to_server
+        finally:
+            nursery.cancel_scope.cancel()
+            await to_server.aclose()
+            await from_server.aclose()

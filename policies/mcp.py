@@ -1,0 +1,196 @@
+"""MCP server configuration: `[mcp.servers.NAME]` in policy files, and Claude Code's `.mcp.json`.
+
+Both sources become the same `McpServer`, so the MCP layer (`orchestrator/mcp/`) reads one list
+(`EffectivePolicy.mcp_servers`, each server with the file it came from) and never learns where
+a server was written. A stdio server (`command`) runs inside the floor unless the user's own
+or the managed policy says `sandbox = false`; a `url` server (streamable HTTP) reaches the
+network from the coordinator, so only a user-level file or a trusted repository may name one,
+and the session says so in one line at start-up.
+
+Claude Code's `.mcp.json` is `{"mcpServers": {NAME: {"command", "args", "env"} | {"type":
+"http" | "sse", "url", "headers"}}}`; it is read only in a trusted repository, without
+following links (`policies.atomic.read_regular`), like every repository file the coordinator
+reads. A server it declares that Warren cannot run (an `sse` server, an unknown type) is kept
+as an `UnsupportedServer`: listed, never dropped silently.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Final
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictStr,
+    ValidationError,
+    model_validator,
+)
+
+from policies.atomic import read_regular
+
+__all__ = [
+    "MCP_JSON",
+    "SERVER_NAME",
+    "McpJson",
+    "McpJsonError",
+    "McpSection",
+    "McpServer",
+    "UnsupportedServer",
+    "read_mcp_json",
+]
+
+SERVER_NAME: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
+"""A server's name: it becomes part of tool names (`mcp__NAME__tool`), so no `__` games: the
+parts are split at the first `__` after `mcp__`, and a name holding `__` is refused."""
+
+MCP_JSON: Final = Path(".mcp.json")
+"""Claude Code's repository MCP file (relative to the repository root)."""
+
+MAX_MCP_JSON_BYTES: Final = 1 << 20
+
+
+def _finite(value: float) -> float:
+    if not math.isfinite(value):
+        raise ValueError("must be a finite number")
+    return value
+
+
+Seconds = Annotated[float, Field(gt=0, le=3600), AfterValidator(_finite)]
+
+
+class McpServer(BaseModel):
+    """One MCP server: a stdio `command` (with `args`, `env`) or a streamable HTTP `url`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    command: StrictStr | None = None
+    """The program of a stdio server (looked up on the sandbox's PATH)."""
+    args: tuple[StrictStr, ...] = ()
+    env: dict[StrictStr, StrictStr] = Field(default_factory=dict)
+    """Set in the server's environment (the floor's scrubbed environment otherwise; the API
+    key is never there)."""
+    url: StrictStr | None = None
+    """A streamable HTTP server; it runs outside the floor (user-level or trusted files only)."""
+    headers: dict[StrictStr, StrictStr] = Field(default_factory=dict)
+    """Sent with every request to a `url` server."""
+    sandbox: StrictBool = True
+    """Run a stdio server inside bubblewrap (default). `false` only in the user's or the
+    managed policy."""
+    write: StrictBool = False
+    """The workspace is writable for the server (default read-only)."""
+    network: StrictBool = False
+    """Not available yet for a sandboxed server: the floor has no network allowlist, so a
+    server that needs the network must run with `sandbox = false` from the user's policy."""
+    timeout_s: Seconds = 60.0
+    """Per call."""
+    startup_timeout_s: Seconds = 30.0
+    """From start to the end of the `initialize` handshake and the tool listing."""
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServer:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("give either `command` (a stdio server) or `url` (HTTP), not both")
+        if self.url is not None and not re.match(r"https?://", self.url):
+            raise ValueError("`url` must start with http:// or https://")
+        if self.network and self.sandbox and self.command is not None:
+            raise ValueError(
+                "`network = true` is not available inside the floor yet (no network "
+                "allowlist); run the server from your user policy with `sandbox = false`"
+            )
+        return self
+
+    @property
+    def kind(self) -> str:
+        return "stdio" if self.command is not None else "http"
+
+
+def _server_names(servers: dict[str, McpServer]) -> dict[str, McpServer]:
+    for name in servers:
+        if not SERVER_NAME.fullmatch(name) or "__" in name:
+            raise ValueError(
+                f"server name {name!r}: use letters, digits, `-` and `_` (no `__`), "
+                "at most 64 characters"
+            )
+    return servers
+
+
+class McpSection(BaseModel):
+    """`[mcp]`: servers, and whether read-only tools may run without asking."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    servers: Annotated[dict[StrictStr, McpServer], AfterValidator(_server_names)] = Field(
+        default_factory=dict
+    )
+    allow_read_only_tools: StrictBool | None = None
+    """A tool its server marks `readOnlyHint` counts as read-only (auto-approved like a file
+    read) only when this is true and the server runs with the workspace read-only. Default
+    false: the server's word alone approves nothing."""
+
+
+@dataclass(frozen=True)
+class UnsupportedServer:
+    """A server a file declares that Warren does not run, with why (listed, never dropped)."""
+
+    name: str
+    file: str
+    why: str
+
+
+@dataclass(frozen=True)
+class McpJson:
+    """What a `.mcp.json` declares."""
+
+    servers: dict[str, McpServer]
+    unsupported: tuple[UnsupportedServer, ...] = ()
+
+
+class McpJsonError(ValueError):
+    """A `.mcp.json` that is not what Claude Code's format says (one line, with the file)."""
+
+
+def read_mcp_json(path: Path, *, beneath: Path | None = None) -> McpJson | None:
+    """The servers of Claude Code's `.mcp.json` at `path`; None when there is none.
+
+    Read without following links when `beneath` is given (a repository's file). A file that
+    is not valid JSON or holds a server of the wrong shape raises `McpJsonError`.
+    """
+    found = read_regular(path, limit=MAX_MCP_JSON_BYTES, beneath=beneath)
+    if found.state == "missing":
+        return None
+    if found.state != "file":
+        raise McpJsonError(f"{path}: {found.state}; Warren reads it only as a regular file")
+    try:
+        data = json.loads(found.content)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise McpJsonError(f"{path}: not valid JSON ({exc})") from None
+    declared = data.get("mcpServers") if isinstance(data, dict) else None
+    if declared is None:
+        return McpJson({})
+    if not isinstance(declared, dict):
+        raise McpJsonError(f"{path}: `mcpServers` must be an object")
+    servers: dict[str, McpServer] = {}
+    unsupported: list[UnsupportedServer] = []
+    for name, entry in declared.items():
+        if not isinstance(entry, dict):
+            raise McpJsonError(f"{path}: mcpServers.{name} must be an object")
+        kind = entry.get("type", "stdio" if "command" in entry else "http")
+        if kind not in ("stdio", "http", "streamable-http"):
+            unsupported.append(UnsupportedServer(name, str(path), f"transport {kind!r}"))
+            continue
+        fields: dict[str, Any] = {k: v for k, v in entry.items() if k != "type"}
+        try:
+            servers[name] = McpServer.model_validate(fields)
+            _server_names({name: servers[name]})
+        except (ValidationError, ValueError) as exc:
+            first = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
+            raise McpJsonError(f"{path}: mcpServers.{name}: {first}") from None
+    return McpJson(servers, tuple(unsupported))
