@@ -23,6 +23,7 @@ import io
 import json
 import os
 import re
+import shlex
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -64,6 +65,7 @@ __all__ = [
     "hook_lines",
     "hooks_list",
     "init",
+    "mcp_list",
     "probe_floor_sync",
     "show",
     "starter_policy",
@@ -334,8 +336,57 @@ def show(out: TextIO, cwd: Path, *, environment: CommandEnvironment = _DEFAULT_E
         print("hooks:", file=out)
         for line in hook_lines(policy):
             print(f"  {line}", file=out)
+    if policy.mcp_servers or policy.unsupported_servers or policy.untrusted_servers:
+        print("mcp servers:", file=out)
+        for line in server_lines(policy):
+            print(f"  {line}", file=out)
     if policy.examples:
         print(f"examples: {len(policy.examples)} (check them with `warren policy test`)", file=out)
+    return EXIT_OK
+
+
+# -- MCP servers --
+
+
+def server_lines(policy: EffectivePolicy) -> list[str]:
+    """One line per MCP server in force (name, how it runs, command or URL, file), then one
+    per server declared that does not start (unsupported, or an untrusted repository's)."""
+    lines: list[str] = []
+    for name, server, source in policy.mcp_servers:
+        if server.url is not None:
+            how, what = "http, outside the floor", server.url
+        else:
+            how = "stdio, " + (
+                "UNSANDBOXED" if not server.sandbox else
+                "sandboxed, workspace " + ("writable" if server.write else "read-only")
+            )
+            what = shlex.join([server.command or "", *server.args])
+        lines.append(f"{name}: {_one_line(what)}  [{how}]  ({source})")
+    for skipped in policy.unsupported_servers:
+        lines.append(f"unsupported: {skipped.name} ({skipped.file}): {skipped.why}")
+    for source, count in policy.untrusted_servers:
+        servers = "server" if count == 1 else "servers"
+        lines.append(
+            f"not trusted: {count} {servers} in {source} will not start until you trust the "
+            "repository (`warren trust`)"
+        )
+    return lines
+
+
+@_reported
+def mcp_list(
+    out: TextIO, cwd: Path, *, environment: CommandEnvironment = _DEFAULT_ENVIRONMENT
+) -> int:
+    """Print the MCP servers in force with their files, and those declared that do not
+    start."""
+    try:
+        policy = environment.load(cwd.resolve())
+    except PolicyError as err:
+        return _error(err, out)
+    if not policy.mcp_servers:
+        print("no MCP servers configured", file=out)
+    for line in server_lines(policy):
+        print(line, file=out)
     return EXIT_OK
 
 

@@ -8,6 +8,7 @@
     warren trust / untrust let a repository's policy allow things, or stop it
     warren hooks list      the hooks in force with their files, and those that do not run
     warren hooks test      run the hooks in force against a sample event
+    warren mcp list        the MCP servers in force with their files
 
 A first argument that is not a subcommand is a prompt: `warren "fix the build"` is
 `warren -p "fix the build"`. Exit codes are the run's terminal reason
@@ -39,6 +40,7 @@ COMMANDS: dict[str, str] = {
     "untrust": "stop trusting a repository's policy",
     "hooks": "the hooks in force: list them with their files, run them against a sample "
     "event (list, test)",
+    "mcp": "the MCP servers in force (list)",
 }
 """Every subcommand with its one-line summary (`warren --help` lists them)."""
 
@@ -166,7 +168,7 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line: run options, and a subparser per command."""
-    from orchestrator.cli import doctor, hooks, policy
+    from orchestrator.cli import doctor, hooks, mcp, policy
 
     parser = argparse.ArgumentParser(
         prog="warren",
@@ -187,6 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_commands(sub, COMMANDS)
     policy.add_commands(sub, COMMANDS)
     hooks.add_commands(sub, COMMANDS)
+    mcp.add_commands(sub, COMMANDS)
     return parser
 
 

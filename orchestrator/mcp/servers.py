@@ -27,6 +27,7 @@ import mcp_types
 import structlog
 import trio
 from mcp import ClientSession
+from mcp.shared.exceptions import MCPError
 
 from orchestrator.mcp.transport import process_streams
 from policies.mcp import McpServer
@@ -117,28 +118,42 @@ class _Server:
             self._restart = trio.Event()
 
     async def _serve(self, log: Any) -> None:
+        async with self._streams() as (read, write), ClientSession(read, write) as session:
+            with trio.fail_after(self.config.startup_timeout_s):
+                await session.initialize()
+                self.tools = await _list_tools(session)
+            self.session = session
+            self._set("ready")
+            log.info("mcp server ready", tools=len(self.tools), pid=self.pid)
+            self.on_change()
+            await self._gone.wait()
+
+    @asynccontextmanager
+    async def _streams(self) -> AsyncIterator[tuple[Any, Any]]:
+        """The session's stream pair: a `url` server over streamable HTTP from here, a stdio
+        server's process (from the launcher) over its pipes, watched for its exit."""
+        if self.config.url is not None:
+            import httpx2
+            from mcp.client.streamable_http import streamable_http_client
+
+            async with (
+                httpx2.AsyncClient(headers=self.config.headers, timeout=30.0) as http,
+                streamable_http_client(self.config.url, http_client=http) as (read, write),
+            ):
+                yield read, write
+            return
         async with self.launcher(self.name, self.config) as process:
             assert process.stdin is not None and process.stdout is not None
             self.pid = process.pid
             async with trio.open_nursery() as nursery:
                 if process.stderr is not None:
                     nursery.start_soon(self._keep_stderr, process.stderr)
-                nursery.start_soon(self._watch_exit, process, nursery.cancel_scope)
-                async with (
-                    process_streams(process.stdin, process.stdout) as (read, write),
-                    ClientSession(read, write) as session,
-                ):
-                    with trio.fail_after(self.config.startup_timeout_s):
-                        await session.initialize()
-                        self.tools = await _list_tools(session)
-                    self.session = session
-                    self._set("ready")
-                    log.info("mcp server ready", tools=len(self.tools), pid=process.pid)
-                    self.on_change()
-                    await self._gone.wait()
+                nursery.start_soon(self._watch_exit, process)
+                async with process_streams(process.stdin, process.stdout) as streams:
+                    yield streams
                 nursery.cancel_scope.cancel()
 
-    async def _watch_exit(self, process: ServerProcess, scope: trio.CancelScope) -> None:
+    async def _watch_exit(self, process: ServerProcess) -> None:
         await process.wait()
         self._gone.set()
 
@@ -208,6 +223,7 @@ class _Server:
         gone = self._gone
         result: mcp_types.CallToolResult | None = None
         failure: str | None = None
+        refused: str | None = None
         async with trio.open_nursery() as nursery:
 
             async def watch() -> None:
@@ -215,7 +231,7 @@ class _Server:
                 nursery.cancel_scope.cancel()
 
             async def call() -> None:
-                nonlocal result, failure
+                nonlocal result, failure, refused
                 try:
                     with trio.move_on_after(timeout_s) as scope:
                         answer = await session.call_tool(tool, dict(arguments))
@@ -227,14 +243,20 @@ class _Server:
                         result = answer
                     else:
                         failure = f"answered with a {type(answer).__name__}, not a tool result"
-                except Exception as exc:  # a broken connection, an MCP error, a bad result
+                except MCPError as exc:  # the server answered with an error: it is up
+                    refused = f"MCP server {self.name!r} refused the call: {_describe(exc)}"
+                except Exception as exc:  # a broken connection, a result that is not MCP
                     failure = _describe(exc)
+                    self._why = f"a call failed ({failure})"
+                    gone.set()  # stopped now, started again at the next call
                 nursery.cancel_scope.cancel()
 
             nursery.start_soon(watch)
             nursery.start_soon(call)
         if result is not None:
             return result
+        if refused is not None:
+            raise McpCallFailed(refused)
         if failure is None:  # the watcher fired: the process is gone
             failure = "the server exited during the call"
         raise McpCallFailed(
@@ -349,10 +371,13 @@ async def open_mcp_servers(
 ) -> AsyncIterator[McpServers]:
     """Start every stdio server in the background; stop them all when the block ends.
 
-    Servers given by `url` are not started here (see the README's MCP section).
+    A `url` server is reached from the coordinator, outside the floor: one line says so.
     """
+    for name, (config, _) in servers.items():
+        if config.url is not None and on_notice is not None:
+            on_notice(f"warren: MCP server {name!r} is reached over HTTP, outside the sandbox")
     started = McpServers(
-        {name: entry for name, entry in servers.items() if entry[0].command is not None},
+        servers,
         launcher,
         read_only_tools=read_only_tools,
         on_notice=on_notice,

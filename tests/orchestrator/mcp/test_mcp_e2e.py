@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -328,3 +329,61 @@ command = "/nonexistent/mcp-server"
     assert "Traceback" not in done.stderr
     assert "MCP server 'missing'" in done.stderr
     assert not _servers_named(str(script))
+
+
+HTTP_SERVER = '''
+import sys
+from mcp.server.mcpserver import MCPServer
+
+server = MCPServer("web")
+
+@server.tool()
+def shout(text: str) -> str:
+    """Upper-cases text."""
+    return text.upper()
+
+server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[1]))
+'''
+
+
+def _free_port() -> int:
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        return int(probe.getsockname()[1])
+
+
+def test_a_url_server_of_the_user_is_reached_over_http_and_said_so(
+    tmp_path: Path, hostile: Path
+) -> None:
+    """A streamable HTTP server named by `url` in the user's policy: reached from the
+    coordinator (outside the floor, one line says so), its tool called through the pipeline."""
+    ws = _workspace(tmp_path)
+    script = hostile.parent / "web.py"
+    script.write_text(HTTP_SERVER)
+    port = _free_port()
+    server = subprocess.Popen(
+        [sys.executable, str(script), str(port)],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        _user_policy(
+            tmp_path / "config", f'[mcp.servers.web]\nurl = "http://127.0.0.1:{port}/mcp"\n'
+        )
+        replies = [Reply.tool_use("mcp__web__shout", {"text": "quiet"}), Reply.text("done")]
+        with FakeMessagesAPI(replies) as api:
+            done = _run(ws, tmp_path, api)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    assert done.returncode == 0, done.stderr
+    [result] = _results(done.stdout)
+    assert not result["is_error"] and result["content"] == "QUIET", result
+    assert "MCP server 'web' is reached over HTTP, outside the sandbox" in done.stderr
