@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 import time
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
@@ -57,7 +58,7 @@ from orchestrator.hooks.runner import HookRunner
 from orchestrator.limits import Limits
 from orchestrator.logs import LogSink, configure_logging
 from orchestrator.loop import LoopConfig, RunControl, RunResult, run_loop
-from orchestrator.messages import Message, TextBlock, Usage
+from orchestrator.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, Usage
 from orchestrator.model.base import ModelClient
 from orchestrator.model.catalog import context_window, resolve_model
 from orchestrator.output import OutputFormat, OutputPrinter, ProgressPrinter, hook_errors
@@ -426,6 +427,19 @@ class Session:
         # Last: stdout may be a terminal that is gone (SIGHUP); the transcript has it all.
         self._printer.finish(result)
         return result
+
+    @property
+    def tools(self) -> ToolRegistry:
+        """The tools this session offers (built-in, `dispatch_agent`, MCP servers')."""
+        return self._pipeline.tools
+
+    async def call_tool(self, name: str, input: dict[str, Any]) -> ToolResultBlock:
+        """Run one tool call from outside the conversation (`warren mcp serve`): the same
+        pipeline as the model's calls (schema, hooks, policy, audit log, output cap, the
+        floor); an ask is answered by the session's asker (a denial when headless).
+        Never raises for a bad call: the result says what went wrong."""
+        block = ToolUseBlock(id=f"toolu_ext_{uuid.uuid4().hex[:20]}", name=name, input=input)
+        return await self._pipeline.execute(self._pipeline.prepare(block))
 
     async def compact(self, instructions: str | None = None) -> Compaction:
         """Summarise the conversation now (the REPL's `/compact [instructions]`), between runs:

@@ -1,0 +1,105 @@
+"""`warren mcp serve` driven by the official SDK's client over stdio (issue 14, item 5): the
+tools are listed, Grep runs in the sandbox, an Edit the policy does not allow is denied and the
+file is unchanged, and a call the floor refuses stays refused."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import mcp_types
+import pytest
+import trio
+from mcp import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+from sandbox.errors import SandboxError
+from sandbox.run import run_sandboxed
+from sandbox.spec import SandboxSpec
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _sandbox_works() -> bool:
+    try:
+        return trio.run(run_sandboxed, SandboxSpec(), ["true"]).ok
+    except (SandboxError, OSError):
+        return False
+
+
+pytestmark = pytest.mark.skipif(not _sandbox_works(), reason="the sandbox cannot run here")
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Iterator[Path]:
+    root = Path(tempfile.mkdtemp(prefix="warren-serve-", dir="/var/tmp"))
+    (root / "src").mkdir()
+    (root / "src" / "app.py").write_text("def needle():\n    return 42\n")
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _text(result: mcp_types.CallToolResult) -> str:
+    return "\n".join(c.text for c in result.content if isinstance(c, mcp_types.TextContent))
+
+
+async def _session(ws: Path, state: Path, *extra: str) -> Any:
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "orchestrator.cli", "mcp", "serve", "--cwd", str(ws), *extra],
+        env={
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "XDG_STATE_HOME": str(state / "state"),
+            "XDG_CONFIG_HOME": str(state / "config"),
+        },
+    )
+    return stdio_client(params)
+
+
+def test_an_sdk_client_lists_greps_and_is_denied_an_edit(ws: Path, tmp_path: Path) -> None:
+    async def main() -> None:
+        async with (
+            await _session(ws, tmp_path, "--permission-mode", "plan") as (read, write),
+            ClientSession(read, write) as client,
+        ):
+            with trio.fail_after(120):
+                await client.initialize()
+                listing = await client.list_tools()
+                names = {tool.name for tool in listing.tools}
+                assert {"Read", "Grep", "Glob", "Edit", "Bash"} <= names
+                assert "dispatch_agent" not in names
+                grep = next(t for t in listing.tools if t.name == "Grep")
+                assert grep.annotations is not None and grep.annotations.read_only_hint
+                assert "pattern" in grep.input_schema["properties"]
+
+                found = await client.call_tool(
+                    "Grep", {"pattern": "needle", "output_mode": "files_with_matches"}
+                )
+                assert not found.is_error and "src/app.py" in _text(found)
+
+                read = await client.call_tool("Read", {"file_path": str(ws / "src/app.py")})
+                assert not read.is_error and "return 42" in _text(read)
+                edit = await client.call_tool(
+                    "Edit",
+                    {
+                        "file_path": str(ws / "src/app.py"),
+                        "old_string": "42",
+                        "new_string": "43",
+                    },
+                )
+                assert edit.is_error, _text(edit)
+                assert "plan" in _text(edit).lower() or "denied" in _text(edit).lower()
+
+                bad = await client.call_tool("Grep", {"pattern": 5})
+                assert bad.is_error and "InputValidationError" in _text(bad)
+
+    trio.run(main)
+    assert (ws / "src" / "app.py").read_text() == "def needle():\n    return 42\n"
