@@ -98,12 +98,17 @@ async def open_subagents(
         yield pool
 
 
+MCP_NICENESS = 10
+"""How much lower than the coordinator's an MCP server's CPU priority is."""
+
+
 def open_mcp(ctx: ToolContext, policy: SessionPolicy) -> AbstractAsyncContextManager[McpServers]:
     """The policy's MCP servers, started in the background: each stdio server in its own
     sandbox (the floor's masks and the policy's, the workspace read-only unless the server
     has `write = true`, no network, the scrubbed environment plus the server's `env`), or, for
     a `sandbox = false` server of the user's or the managed policy, as a plain process with
     the same short environment. One line on stderr for each server that fails."""
+    import shutil
     import sys
 
     from orchestrator.mcp.servers import open_mcp_servers
@@ -120,10 +125,16 @@ def open_mcp(ctx: ToolContext, policy: SessionPolicy) -> AbstractAsyncContextMan
         extra_home_allow=policy.home_allow(),
     )
 
+    # Servers start while the session starts, on the same cores: niced, so the coordinator's
+    # own start-up (and its first model request) goes first. Once up, a server runs while
+    # the coordinator waits for it, so the niceness costs its calls nothing.
+    nice = shutil.which("nice")
+    background = (nice, "-n", str(MCP_NICENESS)) if nice is not None else ()
+
     @asynccontextmanager
     async def launch(name: str, server: McpServer) -> AsyncIterator[ServerProcess]:
         assert server.command is not None
-        argv = (server.command, *server.args)
+        argv = (*background, server.command, *server.args)
         if not server.sandbox:
             async with _plain_process(argv, {**host_environment(), **server.env}, ctx) as proc:
                 yield proc
