@@ -28,7 +28,7 @@ import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Concatenate, ParamSpec, TextIO
+from typing import Any, Concatenate, Literal, ParamSpec, TextIO
 
 from policies.atomic import open_directory, read_regular
 from policies.claude_settings import claude_settings_files, read_claude_settings
@@ -44,8 +44,10 @@ from policies.files import (
     load_effective_policy,
     load_policy_file,
     parse_policy_text,
+    set_mcp_server,
     toml_string,
 )
+from policies.mcp import McpServer
 from policies.trust import (
     LOCAL_POLICY,
     PROJECT_POLICY,
@@ -65,7 +67,9 @@ __all__ = [
     "hook_lines",
     "hooks_list",
     "init",
+    "mcp_get",
     "mcp_list",
+    "mcp_set",
     "probe_floor_sync",
     "show",
     "starter_policy",
@@ -439,6 +443,79 @@ def hooks_list(
     for line in hook_lines(policy):
         print(line, file=out)
     return EXIT_OK
+
+
+McpScope = Literal["user", "project", "local"]
+
+
+def _scope_file(scope: McpScope, workspace: Path, environment: CommandEnvironment) -> Path:
+    paths = PolicyPaths.for_workspace(workspace, env=environment.env, managed=environment.managed)
+    path = {"user": paths.user, "project": paths.project, "local": paths.local}[scope]
+    assert path is not None
+    return path
+
+
+@_reported
+def mcp_set(
+    out: TextIO,
+    cwd: Path,
+    name: str,
+    server: McpServer | None,
+    *,
+    scope: McpScope = "local",
+    environment: CommandEnvironment = _DEFAULT_ENVIRONMENT,
+) -> int:
+    """`warren mcp add` (a server) and `warren mcp remove` (None): edit the scope's policy
+    file. A repository that was trusted before its own file changed stays trusted (the user
+    made the change); one that was not is told to review and trust it."""
+    workspace = cwd.resolve()
+    path = _scope_file(scope, workspace, environment)
+    store = environment.store()
+    before = project_policy_hash(workspace)
+    was_trusted = before is None or store.is_trusted(workspace, before)
+    beneath = workspace if scope != "user" else None
+    try:
+        changed = set_mcp_server(path, name, server, beneath=beneath)
+    except PolicyError as err:
+        return _error(err, out)
+    if not changed:
+        print(f"no MCP server {name!r} in {path}; nothing changed", file=out)
+        return EXIT_POLICY
+    print(f"{'added' if server else 'removed'} MCP server {name!r} in {path}", file=out)
+    if scope != "user":
+        if was_trusted:
+            store.trust(workspace, project_policy_hash(workspace))
+        else:
+            print("this repository is not trusted: its servers start once you run "
+                  "`warren trust` (review them with `warren mcp list`)", file=out)  # fmt: skip
+    return EXIT_OK
+
+
+@_reported
+def mcp_get(
+    out: TextIO, cwd: Path, name: str, *, environment: CommandEnvironment = _DEFAULT_ENVIRONMENT
+) -> int:
+    """Print one server in force as its policy table, with the file it comes from."""
+    try:
+        policy = environment.load(cwd.resolve())
+    except PolicyError as err:
+        return _error(err, out)
+    for found, server, source in policy.mcp_servers:
+        if found == name:
+            print(f"# {source}", file=out)
+            print(f"[mcp.servers.{name}]", file=out)
+            for key, value in server.model_dump(exclude_defaults=True).items():
+                print(f"{key} = {_toml_value(value)}", file=out)
+            return EXIT_OK
+    print(f"no MCP server {name!r} in force (see `warren mcp list`)", file=out)
+    return EXIT_POLICY
+
+
+def _toml_value(value: Any) -> str:
+    import tomlkit
+
+    text: str = tomlkit.item(list(value) if isinstance(value, tuple) else value).as_string()
+    return text
 
 
 # -- test --

@@ -59,6 +59,9 @@ from policies.mcp import (
     UnsupportedServer,
     read_mcp_json,
 )
+from policies.mcp import (
+    SERVER_NAME as MCP_SERVER_NAME,
+)
 from policies.rules import ParsedRule, RuleSyntaxError, parse_rule
 from policies.sources import MAX_SOURCE_BYTES, PolicyError, read_source_text
 from policies.trust import (
@@ -97,6 +100,7 @@ __all__ = [
     "merge_policy",
     "parse_policy_text",
     "save_remembered_rule",
+    "set_mcp_server",
     "split_tool_list",
     "toml_string",
 ]
@@ -1067,3 +1071,57 @@ def save_remembered_rule(workspace: Path, rule: str, *, trust_store: TrustStore)
                 file=str(trust_store.file),
             ) from None
     return local
+
+
+# -- MCP servers in a policy file (`warren mcp add|remove`) --
+
+
+def set_mcp_server(
+    path: Path, name: str, server: McpServer | None, *, beneath: Path | None = None
+) -> bool:
+    """Add (or replace) `[mcp.servers.NAME]` in the policy file at `path`, or remove it when
+    `server` is None, keeping comments and layout (tomlkit). The result is parsed and checked
+    before it replaces the file atomically; `beneath` as in `append_allow_rule`. Returns False
+    when there was nothing to remove.
+
+    **Errors:** `PolicyError` (a bad name, a broken file, a link; the file is unchanged).
+    """
+    import tomlkit
+
+    if not MCP_SERVER_NAME.fullmatch(name) or "__" in name:
+        raise PolicyError(
+            f"server name {name!r}: use letters, digits, `-` and `_` (no `__`)",
+            file=str(path),
+            key="mcp.servers",
+        )
+    text = _read_for_edit(path, beneath)
+    before = parse_policy_text(text, file=str(path)) if text else PolicyFile()
+    document = tomlkit.parse(text)
+    servers = document.setdefault("mcp", tomlkit.table()).setdefault("servers", tomlkit.table())
+    if server is None:
+        if name not in servers:
+            return False
+        del servers[name]
+    else:
+        table = tomlkit.table()
+        for key, value in server.model_dump(exclude_defaults=True).items():
+            table[key] = list(value) if isinstance(value, tuple) else value
+        servers[name] = table
+    updated = tomlkit.dumps(document)
+    after = parse_policy_text(updated, file=str(path))
+    expected = dict(before.mcp.servers)
+    if server is None:
+        expected.pop(name)
+    else:
+        expected[name] = server
+    if after.mcp.servers != expected:
+        raise PolicyError(
+            "cannot edit the MCP servers of this file automatically; edit it by hand",
+            file=str(path),
+            key=f"mcp.servers.{name}",
+        )
+    try:
+        write_atomic(path, updated.encode("utf-8"), beneath=beneath)
+    except OSError as exc:
+        raise PolicyError(str(exc), file=str(path)) from None
+    return True

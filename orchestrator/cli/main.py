@@ -8,7 +8,8 @@
     warren trust / untrust let a repository's policy allow things, or stop it
     warren hooks list      the hooks in force with their files, and those that do not run
     warren hooks test      run the hooks in force against a sample event
-    warren mcp list        the MCP servers in force with their files
+    warren mcp list        the MCP servers in force with their files (get, add, remove)
+    warren mcp serve       Warren's tools as an MCP server on stdio
 
 A first argument that is not a subcommand is a prompt: `warren "fix the build"` is
 `warren -p "fix the build"`. Exit codes are the run's terminal reason
@@ -40,7 +41,7 @@ COMMANDS: dict[str, str] = {
     "untrust": "stop trusting a repository's policy",
     "hooks": "the hooks in force: list them with their files, run them against a sample "
     "event (list, test)",
-    "mcp": "the MCP servers in force (list)",
+    "mcp": "MCP servers: list, get, add, remove the servers in force; serve Warren's tools",
 }
 """Every subcommand with its one-line summary (`warren --help` lists them)."""
 

@@ -1,4 +1,5 @@
-"""`warren mcp`: the MCP servers in force (`list`), and Warren's tools as a server (`serve`)."""
+"""`warren mcp`: the MCP servers in force (`list`, `get`, `add`, `remove`), and Warren's tools
+as a server (`serve`)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,34 @@ def add_commands(sub: Any, summaries: dict[str, str]) -> None:
     )
     listing.add_argument("--cwd", type=Path, default=None, help="the workspace (default: here)")
     listing.set_defaults(handler=_list)
+    get = commands.add_parser(
+        "get", help="one server in force, as its policy table, with its file"
+    )
+    get.add_argument("name")
+    get.add_argument("--cwd", type=Path, default=None, help="the workspace (default: here)")
+    get.set_defaults(handler=_get)
+    add = commands.add_parser(
+        "add",
+        help="add a server to a policy file: `warren mcp add NAME -- COMMAND [ARGS...]` or "
+        "`warren mcp add NAME --url URL`",
+        description="Add (or replace) [mcp.servers.NAME] in the policy file of --scope "
+        "(local: .warren/policy.local.toml, the default; project: .warren/policy.toml; user: "
+        "~/.config/warren/policy.toml), keeping its comments.",
+    )
+    _add_options(add)
+    add.add_argument("name")
+    add.add_argument(
+        "rest",
+        nargs=argparse.REMAINDER,
+        metavar="[OPTIONS] -- COMMAND [ARGS...]",
+        help="the server's command and its arguments, after `--`",
+    )
+    add.set_defaults(handler=_add)
+    remove = commands.add_parser("remove", help="remove a server from a policy file")
+    remove.add_argument("name")
+    remove.add_argument("--scope", choices=["local", "project", "user"], default="local")
+    remove.add_argument("--cwd", type=Path, default=None, help="the workspace (default: here)")
+    remove.set_defaults(handler=_remove)
     serve = commands.add_parser(
         "serve",
         help="serve Warren's file and shell tools over MCP (stdio), under the floor and policy",
@@ -80,3 +109,68 @@ def _serve(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return 130
     return 0
+
+
+def _get(args: argparse.Namespace) -> int:
+    from orchestrator.cli.policy import printed
+    from policies import commands
+
+    return printed(commands.mcp_get((args.cwd or Path.cwd()).absolute(), args.name))
+
+
+def _add_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--url", default=None, help="a streamable HTTP server instead")
+    parser.add_argument("--scope", choices=["local", "project", "user"], default="local")
+    parser.add_argument(
+        "--env", action="append", default=[], metavar="KEY=VALUE", help="set in its environment"
+    )
+    parser.add_argument("--write", action="store_true", help="the workspace writable for it")
+    parser.add_argument("--timeout", type=float, default=None, help="seconds per call (60)")
+    parser.add_argument("--cwd", type=Path, default=None, help="the workspace (default: here)")
+
+
+def _add(args: argparse.Namespace) -> int:
+    import pydantic
+
+    from orchestrator.cli.policy import printed
+    from orchestrator.cli.run import say
+    from policies import commands
+    from policies.mcp import McpServer
+
+    # Options may come after NAME too, up to `--`; what follows `--` is the command.
+    rest: list[str] = list(args.rest)
+    split = rest.index("--") if "--" in rest else len(rest)
+    late = argparse.ArgumentParser(prog="warren mcp add", add_help=False)
+    _add_options(late)
+    try:
+        more, stray = late.parse_known_args(rest[:split], namespace=args)
+    except SystemExit:
+        return 2
+    argv = stray + rest[split + 1 :]
+    env = dict(item.partition("=")[::2] for item in more.env)
+    fields: dict[str, object] = {"env": env, "write": args.write}
+    if args.url is not None:
+        fields["url"] = args.url
+    elif argv:
+        fields["command"], fields["args"] = argv[0], tuple(argv[1:])
+    if args.timeout is not None:
+        fields["timeout_s"] = args.timeout
+    try:
+        server = McpServer.model_validate(fields)
+    except pydantic.ValidationError as exc:
+        say(f"warren: mcp add: {exc.errors()[0]['msg']}")
+        return 2
+    return printed(
+        commands.mcp_set(
+            (args.cwd or Path.cwd()).absolute(), args.name, server, scope=args.scope
+        )
+    )
+
+
+def _remove(args: argparse.Namespace) -> int:
+    from orchestrator.cli.policy import printed
+    from policies import commands
+
+    return printed(
+        commands.mcp_set((args.cwd or Path.cwd()).absolute(), args.name, None, scope=args.scope)
+    )
