@@ -60,7 +60,46 @@ def _doctor(args: argparse.Namespace) -> int:
             for shown in report.home_visible or ("(nothing)",):
                 print(f"  {shown}")
             print("  add more with `[sandbox] home_allow = [...]` in a policy file")
+        for line in _mcp_servers_here(report.floor.proven):
+            print(line)
     return 0 if report.floor.proven else 1
+
+
+def _mcp_servers_here(floor_proven: bool) -> list[str]:
+    """Each MCP server in force here, started as a session would start it (inside the floor),
+    with its state: ready and how many tools, or why it failed. Nothing when none is
+    configured or the policy cannot load."""
+    import trio
+
+    from orchestrator.cli.wiring import open_mcp
+    from orchestrator.session_policy import load_session_policy
+    from orchestrator.text import escape_controls
+    from orchestrator.tools.base import ToolContext
+
+    try:
+        policy = load_session_policy(Path.cwd(), floor_proven=floor_proven)
+    except Exception:
+        return []
+    if not policy.effective.mcp_servers:
+        return []
+    cwd = Path.cwd().resolve()
+    ctx = ToolContext(workspace=cwd, cwd=cwd, extra_roots=policy.writable_roots())
+    wait = max(server.startup_timeout_s for _, server, _ in policy.effective.mcp_servers)
+
+    async def states() -> list[str]:
+        lines = ["mcp servers:"]
+        async with open_mcp(ctx, policy, notices=False) as servers:
+            await servers.wait_started(wait)
+            for name in servers.names():
+                status, error, _ = servers.status(name)
+                if status == "ready":
+                    count = sum(1 for server, _ in servers.tools() if server == name)
+                    lines.append(f"  {name}: ready, {count} tools")
+                else:
+                    lines.append(f"  {name}: {status}: {escape_controls(error or 'starting')}")
+        return lines
+
+    return trio.run(states)
 
 
 def _home_allow_here() -> tuple[str, ...]:

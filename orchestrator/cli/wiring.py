@@ -102,12 +102,15 @@ MCP_NICENESS = 10
 """How much lower than the coordinator's an MCP server's CPU priority is."""
 
 
-def open_mcp(ctx: ToolContext, policy: SessionPolicy) -> AbstractAsyncContextManager[McpServers]:
+def open_mcp(
+    ctx: ToolContext, policy: SessionPolicy, *, notices: bool = True
+) -> AbstractAsyncContextManager[McpServers]:
     """The policy's MCP servers, started in the background: each stdio server in its own
     sandbox (the floor's masks and the policy's, the workspace read-only unless the server
     has `write = true`, no network, the scrubbed environment plus the server's `env`), or, for
     a `sandbox = false` server of the user's or the managed policy, as a plain process with
-    the same short environment. One line on stderr for each server that fails."""
+    the same short environment. One line on stderr for each server that fails (unless not
+    `notices`: `warren doctor` reports states itself)."""
     import shutil
     import sys
 
@@ -158,7 +161,7 @@ def open_mcp(ctx: ToolContext, policy: SessionPolicy) -> AbstractAsyncContextMan
         servers,
         launch,
         read_only_tools=policy.effective.mcp_read_only_tools,
-        on_notice=lambda line: print(line, file=sys.stderr),
+        on_notice=(lambda line: print(line, file=sys.stderr)) if notices else None,
     )
 
 

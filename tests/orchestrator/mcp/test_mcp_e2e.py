@@ -387,3 +387,35 @@ def test_a_url_server_of_the_user_is_reached_over_http_and_said_so(
     [result] = _results(done.stdout)
     assert not result["is_error"] and result["content"] == "QUIET", result
     assert "MCP server 'web' is reached over HTTP, outside the sandbox" in done.stderr
+
+
+def test_doctor_starts_each_server_in_the_floor_and_reports_its_state(
+    tmp_path: Path, hostile: Path
+) -> None:
+    ws = _workspace(tmp_path)
+    _user_policy(
+        tmp_path / "config",
+        f"""
+[mcp.servers.flaky]
+command = "{sys.executable}"
+args = ["{hostile}"]
+env = {{ PYTHONPATH = "{ROOT}" }}
+
+[mcp.servers.missing]
+command = "/nonexistent/mcp-server"
+""",
+    )
+    env = {
+        **os.environ,
+        "XDG_STATE_HOME": str(tmp_path / "state"),
+        "XDG_CONFIG_HOME": str(tmp_path / "config"),
+        "PYTHONPATH": str(ROOT),
+    }
+    done = subprocess.run(
+        [*WARREN, "doctor"], cwd=ws, env=env, capture_output=True, text=True, timeout=180
+    )
+    assert "mcp servers:" in done.stdout, done.stdout + done.stderr
+    assert "flaky: ready, 4 tools" in done.stdout
+    assert "missing: failed:" in done.stdout
+    assert "Traceback" not in done.stderr
+    assert not _servers_named(str(hostile))
