@@ -311,6 +311,8 @@ class Session:
         self._io = io_guard
         self._control: RunControl | None = None
         self._start_context: list[str] = []
+        self.mcp: McpServers | None = None
+        """The session's MCP servers (their resources answer `@server:uri` in prompts)."""
         """SessionStart hooks' context, added to the next prompt."""
         self.compactor = Compactor(
             window=limits.context_window or context_window(model.model),
@@ -360,6 +362,10 @@ class Session:
                     self._rejected(f"The prompt was blocked by a hook: {why}", started)
                 )
             context.extend(submitted.context)
+        if self.mcp is not None and "@" in prompt:
+            from orchestrator.mcp.resources import resolve_mentions
+
+            context.extend(await resolve_mentions(prompt, self.mcp))
         message = Message(
             role="user",
             content=[TextBlock(text=prompt), *(TextBlock(text=text) for text in context)],
@@ -563,6 +569,8 @@ async def open_session(
 
             servers = await stack.enter_async_context(parts.mcp(ctx, policy))
             registry = ToolRegistry(list(registry), [McpTools(servers)])
+        else:
+            servers = None
         if parts.subagents is not None and sandboxed and limits.max_subagents > 0:
             pool = await stack.enter_async_context(parts.subagents(ctx, policy, model, limits))
             dispatch = _dispatch_tool(
@@ -617,6 +625,7 @@ async def open_session(
             history=history,
             io_guard=io_guard,
         )
+        session.mcp = servers
         if hooks.has("SessionEnd"):
             stack.push_async_callback(_shielded, _session_end(hooks))
         await session.start()

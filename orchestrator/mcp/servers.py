@@ -351,6 +351,33 @@ class McpServers:
                 while server.status == "starting":
                     await server._change.wait()
 
+    async def read_resource(self, server: str, uri: str) -> str:
+        """The text of resource `uri` of `server` (binary parts named, not included), within
+        the server's `timeout_s`.
+
+        **Errors:** `McpCallFailed` (no such server, the server down, the read refused or
+        timed out).
+        """
+        found = self._servers.get(server)
+        if found is None:
+            raise McpCallFailed(f"there is no MCP server {server!r}")
+        session = await found.connected()
+        with trio.move_on_after(found.config.timeout_s):
+            try:
+                result = await session.read_resource(uri)
+            except Exception as exc:  # an MCP error or a broken connection
+                raise McpCallFailed(
+                    f"MCP server {server!r} could not read {uri}: {_describe(exc)}"
+                ) from None
+            parts = [
+                item.text
+                if isinstance(item, mcp_types.TextResourceContents)
+                else f"[binary content of {item.uri}]"
+                for item in result.contents
+            ]
+            return "\n".join(parts)
+        raise McpCallFailed(f"MCP server {server!r} did not answer for {uri} in time")
+
     async def call(
         self, server: str, tool: str, arguments: Mapping[str, Any]
     ) -> mcp_types.CallToolResult:

@@ -91,6 +91,11 @@ def hang() -> str:
     time.sleep(3600)
     return "never"
 
+@server.resource("notes://today")
+def today() -> str:
+    """Today's note."""
+    return "remember the milk"
+
 @server.tool()
 def hello() -> str:
     """Answers."""
@@ -148,7 +153,12 @@ def _user_policy(config: Path, text: str) -> None:
 
 
 def _run(
-    ws: Path, tmp_path: Path, api: FakeMessagesAPI, home: Path | None = None, **extra: str
+    ws: Path,
+    tmp_path: Path,
+    api: FakeMessagesAPI,
+    home: Path | None = None,
+    prompt: str = "go",
+    **extra: str,
 ) -> subprocess.CompletedProcess[str]:
     env = {
         **os.environ,
@@ -161,7 +171,7 @@ def _run(
     }
     if home is not None:
         env["HOME"] = str(home)
-    args = ["-p", "go", "--cwd", str(ws), "--output-format", "stream-json"]
+    args = ["-p", prompt, "--cwd", str(ws), "--output-format", "stream-json"]
     return subprocess.run(
         [*WARREN, *args, "--permission-mode", "bypass"],
         env=env,
@@ -419,3 +429,31 @@ command = "/nonexistent/mcp-server"
     assert "missing: failed:" in done.stdout
     assert "Traceback" not in done.stderr
     assert not _servers_named(str(hostile))
+
+
+def test_a_resource_mention_in_the_prompt_is_read_through_the_server(
+    tmp_path: Path, hostile: Path
+) -> None:
+    """`@server:uri` in a prompt: the server (started in the floor) is asked for the resource
+    and its text joins the first request; a mention of an unknown server stays plain text,
+    one the server cannot read becomes a note."""
+    ws = _workspace(tmp_path)
+    _user_policy(
+        tmp_path / "config",
+        f"""
+[mcp.servers.notes]
+command = "{sys.executable}"
+args = ["{hostile}"]
+env = {{ PYTHONPATH = "{ROOT}" }}
+""",
+    )
+    prompt = "check @notes:notes://today, @other:x://y and @notes:notes://nope"
+    with FakeMessagesAPI([Reply.text("done")]) as api:
+        done = _run(ws, tmp_path, api, prompt=prompt)
+        [request] = api.requests
+    assert done.returncode == 0, done.stderr
+    sent = json.dumps(request.messages[0])
+    assert "remember the milk" in sent
+    assert 'uri=\\"notes://today\\"' in sent
+    assert sent.count("<resource server=") == 2  # @other is not a server: left as text
+    assert "notes://nope" in sent and "not read" in sent
