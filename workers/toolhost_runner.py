@@ -170,6 +170,20 @@ class SandboxedSpawner:
                 process.guard.denied = self._read_denied
             yield process
 
+    @asynccontextmanager
+    async def stdio(self, launch: HostLaunch) -> AsyncIterator[HostProcess]:
+        """Like a call, for a program that speaks on its stdin and stdout (an MCP server):
+        the same spec and masks, its stdio the pipes."""
+        if self._host is None:
+            self._host = await detect_host()
+        spec = self.spec_for(launch)
+        if denied := await self._denied_paths(launch):
+            spec = spec.model_copy(update={"extra_deny_read": spec.extra_deny_read + denied})
+        async with open_sandboxed_process(
+            spec, launch.argv, cwd=launch.cwd, stderr="pipe", host=self._host
+        ) as process:
+            yield process
+
     def add_denied(self, paths: Sequence[Path]) -> None:
         """Also mask `paths` (files the read deny rules cover, created after the first
         sandbox started) in every sandbox started from now on."""

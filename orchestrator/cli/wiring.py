@@ -153,7 +153,7 @@ def open_mcp(
             extra_roots=ctx.extra_roots,
             cwd=ctx.cwd,
         )
-        async with spawner(started) as process:
+        async with spawner.stdio(started) as process:
             yield process  # type: ignore[misc]
 
     servers = {name: (server, source) for name, server, source in policy.effective.mcp_servers}
