@@ -383,16 +383,9 @@ def mcp_list(
 ) -> int:
     """Print the MCP servers in force with their files, and those declared that do not
     start."""
-    try:
-        policy = environment.load(cwd.resolve())
-    except PolicyError as err:
-        return _error(err, out)
-    if not policy.mcp_servers:
-        print("no MCP servers configured", file=out)
-    for line in server_lines(policy):
-        print(line, file=out)
-    return EXIT_OK
-
+    return _listing(
+        out, cwd, environment, server_lines, lambda p: bool(p.mcp_servers), "no MCP servers"
+    )
 
 # -- hooks --
 
@@ -434,16 +427,27 @@ def hooks_list(
     out: TextIO, cwd: Path, *, environment: CommandEnvironment = _DEFAULT_ENVIRONMENT
 ) -> int:
     """Print the hooks in force with their files, and those declared that do not run."""
+    return _listing(out, cwd, environment, hook_lines, lambda p: bool(p.hooks), "no hooks")
+
+
+def _listing(
+    out: TextIO,
+    cwd: Path,
+    environment: CommandEnvironment,
+    lines: Callable[[EffectivePolicy], list[str]],
+    any_in_force: Callable[[EffectivePolicy], bool],
+    nothing: str,
+) -> int:
+    """`warren hooks list` and `warren mcp list`: what is in force here, one line each."""
     try:
         policy = environment.load(cwd.resolve())
     except PolicyError as err:
         return _error(err, out)
-    if not policy.hooks:
-        print("no hooks in force", file=out)
-    for line in hook_lines(policy):
+    if not any_in_force(policy):
+        print(f"{nothing} in force", file=out)
+    for line in lines(policy):
         print(line, file=out)
     return EXIT_OK
-
 
 McpScope = Literal["user", "project", "local"]
 

@@ -68,4 +68,4 @@ def test_add_get_list_remove(tmp_path: Path) -> None:
     assert "mcp-server-git" not in local.read_text() and "# reads are fine" in local.read_text()
     again = _warren("mcp", "remove", "git", env=env, cwd=ws)
     assert again.returncode != 0 and "nothing changed" in again.stdout
-    assert "no MCP servers configured" in _warren("mcp", "list", env=env, cwd=ws).stdout
+    assert "no MCP servers in force" in _warren("mcp", "list", env=env, cwd=ws).stdout
