@@ -93,8 +93,10 @@ def _mcp_servers_here(floor_proven: bool) -> list[str]:
             for name in servers.names():
                 status, error, _ = servers.status(name)
                 if status == "ready":
-                    count = sum(1 for server, _ in servers.tools() if server == name)
-                    lines.append(f"  {name}: ready, {count} tools")
+                    tools = sum(1 for server, _ in servers.tools() if server == name)
+                    prompts = [p.name for server, p in servers.prompts() if server == name]
+                    listed = f"; prompts: {', '.join(prompts)}" if prompts else ""
+                    lines.append(f"  {name}: ready, {tools} tools{escape_controls(listed)}")
                 else:
                     lines.append(f"  {name}: {status}: {escape_controls(error or 'starting')}")
         return lines

@@ -82,6 +82,8 @@ class _Server:
     status: ServerStatus = "starting"
     error: str | None = None
     tools: dict[str, mcp_types.Tool] = field(default_factory=dict)
+    prompts: dict[str, mcp_types.Prompt] = field(default_factory=dict)
+    """The prompt templates the server offers (the REPL's `/server:prompt` commands)."""
     session: ClientSession | None = None
     pid: int | None = None
     starts: int = 0
@@ -120,8 +122,10 @@ class _Server:
     async def _serve(self, log: Any) -> None:
         async with self._streams() as (read, write), ClientSession(read, write) as session:
             with trio.fail_after(self.config.startup_timeout_s):
-                await session.initialize()
+                started = await session.initialize()
                 self.tools = await _list_tools(session)
+                if started.capabilities.prompts is not None:
+                    self.prompts = {p.name: p for p in (await session.list_prompts()).prompts}
             self.session = session
             self._set("ready")
             log.info("mcp server ready", tools=len(self.tools), pid=self.pid)
@@ -338,6 +342,15 @@ class McpServers:
             for server in self._servers.values()
             for tool in server.tools.values()
             if server.status != "stopped"
+        ]
+
+    def prompts(self) -> list[tuple[str, mcp_types.Prompt]]:
+        """(server, prompt) of every prompt template a server that is up offers."""
+        return [
+            (server.name, prompt)
+            for server in self._servers.values()
+            for prompt in server.prompts.values()
+            if server.status == "ready"
         ]
 
     def tool(self, server: str, name: str) -> mcp_types.Tool | None:

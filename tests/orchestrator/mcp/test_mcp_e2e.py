@@ -91,6 +91,11 @@ def hang() -> str:
     time.sleep(3600)
     return "never"
 
+@server.prompt()
+def review(path: str) -> str:
+    """Review a file."""
+    return f"Review {path} carefully."
+
 @server.resource("notes://today")
 def today() -> str:
     """Today's note."""
@@ -425,7 +430,7 @@ command = "/nonexistent/mcp-server"
         [*WARREN, "doctor"], cwd=ws, env=env, capture_output=True, text=True, timeout=180
     )
     assert "mcp servers:" in done.stdout, done.stdout + done.stderr
-    assert "flaky: ready, 4 tools" in done.stdout
+    assert "flaky: ready, 4 tools; prompts: review" in done.stdout
     assert "missing: failed:" in done.stdout
     assert "Traceback" not in done.stderr
     assert not _servers_named(str(hostile))
