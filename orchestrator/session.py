@@ -54,7 +54,7 @@ from orchestrator.events import (
     ToolResultsMessage,
 )
 from orchestrator.hooks.build import build_hook_runner
-from orchestrator.hooks.runner import HookRunner
+from orchestrator.hooks.runner import HookRunner, WarmHookHost
 from orchestrator.limits import Limits
 from orchestrator.logs import LogSink, configure_logging
 from orchestrator.loop import LoopConfig, RunControl, RunResult, run_loop
@@ -558,6 +558,7 @@ async def open_session(
             transcript_path=str(transcript.path),
             extra_roots=ctx.extra_roots,
             emit=emit,
+            warm=runner if isinstance(runner, WarmHookHost) else None,
         )
         asker: Asker = (
             TerminalAsker(policy, notify=hooks.notification)

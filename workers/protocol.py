@@ -14,6 +14,8 @@ that sees another version stops the worker instead of guessing.
         |  <------------------------------------ ToolProgress{id, text}   (any number)
         |  Cancel{id} ------------------------->                          (optional)
         |  <------------------------------------ ToolResult{id, outcome, ...}  (exactly one)
+        |  RunHook{id, command, stdin, ...} --->                          (a hook: Cancel too)
+        |  <------------------------------------ HookResult{id, exit_code, stdout, ...}
         |  Shutdown --------------------------->                          (or stdin EOF)
 
 Read-before-write state travels with the calls: `ValidateTool`/`RunTool` carry the changes of
@@ -89,6 +91,7 @@ __all__ = [
     "AgentEvent",
     "AgentResult",
     "Cancel",
+    "HookResult",
     "HostRole",
     "LedgerDelta",
     "LineReader",
@@ -104,6 +107,7 @@ __all__ = [
     "ProtocolError",
     "Ready",
     "RunAgent",
+    "RunHook",
     "RunTool",
     "ShellState",
     "Shutdown",
@@ -226,6 +230,36 @@ class ToolResult(_Wire):
     """What the call recorded or forgot in the read ledger."""
     shell: ShellState | None = None
     """The persistent shell's state, when the call changed it."""
+
+
+class RunHook(_Wire):
+    """Run a hook's command in the tool host, inside the sandbox the host sits in; answered by
+    one `HookResult` (`orchestrator.hooks.process`). `Cancel` with its id kills it."""
+
+    type: Literal["run_hook"] = "run_hook"
+    id: str
+    command: str
+    stdin: str
+    """The hook's JSON input."""
+    env: dict[str, str]
+    """Added to the host's (scrubbed) environment."""
+    cwd: str
+    timeout_s: float
+    output_bytes: int
+    """stdout plus stderr the hook may print before it is killed."""
+
+
+class HookResult(_Wire):
+    """The one answer that ends a `RunHook`."""
+
+    type: Literal["hook_result"] = "hook_result"
+    id: str
+    exit_code: int | None
+    """None when the hook never finished (timeout, flood, cancelled, could not start)."""
+    stdout: str = ""
+    stderr: str = ""
+    problem: str | None = None
+    """Why the run is an error whatever it printed."""
 
 
 class Cancel(_Wire):
@@ -442,6 +476,8 @@ Message = Annotated[
     | RunTool
     | ToolProgress
     | ToolResult
+    | RunHook
+    | HookResult
     | Cancel
     | Shutdown
     | Malformed

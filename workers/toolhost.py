@@ -8,6 +8,8 @@ read-only — and sends them calls over the wire protocol (`workers.protocol`):
         [--extra-root DIR]... [--session-id ID] [--tools MODULE:FUNCTION]
 
 Each call runs in its own task, so `Cancel` stops one call and read-only calls overlap. The
+session's sandboxed hooks run here too (`RunHook`), as contained children of the host, so
+they cost a process spawn rather than a sandbox of their own (`orchestrator.hooks.runner`). The
 host keeps one `ToolContext` for its lifetime (the persistent shell is one of its resources).
 Its `ReadLedger` is a replica of the coordinator's: calls carry the coordinator's changes in,
 and answers carry back what the host's tools recorded or forgot (`_JournalLedger`).
@@ -36,6 +38,7 @@ import trio
 
 from orchestrator.aio import closing_iter
 from orchestrator.errors import ToolError
+from orchestrator.hooks.process import run_hook_command
 from orchestrator.orphans import adopt_orphans
 from orchestrator.shell import PersistentShell, shell_environment
 from orchestrator.tools.base import ReadLedger, ToolContext, ToolOutput
@@ -194,6 +197,10 @@ class ToolHost:
                 case wire.ValidateTool():
                     self.ledger.take_delta(message.ledger)
                     nursery.start_soon(self._validate, message)
+                case wire.RunHook():
+                    scope = trio.CancelScope()
+                    self._calls[message.id] = scope
+                    nursery.start_soon(self._hook, message, scope)
                 case wire.Cancel(id=call_id):
                     if (running := self._calls.get(call_id)) is not None:
                         running.cancel()
@@ -250,6 +257,37 @@ class ToolHost:
         finally:
             self._calls.pop(message.id, None)
         await self._send(self._result(message.id, outcome, output))
+
+    async def _hook(self, message: wire.RunHook, scope: trio.CancelScope) -> None:
+        """Run a hook's command as a contained child of this host: it inherits the host's
+        sandbox (the floor hooks run under), never its protocol descriptors (not inheritable)
+        nor its `/proc` entries (the host is not dumpable: `workers.entry`)."""
+        result = wire.HookResult(id=message.id, exit_code=None, problem="was cancelled")
+        try:
+            with scope:
+                try:
+                    done = await run_hook_command(
+                        message.command,
+                        stdin=message.stdin.encode(),
+                        env={**os.environ, **message.env},
+                        cwd=Path(message.cwd),
+                        timeout_s=message.timeout_s,
+                        output_bytes=message.output_bytes,
+                        contain=True,
+                    )
+                except OSError as exc:
+                    result = result.model_copy(update={"problem": f"could not start: {exc}"})
+                else:
+                    result = wire.HookResult(
+                        id=message.id,
+                        exit_code=done.exit_code,
+                        stdout=done.stdout.decode("utf-8", "replace"),
+                        stderr=done.stderr.decode("utf-8", "replace"),
+                        problem=done.problem,
+                    )
+        finally:
+            self._calls.pop(message.id, None)
+        await self._send(result)
 
     def _result(
         self, call_id: str, outcome: wire.ToolOutcome, output: ToolOutput | None

@@ -31,6 +31,7 @@ Usage (the composition root):
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import glob
 import itertools
@@ -51,6 +52,7 @@ import trio
 
 from orchestrator.aio import closing_iter
 from orchestrator.errors import ToolError, WarrenError
+from orchestrator.hooks.process import HookProcess
 from orchestrator.messages import TextBlock
 from orchestrator.plan import CallPlan, SandboxMode
 from orchestrator.tools.base import Tool, ToolContext, ToolInput, ToolOutput, ToolProgress
@@ -94,6 +96,9 @@ HOST_DIED = (
 
 _ENV_KEPT = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM")
 _UNSANDBOXED_GRACE_S = 2.0
+_HOOK_ANSWER_SLACK_S = 10.0
+"""Seconds past a hook's own timeout we wait for its host's answer (the host kills it at the
+timeout; this is for a host that stopped answering)."""
 
 
 class ToolHostError(WarrenError):
@@ -286,7 +291,7 @@ class _Failure:
     text: str
 
 
-_Reply = wire.ToolProgress | wire.ToolResult | wire.Validated | _Failure
+_Reply = wire.ToolProgress | wire.ToolResult | wire.Validated | wire.HookResult | _Failure
 """What a waiting call can receive."""
 
 _NO_CHANGES = wire.LedgerDelta()
@@ -333,6 +338,8 @@ class SandboxedToolRunner:
         self._cancel_wait_s = cancel_wait_s
         self._stop_grace_s = stop_grace_s
         self._hosts: dict[wire.HostRole, _Host] = {}
+        self._context: ToolContext | None = None
+        """The context hosts are started for (the last given): hooks, which have none, use it."""
         self._start_locks = {role: trio.Lock() for role in ("read_write", "read_only")}
         self._ids = itertools.count(1)
         self._shell: wire.ShellState | None = None
@@ -466,6 +473,77 @@ class SandboxedToolRunner:
             if host.retiring and not host.pending:
                 host.process.kill()
 
+    # -- hooks (orchestrator.hooks.runner.WarmHookHost) -------------------------------------
+
+    async def run_hook(
+        self,
+        command: str,
+        *,
+        stdin: bytes,
+        env: Mapping[str, str],
+        cwd: Path,
+        timeout_s: float,
+        output_bytes: int,
+        writable: bool,
+    ) -> HookProcess:
+        """Run a hook in the read-write host (`writable`) or the read-only one: it inherits
+        that host's sandbox, the floor tools run under, and is killed with everything it
+        started at `timeout_s` or past `output_bytes` (`orchestrator.hooks.process`).
+
+        The hosts are started for the context of `open_tool_runner(prestart=...)` or the first
+        call; a hook before either is an error (nothing to run it in).
+
+        **Cancellation:** the host is sent `Cancel` and the run waits up to `cancel_wait_s`
+        (shielded) for the hook to be killed.
+        **Errors:** `ToolHostError` when the host cannot start; a host that dies or does not
+        answer gives a `HookProcess` with a `problem`.
+        """
+        role: wire.HostRole = "read_write" if writable else "read_only"
+        # As before a read-only call: a new file the read deny rules cover restarts the hosts
+        # masked before the hook can read it; the guard's notes go with the next tool output.
+        self._carried += self._drain_guard(self._hosts.get("read_write"))
+        if self._context is None:
+            raise ToolHostError("no tool host was started for this session yet", role=role)
+        host = await self._host(role, self._context)
+        call_id = self._next_id()
+        send, receive = trio.open_memory_channel[_Reply](math.inf)
+        host.pending[call_id] = send
+        answered = False
+        try:
+            await host.send(
+                wire.RunHook(
+                    id=call_id,
+                    command=command,
+                    stdin=stdin.decode("utf-8", "replace"),
+                    env=dict(env),
+                    cwd=str(cwd),
+                    timeout_s=timeout_s,
+                    output_bytes=output_bytes,
+                )
+            )
+            # The host enforces the timeout; this only outlasts a host that stopped answering.
+            with trio.move_on_after(timeout_s + _HOOK_ANSWER_SLACK_S):
+                async for reply in receive:
+                    if isinstance(reply, _Failure):
+                        answered = True
+                        return HookProcess(None, b"", b"", f"did not finish: {reply.text}")
+                    if isinstance(reply, wire.HookResult):
+                        answered = True
+                        return HookProcess(
+                            reply.exit_code,
+                            reply.stdout.encode(),
+                            reply.stderr.encode(),
+                            reply.problem,
+                        )
+            return HookProcess(None, b"", b"", f"got no answer from the {role} tool host")
+        finally:
+            if not answered:
+                with trio.CancelScope(shield=True), trio.move_on_after(self._cancel_wait_s):
+                    await _cancel_hook(host, call_id, receive)
+            host.pending.pop(call_id, None)
+            if host.retiring and not host.pending:
+                host.process.kill()
+
     # -- calls -------------------------------------------------------------------------------
 
     def _output(
@@ -591,6 +669,7 @@ class SandboxedToolRunner:
             except ToolHostError as exc:
                 self._log.warning("tool host failed to start", role=role, error=exc.message)
 
+        self._context = ctx
         for role in roles or ("read_write", "read_only"):
             self._nursery.start_soon(start, role)
 
@@ -599,6 +678,7 @@ class SandboxedToolRunner:
         return {role: h.process.pid for role, h in self._hosts.items() if h.alive}
 
     async def _host(self, role: wire.HostRole, ctx: ToolContext) -> _Host:
+        self._context = ctx
         host = self._hosts.get(role)
         if host is not None and host.alive:
             return host
@@ -650,7 +730,7 @@ class SandboxedToolRunner:
                 continue
             message = wire.decode_line(line)
             match message:
-                case wire.ToolProgress() | wire.ToolResult() | wire.Validated():
+                case wire.ToolProgress() | wire.ToolResult() | wire.Validated() | wire.HookResult():
                     waiting = host.pending.get(message.id)
                     if waiting is not None:
                         waiting.send_nowait(message)
@@ -671,6 +751,19 @@ class SandboxedToolRunner:
             waiting.send_nowait(
                 _Failure(f"The tool host's answer to this call was lost: {what}. Try again.")
             )
+
+
+async def _cancel_hook(
+    host: _Host, call_id: str, receive: trio.MemoryReceiveChannel[_Reply]
+) -> None:
+    """Tell the host to kill a hook and wait for its answer (the caller bounds it)."""
+    if not host.alive:
+        return
+    with contextlib.suppress(ToolHostError):
+        await host.send(wire.Cancel(id=call_id))
+        async for reply in receive:
+            if isinstance(reply, wire.HookResult | _Failure):
+                return
 
 
 def _host_label(launch: HostLaunch) -> str:

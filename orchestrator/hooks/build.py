@@ -13,7 +13,7 @@ from pathlib import Path
 
 from orchestrator.events import EventSink
 from orchestrator.hooks.matchers import build_matcher
-from orchestrator.hooks.runner import ConfiguredHook, HookRunner, HookSandbox
+from orchestrator.hooks.runner import ConfiguredHook, HookRunner, HookSandbox, WarmHookHost
 from orchestrator.session_policy import SessionPolicy
 
 __all__ = ["build_hook_runner", "configured_hooks", "hook_sandbox"]
@@ -39,9 +39,10 @@ def configured_hooks(policy: SessionPolicy) -> tuple[ConfiguredHook, ...]:
     )
 
 
-def hook_sandbox(policy: SessionPolicy) -> HookSandbox:
+def hook_sandbox(policy: SessionPolicy, warm: WarmHookHost | None = None) -> HookSandbox:
     """The floor for hooks: the tool hosts' additions (masks, protected paths, home
-    allowances) and the policy's read deny rules."""
+    allowances) and the policy's read deny rules; `warm`: the tool hosts themselves, where
+    hooks then run."""
     from sandbox.spec import SandboxSpec
 
     spec = SandboxSpec(
@@ -49,7 +50,7 @@ def hook_sandbox(policy: SessionPolicy) -> HookSandbox:
         extra_protected=policy.protected(),
         extra_home_allow=policy.home_allow(),
     )
-    return HookSandbox(spec, read_denied=policy.read_denied())
+    return HookSandbox(spec, read_denied=policy.read_denied(), warm=warm)
 
 
 def build_hook_runner(
@@ -61,9 +62,11 @@ def build_hook_runner(
     transcript_path: str = "",
     extra_roots: Sequence[Path] = (),
     emit: EventSink | None = None,
+    warm: WarmHookHost | None = None,
 ) -> HookRunner:
     """The runner for one session; `sandboxed` False (the user turned the sandbox off) runs
-    every hook as a plain process."""
+    every hook as a plain process. `warm`: the session's sandboxed tool hosts, where hooks
+    run; without them each hook gets a one-shot sandbox."""
     hooks = configured_hooks(policy)
     return HookRunner(
         hooks,
@@ -72,6 +75,6 @@ def build_hook_runner(
         transcript_path=transcript_path,
         permission_mode=policy.mode,
         extra_roots=extra_roots,
-        sandbox=hook_sandbox(policy) if sandboxed and hooks else None,
+        sandbox=hook_sandbox(policy, warm) if sandboxed and hooks else None,
         emit=emit,
     )

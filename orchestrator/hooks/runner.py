@@ -6,13 +6,18 @@ loop, the compactor, the session and the terminal asker call its per-event metho
 hook for an event each returns `NO_OUTCOME` after one set lookup (tests/bench/bench_hooks.py
 measures that path).
 
-Where a hook runs: a one-shot sandbox (`sandbox.run.run_sandboxed`) with the workspace and
-the policy's writable roots mounted as the tool hosts have them (read-only in `plan` mode),
-no network, the home hidden and secrets masked, the environment scrubbed plus
-`CLAUDE_PROJECT_DIR` and `WARREN_PROJECT_DIR`; its `timeout_s` is the wall-clock limit and
-its output is capped (`HOOK_OUTPUT_BYTES`; more is a flood, killed). A user or managed hook
-with `sandbox = false`, or any hook when the user turned the sandbox off, runs as a plain
-process group with the same timeout and cap.
+Where a hook runs: in the session's warm tool host (`WarmHookHost`, a `RunHook` request to
+`workers.toolhost`), the read-write one, or the read-only one in `plan` mode. The host already
+sits in the floor hooks need: the workspace and the policy's writable roots mounted as tools
+have them, no network, the home hidden and secrets masked (read deny rules included), a
+scrubbed environment, to which `CLAUDE_PROJECT_DIR` and `WARREN_PROJECT_DIR` are added. The
+hook is a contained child of the host (`orchestrator.hooks.process`): its `timeout_s` is the
+wall-clock limit, its output is capped (`HOOK_OUTPUT_BYTES`; more is a flood), and either
+kills everything it started; nothing it starts outlives it. This costs a few milliseconds a
+hook instead of a one-shot sandbox's ~40 (tests/bench/bench_hooks.py). Without a warm host
+(`warren hooks test`), each hook gets that one-shot sandbox (`sandbox.run.run_sandboxed`)
+with the same mounts. A user or managed hook with `sandbox = false`, or any hook when the
+user turned the sandbox off, runs as a plain process group with the same timeout and cap.
 
 Merging (deterministic, whatever order the hooks finish in): a block from any hook blocks;
 permission decisions rank deny > ask > allow; two hooks rewriting the input differently is a
@@ -21,15 +26,13 @@ deny naming both; context, reasons and errors keep the policy's hook order.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 import trio
 
@@ -47,6 +50,7 @@ from orchestrator.hooks.events import (
     UserPromptSubmitInput,
 )
 from orchestrator.hooks.output import HookOutput, PermissionVerdict, parse_output
+from orchestrator.hooks.process import HookProcess, run_hook_command
 from orchestrator.plan import CallPlan
 from policies.files import Hook, HookEvent
 
@@ -63,12 +67,11 @@ __all__ = [
     "HookRun",
     "HookRunner",
     "HookSandbox",
+    "WarmHookHost",
 ]
 
 HOOK_OUTPUT_BYTES = 1024 * 1024
 """stdout plus stderr a hook may print; more kills it (a non-blocking error)."""
-_REAP_S = 5.0
-"""Seconds we wait for a SIGKILLed unsandboxed hook to be reaped."""
 _SHOWN = 2_000
 """Characters of a hook's stdout/stderr carried in its event (stream-json, audit)."""
 
@@ -179,15 +182,39 @@ def merge(runs: Sequence[HookRun]) -> HookOutcome:
     )
 
 
+@runtime_checkable
+class WarmHookHost(Protocol):
+    """A sandbox that is already running and runs hook commands on request: the session's
+    tool hosts (`workers.toolhost_runner.SandboxedToolRunner`)."""
+
+    async def run_hook(
+        self,
+        command: str,
+        *,
+        stdin: bytes,
+        env: Mapping[str, str],
+        cwd: Path,
+        timeout_s: float,
+        output_bytes: int,
+        writable: bool,
+    ) -> HookProcess:
+        """Run `/bin/sh -c command` in the read-write sandbox (`writable`) or the read-only
+        one, with `env` added to the sandbox's environment; killed with everything it started
+        at `timeout_s` or past `output_bytes` of output."""
+        ...
+
+
 @dataclass
 class HookSandbox:
     """The floor hooks run under: the session's sandbox spec (masks, protected paths, home
     allowances), the host, and the policy's read deny rules (the workspace files they cover
-    are masked, found once on first use)."""
+    are masked, found once on first use). With `warm` set (a session's tool hosts), hooks run
+    there and the rest only describes the floor those hosts were started with."""
 
     spec: SandboxSpec
     host: SandboxHost | None = None
     read_denied: Callable[[str], bool] | None = None
+    warm: WarmHookHost | None = None
     _denied: tuple[str, ...] | None = field(default=None, repr=False)
 
     async def sandbox_host(self) -> SandboxHost:
@@ -376,26 +403,43 @@ class HookRunner:
         started = time.monotonic()
         env = {"CLAUDE_PROJECT_DIR": str(self.workspace), "WARREN_PROJECT_DIR": str(self.workspace)}
         try:
-            if self.sandbox is not None and hook.sandbox:
-                code, out, err, problem = await self._sandboxed(hook, payload, env)
-            else:
-                code, out, err, problem = await _unsandboxed(
-                    hook.command, payload, env, self.workspace, hook.timeout_s, self.output_bytes
+            if self.sandbox is None or not hook.sandbox:
+                done = await run_hook_command(
+                    hook.command,
+                    stdin=payload,
+                    env={**os.environ, **env},
+                    cwd=self.workspace,
+                    timeout_s=hook.timeout_s,
+                    output_bytes=self.output_bytes,
+                    contain=False,
                 )
+            elif self.sandbox.warm is not None:
+                done = await self.sandbox.warm.run_hook(
+                    hook.command,
+                    stdin=payload,
+                    env=env,
+                    cwd=self.workspace,
+                    timeout_s=hook.timeout_s,
+                    output_bytes=self.output_bytes,
+                    writable=self.permission_mode != "plan",
+                )
+            else:
+                done = await self._one_shot(hook, payload, env)
         except Exception as exc:  # a spec the host cannot build, a spawn failure
-            code, out, err, problem = None, b"", b"", f"could not start: {exc}"
-        stdout = out.decode("utf-8", "replace")
-        stderr = err.decode("utf-8", "replace")
-        if problem is not None:
-            output = HookOutput(error=problem)
+            done = HookProcess(None, b"", b"", f"could not start: {exc}")
+        stdout = done.stdout.decode("utf-8", "replace")
+        stderr = done.stderr.decode("utf-8", "replace")
+        if done.problem is not None:
+            output = HookOutput(error=done.problem)
         else:
-            assert code is not None
-            output = parse_output(code, stdout, stderr)
-        return HookRun(configured, code, stdout, stderr, time.monotonic() - started, output)
+            assert done.exit_code is not None
+            output = parse_output(done.exit_code, stdout, stderr)
+        duration = time.monotonic() - started
+        return HookRun(configured, done.exit_code, stdout, stderr, duration, output)
 
-    async def _sandboxed(
-        self, hook: Hook, payload: bytes, env: dict[str, str]
-    ) -> tuple[int | None, bytes, bytes, str | None]:
+    async def _one_shot(self, hook: Hook, payload: bytes, env: dict[str, str]) -> HookProcess:
+        """The hook in a sandbox of its own: where no warm tool host is wired in
+        (`warren hooks test`, a session whose tools run in process)."""
         from sandbox.run import run_sandboxed
         from sandbox.spec import WorkspaceRoot
 
@@ -428,7 +472,7 @@ class HookRunner:
             problem = f"printed more than {self.output_bytes} bytes and was stopped"
         elif done.killed_by_limit is not None:
             problem = done.limit_message(spec.limits) or "was stopped by a sandbox limit"
-        return done.exit_code, done.stdout, done.stderr, problem
+        return HookProcess(done.exit_code, done.stdout, done.stderr, problem)
 
 
 def _raw_input(plan: CallPlan) -> dict[str, Any]:
@@ -452,70 +496,3 @@ def _event(event: HookEvent, run: HookRun, tool_use_id: str | None) -> HookRan:
         stderr=run.stderr[:_SHOWN],
         tool_use_id=tool_use_id,
     )
-
-
-async def _unsandboxed(
-    command: str,
-    payload: bytes,
-    env: dict[str, str],
-    cwd: Path,
-    timeout_s: float,
-    cap: int,
-) -> tuple[int | None, bytes, bytes, str | None]:
-    """A hook as a plain process group: a user's or the managed policy's `sandbox = false`
-    hook, or every hook under `--sandbox=off`. Killed (the whole group) at the timeout or
-    when its output passes `cap`."""
-    import subprocess
-
-    proc = await trio.lowlevel.open_process(
-        ["/bin/sh", "-c", command],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        cwd=cwd,
-        env={**os.environ, **env},
-        start_new_session=True,
-    )
-    chunks: dict[str, bytearray] = {"out": bytearray(), "err": bytearray()}
-    problem: str | None = None
-
-    def kill() -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-
-    async def pump(name: str, stream: trio.abc.ReceiveStream, scope: trio.CancelScope) -> None:
-        nonlocal problem
-        while data := await stream.receive_some(65536):
-            chunks[name] += data
-            if len(chunks["out"]) + len(chunks["err"]) > cap:
-                problem = f"printed more than {cap} bytes and was stopped"
-                kill()
-                scope.cancel()
-                return
-
-    async def feed(stream: trio.abc.SendStream) -> None:
-        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-            await stream.send_all(payload)
-            await stream.aclose()
-
-    try:
-        with trio.move_on_after(timeout_s) as scope:
-            async with trio.open_nursery() as nursery:
-                assert proc.stdin and proc.stdout and proc.stderr
-                nursery.start_soon(feed, proc.stdin)
-                nursery.start_soon(pump, "out", proc.stdout, scope)
-                nursery.start_soon(pump, "err", proc.stderr, scope)
-                await proc.wait()
-        if scope.cancelled_caught and problem is None:
-            problem = f"timed out after {timeout_s:g} s and was stopped"
-    finally:
-        kill()
-        with trio.CancelScope(shield=True), trio.move_on_after(_REAP_S):
-            await proc.wait()
-            for stream in (proc.stdin, proc.stdout, proc.stderr):
-                if stream is not None:
-                    await stream.aclose()
-    code = proc.returncode
-    if problem is None and code is not None and code < 0:
-        problem = f"was killed by signal {-code}"
-    return code, bytes(chunks["out"]), bytes(chunks["err"]), problem
