@@ -50,6 +50,7 @@ from sandbox.spec import LimitName, Limits, SandboxSpec
 
 __all__ = [
     "KILL_GRACE_S",
+    "PIPE_FDS_ENV",
     "WATCHDOG_INTERVAL_S",
     "RunAs",
     "SandboxProcess",
@@ -263,11 +264,49 @@ def launch_prefix(
     return out
 
 
+PIPE_FDS_ENV = "WARREN_PIPE_FDS"
+"""Names, inside a sandbox opened with `private_pipes`, the descriptors of its stdin and
+stdout pipes: `"<in>,<out>"`."""
+
+
 @dataclass
 class _Io:
     stdin: StdinSpec
     stdout: Literal["pipe", "inherit", "devnull"]
     stderr: Literal["pipe", "inherit", "devnull"]
+    private: bool = False
+    """stdin and stdout pipes passed as extra descriptors (`open_sandboxed_process`)."""
+
+
+@dataclass
+class _PrivatePipes:
+    """The stdin and stdout pipes of a sandbox, kept off bwrap's own stdio."""
+
+    child_in: int
+    ours_in: int
+    child_out: int
+    ours_out: int
+
+    @classmethod
+    def open(cls) -> _PrivatePipes:
+        child_in, ours_in = os.pipe()
+        try:
+            ours_out, child_out = os.pipe()
+        except BaseException:
+            os.close(child_in)
+            os.close(ours_in)
+            raise
+        return cls(child_in, ours_in, child_out, ours_out)
+
+    def close_all(self) -> None:
+        for fd in (self.child_in, self.ours_in, self.child_out, self.ours_out):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def named_in(self, facts: HostFacts) -> HostFacts:
+        """`facts` whose environment names the child's ends (`PIPE_FDS_ENV`)."""
+        named = (PIPE_FDS_ENV, f"{self.child_in},{self.child_out}")
+        return facts.model_copy(update={"env": (*facts.env, named)})
 
 
 @asynccontextmanager
@@ -287,7 +326,11 @@ async def _sandbox(
     )
     cgroup: SandboxCgroup | None = None
     proc: SandboxProcess | None = None
+    pipes: _PrivatePipes | None = None
     try:
+        if io.private:
+            pipes = _PrivatePipes.open()
+            facts = pipes.named_in(facts)
         cgroup = SandboxCgroup.create(host.cgroups, spec.limits)
         program = (
             build_filter(allow_unix_sockets=spec.allow_unix_sockets, machine=host.machine)
@@ -310,12 +353,16 @@ async def _sandbox(
                 seccomp_fd=seccomp_fd,
                 cwd=cwd,
             )
-            proc = _spawn(command, io, pass_fds=() if seccomp_fd is None else (seccomp_fd,))
+            passed = () if seccomp_fd is None else (seccomp_fd,)
+            owned, pipes = pipes, None  # _spawn closes them, whatever happens
+            proc = _spawn(command, io, pass_fds=passed, pipes=owned)
             proc.warnings = facts.warnings
             proc.guard = guard
         finally:
             if seccomp_fd is not None:
                 os.close(seccomp_fd)
+            if pipes is not None:
+                pipes.close_all()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_watch_processes, proc, spec.limits, cgroup)
             if spec.limits.wall_time_s is not None:
@@ -390,12 +437,26 @@ def _data_fd(data: bytes) -> int:
     return read_fd
 
 
-def _spawn(command: list[str], io: _Io, *, pass_fds: tuple[int, ...]) -> SandboxProcess:
+def _spawn(
+    command: list[str],
+    io: _Io,
+    *,
+    pass_fds: tuple[int, ...],
+    pipes: _PrivatePipes | None = None,
+) -> SandboxProcess:
+    """Start bwrap. With `pipes`, its stdin is /dev/null and its stdout goes where its stderr
+    goes; the pipes are passed as extra descriptors (closed in the parent here)."""
     to_close: list[int] = []
     ours: dict[str, trio.lowlevel.FdStream | None] = {"stdin": None, "stdout": None, "stderr": None}
     child: dict[str, int | None] = {}
     try:
-        if isinstance(io.stdin, bytes):
+        if pipes is not None:
+            to_close += [pipes.child_in, pipes.child_out]
+            ours["stdin"] = trio.lowlevel.FdStream(pipes.ours_in)
+            ours["stdout"] = trio.lowlevel.FdStream(pipes.ours_out)
+            pass_fds = (*pass_fds, pipes.child_in, pipes.child_out)
+            child["stdin"] = subprocess.DEVNULL
+        elif isinstance(io.stdin, bytes):
             read_fd, write_fd = os.pipe()
             to_close.append(read_fd)
             ours["stdin"] = trio.lowlevel.FdStream(write_fd)
@@ -405,6 +466,8 @@ def _spawn(command: list[str], io: _Io, *, pass_fds: tuple[int, ...]) -> Sandbox
         else:
             child["stdin"] = None if io.stdin == "inherit" else subprocess.DEVNULL
         for name, mode in (("stdout", io.stdout), ("stderr", io.stderr)):
+            if name == "stdout" and pipes is not None:
+                continue
             if mode == "pipe":
                 read_fd, write_fd = os.pipe()
                 to_close.append(write_fd)
@@ -412,6 +475,8 @@ def _spawn(command: list[str], io: _Io, *, pass_fds: tuple[int, ...]) -> Sandbox
                 child[name] = write_fd
             else:
                 child[name] = None if mode == "inherit" else subprocess.DEVNULL
+        if pipes is not None:
+            child["stdout"] = child["stderr"]
         popen = subprocess.Popen(
             command,
             stdin=child["stdin"],
@@ -578,8 +643,16 @@ async def open_sandboxed_process(
     stderr: Literal["pipe", "inherit", "devnull"] = "pipe",
     host: SandboxHost | None = None,
     run_as: RunAs | None = None,
+    private_pipes: bool = False,
 ) -> AsyncIterator[SandboxProcess]:
     """Start a long-lived sandboxed process with stdin/stdout pipes (and stderr as asked).
+
+    `private_pipes`: the two pipes are not the process's fd 0 and 1 but extra descriptors it
+    finds named in `PIPE_FDS_ENV` (its fd 0 is /dev/null, fd 1 goes where stderr goes). bwrap's
+    init, pid 1 of the sandbox, keeps its own stdio for its whole life and anything in the
+    sandbox may open `/proc/1/fd/N`; it closes every other descriptor. A process that hides its
+    pipes (the tool host and pool workers: `workers.entry`) needs this, or anything it runs
+    could write into them or read from them (tests/orchestrator/test_hooks_warm.py).
 
     The wall-time limit and the process watchdog apply for its whole life; the output cap
     does not (the caller reads the pipes). On exit from the block the process is stopped:
@@ -591,7 +664,7 @@ async def open_sandboxed_process(
     """
     if host is None:
         host = await detect_host()
-    io = _Io(stdin=b"", stdout="pipe", stderr=stderr)
+    io = _Io(stdin=b"", stdout="pipe", stderr=stderr, private=private_pipes)
     async with _sandbox(
         spec, argv, io=io, cwd=cwd, host=host, run_as=run_as, graceful=True
     ) as proc:

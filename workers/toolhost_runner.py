@@ -169,7 +169,7 @@ class SandboxedSpawner:
         if denied:
             spec = spec.model_copy(update={"extra_deny_read": spec.extra_deny_read + denied})
         async with open_sandboxed_process(
-            spec, launch.argv, cwd=launch.cwd, stderr="pipe", host=self._host
+            spec, launch.argv, cwd=launch.cwd, stderr="pipe", host=self._host, private_pipes=True
         ) as process:
             if process.guard is not None and self._read_denied is not None:
                 process.guard.denied = self._read_denied

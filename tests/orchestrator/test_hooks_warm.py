@@ -90,11 +90,13 @@ async def _prompt(hooks: HookRunner, prompt: str = "hello") -> HookOutcome:
 
 
 def _marked(marker: str) -> list[psutil.Process]:
-    """Live processes on the machine whose command line carries `marker`."""
+    """Live processes on the machine with an argument that starts with `marker` (so not the
+    shell whose command mentions it)."""
     found = []
     for proc in psutil.process_iter():
         try:
-            if marker in " ".join(proc.cmdline()) and proc.status() != psutil.STATUS_ZOMBIE:
+            marked = any(arg.startswith(marker) for arg in proc.cmdline())
+            if marked and proc.status() != psutil.STATUS_ZOMBIE:
                 found.append(proc)
         except psutil.Error:
             continue
@@ -168,27 +170,39 @@ async def test_a_hook_in_the_host_cannot_write_outside_or_reach_the_network(
 async def test_a_hook_cannot_reach_the_hosts_protocol(
     runner: SandboxedToolRunner, workspace: Path
 ) -> None:
-    """The host's protocol pipes are neither inherited (the hook holds only its stdio) nor
-    reachable through /proc (the host is not dumpable): a hook cannot forge an answer."""
+    """The host's protocol pipes are not inherited (the hook holds only its stdio), the host's
+    `/proc` entries are closed (it is not dumpable), and bwrap's init, whose descriptors are
+    open to the sandbox, never held them (`private_pipes`): a hook that writes a forged answer
+    and a forged request into every descriptor of every process it can see reaches neither
+    end, so the coordinator gets the hook's real answer and the host runs nothing forged."""
+    forged_answers = "".join(
+        json.dumps({"type": "hook_result", "id": f"c{n}", "exit_code": 0}) + "\n"
+        for n in range(1, 40)
+    )
+    forged_request = json.dumps(
+        {"type": "run_hook", "id": "f1", "command": "touch forged", "stdin": "", "env": {},
+         "cwd": str(workspace), "timeout_s": 5, "output_bytes": 1000}
+    )  # fmt: skip
+    (workspace / "forged.jsonl").write_text(forged_answers + forged_request + "\n")
     probe = (
         "ls /proc/self/fd > own-fds.txt; "
         "for p in /proc/[0-9]*; do "
-        "  grep -qs workers.toolhost $p/cmdline || continue; "
-        "  if ls $p/fd >/dev/null 2>&1; then echo OPEN; else echo DENIED; fi; "
-        "  for f in 0 1 2 3 4 5 6 7 8 9 10 11 12; do "
-        '    echo \'{"type":"hook_result","id":"c1","exit_code":0}\' 2>/dev/null >> $p/fd/$f '
-        "      && echo WROTE; "
-        "  done; "
-        "done"
+        "  case $(cat $p/comm 2>/dev/null) in "
+        "    python*) readlink $p/fd/0 >/dev/null 2>&1 && echo OPEN || echo DENIED;; "
+        "  esac; "
+        "  for f in $p/fd/*; do cat forged.jsonl 2>/dev/null >> $f; done; "
+        "done; echo REAL-ANSWER"
     )
     outcome = await _prompt(_hooks(runner, workspace, probe))
     stdout = outcome.runs[0].stdout
-    assert "DENIED" in stdout and "OPEN" not in stdout and "WROTE" not in stdout, stdout
+    assert "REAL-ANSWER" in stdout, outcome.runs[0]
+    assert "DENIED" in stdout and "OPEN" not in stdout, stdout
     # fds 0-2 and the one `ls` opened to list the directory.
     assert len((workspace / "own-fds.txt").read_text().split()) == 4
-    # The host still answers, in order.
+    # The host still answers, in order, and ran nothing it was not sent.
     again = await _prompt(_hooks(runner, workspace, "echo still-here"))
     assert again.context == ("still-here",)
+    assert not (workspace / "forged").exists()
 
 
 async def test_a_timed_out_hook_is_killed_with_everything_it_started(
@@ -202,11 +216,11 @@ async def test_a_timed_out_hook_is_killed_with_everything_it_started(
         f"sleep {marker}3",
         timeout_s=2,
     )
-    seen: list[psutil.Process] = []
+    ancestry: list[set[int]] = []
 
     async def watch() -> None:
-        while len(seen) < 3:
-            seen[:] = _marked(marker)
+        while len(ancestry) < 3:
+            ancestry[:] = [{p.pid for p in proc.parents()} for proc in _marked(marker)]
             await trio.sleep(0.05)
 
     async with trio.open_nursery() as nursery:
@@ -217,7 +231,7 @@ async def test_a_timed_out_hook_is_killed_with_everything_it_started(
     assert error is not None and "timed out after 2 s" in error
     # They ran in the read-write host, below its Python process...
     host = _host_python(runner, "read_write")
-    assert len(seen) == 3 and all(host.pid in {p.pid for p in s.parents()} for s in seen)
+    assert len(ancestry) == 3 and all(host.pid in parents for parents in ancestry)
     # ...and none is left, wherever it went.
     assert _marked(marker) == []
     assert [p for p in host.children() if p.status() == psutil.STATUS_ZOMBIE] == []
@@ -230,8 +244,7 @@ async def test_what_a_hook_leaves_running_ends_with_it(
     hooks = _hooks(
         runner,
         workspace,
-        f"(setsid sleep {marker}1 >/dev/null 2>&1 &); sleep {marker}2 >/dev/null 2>&1 & "
-        "echo done",
+        f"(setsid sleep {marker}1 >/dev/null 2>&1 &); sleep {marker}2 >/dev/null 2>&1 & echo done",
     )
     outcome = await _prompt(hooks)
     assert outcome.context == ("done",)
@@ -246,7 +259,7 @@ async def test_a_cancelled_hook_is_killed_in_the_host(
     with trio.move_on_after(30) as scope:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_prompt, hooks)
-            while not _marked(marker):
+            while not _marked(marker):  # noqa: ASYNC110 (not our process: nothing to wait on)
                 await trio.sleep(0.05)
             nursery.cancel_scope.cancel()
     assert not scope.cancelled_caught
@@ -279,7 +292,9 @@ async def test_a_read_denied_file_stays_unreadable_by_a_hook(
     (workspace / "sub" / ".env").write_text(late)
     await trio.sleep(0.2)  # the guard's inotify sees the new file
     for mode in ("default", "plan"):
-        hooks = _hooks(runner, workspace, "cat .env sub/.env; grep -r -- - . ; echo done", mode=mode)
+        hooks = _hooks(
+            runner, workspace, "cat .env sub/.env; grep -r -- - . ; echo done", mode=mode
+        )
         stdout = (await _prompt(hooks)).runs[0].stdout
         assert "done" in stdout
         assert early not in stdout and late not in stdout, stdout
@@ -290,8 +305,6 @@ async def test_hooks_of_one_event_run_at_once_and_merge_in_policy_order(
 ) -> None:
     """The first hook waits for the second's flag: run one after the other, it would give up
     and print nothing."""
-    first = (
-        "for i in $(seq 100); do [ -e flag ] && break; sleep 0.05; done; [ -e flag ] && echo A"
-    )
+    first = "for i in $(seq 100); do [ -e flag ] && break; sleep 0.05; done; [ -e flag ] && echo A"
     outcome = await _prompt(_hooks(runner, workspace, first, "touch flag; echo B"))
     assert outcome.context == ("A", "B")
