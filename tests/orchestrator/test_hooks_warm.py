@@ -123,7 +123,7 @@ async def test_a_hook_runs_in_the_read_write_host_with_its_input_and_environment
         runner,
         workspace,
         'cat > input.json; echo "$CLAUDE_PROJECT_DIR $WARREN_PROJECT_DIR $PWD" > env.txt; '
-        "grep -ls workers.toolhost /proc/[0-9]*/cmdline > hosts.txt; echo CONTEXT-5e1",
+        "grep -lx python /proc/[0-9]*/comm > hosts.txt; echo CONTEXT-5e1",
     )
     outcome = await _prompt(hooks, "the prompt")
     assert outcome.context == ("CONTEXT-5e1",), outcome.runs
