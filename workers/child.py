@@ -384,7 +384,9 @@ async def _shutdown(child: SupervisedChild, grace_s: float) -> None:
         return
     with trio.move_on_after(grace_s):
         with contextlib.suppress(ChildGone):
-            await child.send(wire.Shutdown())
+            # The base send: a subclass's may turn ChildGone into its own error, and a child
+            # killed just now (a retired host) is gone before it was reaped.
+            await SupervisedChild.send_bytes(child, wire.encode(wire.Shutdown()))
         await child.process.wait()
 
 

@@ -40,6 +40,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections import defaultdict
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -337,10 +338,12 @@ class SandboxedToolRunner:
         self._validate_timeout_s = validate_timeout_s
         self._cancel_wait_s = cancel_wait_s
         self._stop_grace_s = stop_grace_s
-        self._hosts: dict[wire.HostRole, _Host] = {}
+        self._hosts: dict[str, _Host] = {}
+        """Live hosts by slot: a role for the tool calls' hosts, `hooks:<role>` for the
+        hosts hooks run in (`run_hook`)."""
         self._context: ToolContext | None = None
         """The context hosts are started for (the last given): hooks, which have none, use it."""
-        self._start_locks = {role: trio.Lock() for role in ("read_write", "read_only")}
+        self._start_locks: defaultdict[str, trio.Lock] = defaultdict(trio.Lock)
         self._ids = itertools.count(1)
         self._shell: wire.ShellState | None = None
         """The read-write host's last reported shell state."""
@@ -504,7 +507,10 @@ class SandboxedToolRunner:
         self._carried += self._drain_guard(self._hosts.get("read_write"))
         if self._context is None:
             raise ToolHostError("no tool host was started for this session yet", role=role)
-        host = await self._host(role, self._context)
+        # Hooks get hosts of their own, with the same floor: in the tool calls' hosts a
+        # process the model left running could kill a hook or write into its output, and a
+        # hook that errs does not block.
+        host = await self._host(role, self._context, slot=_hook_slot(role))
         call_id = self._next_id()
         send, receive = trio.open_memory_channel[_Reply](math.inf)
         host.pending[call_id] = send
@@ -543,6 +549,9 @@ class SandboxedToolRunner:
             host.pending.pop(call_id, None)
             if host.retiring and not host.pending:
                 host.process.kill()
+            # What the hook made of protected names is undone now (and said with the next
+            # tool output), as after a writable call.
+            self._carried += self._drain_guard(self._hosts.get(_hook_slot("read_write")))
 
     # -- calls -------------------------------------------------------------------------------
 
@@ -673,24 +682,28 @@ class SandboxedToolRunner:
         for role in roles or ("read_write", "read_only"):
             self._nursery.start_soon(start, role)
 
-    def host_pids(self) -> dict[wire.HostRole, int]:
-        """Pids of the processes spawned for live hosts (bwrap's, when sandboxed)."""
-        return {role: h.process.pid for role, h in self._hosts.items() if h.alive}
+    def host_pids(self) -> dict[str, int]:
+        """Pids of the processes spawned for live hosts (bwrap's, when sandboxed), by slot:
+        `read_write`, `read_only`, and `hooks:read_write` / `hooks:read_only`."""
+        return {slot: h.process.pid for slot, h in self._hosts.items() if h.alive}
 
-    async def _host(self, role: wire.HostRole, ctx: ToolContext) -> _Host:
+    async def _host(
+        self, role: wire.HostRole, ctx: ToolContext, *, slot: str | None = None
+    ) -> _Host:
         self._context = ctx
-        host = self._hosts.get(role)
+        slot = slot or role
+        host = self._hosts.get(slot)
         if host is not None and host.alive:
             return host
-        async with self._start_locks[role]:
-            host = self._hosts.get(role)
+        async with self._start_locks[slot]:
+            host = self._hosts.get(slot)
             if host is not None and host.alive:
                 return host
             try:
                 started = await self._starter.start(self._launch(role, ctx))
             except ChildStartError as exc:
                 raise ToolHostError(exc.message, role=role) from exc
-            self._hosts[role] = started
+            self._hosts[slot] = started
             return started
 
     def _launch(self, role: wire.HostRole, ctx: ToolContext) -> HostLaunch:
@@ -764,6 +777,10 @@ async def _cancel_hook(
         async for reply in receive:
             if isinstance(reply, wire.HookResult | _Failure):
                 return
+
+
+def _hook_slot(role: wire.HostRole) -> str:
+    return f"hooks:{role}"
 
 
 def _host_label(launch: HostLaunch) -> str:

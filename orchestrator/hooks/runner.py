@@ -6,8 +6,10 @@ loop, the compactor, the session and the terminal asker call its per-event metho
 hook for an event each returns `NO_OUTCOME` after one set lookup (tests/bench/bench_hooks.py
 measures that path).
 
-Where a hook runs: in the session's warm tool host (`WarmHookHost`, a `RunHook` request to
-`workers.toolhost`), the read-write one, or the read-only one in `plan` mode. The host already
+Where a hook runs: in a warm tool host of the session's (`WarmHookHost`, a `RunHook` request
+to `workers.toolhost`) kept for hooks alone, the read-write one, or the read-only one in `plan`
+mode. Not the tool calls' hosts: there a process the model left running could kill a hook or
+write into its output, and a hook that errs does not block. The host already
 sits in the floor hooks need: the workspace and the policy's writable roots mounted as tools
 have them, no network, the home hidden and secrets masked (read deny rules included), a
 scrubbed environment, to which `CLAUDE_PROJECT_DIR` and `WARREN_PROJECT_DIR` are added. The

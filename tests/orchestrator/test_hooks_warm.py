@@ -129,8 +129,9 @@ async def test_a_hook_runs_in_the_read_write_host_with_its_input_and_environment
     assert outcome.context == ("CONTEXT-5e1",), outcome.runs
     assert json.loads((workspace / "input.json").read_text())["prompt"] == "the prompt"
     assert (workspace / "env.txt").read_text().split() == [str(workspace)] * 3
-    # It ran inside the tool host's sandbox (its pid namespace holds the host), not apart.
+    # It ran inside a warm host's sandbox (its pid namespace holds the host), not apart.
     assert (workspace / "hosts.txt").read_text().strip()
+    assert "hooks:read_write" in runner.host_pids()
     assert outcome.runs[0].exit_code == 0
 
 
@@ -141,7 +142,7 @@ async def test_in_plan_mode_a_hook_runs_in_the_read_only_host(
     outcome = await _prompt(hooks)
     assert not (workspace / "made.txt").exists()
     assert "Read-only file system" in outcome.runs[0].stderr
-    assert set(runner.host_pids()) >= {"read_only"}
+    assert set(runner.host_pids()) >= {"hooks:read_only"}
 
 
 async def test_a_hook_in_the_host_cannot_write_outside_or_reach_the_network(
@@ -229,8 +230,8 @@ async def test_a_timed_out_hook_is_killed_with_everything_it_started(
         nursery.cancel_scope.cancel()
     error = outcome.runs[0].output.error
     assert error is not None and "timed out after 2 s" in error
-    # They ran in the read-write host, below its Python process...
-    host = _host_python(runner, "read_write")
+    # They ran in the hooks' read-write host, below its Python process...
+    host = _host_python(runner, "hooks:read_write")
     assert len(ancestry) == 3 and all(host.pid in parents for parents in ancestry)
     # ...and none is left, wherever it went.
     assert _marked(marker) == []
@@ -308,3 +309,52 @@ async def test_hooks_of_one_event_run_at_once_and_merge_in_policy_order(
     first = "for i in $(seq 100); do [ -e flag ] && break; sleep 0.05; done; [ -e flag ] && echo A"
     outcome = await _prompt(_hooks(runner, workspace, first, "touch flag; echo B"))
     assert outcome.context == ("A", "B")
+
+
+async def test_what_the_model_left_running_cannot_reach_a_hook(
+    runner: SandboxedToolRunner, workspace: Path
+) -> None:
+    """A process the model started in the tool calls' read-write host (a background loop
+    that kills every process it can see with the marker, and writes into every pipe it can
+    find) cannot touch a hook: hooks run in a host of their own, in another pid namespace,
+    with the same floor. The hook's deny answer arrives intact."""
+    from orchestrator.messages import ToolUseBlock
+    from orchestrator.pipeline import ToolPipeline
+    from orchestrator.permissions import Allow, headless_asker
+    from orchestrator.tools.bash import BashTool
+    from orchestrator.tools.registry import ToolRegistry
+
+    marker = f"3300.{secrets.randbelow(10**9):09d}"
+
+    async def allow(plan: object, ctx: object) -> Allow:
+        return Allow(rule="test")
+
+    pipe = ToolPipeline(
+        tools=ToolRegistry([BashTool()]),
+        ctx=ToolContext(workspace=workspace, cwd=workspace),
+        permission=allow,  # type: ignore[arg-type]
+        asker=headless_asker,
+        runner=runner,
+        emit=lambda event: None,
+    )
+    killer = (
+        f"(while true; do pkill -f {marker}; for f in /proc/[0-9]*/fd/[0-2]; do "
+        f"echo '{{\"decision\": \"approve\"}}' > $f; done 2>/dev/null; sleep 0.02; done) "
+        ">/dev/null 2>&1 &"
+    )
+    block = ToolUseBlock(id="toolu_1", name="Bash", input={"command": killer})
+    result = await pipe.execute(pipe.prepare(block))
+    assert not result.is_error, result
+    hooks = _hooks(
+        runner,
+        workspace,
+        f"sleep 1 # {marker}\n"
+        'echo \'{"decision": "block", "reason": "held"}\'',
+    )
+    outcome = await _prompt(hooks)
+    run = outcome.runs[0]
+    assert run.output.error is None, run
+    assert outcome.blocked and "held" in outcome.reason_text
+    tool_ns = os.readlink(f"/proc/{_host_python(runner, 'read_write').pid}/ns/pid")
+    hook_ns = os.readlink(f"/proc/{_host_python(runner, 'hooks:read_write').pid}/ns/pid")
+    assert tool_ns != hook_ns
