@@ -319,8 +319,8 @@ async def test_what_the_model_left_running_cannot_reach_a_hook(
     find) cannot touch a hook: hooks run in a host of their own, in another pid namespace,
     with the same floor. The hook's deny answer arrives intact."""
     from orchestrator.messages import ToolUseBlock
-    from orchestrator.pipeline import ToolPipeline
     from orchestrator.permissions import Allow, headless_asker
+    from orchestrator.pipeline import ToolPipeline
     from orchestrator.tools.bash import BashTool
     from orchestrator.tools.registry import ToolRegistry
 
