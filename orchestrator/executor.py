@@ -6,7 +6,9 @@ Rules (DESIGN.md, loop contract 3), decided per call from its input:
   non-safe call has finished; safe calls share one `CapacityLimiter`;
 - a non-safe call starts only once the message is complete (a retried stream can never have
   started a write) and every earlier call has finished; every later call waits for it;
-- results come back in tool_use order, one per call, whatever happened.
+- results come back in tool_use order, one per call, whatever happened;
+- once the user rejects a call at a prompt, the calls that have not started yet do not
+  start: each gets `REJECTED_EARLIER` (a policy's denial stops only its own call).
 """
 
 from __future__ import annotations
@@ -16,7 +18,12 @@ from dataclasses import dataclass, field
 import trio
 
 from orchestrator.messages import ToolResultBlock, ToolUseBlock
-from orchestrator.pipeline import INTERRUPTED_RUNNING, INTERRUPTED_WAITING, ToolPipeline
+from orchestrator.pipeline import (
+    INTERRUPTED_RUNNING,
+    INTERRUPTED_WAITING,
+    REJECTED_EARLIER,
+    ToolPipeline,
+)
 from orchestrator.plan import CallPlan
 
 __all__ = ["StreamingToolExecutor"]
@@ -51,6 +58,8 @@ class StreamingToolExecutor:
         self._calls: list[_Call] = []
         self._by_id: dict[str, _Call] = {}
         self._message_complete = trio.Event()
+        self._rejected = False
+        """The user rejected a call: the calls that have not started are not run."""
 
     def add(self, block: ToolUseBlock) -> None:
         """Schedule a call as soon as its block is complete."""
@@ -105,13 +114,23 @@ class StreamingToolExecutor:
                     if call.blocker is not None:
                         await call.blocker.done.wait()
                     async with self._limiter:
-                        call.started = True
-                        call.result = await self._pipeline.execute(call.prepared)
+                        await self._execute(call)
                 else:
                     await self._message_complete.wait()
                     for other in earlier:
                         await other.done.wait()
-                    call.started = True
-                    call.result = await self._pipeline.execute(call.prepared)
+                    await self._execute(call)
         finally:
             call.done.set()
+
+    async def _execute(self, call: _Call) -> None:
+        if self._rejected:
+            call.result = ToolResultBlock(
+                tool_use_id=call.prepared.block.id, content=REJECTED_EARLIER, is_error=True
+            )
+            return
+        call.started = True
+        call.result = await self._pipeline.execute(call.prepared, on_rejected=self._reject)
+
+    def _reject(self) -> None:
+        self._rejected = True

@@ -43,6 +43,9 @@ class Deny:
     message: str
     """Shown to the model as the tool_result; says why and what to do instead."""
     rule: str | None = None
+    by_user: bool = False
+    """The user rejected the call at a prompt: the calls queued after it in the same batch
+    do not run either (a policy's denial stops only its own call)."""
 
 
 @dataclass(frozen=True)

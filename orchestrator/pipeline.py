@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import pydantic
@@ -34,7 +35,14 @@ from orchestrator.errors import ToolError
 from orchestrator.events import EventSink, PermissionDecided, ToolFinished, ToolStarted
 from orchestrator.messages import TextBlock, ToolResultBlock, ToolUseBlock
 from orchestrator.permissions import Allow, Ask, Asker, Deny, PermissionFn
-from orchestrator.plan import Assessor, CallPlan, PlanDecision, plan_call, tool_assessor
+from orchestrator.plan import (
+    Assessor,
+    CallPlan,
+    PlanDecision,
+    Verdict,
+    plan_call,
+    tool_assessor,
+)
 from orchestrator.text import truncate_middle
 from orchestrator.tools.base import (
     DEFAULT_TOOL_TIMEOUT_S,
@@ -54,6 +62,7 @@ __all__ = [
     "DEFAULT_OUTPUT_CAP",
     "INTERRUPTED_RUNNING",
     "INTERRUPTED_WAITING",
+    "REJECTED_EARLIER",
     "InProcessRunner",
     "ToolPipeline",
     "ToolRunner",
@@ -68,6 +77,10 @@ INTERRUPTED_RUNNING = (
 )
 INTERRUPTED_WAITING = (
     "Interrupted: the run was cancelled before this tool call started. It had no effect."
+)
+REJECTED_EARLIER = (
+    "Not run: the user rejected an earlier tool call in this batch, so the calls queued after "
+    "it were stopped. It had no effect. Wait for the user's direction before retrying."
 )
 
 
@@ -165,9 +178,12 @@ class ToolPipeline:
             return CallPlan(block, tool, None, _schema_error_text(tool, exc))
         return plan_call(block, tool, parsed, self.assessor)
 
-    async def execute(self, plan: CallPlan) -> ToolResultBlock:
+    async def execute(
+        self, plan: CallPlan, *, on_rejected: Callable[[], None] | None = None
+    ) -> ToolResultBlock:
         """Validation, permission, the call itself, all by `plan`. Returns the call's one
-        tool_result.
+        tool_result. `on_rejected` is called when the user rejects the call at a prompt (the
+        executor then stops the calls queued after it).
 
         **Cancellation:** propagates; the executor fills in the interruption result.
         """
@@ -209,6 +225,8 @@ class ToolPipeline:
 
         decided, plan = await self._decide(plan, verdict)
         if isinstance(decided, Deny):
+            if decided.by_user and on_rejected is not None:
+                on_rejected()
             return self._error(block, decided.message)
         if decided.updated_input is not None:
             try:
@@ -224,6 +242,36 @@ class ToolPipeline:
         if hooks is not None and hooks.has("PostToolUse"):
             result = _with_feedback(result, await hooks.post_tool_use(plan, result.content))
         return result
+
+    async def run_typed(self, block: ToolUseBlock) -> ToolResultBlock:
+        """A call the user typed (the REPL's `!command`): it runs as one that may write (the
+        read-write host, the persistent shell), the policy's denials apply, and nothing asks:
+        the user has just said what to run.
+
+        **Cancellation:** propagates (the caller shows the interruption).
+        """
+        plan = self.prepare(block)
+        if plan.error is not None or plan.tool is None or plan.input is None:
+            return self._error(block, plan.error or "internal error: unprepared call")
+        tool = plan.tool
+        detail = None if plan.verdict is None else plan.verdict.detail
+        plan = replace(plan, verdict=Verdict(False, "typed by the user", False, detail))
+        try:
+            refusal = await self.runner.validate(plan, self.ctx)
+        except Exception as exc:
+            refusal = f"{tool.name} could not validate this call: {exc}"
+        if refusal is not None:
+            return self._error(block, refusal)
+        try:
+            result = await self.permission(plan, self.ctx)
+        except Exception as exc:
+            result = Deny(f"The permission check failed ({exc}); the command was not run.")
+        plan = self._audit(plan, result, "policy")
+        if isinstance(result, Deny):
+            return self._error(block, result.message)
+        if isinstance(result, Ask):
+            plan = self._audit(plan, Allow(rule="typed by the user"), "asker")
+        return await self._call(plan)
 
     async def _decide(
         self, plan: CallPlan, hook: PermissionVerdict | None = None

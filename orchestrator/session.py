@@ -80,6 +80,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_MODEL",
+    "AskerFactory",
     "BrokerFactory",
     "FloorNotProven",
     "MeteredModel",
@@ -121,6 +122,9 @@ one is wired in), so subagents share the session's limits and budget."""
 
 McpFactory = Callable[[ToolContext, SessionPolicy], AbstractAsyncContextManager["McpServers"]]
 """Starts the policy's MCP servers beside the session (the CLI passes them in the floor)."""
+AskerFactory = Callable[[SessionPolicy, Callable[[str], Awaitable[object]]], Asker]
+"""Makes the session's `Asker` from its policy (for "always" rules and mode changes) and the
+Notification hooks (told each time the user is asked)."""
 
 BrokerFactory = Callable[[ModelClient, Limits], MeteredModel]
 """Wraps the session's model client in the broker that enforces `Limits` for every agent."""
@@ -245,6 +249,9 @@ class SessionParts:
     """Called with every subagent update."""
     mcp: McpFactory | None = None
     """The policy's MCP servers; without it none start (and the policy's are ignored)."""
+    asker: AskerFactory | None = None
+    """Who answers the calls the policy asks about, given the session's policy and its
+    Notification hooks (the REPL's dialogs). Default: the config's `asks`."""
 
 
 def build_limits(config: SessionConfig, policy: SessionPolicy) -> Limits:
@@ -288,6 +295,7 @@ class Session:
         self,
         *,
         config: SessionConfig,
+        policy: SessionPolicy,
         limits: Limits,
         transcript: Transcript,
         model: ModelClient,
@@ -299,6 +307,8 @@ class Session:
         io_guard: _IoGuard,
     ) -> None:
         self.config = config
+        self.policy = policy
+        """The policy in force (the REPL shows its rules and switches its mode)."""
         self.limits = limits
         self.transcript = transcript
         self.model = model
@@ -446,6 +456,40 @@ class Session:
         Never raises for a bad call: the result says what went wrong."""
         block = ToolUseBlock(id=f"toolu_ext_{uuid.uuid4().hex[:20]}", name=name, input=input)
         return await self._pipeline.execute(self._pipeline.prepare(block))
+    def context_usage(self) -> tuple[int, int]:
+        """Tokens the next request would hold (the last reported count plus what was added
+        since, estimated) and the model's window: how full the context is (`/context`)."""
+        account = self.compactor.account
+        fixed = account.fixed_chars(self._system, self._pipeline.tools.specs())
+        return account.estimate(self.history, fixed), self.compactor.window
+
+    async def shell(self, command: str) -> ToolResultBlock:
+        """Run a command the user typed (the REPL's `!command`) with the Bash tool in the
+        read-write tool host: deny rules apply, nothing asks. The command and its output join
+        the conversation as a user message, so the model sees them with the next prompt.
+
+        **Cancellation:** propagates; the command is stopped and nothing is added.
+        """
+        block = ToolUseBlock(id=f"user_{uuid.uuid4().hex[:12]}", name="Bash", input={
+            "command": command, "description": "typed by the user"
+        })  # fmt: skip
+        result = await self._pipeline.run_typed(block)
+        output = result.content if isinstance(result.content, str) else "\n".join(
+            b.text for b in result.content if isinstance(b, TextBlock)
+        )  # fmt: skip
+        self.add_user_note(
+            f"<bash-input>{command}</bash-input>\n"
+            f"<bash-{'stderr' if result.is_error else 'stdout'}>{output}"
+            f"</bash-{'stderr' if result.is_error else 'stdout'}>"
+        )
+        return result
+
+    def add_user_note(self, text: str) -> None:
+        """Add a user message to the conversation (and the transcript) without running the
+        loop: the next prompt follows it (consecutive user messages are merged for the API)."""
+        message = Message.user_text(text)
+        self._io.write(lambda: self.transcript.message(message))
+        self.history = [*self.history, message]
 
     async def compact(self, instructions: str | None = None) -> Compaction:
         """Summarise the conversation now (the REPL's `/compact [instructions]`), between runs:
@@ -561,7 +605,9 @@ async def open_session(
             warm=runner if isinstance(runner, WarmHookHost) else None,
         )
         asker: Asker = (
-            TerminalAsker(policy, notify=hooks.notification)
+            parts.asker(policy, hooks.notification)
+            if parts.asker is not None
+            else TerminalAsker(policy, notify=hooks.notification)
             if config.asks == "terminal"
             else headless_asker
         )
@@ -616,6 +662,7 @@ async def open_session(
             )
         session = Session(
             config=config,
+            policy=policy,
             limits=limits,
             transcript=transcript,
             model=model,

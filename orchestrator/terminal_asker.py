@@ -24,7 +24,7 @@ from orchestrator.tools.base import Tool, ToolInput
 from policies.files import PolicyError, save_remembered_rule
 from policies.trust import TrustStore
 
-__all__ = ["TerminalAsker"]
+__all__ = ["TerminalAsker", "remember_always"]
 
 
 class TerminalAsker:
@@ -77,19 +77,11 @@ class TerminalAsker:
                         f"The user denied this {tool.name} call.{why} Do not retry it as is; "
                         "adjust your approach or ask what they want.",
                         rule="user: no",
+                        by_user=True,
                     )
 
     def _remember(self, tool: Tool[Any], raw: dict[str, Any]) -> Allow:
-        engine = self._policy.engine
-        try:
-            rule = engine.remember(tool.name, raw, facts=tool.facts)
-        except PolicyError:
-            return Allow(rule="user: yes (no rule can cover just this call)")
-        try:
-            path = save_remembered_rule(engine.workspace, rule, trust_store=TrustStore.from_env())
-        except (OSError, PolicyError) as exc:
-            return Allow(rule=f"user: always {rule} (this session only: {exc})")
-        return Allow(rule=f"user: always {rule} (saved to {path})")
+        return remember_always(self._policy, tool, raw)
 
     def _prompt(self, tool: Tool[Any], input: ToolInput, ask: Ask) -> tuple[str, str]:
         # Two handles: a terminal is not seekable, which a text-mode "r+" file requires.
@@ -119,6 +111,21 @@ class TerminalAsker:
                 if choice in ("n", "no"):
                     _write(term, "  reason for the model (optional) > ")
                     return "n", answers.readline().strip()
+
+
+def remember_always(policy: SessionPolicy, tool: Tool[Any], raw: dict[str, Any]) -> Allow:
+    """An "always" answer: the call's rule allowed for the session and saved to the
+    repository's local policy (`.warren/policy.local.toml`); the call allowed either way."""
+    engine = policy.engine
+    try:
+        rule = engine.remember(tool.name, raw, facts=tool.facts)
+    except PolicyError:
+        return Allow(rule="user: yes (no rule can cover just this call)")
+    try:
+        path = save_remembered_rule(engine.workspace, rule, trust_store=TrustStore.from_env())
+    except (OSError, PolicyError) as exc:
+        return Allow(rule=f"user: always {rule} (this session only: {exc})")
+    return Allow(rule=f"user: always {rule} (saved to {path})")
 
 
 def _write(term: IO[str], text: str) -> None:

@@ -639,11 +639,18 @@ class PolicyEngine:
         Errors: `PolicyError` when no rule covers just this call (a path that cannot be
         written as a rule); then allow the call once and do not store anything.
         """
-        rule = _suggest_rule(
-            tool, input, facts or self.facts_of(tool), self.workspace, self.analyser
-        )
+        rule = self.suggest_rule(tool, input, facts=facts)
         self.allow_for_session(rule)
         return rule
+
+    def suggest_rule(
+        self, tool: str, input: Mapping[str, Any], *, facts: ToolFacts | None = None
+    ) -> str:
+        """The rule `remember` would store for this call, allowing nothing yet (a dialog shows
+        it before the user agrees). **Errors:** `PolicyError`, as `remember`."""
+        return _suggest_rule(
+            tool, input, facts or self.facts_of(tool), self.workspace, self.analyser
+        )
 
     def allow_for_session(self, rule: str) -> None:
         """Allow calls matching `rule` until the engine is dropped (source `session`)."""

@@ -1,5 +1,6 @@
 """The `warren` command line: one parser with real subcommands, and a prompt otherwise.
 
+    warren [PROMPT]        at a terminal: the interactive session (with a first prompt)
     warren PROMPT / warren -p PROMPT [options]   a headless run (the prompt may come on stdin)
     warren demo            the offline demo on a generated sample repository
     warren doctor          prove the sandbox floor on this machine, or say how to fix it
@@ -11,7 +12,8 @@
     warren mcp list        the MCP servers in force with their files (get, add, remove)
     warren mcp serve       Warren's tools as an MCP server on stdio
 
-A first argument that is not a subcommand is a prompt: `warren "fix the build"` is
+A first argument that is not a subcommand is a prompt: with stdin and stdout at a terminal
+`warren "fix the build"` opens the interactive session with it, otherwise it is
 `warren -p "fix the build"`. Exit codes are the run's terminal reason
 (`orchestrator.outcome.exit_code`); 2 is a bad command line or configuration.
 """
@@ -244,6 +246,12 @@ def _at_terminal() -> bool:
     return bool(sys.stdin and sys.stdin.isatty() and sys.stderr.isatty())
 
 
+def _interactive_terminal() -> bool:
+    """`warren` / `warren PROMPT` open the interactive session: stdin and stdout are
+    terminals (a pipe on either side keeps a run headless, as `echo ... | warren`)."""
+    return bool(sys.stdin and sys.stdout and sys.stdin.isatty() and sys.stdout.isatty())
+
+
 def _prompt(args: argparse.Namespace) -> int:
     import trio
     from pydantic import ValidationError
@@ -257,19 +265,23 @@ def _prompt(args: argparse.Namespace) -> int:
         print("warren: give the prompt once: as PROMPT or with -p", file=sys.stderr)
         return EXIT_USAGE
     prompt = args.prompt if args.prompt is not None else args.words
-    if prompt is None:
+    interactive = args.prompt is None and _interactive_terminal()
+    if prompt is None and not interactive:
         if sys.stdin is None or sys.stdin.isatty():
             _prompt_parser().print_usage(sys.stderr)
             print(
-                "warren: give a prompt (warren PROMPT, -p PROMPT, or on stdin; "
-                "the interactive REPL is not built yet); `warren --help` lists the commands",
+                "warren: give a prompt (warren PROMPT, -p PROMPT, or on stdin; the interactive "
+                "session needs stdin and stdout at a terminal); `warren --help` lists the "
+                "commands",
                 file=sys.stderr,
             )
             return EXIT_USAGE
         prompt = sys.stdin.read()
-    if not prompt.strip():
-        print("warren: the prompt is empty", file=sys.stderr)
-        return EXIT_USAGE
+    if prompt is not None and not prompt.strip():
+        if not interactive:
+            print("warren: the prompt is empty", file=sys.stderr)
+            return EXIT_USAGE
+        prompt = None
     try:
         config = SessionConfig(
             cwd=(args.cwd or Path.cwd()).absolute(),
@@ -298,6 +310,11 @@ def _prompt(args: argparse.Namespace) -> int:
         print(f"warren: {problems}", file=sys.stderr)
         return EXIT_USAGE
     try:
+        if interactive:
+            from orchestrator.repl.app import run_repl
+
+            return trio.run(run_repl, config, prompt, session_parts())
+        assert prompt is not None
         return trio.run(run_prompt, config, prompt, session_parts())
     except KeyboardInterrupt:  # before the signal watch started, or after it stopped
         print("warren: interrupted", file=sys.stderr)

@@ -1,0 +1,376 @@
+"""Slash commands of the interactive session, one function each.
+
+A command gets the REPL, the session and its argument text, prints what it has to say, and
+returns None to stay in the session or an `Action` (`Exit`, `Reopen`) to leave it. An unknown
+command gets the nearest known name as a suggestion. Reports that come from files the
+repository controls (policies, hooks, agent definitions) are escaped before printing.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import trio
+from rich.table import Table
+from rich.text import Text
+
+from orchestrator.errors import ModelError, SessionError
+from orchestrator.model.catalog import resolve_model
+from orchestrator.session import MeteredModel, Session, SessionConfig
+from orchestrator.text import escape_controls
+
+if TYPE_CHECKING:
+    from orchestrator.repl.app import Action, Repl
+
+__all__ = ["COMMANDS", "MODES", "Command", "run_command", "suggest"]
+
+Handler = Callable[["Repl", Session, str], Awaitable["Action | None"]]
+
+MODES = ("default", "accept-edits", "plan", "dont-ask", "bypass")
+
+
+@dataclass(frozen=True)
+class Command:
+    summary: str
+    handler: Handler
+
+
+def _say(repl: Repl, text: str, style: str = "") -> None:
+    repl.console.print(Text(escape_controls(text, keep_lines=True), style))
+
+
+async def _help(repl: Repl, session: Session, arg: str) -> Action | None:
+    table = Table(box=None, show_header=False, padding=(0, 2))
+    for name, command in COMMANDS.items():
+        table.add_row(Text(f"/{name}", "bold cyan"), command.summary)
+    repl.console.print(table)
+    _say(
+        repl,
+        "!COMMAND runs a command in the workspace's shell and adds its output to the "
+        "conversation. @path names a file for the model.\n"
+        "Keys: Enter sends · Esc Enter or Ctrl-J (or a trailing \\) starts a new line · "
+        "Esc interrupts a running turn · Ctrl-C twice or Ctrl-D exits.",
+        "dim",
+    )
+    return None
+
+
+async def _exit(repl: Repl, session: Session, arg: str) -> Action | None:
+    from orchestrator.repl.app import Exit
+
+    return Exit()
+
+
+async def _clear(repl: Repl, session: Session, arg: str) -> Action | None:
+    from orchestrator.repl.app import Reopen
+
+    config = _config(session.config, resume=None, continue_last=False)
+    return Reopen(config, note=f"(the conversation {session.session_id} is kept; /resume finds it)")
+
+
+async def _compact(repl: Repl, session: Session, arg: str) -> Action | None:
+    try:
+        compaction = await repl.turn(
+            lambda: session.compact(arg.strip() or None), status="Compacting"
+        )
+    except (SessionError, ModelError) as exc:
+        _say(repl, f"Not compacted: {exc}", "yellow")
+        return None
+    _say(
+        repl,
+        f"Compacted: ~{compaction.pre_tokens:,} → ~{compaction.post_tokens:,} tokens "
+        f"({len(compaction.messages)} messages now).",
+        "green",
+    )
+    return None
+
+
+async def _cost(repl: Repl, session: Session, arg: str) -> Action | None:
+    model = session.model
+    if not isinstance(model, MeteredModel):
+        _say(repl, "No cost is counted in this session (no broker is wired in).", "yellow")
+        return None
+    used = model.usage
+    _say(
+        repl,
+        f"Total cost: ${model.cost_usd:.4f} (the main agent and every subagent)\n"
+        f"Tokens: {used.input_tokens:,} input · {used.output_tokens:,} output · "
+        f"{used.cache_creation_input_tokens:,} cache write · "
+        f"{used.cache_read_input_tokens:,} cache read",
+    )
+    limit = session.limits.max_budget_usd
+    if limit is not None:
+        _say(repl, f"Budget: ${limit:.2f} ({model.cost_usd / limit:.0%} used)", "dim")
+    return None
+
+
+async def _context(repl: Repl, session: Session, arg: str) -> Action | None:
+    used, window = session.context_usage()
+    share = used / window if window else 0.0
+    width = 30
+    filled = min(width, round(share * width))
+    bar = Text("█" * filled, "magenta")
+    bar.append("░" * (width - filled), style="dim")
+    bar.append(
+        f"  ~{used:,} of {window:,} tokens ({share:.0%}) · compacts at "
+        f"{session.compactor.threshold:.0%} · {len(session.history)} messages"
+    )
+    repl.console.print(bar)
+    return None
+
+
+async def _model(repl: Repl, session: Session, arg: str) -> Action | None:
+    from orchestrator.repl.app import Reopen
+
+    name = arg.strip()
+    if not name:
+        _say(repl, f"Model: {session.model.model}. Switch with /model NAME (sonnet, opus, haiku "
+             "or a model id); the conversation continues.")  # fmt: skip
+        return None
+    resolved = resolve_model(name)
+    config = _config(session.config, model=resolved, resume=session.session_id)
+    return Reopen(config, note=f"(continuing on {resolved})")
+
+
+async def _permissions(repl: Repl, session: Session, arg: str) -> Action | None:
+    engine = session.policy.engine
+    wanted = arg.strip()
+    if wanted:
+        if wanted not in MODES:
+            _say(repl, f"No mode {wanted!r}; the modes are {', '.join(MODES)}.", "yellow")
+            return None
+        if wanted == "bypass" and not engine.floor_proven:
+            _say(repl, "bypass needs a proven sandbox floor (see /doctor).", "yellow")
+            return None
+        engine.mode = wanted  # type: ignore[assignment]
+        _say(repl, f"Mode for this session: {wanted}.", "green")
+        return None
+    _say(repl, f"Mode: {engine.mode}  (switch with /permissions MODE: {', '.join(MODES)})")
+    table = Table(box=None, padding=(0, 2), header_style="dim")
+    for column in ("kind", "rule", "from"):
+        table.add_column(column)
+    for entry in session.policy.effective.rules:
+        kind = entry.kind if entry.active else f"{entry.kind} (untrusted: off)"
+        table.add_row(
+            Text(kind, {"deny": "red", "ask": "yellow"}.get(entry.kind, "green")),
+            Text(escape_controls(entry.text)),
+            Text(escape_controls(entry.source), "dim"),
+        )
+    repl.console.print(table)
+    return None
+
+
+async def _policy(repl: Repl, session: Session, arg: str) -> Action | None:
+    from policies import commands
+
+    _say(repl, commands.show(session.config.cwd).text.rstrip())
+    return None
+
+
+async def _agents(repl: Repl, session: Session, arg: str) -> Action | None:
+    from orchestrator.errors import ConfigError
+    from orchestrator.paths import WarrenDirs
+    from orchestrator.subagents import load_agent_types
+
+    policy = session.policy
+    try:
+        types = load_agent_types(
+            policy.engine.workspace,
+            trusted=policy.effective.trust == "trusted",
+            config_dir=(repl.parts.dirs or WarrenDirs.from_env()).config,
+        )
+    except ConfigError as exc:
+        _say(repl, str(exc), "yellow")
+        return None
+    table = Table(box=None, padding=(0, 2), header_style="dim")
+    for column in ("agent", "from", "tools", "what for"):
+        table.add_column(column)
+    for agent in types.values():
+        table.add_row(
+            Text(agent.name, "bold cyan"),
+            Text(agent.source + (" (writable)" if agent.writable else ""), "dim"),
+            Text(escape_controls(", ".join(agent.tools))),
+            Text(escape_controls(agent.description)),
+        )
+    repl.console.print(table)
+    return None
+
+
+async def _doctor(repl: Repl, session: Session, arg: str) -> Action | None:
+    from sandbox.commands import doctor
+
+    report = await repl.turn(
+        lambda: trio.to_thread.run_sync(doctor, session.policy.home_allow()), status="Probing"
+    )
+    _say(repl, report.floor.render())
+    return None
+
+
+async def _hooks(repl: Repl, session: Session, arg: str) -> Action | None:
+    from policies import commands
+
+    _say(repl, commands.hooks_list(session.config.cwd).text.rstrip())
+    return None
+
+
+async def _init(repl: Repl, session: Session, arg: str) -> Action | None:
+    from orchestrator.repl.starter import write_starter_memory
+    from policies import commands
+
+    _say(repl, write_starter_memory(session.config.cwd.resolve()))
+    _say(repl, commands.init(session.config.cwd).text.rstrip())
+    return None
+
+
+async def _resume(repl: Repl, session: Session, arg: str) -> Action | None:
+    from orchestrator.repl.app import Reopen
+    from orchestrator.repl.input import CTRL_C, CTRL_D, prompt_line
+
+    chosen = arg.strip()
+    if not chosen:
+        found = _list_sessions(repl, session)
+        if not found:
+            return None
+        from prompt_toolkit import PromptSession
+
+        typed = await prompt_line(PromptSession(), "resume which (number, Enter to stay) > ")
+        if typed in (CTRL_C, CTRL_D) or not typed.strip():
+            return None
+        if not typed.strip().isdigit() or not 1 <= int(typed) <= len(found):
+            _say(repl, f"No session {typed.strip()!r} in the list.", "yellow")
+            return None
+        chosen = found[int(typed) - 1].session_id
+    if chosen == session.session_id:
+        _say(repl, "That is this session.", "dim")
+        return None
+    return Reopen(_config(session.config, resume=chosen, continue_last=False))
+
+
+async def _sessions(repl: Repl, session: Session, arg: str) -> Action | None:
+    _list_sessions(repl, session)
+    return None
+
+
+async def _mcp(repl: Repl, session: Session, arg: str) -> Action | None:
+    _say(repl, "MCP servers are not built into Warren yet: there is nothing to list.", "dim")
+    return None
+
+
+COMMANDS: dict[str, Command] = {
+    "help": Command("the commands and keys", _help),
+    "clear": Command("start a new conversation (this one stays resumable)", _clear),
+    "compact": Command("summarise the conversation now: /compact [instructions]", _compact),
+    "cost": Command("tokens and cost of this session, subagents included", _cost),
+    "context": Command("how full the model's context window is", _context),
+    "model": Command("show or switch the model: /model [NAME]", _model),
+    "permissions": Command("the mode and rules in force; /permissions MODE switches", _permissions),
+    "policy": Command("the effective policy, each rule with its file", _policy),
+    "agents": Command("the agent types dispatch_agent can start", _agents),
+    "doctor": Command("prove the sandbox floor again", _doctor),
+    "hooks": Command("the hooks in force with their files", _hooks),
+    "init": Command("write a starter WARREN.md and .warren/policy.toml", _init),
+    "resume": Command("continue an earlier conversation: /resume [ID]", _resume),
+    "sessions": Command("earlier sessions in this repository", _sessions),
+    "mcp": Command("MCP servers (not built yet)", _mcp),
+    "exit": Command("leave (the session stays resumable)", _exit),
+}
+"""Every slash command with its one-line summary (/help, completion)."""
+
+
+def suggest(name: str) -> str | None:
+    """The known command nearest to `name`, if any is near."""
+    close = difflib.get_close_matches(name, list(COMMANDS), n=1, cutoff=0.5)
+    if close:
+        return close[0]
+    prefixed = [known for known in COMMANDS if known.startswith(name[:2])] if name else []
+    return prefixed[0] if prefixed else None
+
+
+async def run_command(repl: Repl, session: Session, text: str) -> Action | None:
+    name, _, arg = text[1:].partition(" ")
+    name = {"quit": "exit", "?": "help"}.get(name, name)
+    command = COMMANDS.get(name)
+    if command is None:
+        nearest = suggest(name)
+        hint = f" Did you mean /{nearest}?" if nearest else ""
+        _say(repl, f"Unknown command /{name}.{hint} /help lists them.", "yellow")
+        return None
+    return await command.handler(repl, session, arg)
+
+
+def _config(config: SessionConfig, **changes: Any) -> SessionConfig:
+    """`config` with `changes`, validated again (aliases resolved, contradictions refused)."""
+    return SessionConfig.model_validate({**config.model_dump(), **changes})
+
+
+@dataclass(frozen=True)
+class _Past:
+    session_id: str
+    when: float
+    first_prompt: str
+
+
+def _list_sessions(repl: Repl, session: Session) -> list[_Past]:
+    """Earlier sessions started in this workspace, newest first (at most 20), printed."""
+    root = session.transcript.path.parent
+    cwd = str(session.config.cwd.resolve())
+    found: list[_Past] = []
+    try:
+        paths = sorted(root.glob("*.jsonl"), key=lambda p: p.stat().st_mtime, reverse=True)
+    except OSError:
+        paths = []
+    for path in paths:
+        if path.stem == session.session_id or path.name.endswith(".audit.jsonl"):
+            continue
+        past = _read_past(path, cwd)
+        if past is not None:
+            found.append(past)
+        if len(found) >= 20:
+            break
+    if not found:
+        _say(repl, "No earlier sessions in this repository.", "dim")
+        return []
+    table = Table(box=None, padding=(0, 2), header_style="dim")
+    for column in ("#", "session", "last active", "first prompt"):
+        table.add_column(column, no_wrap=True, overflow="ellipsis")
+    for number, past in enumerate(found, 1):
+        table.add_row(
+            str(number),
+            past.session_id,
+            datetime.fromtimestamp(past.when).strftime("%Y-%m-%d %H:%M"),
+            Text(escape_controls(past.first_prompt)[:60]),
+        )
+    repl.console.print(table)
+    return found
+
+
+def _read_past(path: Path, cwd: str) -> _Past | None:
+    try:
+        when = path.stat().st_mtime
+        with path.open(encoding="utf-8", errors="replace") as file:
+            header = json.loads(file.readline())
+            if header.get("type") != "session" or header.get("cwd") != cwd:
+                return None
+            for _, line in zip(range(200), file, strict=False):
+                record = json.loads(line)
+                if record.get("type") == "message" and record["message"].get("role") == "user":
+                    return _Past(path.stem, when, _first_text(record["message"]))
+    except (OSError, ValueError, KeyError, AttributeError):
+        return None
+    return _Past(path.stem, when, "")
+
+
+def _first_text(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, str):
+        return " ".join(content.split())
+    for block in content or []:
+        if isinstance(block, dict) and block.get("type") == "text":
+            return " ".join(str(block.get("text", "")).split())
+    return ""

@@ -1,0 +1,295 @@
+"""What a running turn looks like: finished things printed once, a live area for the rest.
+
+Printed above, in order: the assistant's text (rendered as Markdown once its block is done),
+each tool call as one line with its status and duration (its result's summary folded under
+it), denials, retries, compactions, and the one-line summary of a batch of subagents. Below,
+redrawn ten times a second until the turn ends: the text still streaming, the calls still
+running, a table with one row per running subagent, and a spinner with the elapsed time and
+the tokens so far. Everything shown that a model, a tool or a repository wrote is escaped
+(`escape_controls`) and never read as rich markup.
+
+All of it runs in the trio thread: the sinks update state, `animate` redraws (rich's own
+refresh thread is off), so a redraw never races an update.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import trio
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.markdown import Markdown
+from rich.spinner import Spinner
+from rich.table import Table
+from rich.text import Text
+
+from orchestrator.events import (
+    AssistantTurn,
+    CompactBoundary,
+    Event,
+    HookRan,
+    PermissionDecided,
+    RetryScheduled,
+    TextStreamed,
+    ToolFinished,
+    ToolStarted,
+)
+from orchestrator.subagents import (
+    SubagentEvent,
+    SubagentFinished,
+    SubagentOutcome,
+    SubagentStarted,
+    SubagentUpdate,
+)
+from orchestrator.text import escape_controls
+
+__all__ = ["TurnView", "human_tokens", "tool_line"]
+
+_REFRESH_S = 0.1
+_TEXT_TAIL_LINES = 12
+"""Lines of a still-streaming text block shown in the live area."""
+
+
+def human_tokens(count: int) -> str:
+    return f"{count / 1000:.1f}k" if count >= 1000 else str(count)
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
+
+
+def tool_line(display: str, summary: str, *, is_error: bool, duration_s: float) -> Text:
+    """One finished tool call: mark, the call, its duration; the summary folded under it."""
+    line = Text()
+    line.append("✗ " if is_error else "✓ ", style="red" if is_error else "green")
+    line.append(escape_controls(display), style="bold")
+    line.append(f"  {_duration(duration_s)}", style="dim")
+    first = escape_controls(summary.split("\n")[0])[:200]
+    if first:
+        line.append("\n  ⎿ ")
+        line.append(first, style="red" if is_error else "dim")
+    return line
+
+
+@dataclass
+class _Running:
+    display: str
+    started: float
+
+
+@dataclass
+class _AgentRow:
+    agent_id: str
+    description: str
+    started: float
+    tool: str = ""
+    turns: int = 0
+    tokens: int = 0
+    pid: int | None = None
+
+
+@dataclass
+class TurnView:
+    """The display of one turn (a prompt, a `/compact`, a `!command`): `with view.live():`
+    around it, the sinks fed with its events."""
+
+    console: Console
+    status: str = "Thinking"
+    _started: float = field(default_factory=time.monotonic)
+    _text: list[str] = field(default_factory=list)
+    _streamed: bool = False
+    _running: dict[str, _Running] = field(default_factory=dict)
+    _agents: dict[str, _AgentRow] = field(default_factory=dict)
+    _agents_done: list[tuple[_AgentRow, SubagentOutcome]] = field(default_factory=list)
+    _output_tokens: int = 0
+    _stream_chars: int = 0
+    _live: Live | None = None
+    interrupting: bool = False
+
+    # -- lifecycle --
+
+    def start(self) -> None:
+        if self._live is None:
+            self._live = Live(
+                self,
+                console=self.console,
+                auto_refresh=False,
+                transient=True,
+                redirect_stdout=False,
+                redirect_stderr=False,
+            )
+            self._live.start()
+
+    def stop(self) -> None:
+        live, self._live = self._live, None
+        if live is not None:
+            live.stop()
+
+    async def animate(self) -> None:
+        """Redraw the live area until cancelled."""
+        while True:
+            if self._live is not None:
+                self._live.refresh()
+            await trio.sleep(_REFRESH_S)
+
+    def print(self, renderable: RenderableType) -> None:
+        """Print above the live area (or plainly, when it is stopped)."""
+        self.console.print(renderable)
+        if self._live is not None:
+            self._live.refresh()
+
+    # -- the main agent's events --
+
+    def __call__(self, event: Event) -> None:
+        match event:
+            case TextStreamed(text=text):
+                self._text.append(text)
+                self._streamed = True
+                self._stream_chars += len(text)
+            case AssistantTurn(turn=turn):
+                if not self._streamed and turn.message.text():
+                    self._text.append(turn.message.text())
+                self._flush_text()
+                self._streamed = False
+                self._output_tokens += turn.usage.output_tokens
+                self._stream_chars = 0
+            case ToolStarted(tool_use_id=use_id, display=display):
+                self._flush_text()  # the text before a call is complete when it starts
+                self._running[use_id] = _Running(display, time.monotonic())
+            case ToolFinished(tool_use_id=use_id, summary=summary, is_error=error, duration_s=d):
+                running = self._running.pop(use_id, None)
+                shown = running.display if running is not None else event.tool
+                self.print(tool_line(shown, summary, is_error=error, duration_s=d))
+            case PermissionDecided(decision="deny", answered_by="policy" | "hook") as decided:
+                first = escape_controls((decided.message or "").split("\n")[0])[:200]
+                self.print(Text(f"⊘ {escape_controls(decided.tool)} denied: {first}", "yellow"))
+            case RetryScheduled(attempt=attempt, delay_s=delay, error=error):
+                self._text.clear()  # the stream restarts
+                self._streamed = False
+                self.print(
+                    Text(f"↻ retry {attempt} in {delay:.1f} s: {escape_controls(error)}", "yellow")
+                )
+            case CompactBoundary(trigger=trigger, pre_tokens=pre, post_tokens=post):
+                how = "summarised" if event.summarised else "old tool results cleared"
+                self.print(
+                    Text(f"⋯ context compacted ({trigger}, {how}): ~{pre:,} → ~{post:,} tokens")
+                )
+            case HookRan(error=error) if error is not None:
+                self.print(
+                    Text(
+                        f"hook {escape_controls(event.hook_event)} "
+                        f"{escape_controls(event.command[:100])} failed: "
+                        f"{escape_controls(error.split(chr(10))[0])[:200]}",
+                        "yellow",
+                    )
+                )
+            case _:
+                pass
+
+    def _flush_text(self) -> None:
+        text = "".join(self._text).strip()
+        self._text.clear()
+        if text:
+            self.print(Text(""))
+            self.print(Markdown(escape_controls(text, keep_lines=True)))
+
+    # -- subagents --
+
+    def subagent(self, update: SubagentUpdate) -> None:
+        match update:
+            case SubagentStarted(agent_id=agent_id, description=description):
+                self._agents[agent_id] = _AgentRow(agent_id, description, time.monotonic())
+            case SubagentEvent(agent_id=agent_id, event=event):
+                row = self._agents.get(agent_id)
+                if row is None:
+                    return
+                match event:
+                    case ToolStarted(display=display):
+                        row.tool = display
+                    case ToolFinished():
+                        row.tool = ""
+                    case AssistantTurn(turn=turn):
+                        row.turns += 1
+                        row.tokens += turn.usage.output_tokens + turn.usage.input_tokens
+                    case _:
+                        pass
+            case SubagentFinished(outcome=outcome):
+                row = self._agents.pop(outcome.agent_id, None)
+                if row is None:
+                    return
+                row.pid = outcome.worker_pid
+                self._agents_done.append((row, outcome))
+                if not self._agents:
+                    self.print(_agents_summary(self._agents_done))
+                    self._agents_done = []
+
+    # -- the live area --
+
+    def __rich__(self) -> RenderableType:
+        now = time.monotonic()
+        parts: list[RenderableType] = []
+        tail = "".join(self._text)
+        if tail.strip():
+            lines = escape_controls(tail, keep_lines=True).splitlines()[-_TEXT_TAIL_LINES:]
+            parts.append(Text("\n".join(lines)))
+        for running in list(self._running.values()):
+            line = Text("  ")
+            line.append(escape_controls(running.display))
+            line.append(f"  {_duration(now - running.started)}", style="dim")
+            parts.append(Spinner("dots", text=line, style="cyan"))
+        if self._agents:
+            parts.append(_agents_table(self._agents.values(), now))
+        tokens = self._output_tokens + self._stream_chars // 4
+        what = "Interrupting" if self.interrupting else self.status
+        status = Text(f" {what}… ", style="bold")
+        status.append(f"{_duration(now - self._started)}", style="dim")
+        if tokens:
+            status.append(f" · ↓ {human_tokens(tokens)} tokens", style="dim")
+        status.append(" · esc to interrupt", style="dim")
+        parts.append(Spinner("dots", text=status, style="magenta"))
+        return Group(*parts)
+
+
+def _agents_table(rows: Iterable[_AgentRow], now: float) -> Table:
+    table = Table(box=None, show_header=True, header_style="dim", padding=(0, 1))
+    for column in ("agent", "task", "tool", "turns", "tokens", "time", "pid"):
+        table.add_column(column, no_wrap=True, overflow="ellipsis")
+    for row in rows:
+        table.add_row(
+            Text(row.agent_id.removeprefix("agent-")[:8], "cyan"),
+            Text(escape_controls(row.description)[:40]),
+            Text(escape_controls(row.tool)[:40] or "thinking…", "dim"),
+            str(row.turns),
+            human_tokens(row.tokens),
+            _duration(now - row.started),
+            "" if row.pid is None else str(row.pid),
+        )
+    return table
+
+
+def _agents_summary(done: list[tuple[_AgentRow, SubagentOutcome]]) -> Text:
+    """A finished batch of subagents folded into one line (each with its worker's pid)."""
+    reasons: dict[str, int] = {}
+    for _, outcome in done:
+        reasons[outcome.reason] = reasons.get(outcome.reason, 0) + 1
+    turns = sum(o.num_turns for _, o in done)
+    tokens = sum(o.usage.input_tokens + o.usage.output_tokens for _, o in done)
+    longest = max(o.duration_s for _, o in done)
+    said = ", ".join(f"{count} {reason}" for reason, count in reasons.items())
+    pids = " ".join(str(o.worker_pid) for _, o in done if o.worker_pid is not None)
+    line = Text("◆ ", style="cyan")
+    noun = "subagent" if len(done) == 1 else "subagents"
+    line.append(f"{len(done)} {noun} done ({said})", style="bold")
+    line.append(
+        f" · {turns} turns · {human_tokens(tokens)} tokens · {_duration(longest)}"
+        + (f" · workers {pids}" if pids else ""),
+        style="dim",
+    )
+    return line
