@@ -273,6 +273,8 @@ class SubagentEvent:
 
     agent_id: str
     event: Event
+    worker_pid: int | None = None
+    """The host pid of the worker's sandbox running it (the REPL's subagent rows)."""
 
 
 @dataclass(frozen=True)

@@ -457,7 +457,7 @@ class WorkerPool:
                 case wire.AgentEvent(id=source) if source == agent_id:
                     event = message.event()
                     if event is not None:
-                        on_event(SubagentEvent(agent_id, event))
+                        on_event(SubagentEvent(agent_id, event, worker.process.pid))
                 case wire.ModelRequest(agent=source) if source == agent_id:
                     nursery.start_soon(self._serve_model, worker, run, message)
                 case wire.PermissionAsk(agent=source) if source == agent_id:

@@ -252,6 +252,7 @@ class Repl:
         finally:
             self._turn_running = False
             self._typeahead += self.watcher.take_typed()
+            view.finish()
             view.stop()
             self.view = None
             self.watcher = None

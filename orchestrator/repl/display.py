@@ -132,6 +132,22 @@ class TurnView:
         if live is not None:
             live.stop()
 
+    def finish(self) -> None:
+        """The turn is over: what still streamed is printed, calls still running (an
+        interrupted turn) are shown stopped, subagents still listed are summarised."""
+        self._flush_text()
+        now = time.monotonic()
+        for running in self._running.values():
+            line = Text("⏹ ", "yellow")
+            line.append(escape_controls(running.display), style="bold")
+            line.append(f"  stopped after {_duration(now - running.started)}", style="dim")
+            self.print(line)
+        self._running.clear()
+        if self._agents:
+            line = Text(f"⏹ {len(self._agents)} subagents stopped", "yellow")
+            self.print(line)
+            self._agents.clear()
+
     async def animate(self) -> None:
         """Redraw the live area until cancelled."""
         while True:
@@ -210,6 +226,7 @@ class TurnView:
                 row = self._agents.get(agent_id)
                 if row is None:
                     return
+                row.pid = update.worker_pid or row.pid
                 match event:
                     case ToolStarted(display=display):
                         row.tool = display

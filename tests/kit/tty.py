@@ -99,7 +99,7 @@ class Terminal:
         dead, _, status = out.strip().partition(" ")
         return int(status) if dead == "1" and status.isdigit() else None
 
-    def wait_exit(self, timeout: float = 30.0) -> int:
+    def wait_exit(self, timeout: float = 60.0) -> int:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             status = self.exited()

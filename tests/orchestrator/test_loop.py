@@ -14,7 +14,12 @@ from orchestrator.loop import LoopConfig, RunControl, RunResult, run_loop
 from orchestrator.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
 from orchestrator.model.scripted import ScriptedModel, ScriptedTurn
 from orchestrator.permissions import Allow, Ask, Deny, default_permission, headless_asker
-from orchestrator.pipeline import INTERRUPTED_RUNNING, INTERRUPTED_WAITING, ToolPipeline
+from orchestrator.pipeline import (
+    INTERRUPTED_RUNNING,
+    INTERRUPTED_WAITING,
+    REJECTED_EARLIER,
+    ToolPipeline,
+)
 from orchestrator.tools.base import ToolContext
 from orchestrator.tools.registry import ToolRegistry
 from tests.orchestrator.probe_tools import ProbeLog, ProbeTool
@@ -47,6 +52,7 @@ async def run(
     permission: Any = None,
     tool_timeout_s: float = 60.0,
     events: list[Event] | None = None,
+    asker: Any = None,
 ) -> RunResult:
     log = log or ProbeLog()
     ctx = ToolContext(workspace=tmp_path, cwd=tmp_path)
@@ -55,7 +61,7 @@ async def run(
         tools=ToolRegistry([ProbeTool(log, timeout_s=tool_timeout_s)]),
         ctx=ctx,
         permission=permission or default_permission("bypass"),
-        asker=headless_asker,
+        asker=asker or headless_asker,
         emit=sink,
     )
     return await run_loop(
@@ -376,3 +382,44 @@ async def test_a_tool_without_its_own_limit_gets_the_sessions(
     block = ToolUseBlock(id="toolu_h", name="Hang", input={})
     result = await pipeline.execute(pipeline.prepare(block))
     assert result.is_error and "timed out after 7 s" in result.text()
+
+
+@pytest.mark.parametrize("by_user", [True, False])
+async def test_a_call_the_user_rejects_stops_the_calls_queued_after_it(
+    tmp_path: Path, by_user: bool
+) -> None:
+    """The user's "no" stops the rest of the batch (issue 13); a denial that is not the
+    user's (a headless deny, a policy) stops only its own call."""
+    asked: list[str] = []
+
+    async def asker(tool: Any, input: Any, ask: Ask) -> Allow | Deny:
+        asked.append(input.label)
+        if input.label == "a":
+            return Deny("no", rule="user: no", by_user=by_user)
+        return Allow(rule="user: yes")
+
+    log = ProbeLog()
+    result = await run(
+        [
+            turn(
+                probe("r", safe=True),
+                probe("a", safe=False),
+                probe("b", safe=False),
+                probe("c", safe=True),
+            ),
+            turn(text("ok")),
+        ],
+        tmp_path,
+        log=log,
+        permission=default_permission("default"),
+        asker=asker,
+    )
+    texts = [r.text() for r in results_of(result)]
+    assert texts[0] == "done r" and "no" in texts[1]
+    if by_user:
+        assert asked == ["a"] and log.started() == ["r"]
+        assert texts[2:] == [REJECTED_EARLIER, REJECTED_EARLIER]
+    else:
+        assert asked == ["a", "b"] and sorted(log.started()) == ["b", "c", "r"]
+        assert texts[2:] == ["done b", "done c"]
+    assert result.reason == "completed"

@@ -1,0 +1,297 @@
+"""The interactive session end to end: the real `warren` in a real pseudo-terminal (tmux),
+the real SDK against the fake Messages API, real sandboxes. Every wait is a poll of the
+captured pane with a generous deadline (the machine is loaded), never a fixed sleep."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from orchestrator.demo.sample_repo import generate
+from tests.kit.fake_api import FakeMessagesAPI, RecordedRequest, Reply
+from tests.kit.tty import Terminal
+
+ROOT = Path(__file__).resolve().parents[2]
+WARREN = [sys.executable, "-m", "orchestrator.cli"]
+PROMPT = r"\n> ?$"
+"""The prompt waiting for input: the pane's last line."""
+
+
+@pytest.fixture
+def sample(tmp_path: Path) -> Path:
+    return generate(tmp_path / "shop")
+
+
+def _env(tmp_path: Path, api: FakeMessagesAPI) -> dict[str, str]:
+    return {
+        "PATH": os.environ["PATH"],
+        "HOME": os.environ.get("HOME", str(tmp_path)),
+        "TERM": "xterm-256color",
+        "LANG": "C.UTF-8",
+        "XDG_STATE_HOME": str(tmp_path / "state"),
+        "XDG_CONFIG_HOME": str(tmp_path / "config"),
+        "ANTHROPIC_API_KEY": "sk-test-e2e",
+        "ANTHROPIC_BASE_URL": api.base_url,
+        "PYTHONPATH": str(ROOT),
+    }
+
+
+@pytest.fixture
+def terminals(tmp_path: Path) -> Iterator[list[Terminal]]:
+    opened: list[Terminal] = []
+    yield opened
+    for terminal in opened:
+        terminal.close()
+
+
+def _start(
+    terminals: list[Terminal],
+    tmp_path: Path,
+    api: FakeMessagesAPI,
+    cwd: Path,
+    *args: str,
+) -> Terminal:
+    terminal = Terminal.start(
+        [*WARREN, *args], env=_env(tmp_path, api), cwd=cwd, socket_dir=tmp_path
+    )
+    terminals.append(terminal)
+    terminal.wait_for(r"/help for commands", timeout=60)
+    terminal.wait_for(PROMPT)
+    return terminal
+
+
+def _send(terminal: Terminal, text: str) -> None:
+    terminal.type(text)
+    terminal.press("Enter")
+
+
+def _family(pid: int | None) -> list[psutil.Process]:
+    if pid is None:
+        return []
+    try:
+        process = psutil.Process(pid)
+        return [process, *process.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def _alive(processes: list[psutil.Process]) -> list[str]:
+    left = []
+    for process in processes:
+        try:
+            if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
+                left.append(" ".join(process.cmdline()) or str(process.pid))
+        except psutil.NoSuchProcess:
+            pass
+    return left
+
+
+def _texts(request: RecordedRequest) -> str:
+    return json.dumps(request.messages)
+
+
+def test_a_prompt_streams_its_reply_and_exit_leaves_nothing_behind(
+    tmp_path: Path, sample: Path, terminals: list[Terminal]
+) -> None:
+    replies = [
+        Reply.tool_use("Glob", {"pattern": "**/*.py"}),
+        Reply.text("The shop has **three** parts:\n\n- billing\n- catalog\n- shipping",
+                   chunk_delay_s=0.02),
+    ]  # fmt: skip
+    with FakeMessagesAPI(replies) as api:
+        terminal = _start(terminals, tmp_path, api, sample)
+        family = _family(terminal.pane_pid())
+        _send(terminal, "what is in here?")
+        terminal.wait_for(r"• shipping")
+        screen = terminal.wait_for(PROMPT)
+        assert "✓ Glob('**/*.py')" in screen  # one line per tool call, with its status
+        family += _family(terminal.pane_pid())[1:]  # the tool hosts now run
+        assert any("bwrap" in " ".join(p.cmdline()) for p in family[1:] if p.is_running())
+        _send(terminal, "/cost")
+        screen = terminal.wait_for(r"Total cost: \$\d+\.\d{4}")
+        assert "200 input · 40 output" in screen  # two requests of the fake's default usage
+        _send(terminal, "/exit")
+        assert terminal.wait_exit() == 0
+        screen = terminal.screen()
+    session_id = screen.split("Session ")[-1].split()[0]
+    assert f"warren --resume {session_id}" in screen.replace("\n", " ")
+    assert (tmp_path / "state" / "warren" / "sessions" / f"{session_id}.jsonl").is_file()
+    assert "Traceback" not in screen
+    deadline = time.monotonic() + 20
+    while _alive(family) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _alive(family) == []
+
+
+def test_an_edit_shows_its_diff_and_y_applies_it(
+    tmp_path: Path, sample: Path, terminals: list[Terminal]
+) -> None:
+    money = sample / "shop" / "money.py"
+    replies = [
+        Reply.tool_use("Read", {"file_path": str(money)}),
+        Reply.tool_use(
+            "Edit",
+            {
+                "file_path": str(money),
+                "old_string": "def legacy_round(",
+                "new_string": "def round_money(",
+            },
+        ),
+        Reply.text("Renamed it."),
+    ]
+    with FakeMessagesAPI(replies) as api:
+        terminal = _start(terminals, tmp_path, api, sample)
+        _send(terminal, "rename legacy_round")
+        screen = terminal.wait_for(r"\[y\] yes")
+        assert f"Allow Edit({money})?" in screen
+        assert "-def legacy_round(" in screen and "+def round_money(" in screen
+        assert "def round_money(" not in money.read_text()  # nothing ran before the answer
+        terminal.type("y")
+        terminal.wait_for(r"Renamed it\.")
+        assert "def round_money(" in money.read_text()
+        assert "✓ Edit(" in terminal.screen()
+
+
+def test_no_with_a_reason_reaches_the_model_and_stops_the_rest_of_the_batch(
+    tmp_path: Path, sample: Path, terminals: list[Terminal]
+) -> None:
+    replies = [
+        Reply(content=[
+            {"type": "tool_use", "name": "Bash",
+             "input": {"command": "touch first.txt", "description": "make the first file"}},
+            {"type": "tool_use", "name": "Bash", "input": {"command": "touch second.txt"}},
+        ]),
+        Reply.text("Understood."),
+    ]  # fmt: skip
+    with FakeMessagesAPI(replies) as api:
+        terminal = _start(terminals, tmp_path, api, sample)
+        _send(terminal, "make two files")
+        screen = terminal.wait_for(r"\[a\] always allow Bash\(touch")
+        assert "touch first.txt" in screen and "make the first file" in screen
+        terminal.type("n")
+        terminal.wait_for(r"reason for the model")
+        _send(terminal, "not in this repo")
+        terminal.wait_for(r"Understood\.")
+        follow_up = _texts(api.requests[-1])
+    assert "not in this repo" in follow_up
+    assert "the user rejected an earlier tool call in this batch" in follow_up
+    assert not (sample / "first.txt").exists() and not (sample / "second.txt").exists()
+
+
+def test_always_for_bash_saves_the_rule_it_shows(
+    tmp_path: Path, sample: Path, terminals: list[Terminal]
+) -> None:
+    replies = [
+        Reply.tool_use("Bash", {"command": "touch made.txt"}),
+        Reply.tool_use("Bash", {"command": "touch made.txt"}),
+        Reply.text("Made twice."),
+    ]
+    # An existing `.warren/`: one created while the writable sandbox runs is removed by its
+    # guard (sandbox/guard.py), the coordinator's write included (reported in issue 13).
+    (sample / ".warren").mkdir()
+    with FakeMessagesAPI(replies) as api:
+        terminal = _start(terminals, tmp_path, api, sample)
+        _send(terminal, "make files")
+        screen = terminal.wait_for(r"\[a\] always allow Bash\(touch[^)]*\) here")
+        rule = re.search(r"always allow (Bash\(touch[^)]*\)) here", screen)
+        assert rule is not None
+        terminal.type("a")
+        terminal.wait_for(r"Made twice\.")  # the second call was not asked
+        screen = terminal.screen()
+    assert screen.count("[y] yes") == 1
+    assert (sample / "made.txt").exists()
+    local = (sample / ".warren" / "policy.local.toml").read_text()
+    assert json.dumps(rule[1]) in local  # the rule shown is the rule saved
+
+
+def test_esc_stops_a_running_command_and_the_session_goes_on(
+    tmp_path: Path, sample: Path, terminals: list[Terminal]
+) -> None:
+    replies = [
+        Reply.tool_use("Bash", {"command": "sleep 30", "description": "wait"}),
+        Reply.text("Carrying on."),
+    ]
+    with FakeMessagesAPI(replies) as api:
+        terminal = _start(terminals, tmp_path, api, sample, "--allowed-tools", "Bash(sleep:*)")
+        _send(terminal, "wait a while")
+        terminal.wait_for(r"sleep 30")
+        pressed = time.monotonic()
+        terminal.press("Escape")
+        terminal.wait_for(r"Interrupted\.")
+        took = time.monotonic() - pressed
+        terminal.wait_for(PROMPT)
+        assert "stopped after" in terminal.screen()
+        _send(terminal, "go on")
+        terminal.wait_for(r"Carrying on\.")
+        resumed = _texts(api.requests[-1])
+    print(f"Esc to the interrupted line: {took:.2f} s")
+    assert took < 2, f"Esc took {took:.1f} s"
+    assert "Interrupted: the run was cancelled while this tool call was running" in resumed
+    assert "go on" in resumed
+
+
+def test_compact_and_an_unknown_command(
+    tmp_path: Path, sample: Path, terminals: list[Terminal]
+) -> None:
+    replies = [Reply.text("Hello."), Reply.text("<summary>We said hello.</summary>")]
+    with FakeMessagesAPI(replies) as api:
+        terminal = _start(terminals, tmp_path, api, sample)
+        _send(terminal, "hi")
+        terminal.wait_for(r"Hello\.")
+        terminal.wait_for(PROMPT)
+        _send(terminal, "/compact keep the greeting")
+        terminal.wait_for(r"Compacted: ~[\d,]+ → ~[\d,]+ tokens")
+        assert "keep the greeting" in _texts(api.requests[-1])
+        _send(terminal, "/cots")
+        terminal.wait_for(r"Unknown command /cots\. Did you mean /cost\?")
+        _send(terminal, "/context")
+        terminal.wait_for(r"of 200,000 tokens")
+
+
+def test_a_bang_command_runs_in_the_workspace_and_joins_the_conversation(
+    tmp_path: Path, sample: Path, terminals: list[Terminal]
+) -> None:
+    with FakeMessagesAPI([Reply.text("Seen it.")]) as api:
+        terminal = _start(terminals, tmp_path, api, sample)
+        _send(terminal, "!echo bang > bang.txt && ls")
+        terminal.wait_for(r"bang\.txt")
+        terminal.wait_for(PROMPT)
+        assert (sample / "bang.txt").read_text() == "bang\n"
+        _send(terminal, "what did I run?")
+        terminal.wait_for(r"Seen it\.")
+        sent = _texts(api.requests[-1])
+    assert "<bash-input>echo bang > bang.txt && ls</bash-input>" in sent
+
+
+def test_ctrl_c_twice_at_an_empty_prompt_exits(
+    tmp_path: Path, sample: Path, terminals: list[Terminal]
+) -> None:
+    with FakeMessagesAPI([]) as api:
+        terminal = _start(terminals, tmp_path, api, sample)
+        terminal.press("C-c")
+        terminal.wait_for(r"press Ctrl-C again to exit")
+        terminal.press("C-c")
+        assert terminal.wait_exit() == 0
+        assert "warren --resume" in terminal.screen()
+
+
+def test_a_first_prompt_on_the_command_line_and_an_untrusted_repository(
+    tmp_path: Path, sample: Path, terminals: list[Terminal]
+) -> None:
+    (sample / ".warren").mkdir()
+    (sample / ".warren" / "policy.toml").write_text('[permissions]\nallow = ["Bash(touch:*)"]\n')
+    with FakeMessagesAPI([Reply.text("Straight away.")]) as api:
+        terminal = _start(terminals, tmp_path, api, sample, "start here")
+        screen = terminal.wait_for(r"Straight away\.")
+        assert "This repository is not trusted" in screen
+        assert "> start here" in screen
+        terminal.press("C-d")
+        assert terminal.wait_exit() == 0
