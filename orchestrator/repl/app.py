@@ -323,7 +323,7 @@ class Repl:
         if view is not None:
             view.stop()
         if watcher is not None:
-            watcher.pause()
+            watcher.pause(keep_mode=True)
         try:
             yield
         finally:
@@ -341,7 +341,15 @@ class Repl:
                 if signum == signal.SIGINT and self._stop_signal is None:
                     if self._turn_running:
                         self.interrupt()
-                    continue  # at the prompt Ctrl-C is a key, not this signal
+                        continue
+                    # Ctrl-C between two prompts (the terminal briefly in cooked mode): as
+                    # at the prompt, the second in a row exits.
+                    if not self._ctrl_c_armed:
+                        self._ctrl_c_armed = True
+                        self.console.print(Text("(press Ctrl-C again to exit)", "dim"))
+                        continue
+                    self._scope.cancel()
+                    continue
                 if self._stop_signal is None and self._turn_running:
                     self._stop_signal = signum
                     self.interrupt()

@@ -143,6 +143,7 @@ class TurnView:
             line.append(f"  stopped after {_duration(now - running.started)}", style="dim")
             self.print(line)
         self._running.clear()
+        self._summarise_agents()
         if self._agents:
             line = Text(f"⏹ {len(self._agents)} subagents stopped", "yellow")
             self.print(line)
@@ -183,6 +184,7 @@ class TurnView:
                 running = self._running.pop(use_id, None)
                 shown = running.display if running is not None else event.tool
                 self.print(tool_line(shown, summary, is_error=error, duration_s=d))
+                self._summarise_agents()
             case PermissionDecided(decision="deny", answered_by="policy" | "hook") as decided:
                 first = escape_controls((decided.message or "").split("\n")[0])[:200]
                 self.print(Text(f"⊘ {escape_controls(decided.tool)} denied: {first}", "yellow"))
@@ -243,9 +245,13 @@ class TurnView:
                     return
                 row.pid = outcome.worker_pid
                 self._agents_done.append((row, outcome))
-                if not self._agents:
-                    self.print(_agents_summary(self._agents_done))
-                    self._agents_done = []
+
+    def _summarise_agents(self) -> None:
+        """Once no subagent runs, the finished ones fold into one line (after the tool line
+        of the last dispatch_agent call, so it reads as the batch's conclusion)."""
+        if self._agents_done and not self._agents:
+            self.print(_agents_summary(self._agents_done))
+            self._agents_done = []
 
     # -- the live area --
 
@@ -257,8 +263,7 @@ class TurnView:
             lines = escape_controls(tail, keep_lines=True).splitlines()[-_TEXT_TAIL_LINES:]
             parts.append(Text("\n".join(lines)))
         for running in list(self._running.values()):
-            line = Text("  ")
-            line.append(escape_controls(running.display))
+            line = Text(escape_controls(running.display))
             line.append(f"  {_duration(now - running.started)}", style="dim")
             parts.append(Spinner("dots", text=line, style="cyan"))
         if self._agents:

@@ -213,26 +213,22 @@ def _key_name(data: bytes) -> str:
 
 
 async def _in_thread(work: Callable[[], str], stop: Callable[[], None]) -> str:
-    """`work()` in a thread; on cancellation `stop()` makes it return, and it is waited for
-    (shielded, at most 2 s) so the terminal is restored before anything else draws."""
-    done = trio.Event()
-    result: list[str] = []
+    """`work()` in a thread. On cancellation `stop()` is called until it returns (at most
+    2 s, shielded, so the terminal is restored before anything else draws); a thread that
+    does not return by then is abandoned (trio's threads do not hold up the exit)."""
+    done = threading.Event()
 
-    async def run() -> None:
+    def run() -> str:
         try:
-            result.append(await trio.to_thread.run_sync(work))
+            return work()
         finally:
             done.set()
 
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(run)
-        try:
-            await done.wait()
-        finally:
-            if not done.is_set():
-                with trio.CancelScope(shield=True), trio.move_on_after(2):
-                    while not done.is_set():
-                        stop()
-                        with trio.move_on_after(0.05):
-                            await done.wait()
-    return result[0] if result else CTRL_D
+    try:
+        return await trio.to_thread.run_sync(run, abandon_on_cancel=True)
+    except trio.Cancelled:
+        with trio.CancelScope(shield=True), trio.move_on_after(2):
+            while not done.is_set():
+                stop()
+                await trio.sleep(0.05)
+        raise

@@ -65,7 +65,8 @@ class KeyWatcher:
         if self._thread is not None or not os.isatty(self._fd):
             return
         try:
-            self._saved = termios.tcgetattr(self._fd)
+            if self._saved is None:
+                self._saved = termios.tcgetattr(self._fd)
             mode = termios.tcgetattr(self._fd)
             mode[3] &= ~(termios.ICANON | termios.ECHO | termios.ISIG | termios.IEXTEN)
             mode[6][termios.VMIN] = 1
@@ -78,13 +79,14 @@ class KeyWatcher:
         self._thread = threading.Thread(target=self._read, name="warren-keys", daemon=True)
         self._thread.start()
 
-    def pause(self) -> None:
-        """Stop reading (within `_POLL_S`) and give the terminal its mode back."""
+    def pause(self, *, keep_mode: bool = False) -> None:
+        """Stop reading (within `_POLL_S`) and give the terminal its mode back, or with
+        `keep_mode` leave it without echo (a dialog reads keys next: none may echo first)."""
         thread, self._thread = self._thread, None
         if thread is not None:
             self._stop.set()
             thread.join(timeout=1.0)
-        if self._saved is not None:
+        if self._saved is not None and not keep_mode:
             try:
                 termios.tcsetattr(self._fd, termios.TCSANOW, self._saved)
             except termios.error:

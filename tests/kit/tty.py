@@ -4,7 +4,8 @@
 own (a private socket, so nothing touches the user's tmux); `type` sends text, `press` keys
 (`Enter`, `Escape`, `C-c`); `wait_for` polls the captured pane until a text appears (a
 generous deadline: the machine is loaded; never a fixed sleep); `screen` is the pane's text,
-as the README shows it. `close` kills the session and everything in it.
+as the README shows it; `wait_exit` the command's exit status, which the shell around it
+prints. `close` kills the session and everything in it.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["Terminal"]
+
+_EXITED = "[command exited]"
 
 
 @dataclass
@@ -40,18 +43,17 @@ class Terminal:
         socket = socket_dir / f"tmux-{uuid.uuid4().hex[:8]}"
         name = "warren"
         exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items() if _exportable(k))
-        # `exec env`: the command is the pane's process (its pid is the pane's); `; sleep`
-        # would keep the pane after it exits, but the tests read the exit through the pane.
-        command = f"cd {shlex.quote(str(cwd))} && exec env -i {exports} " + shlex.join(argv)
+        # The shell stays after the command and prints its exit status on the pane: tmux's
+        # own `pane_dead` can lag behind an exit by a minute on a loaded machine.
+        command = (
+            f"cd {shlex.quote(str(cwd))} && env -i {exports} {shlex.join(argv)}; "
+            f'echo "{_EXITED} $?"; exec sleep 3600'
+        )
         subprocess.run(
             ["tmux", "-S", str(socket), "-f", "/dev/null", "new-session", "-d", "-s", name,
              "-x", str(width), "-y", str(height), command],
             check=True,
         )  # fmt: skip
-        subprocess.run(
-            ["tmux", "-S", str(socket), "set-option", "-t", name, "remain-on-exit", "on"],
-            check=False,
-        )
         return cls(socket, name)
 
     def _tmux(self, *args: str, check: bool = True) -> str:
@@ -86,27 +88,22 @@ class Terminal:
             time.sleep(0.1)
         raise AssertionError(f"{pattern!r} never appeared; the screen:\n{screen}")
 
-    def pane_pid(self) -> int | None:
+    def pid(self) -> int | None:
+        """The command's pid (the child of the pane's shell), while it runs."""
         out = self._tmux("display-message", "-p", "-t", self.name, "#{pane_pid}", check=False)
-        return int(out.strip()) if out.strip().isdigit() else None
-
-    def exited(self) -> int | None:
-        """The pane's command's exit status once it has exited, else None."""
-        out = self._tmux(
-            "display-message", "-p", "-t", self.name, "#{pane_dead} #{pane_dead_status}",
-            check=False,
-        )  # fmt: skip
-        dead, _, status = out.strip().partition(" ")
-        return int(status) if dead == "1" and status.isdigit() else None
+        if not out.strip().isdigit():
+            return None
+        children = Path(f"/proc/{out.strip()}/task/{out.strip()}/children")
+        try:
+            pids = children.read_text().split()
+        except OSError:
+            return None
+        return int(pids[0]) if pids and pids[0].isdigit() else None
 
     def wait_exit(self, timeout: float = 60.0) -> int:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            status = self.exited()
-            if status is not None:
-                return status
-            time.sleep(0.1)
-        raise AssertionError(f"the command never exited; the screen:\n{self.screen()}")
+        """The command's exit status, once the shell around it has printed it."""
+        screen = self.wait_for(re.escape(_EXITED) + r" \d+", timeout)
+        return int(screen.rsplit(_EXITED, 1)[1].split()[0])
 
     def close(self) -> None:
         self._tmux("kill-server", check=False)

@@ -108,12 +108,12 @@ def test_a_prompt_streams_its_reply_and_exit_leaves_nothing_behind(
     ]  # fmt: skip
     with FakeMessagesAPI(replies) as api:
         terminal = _start(terminals, tmp_path, api, sample)
-        family = _family(terminal.pane_pid())
+        family = _family(terminal.pid())
         _send(terminal, "what is in here?")
         terminal.wait_for(r"• shipping")
         screen = terminal.wait_for(PROMPT)
         assert "✓ Glob('**/*.py')" in screen  # one line per tool call, with its status
-        family += _family(terminal.pane_pid())[1:]  # the tool hosts now run
+        family += _family(terminal.pid())[1:]  # the tool hosts now run
         assert any("bwrap" in " ".join(p.cmdline()) for p in family[1:] if p.is_running())
         _send(terminal, "/cost")
         screen = terminal.wait_for(r"Total cost: \$\d+\.\d{4}")
@@ -295,3 +295,52 @@ def test_a_first_prompt_on_the_command_line_and_an_untrusted_repository(
         assert "> start here" in screen
         terminal.press("C-d")
         assert terminal.wait_exit() == 0
+
+
+def test_three_subagents_show_three_live_rows_then_one_line(
+    tmp_path: Path, sample: Path, terminals: list[Terminal]
+) -> None:
+    areas = ["billing", "catalog", "shipping"]
+    main = [
+        Reply(
+            content=[
+                {
+                    "type": "tool_use",
+                    "name": "dispatch_agent",
+                    "input": {"description": f"survey {area}", "prompt": f"[survey:{area}] go"},
+                }
+                for area in areas
+            ]
+        ),
+        Reply.text("All three reported."),
+    ]
+    seen: dict[str, int] = {}
+
+    def route(request: RecordedRequest) -> Reply | None:
+        first = json.dumps(request.messages[:1])
+        for area in areas:
+            if f"[survey:{area}]" in first:
+                seen[area] = seen.get(area, 0) + 1
+                if seen[area] == 1:
+                    return Reply.tool_use("Glob", {"pattern": f"shop/{area}/*.py"})
+                return Reply.text(f"{area}: fine", hold_before_stop=True)
+        return None
+
+    with FakeMessagesAPI(main, route=route) as api:
+        terminal = _start(terminals, tmp_path, api, sample)
+        _send(terminal, "survey the shop")
+        # All three rows at once, each with its worker's pid, while their replies are held.
+        row = r"\n *[0-9a-f]{8} +survey AREA +.*\d+ +\d+\.?\d*k? +[\d.]+ ?m?s +\d+"
+        deadline = time.monotonic() + 60
+        while True:
+            screen = terminal.screen(history=False)
+            if all(re.search(row.replace("AREA", area), screen) for area in areas):
+                break
+            assert time.monotonic() < deadline, f"three live rows never showed:\n{screen}"
+            time.sleep(0.1)
+        live = screen
+        api.release(3)
+        screen = terminal.wait_for(r"All three reported\.", timeout=60)
+    assert "agent" in live and "pid" in live
+    assert re.search(r"◆ 3 subagents done \(3 completed\)", screen)
+    assert "survey billing" not in screen.split("◆ 3 subagents done")[1]  # rows folded
