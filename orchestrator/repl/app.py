@@ -26,6 +26,7 @@ from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
+import structlog
 import trio
 from rich.console import Console
 from rich.text import Text
@@ -70,6 +71,9 @@ class Reopen:
 
     config: SessionConfig
     note: str = ""
+    between: Callable[[], str] | None = None
+    """Work done while no session is open, its report printed: writes into a protected path
+    such as `.warren/` (`/init`), which a running writable sandbox's guard would undo."""
 
 
 Action = Exit | Reopen
@@ -157,9 +161,12 @@ class Repl:
             match action:
                 case Exit():
                     return 0
-                case Reopen(config=new, note=note):
+                case Reopen(config=new, note=note, between=between):
                     if note:
                         self.console.print(Text(note, "dim"))
+                    if between is not None:
+                        report = await trio.to_thread.run_sync(between)
+                        self.console.print(Text(escape_controls(report, keep_lines=True)))
                     config = new
 
     def _parts(self) -> SessionParts:
@@ -229,7 +236,7 @@ class Repl:
             elif text.startswith("!"):
                 await self.shell(session, text[1:].strip())
             else:
-                run = partial(session.run, with_mentions(text, session))
+                run = partial(session.run, with_mentions(text, session.config.cwd.resolve()))
                 self.show_result(await self.turn(run))
             if self._stop_signal is not None:
                 return Exit()
@@ -358,10 +365,10 @@ class Repl:
                 self._scope.cancel()
 
 
-def with_mentions(text: str, session: Session) -> str:
-    """The prompt with its `@path` mentions named as absolute paths for the model (which
-    reads them with its tools: the coordinator does not read the workspace itself)."""
-    root = session.config.cwd.resolve()
+def with_mentions(text: str, root: Path) -> str:
+    """The prompt with its `@path` mentions (relative to `root`, the workspace) named as
+    absolute paths for the model, which reads them with its tools: the coordinator does not
+    read the workspace itself."""
     found: list[str] = []
     for mention in _MENTION.findall(text):
         path = Path(mention) if mention.startswith("/") else root / mention
@@ -373,6 +380,28 @@ def with_mentions(text: str, session: Session) -> str:
 
 
 async def run_repl(config: SessionConfig, first_prompt: str | None, parts: SessionParts) -> int:
-    """The interactive session until the user leaves; the process exit code."""
-    repl = Repl(config, parts, Console(highlight=False), parts.dirs or WarrenDirs.from_env())
-    return await repl.main(first_prompt)
+    """The interactive session until the user leaves; the process exit code.
+
+    **Errors:** none: a failure no part turned into a value is one line and exit 1 (its
+    traceback goes to the session's log file, never to the terminal).
+    """
+    console = Console(highlight=False)
+    repl = Repl(config, parts, console, parts.dirs or WarrenDirs.from_env())
+    try:
+        return await repl.main(first_prompt)
+    except Exception as exc:
+        structlog.get_logger().exception("the interactive session failed")
+        failure = _first_failure(exc)
+        console.print(
+            Text(f"warren: the session failed: {type(failure).__name__}: {failure}", "red")
+        )
+        if repl.session_ids:
+            console.print(Text(f"resume it with: warren --resume {repl.session_ids[-1]}"))
+        return 1
+
+
+def _first_failure(exc: BaseException) -> BaseException:
+    """The first error a group of errors (from the parts' nurseries) holds."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc

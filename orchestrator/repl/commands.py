@@ -54,7 +54,7 @@ async def _help(repl: Repl, session: Session, arg: str) -> Action | None:
         repl,
         "!COMMAND runs a command in the workspace's shell and adds its output to the "
         "conversation. @path names a file for the model.\n"
-        "Keys: Enter sends · Esc Enter or Ctrl-J (or a trailing \\) starts a new line · "
+        "Keys: Enter sends · Esc Enter (or a trailing \\) starts a new line · "
         "Esc interrupts a running turn · Ctrl-C twice or Ctrl-D exits.",
         "dim",
     )
@@ -70,7 +70,7 @@ async def _exit(repl: Repl, session: Session, arg: str) -> Action | None:
 async def _clear(repl: Repl, session: Session, arg: str) -> Action | None:
     from orchestrator.repl.app import Reopen
 
-    config = _config(session.config, resume=None, continue_last=False)
+    config = _config(session.config, session, resume=None, continue_last=False)
     return Reopen(config, note=f"(the conversation {session.session_id} is kept; /resume finds it)")
 
 
@@ -134,7 +134,7 @@ async def _model(repl: Repl, session: Session, arg: str) -> Action | None:
              "or a model id); the conversation continues.")  # fmt: skip
         return None
     resolved = resolve_model(name)
-    config = _config(session.config, model=resolved, resume=session.session_id)
+    config = _config(session.config, session, model=resolved, resume=session.session_id)
     return Reopen(config, note=f"(continuing on {resolved})")
 
 
@@ -152,6 +152,9 @@ async def _permissions(repl: Repl, session: Session, arg: str) -> Action | None:
         _say(repl, f"Mode for this session: {wanted}.", "green")
         return None
     _say(repl, f"Mode: {engine.mode}  (switch with /permissions MODE: {', '.join(MODES)})")
+    if not session.policy.effective.rules:
+        _say(repl, "No rules: read-only calls run, the rest asks (see /policy).", "dim")
+        return None
     table = Table(box=None, padding=(0, 2), header_style="dim")
     for column in ("kind", "rule", "from"):
         table.add_column(column)
@@ -220,12 +223,23 @@ async def _hooks(repl: Repl, session: Session, arg: str) -> Action | None:
 
 
 async def _init(repl: Repl, session: Session, arg: str) -> Action | None:
+    from orchestrator.repl.app import Reopen
     from orchestrator.repl.starter import write_starter_memory
     from policies import commands
 
-    _say(repl, write_starter_memory(session.config.cwd.resolve()))
-    _say(repl, commands.init(session.config.cwd).text.rstrip())
-    return None
+    cwd = session.config.cwd
+
+    def write() -> str:
+        memory = write_starter_memory(cwd.resolve())
+        return memory + "\n" + commands.init(cwd).text.rstrip()
+
+    # Between sessions: `.warren/` is protected, and the guard of the running writable
+    # sandbox removes what appears there, our own writes included.
+    return Reopen(
+        _config(session.config, session, resume=session.session_id, continue_last=False),
+        note="(writing the starter files; the conversation continues)",
+        between=write,
+    )
 
 
 async def _resume(repl: Repl, session: Session, arg: str) -> Action | None:
@@ -249,7 +263,7 @@ async def _resume(repl: Repl, session: Session, arg: str) -> Action | None:
     if chosen == session.session_id:
         _say(repl, "That is this session.", "dim")
         return None
-    return Reopen(_config(session.config, resume=chosen, continue_last=False))
+    return Reopen(_config(session.config, session, resume=chosen, continue_last=False))
 
 
 async def _sessions(repl: Repl, session: Session, arg: str) -> Action | None:
@@ -301,11 +315,18 @@ async def run_command(repl: Repl, session: Session, text: str) -> Action | None:
         hint = f" Did you mean /{nearest}?" if nearest else ""
         _say(repl, f"Unknown command /{name}.{hint} /help lists them.", "yellow")
         return None
-    return await command.handler(repl, session, arg)
+    try:
+        return await command.handler(repl, session, arg)
+    except Exception as exc:  # a broken command must not end the session
+        _say(repl, f"/{name} failed: {type(exc).__name__}: {exc}", "red")
+        return None
 
 
-def _config(config: SessionConfig, **changes: Any) -> SessionConfig:
-    """`config` with `changes`, validated again (aliases resolved, contradictions refused)."""
+def _config(config: SessionConfig, session: Session | None = None, **changes: Any) -> SessionConfig:
+    """`config` with `changes`, validated again (aliases resolved, contradictions refused);
+    with `session`, its current mode (`/permissions MODE`, an "always" for edits) is kept."""
+    if session is not None and session.policy.mode != session.policy.effective.mode:
+        changes.setdefault("permission_mode", session.policy.mode)
     return SessionConfig.model_validate({**config.model_dump(), **changes})
 
 

@@ -1,8 +1,8 @@
 """Reading the user: the prompt (prompt_toolkit, in a thread: its asyncio loop cannot run
 under trio), single-key answers for dialogs, and completion of slash commands and `@path`.
 
-The prompt is multi-line: Enter sends, Esc then Enter (or Ctrl-J, or a line ending in `\\`)
-starts a new line. History is kept per repository in Warren's state directory. Ctrl-C clears
+The prompt is multi-line: Enter sends, Esc then Enter (or a line ending in `\\`) starts a new
+line. History is kept per repository in Warren's state directory. Ctrl-C clears
 a non-empty line; at an empty prompt it returns `CTRL_C` (twice in a row exits), Ctrl-D
 returns `CTRL_D` (exit).
 """
@@ -94,6 +94,7 @@ def _bindings() -> KeyBindings:
     keys = KeyBindings()
 
     @keys.add("enter")
+    @keys.add("c-j")  # what Enter becomes in keys typed ahead while the terminal was cooked
     def _send(event: KeyPressEvent) -> None:
         buffer = event.current_buffer
         if buffer.text.endswith("\\") and buffer.cursor_position == len(buffer.text):
@@ -103,7 +104,6 @@ def _bindings() -> KeyBindings:
         buffer.validate_and_handle()
 
     @keys.add("escape", "enter")
-    @keys.add("c-j")
     def _newline(event: KeyPressEvent) -> None:
         event.current_buffer.insert_text("\n")
 

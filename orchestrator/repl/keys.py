@@ -130,10 +130,19 @@ class KeyWatcher:
                 self._typed += key
 
     def _drain(self) -> None:
-        """Swallow the rest of an escape sequence (an arrow key's `ESC [ A`)."""
-        while self._ready(_SEQUENCE_GAP_S):
-            try:
-                if not os.read(self._fd, 64):
-                    return
-            except OSError:
-                return
+        """Swallow the rest of an escape sequence: `ESC [ ... final` (arrows, function keys),
+        `ESC O x`, or `ESC x` (Alt+key); what follows it is typed keys again."""
+        first = self._byte()
+        if first == b"[":
+            while (byte := self._byte()) and not 0x40 <= byte[0] <= 0x7E:
+                pass
+        elif first == b"O":
+            self._byte()
+
+    def _byte(self) -> bytes:
+        if not self._ready(_SEQUENCE_GAP_S):
+            return b""
+        try:
+            return os.read(self._fd, 1)
+        except OSError:
+            return b""

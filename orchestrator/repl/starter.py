@@ -23,7 +23,9 @@ def starter_memory(root: Path) -> str:
     commands = [rule.removeprefix("Bash(").removesuffix(")").removesuffix(":*")
                 for rule, _ in detect_project_commands(root)]  # fmt: skip
     try:
-        entries = sorted(e for e in os.scandir(root) if e.name not in _SKIPPED)  # type: ignore[type-var]
+        entries = sorted(
+            (e for e in os.scandir(root) if e.name not in _SKIPPED), key=lambda e: e.name
+        )
     except OSError:
         entries = []
     layout = [

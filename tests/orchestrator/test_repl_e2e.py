@@ -344,3 +344,39 @@ def test_three_subagents_show_three_live_rows_then_one_line(
     assert "agent" in live and "pid" in live
     assert re.search(r"◆ 3 subagents done \(3 completed\)", screen)
     assert "survey billing" not in screen.split("◆ 3 subagents done")[1]  # rows folded
+
+
+def test_the_slash_commands(tmp_path: Path, sample: Path, terminals: list[Terminal]) -> None:
+    """Each command says what it is about; /model, /clear, /init and /resume open another
+    session (the mode chosen with /permissions carries over), /init's files stay."""
+    with FakeMessagesAPI([Reply.text("First answer."), Reply.text("Second answer.")]) as api:
+        terminal = _start(terminals, tmp_path, api, sample)
+
+        def command(text: str, expected: str) -> str:
+            _send(terminal, text)
+            terminal.wait_for(expected, timeout=60)
+            return terminal.wait_for(PROMPT, timeout=60)
+
+        command("the first", r"First answer\.")
+        command("/help", r"/mcp +MCP servers")
+        command("/permissions", r"Mode: default")
+        command("/permissions accept-edits", r"Mode for this session: accept-edits")
+        command("/policy", r"rules \(deny wins")
+        command("/agents", r"general +builtin")
+        command("/hooks", r"no hooks in force")
+        command("/mcp", r"not built into Warren yet")
+        command("/doctor", r"floor: PROVEN")
+        command("/model haiku", r"claude-haiku-4-5 · [^✻]*mode\s+accept-edits")
+        command("/init", r"review it, then run `warren policy trust`")
+        command("/clear", r"is kept; /resume finds it")
+        command("/sessions", r"1 +[0-9a-f-]{36} .* the first")
+        _send(terminal, "/resume")
+        terminal.wait_for(r"resume which")
+        _send(terminal, "1")
+        terminal.wait_for(r"Resumed \d+ messages")
+        command("and the second", r"Second answer\.")
+        resumed = _texts(api.requests[-1])
+    assert "the first" in resumed and "First answer." in resumed
+    assert api.requests[-1].body["model"] == "claude-haiku-4-5"
+    assert (sample / "WARREN.md").read_text().startswith("# shop")
+    assert (sample / ".warren" / "policy.toml").is_file()

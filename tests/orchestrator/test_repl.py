@@ -1,0 +1,90 @@
+"""The interactive session's pure parts and its Esc watcher on a real pseudo-terminal; the
+whole REPL runs end to end in tests/orchestrator/test_repl_e2e.py."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import trio
+from prompt_toolkit.completion import CompleteEvent
+from prompt_toolkit.document import Document
+
+from orchestrator.repl.app import with_mentions
+from orchestrator.repl.commands import COMMANDS, suggest
+from orchestrator.repl.dialog import change_diff
+from orchestrator.repl.input import ReplCompleter
+from orchestrator.repl.keys import KeyWatcher
+
+
+def test_an_unknown_command_gets_the_nearest_name() -> None:
+    assert suggest("cots") == "cost"
+    assert suggest("hlep") == "help"
+    assert suggest("compcat") == "compact"
+    assert suggest("zzzzzz") is None
+
+
+def test_edit_diffs_come_from_the_calls_input() -> None:
+    edit = change_diff(
+        "Edit", {"file_path": "/w/a.py", "old_string": "x = 1\n", "new_string": "x = 2\n"}
+    )
+    assert edit is not None and edit[:2] == ["--- /w/a.py", "+++ /w/a.py"]
+    assert "-x = 1" in edit and "+x = 2" in edit
+    multi = change_diff(
+        "MultiEdit",
+        {"file_path": "/w/a.py", "edits": [{"old_string": "a", "new_string": "b"},
+                                           {"old_string": "c", "new_string": "d"}]},
+    )  # fmt: skip
+    assert multi is not None and multi.count("--- /w/a.py") == 1
+    assert [
+        line for line in multi if line[:1] in "+-" and len(line) == 2
+    ] == ["-a", "+b", "-c", "+d"]
+    write = change_diff("Write", {"file_path": "/w/new.py", "content": "one\ntwo\n"})
+    assert write is not None and "+one" in write and "+two" in write
+    assert change_diff("Bash", {"command": "ls"}) is None
+
+
+def test_completion_of_commands_and_paths(tmp_path: Path) -> None:
+    (tmp_path / "shop").mkdir()
+    (tmp_path / "shop" / "money.py").write_text("")
+    (tmp_path / "setup.py").write_text("")
+    (tmp_path / ".env").write_text("")
+    completer = ReplCompleter({n: c.summary for n, c in COMMANDS.items()}, tmp_path)
+
+    def complete(text: str) -> list[str]:
+        return [c.text for c in completer.get_completions(Document(text), CompleteEvent())]
+
+    assert complete("/co") == ["/compact", "/cost", "/context"]
+    assert complete("look at @s") == ["@setup.py", "@shop/"]
+    assert complete("look at @shop/m") == ["@shop/money.py"]
+    assert complete("look at @") == ["@setup.py", "@shop/"]  # dot files only when typed
+    assert complete("look at @.e") == ["@.env"]
+    assert complete("no mention") == []
+
+
+def test_mentions_are_named_for_the_model(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text("")
+    said = with_mentions("explain @a.py and @missing.py, mail me@example.com", tmp_path)
+    assert said.endswith(f"(Files the user mentioned: {tmp_path / 'a.py'})")
+    assert with_mentions("nothing here", tmp_path) == "nothing here"
+
+
+async def test_esc_interrupts_and_an_arrow_key_does_not() -> None:
+    """On a real pseudo-terminal: a lone Esc interrupts; the Esc that starts an arrow key's
+    sequence does not; other keys are kept as typeahead."""
+    master, slave = os.openpty()
+    interrupted = trio.Event()
+    watcher = KeyWatcher(slave, interrupted.set, trio.lowlevel.current_trio_token())
+    try:
+        with watcher:
+            os.write(master, b"\x1b[Ahi\x7f\x7fok")
+            with trio.move_on_after(0.5):
+                await interrupted.wait()
+            assert not interrupted.is_set()
+            os.write(master, b"\x1b")
+            with trio.fail_after(5):
+                await interrupted.wait()
+        assert watcher.take_typed() == "ok"
+    finally:
+        os.close(master)
+        os.close(slave)
