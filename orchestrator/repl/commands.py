@@ -272,7 +272,26 @@ async def _sessions(repl: Repl, session: Session, arg: str) -> Action | None:
 
 
 async def _mcp(repl: Repl, session: Session, arg: str) -> Action | None:
-    _say(repl, "MCP servers are not built into Warren yet: there is nothing to list.", "dim")
+    servers = session.mcp
+    if servers is None or not servers.names():
+        _say(repl, "No MCP servers in force here (`warren mcp add` adds one).", "dim")
+        return None
+    tools = [server for server, _ in servers.tools()]
+    prompts = [server for server, _ in servers.prompts()]
+    table = Table(box=None, padding=(0, 2), header_style="dim")
+    for column in ("server", "status", "pid", "tools", "prompts", "problem"):
+        table.add_column(column)
+    for name in servers.names():
+        status, error, pid = servers.status(name)
+        table.add_row(
+            Text(escape_controls(name), "bold cyan"),
+            Text(status, "green" if status == "ready" else "yellow"),
+            "" if pid is None else str(pid),
+            str(tools.count(name)),
+            str(prompts.count(name)),
+            Text(escape_controls(error or "")[:80], "red"),
+        )
+    repl.console.print(table)
     return None
 
 
@@ -291,7 +310,7 @@ COMMANDS: dict[str, Command] = {
     "init": Command("write a starter WARREN.md and .warren/policy.toml", _init),
     "resume": Command("continue an earlier conversation: /resume [ID]", _resume),
     "sessions": Command("earlier sessions in this repository", _sessions),
-    "mcp": Command("MCP servers (not built yet)", _mcp),
+    "mcp": Command("the MCP servers of this session: status, pid, tools", _mcp),
     "exit": Command("leave (the session stays resumable)", _exit),
 }
 """Every slash command with its one-line summary (/help, completion)."""
