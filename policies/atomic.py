@@ -213,6 +213,10 @@ def write_atomic(
     `AtomicWriteError` (nothing changed), `OSError` when only the final directory sync
     failed (the file was replaced).
     """
+    if beneath is not None:  # a workspace file: running sandboxes' guards must not undo it
+        from sandbox.guard import coordinator_writes
+
+        coordinator_writes(path)
     try:
         dir_fd = open_directory(path.parent, beneath=beneath, create=True, mode=dir_mode)
     except LinkRefused:

@@ -55,6 +55,7 @@ __all__ = [
     "ProtectedNames",
     "Survey",
     "WorkspaceGuard",
+    "coordinator_writes",
     "find_denied",
     "list_gitlinks",
     "survey",
@@ -65,6 +66,38 @@ GUARD_MESSAGE = (
     "outside it ({tools}) would run it."
 )
 """The note appended to a tool result for each undone creation."""
+
+OWN_WRITE_WINDOW_S = 30.0
+"""How long after `coordinator_writes` a guard leaves those paths alone."""
+
+_own_writes: dict[Path, float] = {}
+
+
+def coordinator_writes(path: Path) -> None:
+    """This process (the coordinator, outside every sandbox) is about to create `path` in a
+    workspace itself: an "always" rule saved to `.warren/policy.local.toml`, say. The guards
+    of running sandboxes see the creation like any other; for `OWN_WRITE_WINDOW_S` they do
+    not undo it, nor the directories leading to it, nor the write's temporary file (a new
+    directory of ours is still watched)."""
+    now = time.monotonic()
+    for old in [p for p, at in _own_writes.items() if now - at > OWN_WRITE_WINDOW_S]:
+        del _own_writes[old]
+    _own_writes[Path(os.path.abspath(path))] = now
+
+
+def _written_by_us(path: Path) -> bool:
+    if not _own_writes:
+        return False
+    now = time.monotonic()
+    for own, at in _own_writes.items():
+        if now - at > OWN_WRITE_WINDOW_S:
+            continue
+        if path == own or path in own.parents:
+            return True
+        if path.parent == own.parent and path.name.startswith(f".{own.name[:40]}.warren-"):
+            return True
+    return False
+
 
 STALE_TEMPORARY = re.compile(r"\..+\.warren-[0-9a-f]{12}\.tmp", re.S)
 """The name of an atomic write's temporary file (`policies.atomic.temporary_name`:
@@ -297,6 +330,9 @@ class WorkspaceGuard:
         self._fd = -1
         self._paths: dict[int, Path] = {}
         self._gitlinks: dict[Path, frozenset[str]] = {}
+        self._adopted: set[Path] = set()
+        """Protected directories the coordinator made itself while this sandbox ran (not
+        mounted read-only in it): what the sandbox creates inside them is undone."""
         self.survey = Survey()
         self.degraded = False
         """Watches could not be added (limit reached): each drain scans instead (bounded)."""
@@ -423,6 +459,14 @@ class WorkspaceGuard:
 
     def _check_created(self, path: Path, *, is_dir: bool) -> list[str]:
         located = self._relative(path)
+        if _written_by_us(path):
+            if is_dir:
+                self._watch(path)
+                if located is not None and self.names.match(located[1]):
+                    self._adopted.add(path)
+            return []
+        if located is not None and path.parent in self._adopted:
+            return self._undo(*located)
         if located is None:
             return []
         root, parts = located

@@ -144,16 +144,8 @@ class DialogAsker:
                     )  # fmt: skip
                     return Allow(rule="user: always (accept-edits for this session)")
                 case "a":
-                    new_directory = not (self._policy.engine.workspace / ".warren").exists()
                     allowed = remember_always(self._policy, tool, raw)
                     self._console.print(Text(f"  → {escape_controls(allowed.rule or '')}", "green"))
-                    if new_directory:
-                        # The running writable sandbox's guard undoes new protected paths
-                        # (sandbox/guard.py), the coordinator's own write included.
-                        self._console.print(
-                            Text("  note: .warren/ is new, and the running sandbox's guard may "
-                                 "remove it; the rule holds for this session either way", "yellow")
-                        )  # fmt: skip
                     return allowed
                 case "n":
                     reason = (await self._read_line("  reason for the model (optional) > ")).strip()

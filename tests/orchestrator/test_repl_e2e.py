@@ -194,9 +194,9 @@ def test_always_for_bash_saves_the_rule_it_shows(
         Reply.tool_use("Bash", {"command": "touch made.txt"}),
         Reply.text("Made twice."),
     ]
-    # An existing `.warren/`: one created while the writable sandbox runs is removed by its
-    # guard (sandbox/guard.py), the coordinator's write included (reported in issue 13).
-    (sample / ".warren").mkdir()
+    # No `.warren/` yet: the coordinator makes it while a writable sandbox runs, and that
+    # sandbox's guard keeps the coordinator's own write (sandbox.guard.coordinator_writes).
+    assert not (sample / ".warren").exists()
     with FakeMessagesAPI(replies) as api:
         terminal = _start(terminals, tmp_path, api, sample)
         _send(terminal, "make files")

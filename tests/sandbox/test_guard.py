@@ -313,3 +313,32 @@ def test_the_start_walk_removes_what_a_killed_write_left(tmp_path: Path) -> None
     assert [p for p in stale if p.exists()] == []
     assert all(p.read_text() == "the user's" for p in look_alikes)
     assert link.is_symlink() and (ws / "sub" / "a.py").read_text() == "kept"
+
+
+async def test_the_coordinators_own_policy_write_is_kept_and_the_sandboxs_is_not(
+    host: SandboxHost, repo: Path
+) -> None:
+    """An "always" answer saves `.warren/policy.local.toml` from the coordinator while a
+    writable sandbox runs: its guard keeps that file (and the new `.warren/` leading to it),
+    but still undoes what the sandbox itself creates there afterwards."""
+    from policies.files import save_remembered_rule
+    from policies.trust import TrustStore
+
+    store = TrustStore(repo.parent / "trust.json")
+    async with open_sandboxed_process(
+        _spec(repo), ["sh", "-c", "read go; echo x > .warren/policy.toml; echo made; read stop"],
+        host=host,
+    ) as proc:  # fmt: skip
+        assert proc.stdin is not None and proc.stdout is not None
+        saved = save_remembered_rule(repo, "Bash(make test:*)", trust_store=store)
+        await trio.sleep(0.1)
+        assert proc.check_changes() == []
+        assert "make test" in saved.read_text()
+        await proc.stdin.send_all(b"go\n")
+        assert await proc.stdout.receive_some(100) == b"made\n"
+        notes = proc.check_changes()
+        assert notes and "policy.toml" in notes[0], notes
+        await proc.stdin.send_all(b"stop\n")
+        await proc.wait()
+    assert not (repo / ".warren" / "policy.toml").exists()
+    assert "make test" in (repo / ".warren" / "policy.local.toml").read_text()
