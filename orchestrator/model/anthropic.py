@@ -233,11 +233,16 @@ class AnthropicModel:
                     message = accumulator.finish(
                         request_id=stream.response.headers.get("request-id")
                     )
-                    yield MessageComplete(message)
-                    # Read to the end so the connection goes back to the pool.
+                    # Read to the end *before* handing the message over, so the connection
+                    # goes back to the pool: every consumer stops at `MessageComplete`, and a
+                    # response closed before its last chunk closes its connection, so each
+                    # turn would open a new one (a TLS handshake against the real API; on
+                    # loopback, a TIME_WAIT socket per turn that makes every later connect
+                    # slower). Pinned by test_anthropic.py::test_one_connection_serves_every_turn.
                     with trio.move_on_after(_CLOSE_TIMEOUT_S):
                         while await _next_chunk(chunks, quiet=True) is not None:
                             pass
+                    yield MessageComplete(message)
                     return
                 finally:
                     await _close(chunks, stream)

@@ -27,7 +27,8 @@ script when it returns None.
 
 Every request is recorded (`api.requests`): parsed body, headers, arrival and end times, and
 the send time of every SSE event, all on `time.monotonic()` (system-wide on Linux, so times
-from a subprocess client compare too). Delays are real sleeps in the server thread, and each
+from a subprocess client compare too), and the number of the TCP connection it came on (a
+client that reuses its connection sends every request on connection 0). Delays are real sleeps in the server thread, and each
 event is written to the socket as it is produced, so timing seen by the client is honest.
 """
 
@@ -272,6 +273,8 @@ class RecordedRequest:
     events: tuple[SentEvent, ...]
     client_disconnected: bool
     """The client went away before the server finished writing."""
+    connection: int = 0
+    """The TCP connection it came on: 0 for the first the server accepted, 1 for the next..."""
 
     @property
     def system(self) -> Any:
@@ -305,6 +308,7 @@ class _Record:
     response: str = ""
     events: list[SentEvent] = field(default_factory=list)
     client_disconnected: bool = False
+    connection: int = 0
 
     def snapshot(self) -> RecordedRequest:
         return RecordedRequest(
@@ -318,6 +322,7 @@ class _Record:
             response=self.response,
             events=tuple(self.events),
             client_disconnected=self.client_disconnected,
+            connection=self.connection,
         )
 
 
@@ -494,6 +499,7 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: _Server
     _record: _Record | None = None
+    _connection = 0
 
     def log_message(self, format: str, *args: Any) -> None:
         """Quiet: tests read `api.requests`, not the server's stderr."""
@@ -503,7 +509,7 @@ class _Handler(BaseHTTPRequestHandler):
         # One small write per event: without this, Nagle's algorithm can hold an event back
         # until the client acknowledges the previous one, which skews timing measurements.
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.server.api._track(self.connection, threading.current_thread())
+        self._connection = self.server.api._track(self.connection, threading.current_thread())
 
     def finish(self) -> None:
         try:
@@ -532,6 +538,7 @@ class _Handler(BaseHTTPRequestHandler):
             headers={k.lower(): v for k, v in self.headers.items()},
             body=parsed if isinstance(parsed, dict) else {},
             started_at=started,
+            connection=self._connection,
         )
         self._record = record
         try:
@@ -785,11 +792,19 @@ class FakeMessagesAPI:
         *,
         host: str = "127.0.0.1",
         route: Callable[[RecordedRequest], FakeResponse | None] | None = None,
+        keep_bodies: bool = True,
     ) -> None:
         """`route`: chooses the response to a request from its content (None: the script's
-        next); called in the server's threads, so it must be thread-safe."""
+        next); called in the server's threads, so it must be thread-safe.
+
+        `keep_bodies=False`: a request's body is dropped once it is answered (`route` still
+        sees it; `api.requests` then show `{}`). For long sessions: a 1,000-turn session's
+        bodies parsed and kept are over 1 GB in the test process, whose full garbage
+        collections (seconds each, a minute in all) compete with the client being measured
+        (tests/bench/bench_long_session.py)."""
         self._host = host
         self._route = route
+        self._keep_bodies = keep_bodies
         self._lock = threading.Condition()
         self._holds = threading.Semaphore(0)
         self._responses: deque[FakeResponse] = deque(responses)
@@ -799,6 +814,7 @@ class FakeMessagesAPI:
         self._closing = threading.Event()
         self._connections: set[socket.socket] = set()
         self._threads: set[threading.Thread] = set()
+        self._accepted = 0
         self._tool_counter = itertools.count(1)
         self.token_counts: list[int] = []
         """What each `POST /v1/messages/count_tokens` answered, in order."""
@@ -914,6 +930,8 @@ class FakeMessagesAPI:
         with self._lock:
             if record.ended_at is None:
                 record.ended_at = time.monotonic()
+            if not self._keep_bodies:
+                record.body = {}
             self._lock.notify_all()
 
     def _hold(self) -> bool:
@@ -944,10 +962,13 @@ class FakeMessagesAPI:
             return self._closing.is_set()
         return self._closing.wait(seconds)
 
-    def _track(self, conn: socket.socket, thread: threading.Thread) -> None:
+    def _track(self, conn: socket.socket, thread: threading.Thread) -> int:
+        """Note a new connection and its thread; returns the connection's number."""
         with self._lock:
             self._connections.add(conn)
             self._threads.add(thread)
+            self._accepted += 1
+            return self._accepted - 1
 
     def _untrack(self, conn: socket.socket) -> None:
         with self._lock:

@@ -238,6 +238,23 @@ def test_tool_calls_run_in_a_sandboxed_host(sample: Path, env: dict[str, str]) -
     assert not Path("/etc/warren-escape").exists()
 
 
+def test_a_session_keeps_one_api_connection(sample: Path, env: dict[str, str]) -> None:
+    """Through the CLI: every turn of a run goes over the same connection to the API (one
+    TLS handshake per session against the real one, not one per turn)."""
+    replies = [Reply.tool_use("Read", {"file_path": str(sample / "README.md")})] * 3
+    with FakeMessagesAPI([*replies, Reply.text("done")]) as api:
+        done = run_cli(
+            ["-p", "x", "--cwd", str(sample), "--permission-mode", "bypass"],
+            {**env, "ANTHROPIC_BASE_URL": api.base_url},
+        )
+        requests = api.requests
+    assert done.returncode == 0, done.stderr
+    assert [r.response for r in requests] == ["Reply"] * 4
+    # The first turn starts the tool host, which on a loaded machine can take longer than the
+    # pool keeps an idle connection (5 s): from then on, one connection.
+    assert len({r.connection for r in requests[1:]}) == 1
+
+
 def test_ctrl_c_interrupts_and_the_session_resumes(sample: Path, env: dict[str, str]) -> None:
     """SIGINT mid-tool: exit 130, no process left, the transcript closes the dangling call,
     and `--continue` carries on without an API protocol error."""

@@ -83,6 +83,25 @@ async def test_the_model_is_a_model_client() -> None:
         await model.aclose()
 
 
+async def test_one_connection_serves_every_turn() -> None:
+    """A consumer that stops at `MessageComplete` (as the loop does) still leaves the
+    connection reusable: the body is read to its end first. Otherwise every turn opens a new
+    connection (a TLS handshake against the real API) and leaves a TIME_WAIT socket behind."""
+    with FakeMessagesAPI([Reply.text(f"turn {i}") for i in range(3)]) as api:
+        model = model_for(api)
+        try:
+            for _ in range(3):
+                async with aclosing(model.stream(REQUEST)) as stream:
+                    async for event in stream:
+                        if isinstance(event, MessageComplete):
+                            break
+        finally:
+            await model.aclose()
+        requests = api.requests
+    assert [r.response for r in requests] == ["Reply"] * 3
+    assert [r.connection for r in requests] == [0, 0, 0]
+
+
 async def test_warm_up_imports_the_sdk_in_a_thread() -> None:
     await warm_up()
     with FakeMessagesAPI([Reply.text("ok")]) as api:
