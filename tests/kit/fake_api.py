@@ -28,8 +28,9 @@ script when it returns None.
 Every request is recorded (`api.requests`): parsed body, headers, arrival and end times, and
 the send time of every SSE event, all on `time.monotonic()` (system-wide on Linux, so times
 from a subprocess client compare too), and the number of the TCP connection it came on (a
-client that reuses its connection sends every request on connection 0). Delays are real sleeps in the server thread, and each
-event is written to the socket as it is produced, so timing seen by the client is honest.
+client that reuses its connection sends every request on connection 0). Delays are real
+sleeps in the server thread, and each event is written to the socket as it is produced, so
+timing seen by the client is honest.
 """
 
 from __future__ import annotations
