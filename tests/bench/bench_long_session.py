@@ -9,7 +9,12 @@ file per turn. Printed, measured in this one run:
   and of the last 100 turns, and their ratio (goal <= 1.2);
 - the coordinator's RSS (the `warren` process, sampled at every request) after the first 100
   turns and at the end, and the growth (goal <= 30 MB);
-- requests, refusals and summaries.
+- requests, refusals and summaries, and the connections they came on (one per session: a
+  client that reconnects every turn pays a handshake per turn).
+
+The server drops each body once answered (`keep_bodies=False`): kept, the bodies of 1,000
+requests are over 1 GB of parsed JSON in this process, whose garbage collections (seconds
+each, a minute in all) take a core from the process being measured.
 """
 
 from __future__ import annotations
@@ -61,7 +66,7 @@ def main() -> None:
             "ANTHROPIC_API_KEY": "sk-bench",
         }
         warren = ROOT / ".venv" / "bin" / "warren"
-        with FakeMessagesAPI(route=route) as api:
+        with FakeMessagesAPI(route=route, keep_bodies=False) as api:
             proc = subprocess.Popen(
                 [warren, "-p", "read every file", "--cwd", ws, "--max-turns", str(args.turns + 50),
                  "--permission-mode", "bypass"],
@@ -80,7 +85,8 @@ def main() -> None:
         first, last = statistics.median(gaps[1:101]), statistics.median(gaps[-100:])
         print(
             f"{args.turns} turns, window {args.window} tokens: {len(requests)} requests, "
-            f"{session.refusals} refused, {session.summaries} summaries"
+            f"{session.refusals} refused, {session.summaries} summaries, "
+            f"{len({r.connection for r in requests})} connection(s)"
         )
         print(
             f"coordinator time between turns: first 100 {first * 1000:.2f} ms, last 100 "

@@ -228,3 +228,32 @@ def test_a_route_answers_by_content_and_falls_back_to_the_script() -> None:
             answers.append(json.loads(raw)["content"][0]["text"])
         assert answers == ["routed agent B", "scripted", "routed agent A"]
         assert api.remaining == 0 and [r.response for r in api.requests] == ["Reply"] * 3
+
+
+def test_each_request_names_its_connection() -> None:
+    with FakeMessagesAPI([Reply.text("a"), Reply.text("b"), Reply.text("c")]) as api:
+        url = urlsplit(api.base_url)
+        conn = http.client.HTTPConnection(url.hostname or "127.0.0.1", url.port, timeout=10)
+        try:
+            for _ in range(2):  # one keep-alive connection, two requests
+                conn.request("POST", "/v1/messages", json.dumps(STREAM))
+                conn.getresponse().read()
+        finally:
+            conn.close()
+        post(api, STREAM)  # a connection of its own
+        assert [r.connection for r in api.requests] == [0, 0, 1]
+
+
+def test_answered_bodies_can_be_dropped() -> None:
+    seen: list[int] = []
+
+    def route(request: Any) -> Reply:
+        seen.append(len(request.messages))
+        return Reply.text("ok")
+
+    body = {**STREAM, "messages": [{"role": "user", "content": "hi"}]}
+    with FakeMessagesAPI(route=route, keep_bodies=False) as api:
+        post(api, body)
+        [request] = api.requests
+    assert seen == [1], "the route still sees the body"
+    assert request.body == {} and request.response == "Reply"
