@@ -64,6 +64,7 @@ class AuditLog:
                 command=event.command,
                 source=event.source,
                 tool_use_id=event.tool_use_id,
+                agent_id=event.agent_id,
                 exit_code=event.exit_code,
                 duration_ms=round(event.duration_s * 1000),
                 blocked=event.blocked,

@@ -114,6 +114,8 @@ class HookRan:
     """The head of what it printed."""
     stderr: str = ""
     tool_use_id: str | None = None
+    agent_id: str | None = None
+    """The subagent whose call or stop fired it; None for the main agent."""
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -51,6 +52,9 @@ from orchestrator.model.catalog import context_window
 from orchestrator.outcome import TerminalReason
 from orchestrator.pipeline import ToolPipeline
 from orchestrator.transcript_repair import INTERRUPTED_BY_USER, NO_CONTENT, normalize_for_api
+
+if TYPE_CHECKING:  # the worker's loop does not import the policy files layer
+    from policies.files import HookEvent
 
 __all__ = ["LoopConfig", "ModelUsage", "RunControl", "RunResult", "run_loop"]
 
@@ -302,7 +306,8 @@ async def run_loop(
                 return finish("output_truncated", text, turn)
         hooks = pipeline.hooks
         if not final.message.tool_uses():
-            if hooks is None or not hooks.has("SubagentStop" if config.agent_id else "Stop"):
+            stop_event: HookEvent = "SubagentStop" if config.agent_id else "Stop"
+            if hooks is None or not hooks.has(stop_event):
                 return finish("completed", recovery.answer(final.message.text()), turn)
             with trio.CancelScope() as scope:
                 control._scope = scope
@@ -319,13 +324,14 @@ async def run_loop(
             if stop_blocks >= config.max_stop_hook_blocks:
                 return finish(
                     "hook_blocked",
-                    f"Stop hooks kept the run going {stop_blocks} times and blocked it again "
+                    f"{stop_event} hooks kept the run going {stop_blocks} times and blocked it "
+                    "again "
                     f"(limit: [limits] max_stop_hook_blocks = {config.max_stop_hook_blocks}): "
                     + outcome.reason_text,
                     turn,
                 )
             stop_blocks += 1
-            feedback = Message.user_text("Stop hook feedback:\n" + outcome.reason_text)
+            feedback = Message.user_text(f"{stop_event} hook feedback:\n" + outcome.reason_text)
             history.append(feedback)
             emit(ToolResultsMessage(feedback))
             continue

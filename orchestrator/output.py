@@ -124,6 +124,7 @@ def event_record(event: Event, **tag: Any) -> dict[str, Any] | None:
                 "stdout": event.stdout,
                 "stderr": event.stderr,
                 "tool_use_id": event.tool_use_id,
+                **({"agent_id": event.agent_id} if event.agent_id is not None else {}),
                 **tag,
             }
         case CompactBoundary(summarised=True):
@@ -291,7 +292,8 @@ def _hook_line(event: HookRan) -> str | None:
     else:
         return None
     first = escape_controls(what.split("\n")[0][:300])
-    return f"  hh {event.hook_event} hook {escape_controls(event.command[:120])} {first}\n"
+    agent = "" if event.agent_id is None else f" ({escape_controls(event.agent_id)})"
+    return f"  hh {event.hook_event} hook{agent} {escape_controls(event.command[:120])} {first}\n"
 
 
 def hook_errors(out: IO[str]) -> Callable[[Event], None]:

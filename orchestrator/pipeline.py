@@ -404,8 +404,7 @@ class ToolPipeline:
 
 
 def _hook_rule(outcome: HookOutcome) -> str:
-    labels = [run.hook.label for run in outcome.runs if run.output.permission or run.output.blocked]
-    return "PreToolUse hook " + " ".join(labels)
+    return "PreToolUse hook " + " ".join(outcome.deciders)
 
 
 def _hook_denial(tool: str, outcome: HookOutcome) -> str:

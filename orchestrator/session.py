@@ -629,6 +629,8 @@ async def open_session(
                 asker,
                 context=snapshot.render(),
                 on_update=_subagent_sink(printer, io_guard.sink(audit), parts.on_subagent),
+                hooks=hooks,
+                max_stop_hook_blocks=limits.max_stop_hook_blocks,
             )
             registry = registry.with_tools([dispatch])
         printer.init(
@@ -832,6 +834,8 @@ def _dispatch_tool(
     *,
     context: str,
     on_update: Callable[[SubagentUpdate], None],
+    hooks: HookRunner,
+    max_stop_hook_blocks: int,
 ) -> Tool[Any]:
     """`dispatch_agent` over the worker pool, with the agent types this workspace defines
     (its `.warren/agents/` only when trusted), the session's tools and permissions, and the
@@ -853,6 +857,8 @@ def _dispatch_tool(
         sidechain_root=dirs.sessions,
         on_update=on_update,
         context=context,
+        hooks=hooks,
+        max_stop_hook_blocks=max_stop_hook_blocks,
     )
 
 

@@ -27,7 +27,7 @@ import re
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -41,12 +41,17 @@ from orchestrator.permissions import Allow, Deny
 from orchestrator.tools.registry import STATELESS_TOOLS
 from sandbox.safe_read import read_bounded_regular
 
+if TYPE_CHECKING:
+    from orchestrator.hooks.runner import HookOutcome
+
 __all__ = [
     "DEFAULT_MAX_TURNS",
     "GENERAL",
     "AgentType",
     "SubagentEvent",
     "SubagentFinished",
+    "SubagentHookEvent",
+    "SubagentHooks",
     "SubagentOutcome",
     "SubagentPermission",
     "SubagentReason",
@@ -235,6 +240,37 @@ SubagentPermission = Callable[[str, dict[str, Any]], Awaitable[Allow | Deny]]
 permission function, with asks resolved by its asker."""
 
 
+SubagentHookEvent = Literal["PreToolUse", "PostToolUse", "SubagentStop"]
+"""The hook events a subagent fires; they run in the coordinator."""
+
+
+class SubagentHooks(Protocol):
+    """The session's hooks as one subagent fires them (orchestrator/hooks/subagent.py's
+    `AgentHooks`): the runner asks these when its worker says a call or the agent's end is
+    due, and tells the worker `events` at the start, so a session without hooks sends no
+    hook messages at all."""
+
+    @property
+    def events(self) -> frozenset[SubagentHookEvent]:
+        """The events the session has hooks for."""
+        ...
+
+    @property
+    def max_stop_blocks(self) -> int:
+        """Times SubagentStop hooks may keep the agent going (`[limits]`)."""
+        ...
+
+    async def pre_tool_use(
+        self, tool: str, input: dict[str, Any], tool_use_id: str
+    ) -> HookOutcome: ...
+
+    async def post_tool_use(
+        self, tool: str, input: dict[str, Any], tool_use_id: str, response: Any
+    ) -> HookOutcome: ...
+
+    async def subagent_stop(self, *, active: bool) -> HookOutcome: ...
+
+
 @dataclass(frozen=True)
 class SubagentRequest:
     agent_id: str
@@ -243,6 +279,8 @@ class SubagentRequest:
     prompt: str
     system: list[str]
     """System prompt blocks, most stable first."""
+    hooks: SubagentHooks | None = None
+    """The session's hooks for this agent; None: none fire."""
 
 
 @dataclass(frozen=True)

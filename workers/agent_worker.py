@@ -11,7 +11,10 @@ not hold stays with the coordinator and is borrowed over the wire protocol:
 - the model: `BrokeredModel` sends each request upward (`ModelRequest`) and yields the
   events that come back, so the API key and the network never enter the sandbox;
 - permissions: `forwarding_permission` asks the coordinator, whose policy (and user, or
-  headless deny) answers every tool call; the policy files are not even readable here.
+  headless deny) answers every tool call; the policy files are not even readable here;
+- hooks: for the events the coordinator has hooks for (`RunAgent.hook_events`), the run's
+  pipeline and loop ask the coordinator to run them (`workers.agent_hooks`); a run without
+  hooks sends no hook message and does not even import the hooks layer.
 
 Everything the worker sends goes through one queue, in order, so a run's events always reach
 the coordinator before its `AgentResult`. Start-up does the slow work (imports, the message
@@ -36,7 +39,7 @@ import sys
 import traceback
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pydantic
 import trio
@@ -62,6 +65,9 @@ from orchestrator.plan import CallPlan
 from orchestrator.tools.base import Tool, ToolContext, ToolInput
 from orchestrator.tools.registry import ToolRegistry, builtin_tools
 from workers import protocol as wire
+
+if TYPE_CHECKING:  # imported by a run with hooks only (workers/agent_hooks.py)
+    from orchestrator.hooks.runner import HookRunner
 from workers.entry import (
     load_tools_factory,
     make_undumpable,
@@ -102,7 +108,9 @@ def log(event: str, level: str = "info", **fields: Any) -> None:
     sys.stderr.flush()
 
 
-_Reply = wire.ModelEvent | wire.ModelDone | wire.ModelFailed | wire.PermissionReply
+_Reply = (
+    wire.ModelEvent | wire.ModelDone | wire.ModelFailed | wire.PermissionReply | wire.HookReply
+)
 
 
 class AgentWorker:
@@ -262,6 +270,7 @@ class AgentWorker:
                     | wire.ModelDone()
                     | wire.ModelFailed()
                     | wire.PermissionReply()
+                    | wire.HookReply()
                 ):
                     waiting = self._pending.get(message.id)
                     if waiting is not None:
@@ -304,12 +313,15 @@ class AgentWorker:
                     permission=forwarding_permission(self, agent_id),
                     asker=_unresolved_ask,
                     emit=emit,
+                    hooks=self._hooks(message, ctx) if message.hook_events else None,
                 ),
                 config=LoopConfig(
                     system=message.system,
                     max_turns=message.max_turns,
                     max_tokens=message.max_tokens,
                     thinking_budget=message.thinking_budget,
+                    max_stop_hook_blocks=message.max_stop_hook_blocks,
+                    agent_id=agent_id,
                 ),
                 emit=emit,
                 control=control,
@@ -339,6 +351,26 @@ class AgentWorker:
                 self.post(result)
             self._running = None
             self._run_done.set()
+
+
+    def _hooks(self, message: wire.RunAgent, ctx: ToolContext) -> HookRunner:
+        """The run's hooks: each event the coordinator named is asked of it."""
+        from workers.agent_hooks import ForwardedHooks
+
+        async def ask(question: wire.HookAsk) -> wire.HookReply:
+            request_id, replies = self.expect("h")
+            try:
+                self.post(question.model_copy(update={"id": request_id}))
+                async for reply in replies:
+                    if isinstance(reply, wire.HookReply):
+                        return reply
+                return wire.HookReply(id=request_id)  # not reached: the channel stays open
+            finally:
+                self.forget(request_id)
+
+        return ForwardedHooks(
+            ask, agent_id=message.id, events=message.hook_events, workspace=ctx.workspace
+        )
 
 
 class _Tools(ToolRegistry):

@@ -20,7 +20,9 @@ Lifecycle of a worker:
 
 While a run goes on, the pool serves the worker: model requests stream through the
 `ModelBroker` (the coordinator's one client, with the session's limits), permission asks go to
-the session's permission function, and the run's events go to `on_event`.
+the session's permission function, hook asks to the session's hooks for the run
+(`SubagentRequest.hooks`, run here, in the coordinator), and the run's events go to
+`on_event`.
 
 A worker runs model-chosen code next to its tools, so nothing it sends is trusted
 (`_admit`): a model request must carry the system prompt the coordinator sent for the run and
@@ -64,6 +66,7 @@ from orchestrator.model.catalog import default_max_tokens, output_limit
 from orchestrator.permissions import Allow, Deny
 from orchestrator.subagents import (
     SubagentEvent,
+    SubagentHooks,
     SubagentOutcome,
     SubagentPermission,
     SubagentRequest,
@@ -84,7 +87,7 @@ from workers.child import (
 from workers.entry import load_tools_factory
 
 if TYPE_CHECKING:
-    pass
+    from orchestrator.hooks.runner import HookOutcome
 
 __all__ = [
     "DEFAULT_MAX_MODEL_REQUESTS",
@@ -418,6 +421,14 @@ class WorkerPool:
             max_turns=request.agent_type.max_turns,
             max_tokens=default_max_tokens(run.model),
             thinking_budget=self.options.thinking_budget,
+            **(
+                {}
+                if request.hooks is None
+                else {
+                    "hook_events": sorted(request.hooks.events),
+                    "max_stop_hook_blocks": request.hooks.max_stop_blocks,
+                }
+            ),
         )
         worker.post(message)
         result: wire.AgentResult | None = None
@@ -462,6 +473,8 @@ class WorkerPool:
                     nursery.start_soon(self._serve_model, worker, run, message)
                 case wire.PermissionAsk(agent=source) if source == agent_id:
                     nursery.start_soon(self._answer, worker, message, permission)
+                case wire.HookAsk(agent=source) if source == agent_id:
+                    nursery.start_soon(self._answer_hook, worker, message, run.request.hooks)
                 case wire.Malformed(detail=detail):
                     self._log.warning("worker rejected a line", agent_id=agent_id, detail=detail)
                 case _:
@@ -572,6 +585,34 @@ class WorkerPool:
         )
         worker.post(reply)
 
+    async def _answer_hook(
+        self, worker: _Worker, message: wire.HookAsk, hooks: SubagentHooks | None
+    ) -> None:
+        """Run the session's hooks for a subagent's call or end. An event the run was not
+        told of has no hooks: the empty answer."""
+        if hooks is None or message.event not in hooks.events:
+            worker.post(wire.HookReply(id=message.id))
+            return
+        try:
+            match message.event:
+                case "PreToolUse":
+                    outcome = await hooks.pre_tool_use(
+                        message.tool, message.input, message.tool_use_id
+                    )
+                case "PostToolUse":
+                    outcome = await hooks.post_tool_use(
+                        message.tool, message.input, message.tool_use_id, message.response
+                    )
+                case "SubagentStop":
+                    outcome = await hooks.subagent_stop(active=message.stop_hook_active)
+        except Exception as exc:  # the runner reports hook failures as values; this is a bug
+            self._log.error("hooks failed", agent_id=message.agent, error=repr(exc))
+            deny = message.event == "PreToolUse"
+            why = f"The hooks could not run ({exc}); the call was not run." if deny else None
+            worker.post(wire.HookReply(id=message.id, deny=deny, message=why))
+            return
+        worker.post(_hook_reply(message.id, outcome))
+
     async def _cancel(self, worker: _Worker, run: _Run) -> wire.AgentResult | None:
         """Ask the worker to interrupt the run and wait (bounded) for its result; kill it if
         none comes. Called shielded."""
@@ -583,21 +624,24 @@ class WorkerPool:
             async for message in worker.messages:
                 if isinstance(message, wire.AgentResult) and message.id == agent_id:
                     return message
-                if isinstance(message, wire.ModelRequest | wire.PermissionAsk):
+                if isinstance(message, wire.ModelRequest | wire.PermissionAsk | wire.HookAsk):
                     self._refuse(worker, message)
             return None
         worker.kill("worker_limit", f"it did not stop within {self.options.cancel_wait_s:g} s")
         return None
 
     @staticmethod
-    def _refuse(worker: _Worker, message: wire.ModelRequest | wire.PermissionAsk) -> None:
-        worker.post(
-            wire.ModelFailed(id=message.id, message="The subagent is being stopped.")
-            if isinstance(message, wire.ModelRequest)
-            else wire.PermissionReply(
-                id=message.id, allow=False, message="The subagent is being stopped."
-            )
-        )
+    def _refuse(
+        worker: _Worker, message: wire.ModelRequest | wire.PermissionAsk | wire.HookAsk
+    ) -> None:
+        stopping = "The subagent is being stopped."
+        match message:
+            case wire.ModelRequest():
+                worker.post(wire.ModelFailed(id=message.id, message=stopping))
+            case wire.PermissionAsk():
+                worker.post(wire.PermissionReply(id=message.id, allow=False, message=stopping))
+            case wire.HookAsk():
+                worker.post(wire.HookReply(id=message.id, deny=True, message=stopping))
 
     async def _watch_limits(self, worker: _Worker) -> None:
         """Kill the worker when its process tree passes the memory or CPU limit."""
@@ -772,6 +816,24 @@ class WorkerPool:
         self._closing = True
         for worker in list(self._workers):
             self._retire(worker)
+
+
+def _hook_reply(request_id: str, outcome: HookOutcome) -> wire.HookReply:
+    """What the worker acts on of the hooks' merged answer. PreToolUse's allow/ask is not
+    sent: the coordinator applies it to the call's permission answer
+    (orchestrator/hooks/subagent.py)."""
+    return wire.HookReply(
+        id=request_id,
+        deny=outcome.permission == "deny",
+        message=outcome.permission_reason,
+        rule=" ".join(outcome.deciders) or None,
+        blocked=outcome.blocked,
+        reasons=list(outcome.reasons),
+        updated_input=outcome.updated_input,
+        context=list(outcome.context),
+        stop=outcome.stop,
+        stop_reason=outcome.stop_reason,
+    )
 
 
 def _close_channels(worker: _Worker) -> None:

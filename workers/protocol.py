@@ -39,10 +39,18 @@ policy ever enters its sandbox:
         |  ModelDone{id, message} ------------->                          (or ModelFailed)
         |  <------------------------------------ PermissionAsk{id, agent, tool, input}
         |  PermissionReply{id, allow, ...} ---->
+        |  <------------------------------------ HookAsk{id, agent, event, ...}  (hooks only)
+        |  HookReply{id, deny, ...} ----------->
         |  <------------------------------------ AgentEvent{id, turn | tool_results | ...}
         |  Cancel{id: the agent's} ------------>                          (optional)
         |  <------------------------------------ AgentResult{id, reason, result, usage, ...}
         |  (the next RunAgent, or Shutdown)
+
+Hooks stay with the coordinator too: `RunAgent.hook_events` names the events it has hooks
+for (PreToolUse, PostToolUse, SubagentStop), and only for those does the worker send a
+`HookAsk`, which the coordinator answers by running its hooks (a session without hooks sends
+none). The coordinator also applies a PreToolUse hook's allow/ask to the call's
+`PermissionAsk` itself, and refuses a call whose PreToolUse hooks were never asked for.
 
 A `ModelRequest` carries only what is new since the agent's previous request (`keep` says how
 many of the previous request's messages come first), so a long subagent run does not send its
@@ -91,6 +99,9 @@ __all__ = [
     "AgentEvent",
     "AgentResult",
     "Cancel",
+    "HookAsk",
+    "HookEventName",
+    "HookReply",
     "HookResult",
     "HostRole",
     "LedgerDelta",
@@ -121,12 +132,15 @@ __all__ = [
     "oversized_id",
 ]
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 """Sent in `Ready`; raised whenever an existing message changes incompatibly."""
 
 MAX_LINE_BYTES = 16 * 1024 * 1024
 """Longest line either side accepts (16 MiB): a capped Read of an image fits with room to spare;
 anything longer is a bug or an attack, and is skipped and reported rather than buffered."""
+
+HookEventName = Literal["PreToolUse", "PostToolUse", "SubagentStop"]
+"""The hook events a subagent fires (through the coordinator)."""
 
 HostRole = Literal["read_write", "read_only"]
 """A tool host's workspace mount: writable (calls that may write, the persistent shell) or
@@ -303,6 +317,11 @@ class RunAgent(_Wire):
     thinking_budget: int | None = Field(default=None, ge=1)
     """Extended thinking's budget per response (the session's `max_thinking_tokens`); None:
     no thinking."""
+    hook_events: list[HookEventName] = Field(default_factory=list)
+    """The events the coordinator has hooks for: the worker sends a `HookAsk` for these
+    only."""
+    max_stop_hook_blocks: int = Field(default=5, ge=0)
+    """Times SubagentStop hooks may keep the agent going (the session's `[limits]`)."""
 
 
 class AgentEvent(_Wire):
@@ -469,6 +488,43 @@ class PermissionReply(_Wire):
     updated_input: dict[str, Any] | None = None
 
 
+class HookAsk(_Wire):
+    """Run the coordinator's hooks of `event` for agent `agent`: before a tool call
+    (`PreToolUse`), after it (`PostToolUse`, with `response`, the tool_result's content), or
+    when the agent is about to finish (`SubagentStop`). Answered by one `HookReply`."""
+
+    type: Literal["hook_ask"] = "hook_ask"
+    id: str
+    agent: str
+    event: HookEventName
+    tool: str = ""
+    input: dict[str, Any] = Field(default_factory=dict)
+    tool_use_id: str = ""
+    response: str | ToolResultContent | None = None
+    stop_hook_active: bool = False
+
+
+class HookReply(_Wire):
+    """What the hooks said, as far as the worker acts on it: `deny` (PreToolUse: the call is
+    not run, `reasons`/`message` say why), `updated_input` (PreToolUse: another call, parsed,
+    validated and decided again), `blocked` and `reasons` (PostToolUse feedback;
+    SubagentStop: keep going), `context` (additionalContext), `stop` (`continue: false`)."""
+
+    type: Literal["hook_reply"] = "hook_reply"
+    id: str
+    deny: bool = False
+    message: str | None = None
+    """A deny's reason when no hook blocked (`permissionDecisionReason`)."""
+    rule: str | None = None
+    """The hooks that decided, for the audit log."""
+    blocked: bool = False
+    reasons: list[str] = Field(default_factory=list)
+    updated_input: dict[str, Any] | None = None
+    context: list[str] = Field(default_factory=list)
+    stop: bool = False
+    stop_reason: str | None = None
+
+
 Message = Annotated[
     Ready
     | ValidateTool
@@ -489,7 +545,9 @@ Message = Annotated[
     | ModelDone
     | ModelFailed
     | PermissionAsk
-    | PermissionReply,
+    | PermissionReply
+    | HookAsk
+    | HookReply,
     Field(discriminator="type"),
 ]
 

@@ -8,6 +8,12 @@ one: the hook's `matcher_kind` when its source says (Claude Code's settings are 
 else a rule when the text parses as one. Empty or `*`: every call. For SessionStart and
 PreCompact the matcher is Claude Code's over `source` / `trigger` (`startup`,
 `compact|resume`).
+
+Claude Code calls its subagent tool `Task` (newer versions: `Agent`); Warren's is
+`dispatch_agent`. So existing settings keep working, a matcher naming `Task` or `Agent`
+selects `dispatch_agent` calls: as a rule (`Task`, `Task(reviewer)` read as
+`dispatch_agent(...)`) and in Claude Code's reading (`Task|Bash`, `^Agent$`), where
+`dispatch_agent` is tried under all three names (tests/orchestrator/test_hooks.py).
 """
 
 from __future__ import annotations
@@ -24,6 +30,17 @@ from policies.rules import CompiledRule, ParsedRule, RuleSyntaxError, parse_rule
 __all__ = ["HookMatcher", "build_matcher", "claude_matches"]
 
 _NAMES = re.compile(r"[A-Za-z0-9_|]+")
+_SUBAGENT_TOOL = "dispatch_agent"
+_CLAUDE_SUBAGENT_NAMES = ("Task", "Agent")
+"""Claude Code's names for its subagent tool (older, newer)."""
+_CLAUDE_SUBAGENT_RULE = re.compile(r"^(?:Task|Agent)(?=\(|$)")
+
+
+def _names_of(tool: str) -> tuple[str, ...]:
+    """The names a Claude Code matcher may know a tool by."""
+    if tool == _SUBAGENT_TOOL:
+        return (tool, *_CLAUDE_SUBAGENT_NAMES)
+    return (tool,)
 
 
 def claude_matches(matcher: str, value: str) -> bool:
@@ -57,7 +74,7 @@ class HookMatcher:
             return True
         name = plan.block.name
         if self.regex or self.rule is None:
-            return claude_matches(self.text, name)
+            return any(claude_matches(self.text, alias) for alias in _names_of(name))
         if self.compiled is None or self.engine is None or plan.tool is None:
             return self.rule.kind in ("tool", "mcp_server") and name == self.rule.tool
         return self.engine.rule_matches(self.compiled, _assessment(self.engine, plan))
@@ -89,8 +106,10 @@ def build_matcher(
     text = (text or "").strip()
     if text in ("", "*") or kind == "regex":
         return HookMatcher(text, regex=kind == "regex")
+    # Claude Code's name for the subagent tool, as a rule: `Task(reviewer)`.
+    rule_text = _CLAUDE_SUBAGENT_RULE.sub(_SUBAGENT_TOOL, text)
     try:
-        parsed = parse_rule(text)
+        parsed = parse_rule(rule_text)
     except RuleSyntaxError:
         return HookMatcher(text, regex=True)
     compiled = None

@@ -123,6 +123,8 @@ class HookOutcome:
     stop: bool = False
     """A hook said `continue: false`: the run ends `hook_blocked`."""
     stop_reason: str | None = None
+    deciders: tuple[str, ...] = ()
+    """Labels of the hooks that blocked or decided (for the audit log's rule)."""
 
     @property
     def reason_text(self) -> str:
@@ -181,6 +183,11 @@ def merge(runs: Sequence[HookRun]) -> HookOutcome:
         context=tuple(context),
         stop=stop,
         stop_reason="; ".join(stop_reasons) or None,
+        deciders=tuple(
+            run.hook.label
+            for run in runs
+            if run.output.error is None and (run.output.permission or run.output.blocked)
+        ),
     )
 
 
@@ -287,7 +294,8 @@ class HookRunner:
 
     # -- per event --------------------------------------------------------------------------
 
-    async def pre_tool_use(self, plan: CallPlan) -> HookOutcome:
+    async def pre_tool_use(self, plan: CallPlan, *, agent_id: str | None = None) -> HookOutcome:
+        """`agent_id`: the subagent that made the call (orchestrator/hooks/subagent.py)."""
         if "PreToolUse" not in self._by_event:
             return NO_OUTCOME
         input = PreToolUseInput(
@@ -295,10 +303,13 @@ class HookRunner:
             tool_name=plan.block.name,
             tool_input=_raw_input(plan),
             tool_use_id=plan.block.id,
+            agent_id=agent_id,
         )
         return await self.run(input, plan=plan)
 
-    async def post_tool_use(self, plan: CallPlan, response: Any) -> HookOutcome:
+    async def post_tool_use(
+        self, plan: CallPlan, response: Any, *, agent_id: str | None = None
+    ) -> HookOutcome:
         if "PostToolUse" not in self._by_event:
             return NO_OUTCOME
         input = PostToolUseInput(
@@ -307,6 +318,7 @@ class HookRunner:
             tool_input=_raw_input(plan),
             tool_use_id=plan.block.id,
             tool_response=response,
+            agent_id=agent_id,
         )
         return await self.run(input, plan=plan)
 
@@ -391,7 +403,7 @@ class HookRunner:
         done = [run for run in runs if run is not None]
         tool_use_id = plan.block.id if plan is not None else None
         for run in done:
-            self.emit(_event(input.hook_event_name, run, tool_use_id))
+            self.emit(_event(input.hook_event_name, run, tool_use_id, input.agent_id))
         outcome = merge(done)
         if outcome.stop and self.stop_requested is None:
             self.stop_requested = (
@@ -483,7 +495,9 @@ def _raw_input(plan: CallPlan) -> dict[str, Any]:
     return dict(plan.block.input)
 
 
-def _event(event: HookEvent, run: HookRun, tool_use_id: str | None) -> HookRan:
+def _event(
+    event: HookEvent, run: HookRun, tool_use_id: str | None, agent_id: str | None
+) -> HookRan:
     out = run.output
     return HookRan(
         hook_event=event,
@@ -497,4 +511,5 @@ def _event(event: HookEvent, run: HookRun, tool_use_id: str | None) -> HookRan:
         stdout=run.stdout[:_SHOWN],
         stderr=run.stderr[:_SHOWN],
         tool_use_id=tool_use_id,
+        agent_id=agent_id,
     )

@@ -5,7 +5,9 @@ The tool runs in the coordinator (it touches no workspace itself) and talks to a
 the subagent's own turns go to its sidechain transcript
 (`<sessions>/<session id>.agents/<agent id>.jsonl`) and, tagged with its id, to the
 `on_update` sink (stream-json, progress). Each of the subagent's tool calls is decided by this
-session's permission function; asks go to the session's asker one at a time.
+session's permission function; asks go to the session's asker one at a time. The session's
+PreToolUse, PostToolUse and SubagentStop hooks fire for the subagent too, run here with its
+`agent_id` (orchestrator/hooks/subagent.py).
 
 A call is read-only and concurrency-safe exactly when its agent type cannot write, so several
 read-only dispatches in one turn run in parallel and the scheduler is never told a writing
@@ -19,7 +21,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
-from typing import Any, ClassVar, assert_never
+from typing import TYPE_CHECKING, Any, ClassVar, assert_never
 
 import pydantic
 import trio
@@ -45,6 +47,10 @@ from orchestrator.tools.base import Tool, ToolContext, ToolInput, ToolOutput, To
 from orchestrator.tools.registry import ToolRegistry
 from orchestrator.transcripts import Transcript
 from policies.facts import ToolFacts
+
+if TYPE_CHECKING:
+    from orchestrator.hooks.runner import HookRunner
+    from orchestrator.hooks.subagent import AgentHooks
 
 __all__ = ["DispatchAgentInput", "DispatchAgentTool", "sidechain_path"]
 
@@ -104,6 +110,8 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
         sidechain_root: Path | None = None,
         on_update: Callable[[SubagentUpdate], None] | None = None,
         context: str | None = None,
+        hooks: HookRunner | None = None,
+        max_stop_hook_blocks: int = 5,
     ) -> None:
         """
         `runner`: where subagents run (the worker pool).
@@ -118,6 +126,9 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
         `context`: the main agent's context text (`ContextSnapshot.render`: git snapshot,
         memory files), the last system block of every subagent; gathered once per session,
         never again per subagent.
+        `hooks`: the session's; its PreToolUse, PostToolUse and SubagentStop hooks fire for
+        each subagent. `max_stop_hook_blocks`: SubagentStop blocks a subagent may take
+        (`[limits]`, default 5).
         """
         self._runner = runner
         self._types = dict(agent_types)
@@ -129,6 +140,8 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
         self._on_update = on_update or _ignore
         self._context = context
         self._ask_lock = trio.Lock()
+        self._hooks = hooks
+        self._max_stop_hook_blocks = max_stop_hook_blocks
         # The model is told which types exist, and they differ per session.
         self.description = DESCRIPTION + "\n".join(  # type: ignore[misc]
             _describe(t) for t in self._types.values()
@@ -160,6 +173,7 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
             raise ToolError(f"There is no agent type {input.subagent_type!r}.")
         agent_id = f"agent-{uuid.uuid4().hex[:12]}"
         transcript = self._open_sidechain(ctx, agent_id, agent_type, input)
+        hooks = self._agent_hooks(agent_id, agent_type)
         request = SubagentRequest(
             agent_id=agent_id,
             agent_type=agent_type,
@@ -168,6 +182,7 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
                 *agent_type.system_blocks(workspace=ctx.workspace, cwd=ctx.cwd),
                 *([self._context] if self._context else []),
             ],
+            hooks=hooks,
         )
 
         def on_event(update: SubagentEvent) -> None:
@@ -186,7 +201,7 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
         yield ToolProgress(f"{agent_id} ({agent_type.name}): {input.description}")
         try:
             outcome = await self._runner.run(
-                request, on_event=on_event, permission=self._decider(agent_type, ctx)
+                request, on_event=on_event, permission=self._decider(agent_type, ctx, hooks)
             )
             if transcript is not None:
                 transcript.write(_result_line(outcome))
@@ -199,8 +214,27 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
     def render_use(self, input: DispatchAgentInput) -> str:
         return f"dispatch_agent({input.subagent_type}: {' '.join(input.description.split())})"
 
-    def _decider(self, agent_type: AgentType, ctx: ToolContext) -> SubagentPermission:
-        """The final answer for each tool call of one subagent."""
+    def _agent_hooks(self, agent_id: str, agent_type: AgentType) -> AgentHooks | None:
+        """The session's hooks for one subagent; None when it has none a subagent fires."""
+        if self._hooks is None:
+            return None
+        from orchestrator.hooks.subagent import AgentHooks
+
+        hooks = AgentHooks(
+            self._hooks,
+            agent_id=agent_id,
+            tools=ToolRegistry(t for t in self._tools if t.name in agent_type.tools),
+            assessor=self._assessor,
+            max_stop_blocks=self._max_stop_hook_blocks,
+        )
+        return hooks if hooks.events else None
+
+    def _decider(
+        self, agent_type: AgentType, ctx: ToolContext, hooks: AgentHooks | None
+    ) -> SubagentPermission:
+        """The final answer for each tool call of one subagent: the policy's, narrowed by
+        the call's PreToolUse hooks as the pipeline narrows the main agent's
+        (`ToolPipeline._decide`)."""
 
         async def decide(name: str, raw: dict[str, Any]) -> Allow | Deny:
             tool = self._tools.get(name) if name in agent_type.tools else None
@@ -214,6 +248,17 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
                 parsed = tool.parse_input(raw)
                 block = ToolUseBlock(id=f"{agent_type.name}:{name}", name=name, input=raw)
                 result = await self._permission(plan_call(block, tool, parsed, self._assessor), ctx)
+                if hooks is not None:
+                    asked, verdict = hooks.take_verdict(name, raw)
+                    if not asked:
+                        return Deny(
+                            f"This {name} call's PreToolUse hooks were not run; it was not run.",
+                            rule="PreToolUse hook",
+                        )
+                    if verdict == "ask" and isinstance(result, Allow):
+                        result = Ask("A PreToolUse hook asks for confirmation.", rule="hook")
+                    elif verdict == "allow" and isinstance(result, Ask):
+                        return Allow(rule="PreToolUse hook: allow")
                 if isinstance(result, Ask):
                     async with self._ask_lock:
                         return await self._asker(tool, parsed, result)

@@ -19,7 +19,9 @@ from orchestrator.messages import ImageBlock, ImageSource, TextBlock
 from workers import protocol as wire
 
 MESSAGES: list[wire.Message] = [
-    wire.Ready(version=1, pid=7, role="read_only", workspace="/repo", tools=["Read", "Bash"]),
+    wire.Ready(
+        version=wire.PROTOCOL_VERSION, pid=7, role="read_only", workspace="/repo", tools=["Bash"]
+    ),
     wire.ValidateTool(id="c1", tool="Edit", input={"file_path": "/repo/a", "n": [1, None]}),
     wire.Validated(id="c1", refusal="Read it first."),
     wire.Validated(id="c1", error="no such tool", ledger=wire.LedgerDelta(forgotten=["/repo/a"])),
@@ -56,6 +58,17 @@ MESSAGES: list[wire.Message] = [
     wire.Cancel(id="c2"),
     wire.Shutdown(),
     wire.Malformed(detail="bad", id=None),
+    wire.HookAsk(
+        id="h1",
+        agent="agent-1",
+        event="PreToolUse",
+        tool="Bash",
+        input={"command": "git push"},
+        tool_use_id="toolu_1",
+    ),
+    wire.HookAsk(id="h2", agent="agent-1", event="SubagentStop", stop_hook_active=True),
+    wire.HookReply(id="h1", deny=True, reasons=["[exit 2]: no pushing"], rule="hook [x]"),
+    wire.HookReply(id="h2", blocked=True, reasons=["not yet"], context=["more"]),
 ]
 
 
@@ -175,7 +188,8 @@ async def test_host_speaks_the_protocol_unsandboxed(ws: Path) -> None:
         with trio.fail_after(20):
             ready = await receive()
             assert isinstance(ready, wire.Ready)
-            assert (ready.version, ready.role, ready.pid) == (1, "read_only", proc.pid)
+            expected = (wire.PROTOCOL_VERSION, "read_only", proc.pid)
+            assert (ready.version, ready.role, ready.pid) == expected
             assert ready.workspace == str(ws)
             assert "Read" in ready.tools
 
