@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Literal
 
 import pytest
 
@@ -16,6 +17,7 @@ from orchestrator.hooks.runner import ConfiguredHook, HookRun, HookRunner, merge
 from orchestrator.messages import ToolUseBlock
 from orchestrator.permissions import headless_asker
 from orchestrator.pipeline import ToolPipeline
+from orchestrator.plan import plan_call
 from orchestrator.session_policy import SessionPolicy
 from orchestrator.tools.base import ToolContext
 from orchestrator.tools.registry import builtin_facts, builtin_tools
@@ -203,3 +205,31 @@ def test_claude_code_matchers_read_as_claude_code_reads_them(
     matcher: str, name: str, expected: bool
 ) -> None:
     assert claude_matches(matcher, name) is expected
+
+
+@pytest.mark.parametrize(
+    ("matcher", "kind", "expected"),
+    [("Task", None, True), ("Agent", None, True), ("Task", "regex", True),
+     ("Agent", "regex", True), ("Task|Bash", None, True), ("^Agent$", "regex", True),
+     ("Task(general)", None, True), ("Task(reviewer)", None, False),
+     ("dispatch_agent", None, True), ("Bash", "regex", False), ("Tasks", "regex", False)],
+)  # fmt: skip
+def test_claude_codes_task_and_agent_match_dispatch_agent(
+    ws: Path, matcher: str, kind: Literal["regex"] | None, expected: bool
+) -> None:
+    """Claude Code's subagent tool is `Task` (newer: `Agent`): its settings' matchers
+    select Warren's `dispatch_agent`, read as a rule or as Claude Code reads them."""
+    policy = _policy(ws, "")
+    from orchestrator.tools.dispatch_agent import DispatchAgentInput, DispatchAgentTool
+
+    class _Dispatch(DispatchAgentTool):
+        def __init__(self) -> None:  # only its name, facts and input model are used here
+            pass
+
+    block = ToolUseBlock(
+        id="t1", name="dispatch_agent", input={"description": "d", "prompt": "p"}
+    )
+    plan = plan_call(block, _Dispatch(), DispatchAgentInput(description="d", prompt="p"),
+                     policy.assessor())  # fmt: skip
+    found = build_matcher(matcher, kind=kind, engine=policy.engine, anchor=ws)
+    assert found.matches_call(plan) is expected

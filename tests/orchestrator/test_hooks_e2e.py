@@ -48,13 +48,21 @@ def _env(home: Path, api: FakeMessagesAPI | None = None) -> dict[str, str]:
     return env
 
 
-def _repo(home: Path, policy: str, *, trusted: bool = True) -> Path:
+def _repo(
+    home: Path, policy: str, *, trusted: bool = True, agents: dict[str, str] | None = None
+) -> Path:
+    """A git repository with `policy` as its `.warren/policy.toml` and `agents` (name:
+    definition) in `.warren/agents/`, trusted unless told otherwise."""
     repo = home / "repo"
     repo.mkdir()
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
     (repo / "app.py").write_text("print('hi')\n")
     (repo / ".warren").mkdir()
     (repo / ".warren" / "policy.toml").write_text(policy)
+    if agents:
+        (repo / ".warren" / "agents").mkdir()
+        for name, text in agents.items():
+            (repo / ".warren" / "agents" / f"{name}.md").write_text(text)
     if trusted:
         done = _warren(["trust", str(repo)], _env(home))
         assert done.returncode == 0, done.stderr
@@ -314,3 +322,115 @@ def test_hooks_test_prints_what_each_hook_returned(home: Path, tmp_path: Path) -
     sample.write_text(json.dumps({"tool_name": "Bash", "tool_input": {"command": "ls"}}))
     done = _warren(["hooks", "test", "PreToolUse", "--input", str(sample)], _env(home), cwd=repo)
     assert "no PreToolUse hook matches" in done.stdout
+
+
+# --- subagents: their calls and their end fire the coordinator's hooks ----------------------
+
+PUSHER = "---\nname: pusher\ndescription: Pushes.\ntools: Bash\nwritable: true\n---\nPush.\n"
+"""A writable agent type with Bash (a project's, so the repository is trusted with it)."""
+
+
+def _dispatch(agent_type: str = "general") -> Reply:
+    return Reply.tool_use(
+        "dispatch_agent", {"description": "a task", "prompt": "do it", "subagent_type": agent_type}
+    )
+
+
+def test_a_pre_tool_use_hook_blocks_a_push_inside_a_subagent(home: Path) -> None:
+    """The issue's push hook, with a Claude Code-style input log: inside a subagent in bypass
+    mode the push is blocked and the subagent's model gets the stderr; PostToolUse feedback
+    reaches it too; the hooks' input, events and audit lines carry the agent's id."""
+    policy = (
+        '[[hooks]]\nevent = "PreToolUse"\nmatcher = "Bash(git push:*)"\n'
+        "command = \"cat >> pre-inputs.jsonl; echo 'no pushing' >&2; exit 2\"\n\n"
+        '[[hooks]]\nevent = "PostToolUse"\nmatcher = "Bash"\n'
+        "command = \"echo 'post: looked at it' >&2; exit 2\"\n"
+    )
+    repo = _repo(home, policy, agents={"pusher": PUSHER})
+    with FakeMessagesAPI(
+        [
+            _dispatch("pusher"),
+            Reply.tool_use("Bash", {"command": "git push origin main"}),
+            Reply.tool_use("Bash", {"command": "echo allowed > ok.txt"}),
+            Reply.text("pushed nothing"),
+            Reply.text("done"),
+        ]
+    ) as api:
+        done, lines = _run(home, repo, api, "push it", "--permission-mode", "bypass")
+        requests = api.requests
+    assert done.returncode == 0, done.stderr
+    assert len(requests) == 5
+    blocked = requests[2].messages[-1]  # the subagent's second request
+    assert blocked["content"][0]["is_error"] is True
+    assert "no pushing" in _text_of(blocked)
+    feedback = _text_of(requests[3].messages[-1])
+    assert "PostToolUse hook feedback" in feedback and "post: looked at it" in feedback
+    assert (repo / "ok.txt").read_text() == "allowed\n"
+    assert "pushed nothing" in _text_of(requests[4].messages[-1])  # the dispatch's result
+    started = next(line for line in lines if line.get("subtype") == "subagent_start")
+    agent_id = started["agent_id"]
+    hooks = _hook_lines(lines)
+    assert [(h["hook_event"], h["blocked"], h.get("agent_id")) for h in hooks] == [
+        ("PreToolUse", True, agent_id),
+        ("PostToolUse", True, agent_id),
+    ]
+    (sent,) = [json.loads(line) for line in (repo / "pre-inputs.jsonl").read_text().splitlines()]
+    assert sent["hook_event_name"] == "PreToolUse" and sent["agent_id"] == agent_id
+    assert sent["tool_input"]["command"] == "git push origin main"
+    assert sent["cwd"] == str(repo) and sent["session_id"] == lines[-1]["session_id"]
+    assert sent["transcript_path"].endswith(".jsonl") and sent["permission_mode"]
+    audit = list((home / "state").rglob("*.audit.jsonl"))
+    records = [json.loads(line) for line in audit[0].read_text().splitlines()]
+    assert any(r["kind"] == "hook" and r["blocked"] and r["agent_id"] == agent_id for r in records)
+    assert any(r["kind"] == "permission" and r["answered_by"] == "hook" for r in records)
+
+
+SUBAGENT_STOP_ONCE = STOP_ONCE.replace('event = "Stop"', 'event = "SubagentStop"')
+
+
+def test_a_subagent_stop_hook_that_blocks_once_makes_the_subagent_take_one_more_turn(
+    home: Path,
+) -> None:
+    repo = _repo(home, SUBAGENT_STOP_ONCE)
+    with FakeMessagesAPI(
+        [_dispatch(), Reply.text("found it"), Reply.text("tests pass, found it"), Reply.text("ok")]
+    ) as api:
+        done, lines = _run(home, repo, api)
+        requests = api.requests
+    assert done.returncode == 0, done.stderr
+    assert len(requests) == 4
+    assert "run the tests before stopping" in _text_of(requests[2].messages[-1])
+    assert "SubagentStop hook feedback" in _text_of(requests[2].messages[-1])
+    report = requests[3].messages[-1]
+    assert "tests pass, found it" in _text_of(report)
+    assert report["content"][0].get("is_error") is not True
+    agent_id = next(line for line in lines if line.get("subtype") == "subagent_start")["agent_id"]
+    assert [(h["hook_event"], h["blocked"], h.get("agent_id")) for h in _hook_lines(lines)] == [
+        ("SubagentStop", True, agent_id),
+        ("SubagentStop", False, agent_id),
+    ]
+    assert lines[-1]["terminal_reason"] == "completed"
+
+
+def test_subagent_stop_hooks_past_the_cap_end_the_subagent_hook_blocked(home: Path) -> None:
+    """Past `max_stop_hook_blocks` the subagent ends `hook_blocked`: an error result of the
+    dispatch for the main agent, which goes on (not a crash, not the main run's end)."""
+    repo = _repo(
+        home,
+        "[limits]\nmax_stop_hook_blocks = 1\n\n"
+        '[[hooks]]\nevent = "SubagentStop"\ncommand = "echo \'not yet\' >&2; exit 2"\n',
+    )
+    with FakeMessagesAPI(
+        [_dispatch(), Reply.text("done"), Reply.text("done again"), Reply.text("gave up")]
+    ) as api:
+        done, lines = _run(home, repo, api)
+        requests = api.requests
+    assert done.returncode == 0, done.stderr
+    assert len(requests) == 4
+    result = requests[3].messages[-1]["content"][0]
+    assert result["is_error"] is True
+    assert "hook_blocked" in _text_of(requests[3].messages[-1])
+    assert "not yet" in _text_of(requests[3].messages[-1])
+    finished = next(line for line in lines if line.get("subtype") == "subagent_result")
+    assert finished["terminal_reason"] == "hook_blocked"
+    assert lines[-1]["terminal_reason"] == "completed"
