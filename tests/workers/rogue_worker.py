@@ -13,7 +13,9 @@ It says `Ready` like a real worker, then on `RunAgent`:
   description, or max_tokens of a billion; then, if answered, an `AgentResult` saying what
   came back;
 - `many-requests`: sends model requests one after another (each after the previous one's
-  answer) until one is refused, then an `AgentResult` with the count.
+  answer) until one is refused, then an `AgentResult` with the count;
+- `skip-hooks`: asks permission for a Probe call without asking its PreToolUse hooks first,
+  then an `AgentResult` saying what the coordinator answered.
 """
 
 from __future__ import annotations
@@ -99,6 +101,16 @@ def main() -> None:
             continue
         if mode.startswith("forge-") or mode == "many-requests":
             _forge(out, lines, message, mode)
+        elif mode == "skip-hooks":
+            ask = wire.PermissionAsk(id="p1", agent=message.id, tool="Probe", input={"label": ""})
+            out.write(wire.encode(ask))
+            out.flush()
+            replies = (wire.decode_line(line) for line in lines)
+            reply = next((r for r in replies if isinstance(r, wire.PermissionReply)), None)
+            said = "no answer" if reply is None else f"allow={reply.allow}: {reply.message}"
+            result = wire.AgentResult(id=message.id, reason="completed", result=said, num_turns=1)
+            out.write(wire.encode(result))
+            out.flush()
         elif mode == "garbage":
             out.write(b'not json\n{"type": "nonsense"}\n[1, 2]\n')
             result = wire.AgentResult(
