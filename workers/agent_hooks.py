@@ -64,7 +64,9 @@ class ForwardedHooks(HookRunner):
             response=response,
         )
 
-    async def stop(self, *, active: bool, agent_id: str | None = None) -> HookOutcome:
+    async def stop(
+        self, *, active: bool, agent_id: str | None = None, agent_transcript: str | None = None
+    ) -> HookOutcome:
         if "SubagentStop" not in self._events:
             return NO_OUTCOME
         return await self._forward(event="SubagentStop", stop_hook_active=active)

@@ -65,15 +65,15 @@ from orchestrator.plan import CallPlan
 from orchestrator.tools.base import Tool, ToolContext, ToolInput
 from orchestrator.tools.registry import ToolRegistry, builtin_tools
 from workers import protocol as wire
-
-if TYPE_CHECKING:  # imported by a run with hooks only (workers/agent_hooks.py)
-    from orchestrator.hooks.runner import HookRunner
 from workers.entry import (
     load_tools_factory,
     make_undumpable,
     serve_until_sigterm,
     take_stdio,
 )
+
+if TYPE_CHECKING:  # imported by a run with hooks only (workers/agent_hooks.py)
+    from orchestrator.hooks.runner import HookRunner
 
 __all__ = [
     "CLOSE_TIMEOUT_S",

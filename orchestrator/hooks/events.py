@@ -86,6 +86,8 @@ class StopInput(_Common):
     stop_hook_active: bool
     """True when this stop follows a continuation a Stop hook forced (avoid loops)."""
     subagent: bool = False
+    agent_transcript_path: str | None = None
+    """SubagentStop: the subagent's own transcript (its sidechain)."""
 
     @property
     def hook_event_name(self) -> HookEvent:

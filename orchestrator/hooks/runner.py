@@ -327,7 +327,10 @@ class HookRunner:
             return NO_OUTCOME
         return await self.run(UserPromptSubmitInput(**self._common(), prompt=prompt))
 
-    async def stop(self, *, active: bool, agent_id: str | None = None) -> HookOutcome:
+    async def stop(
+        self, *, active: bool, agent_id: str | None = None, agent_transcript: str | None = None
+    ) -> HookOutcome:
+        """`agent_id` (and its sidechain `agent_transcript`): a subagent's end, SubagentStop."""
         event: HookEvent = "SubagentStop" if agent_id is not None else "Stop"
         if event not in self._by_event:
             return NO_OUTCOME
@@ -336,6 +339,7 @@ class HookRunner:
             stop_hook_active=active,
             subagent=agent_id is not None,
             agent_id=agent_id,
+            agent_transcript_path=agent_transcript,
         )
         return await self.run(input)
 

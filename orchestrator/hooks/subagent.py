@@ -46,13 +46,17 @@ class AgentHooks:
         tools: ToolRegistry,
         assessor: Assessor,
         max_stop_blocks: int,
+        transcript: str | None = None,
     ) -> None:
-        """`tools`: the session's tools that the agent's type may use (to plan its calls)."""
+        """`tools`: the session's tools that the agent's type may use (to plan its calls).
+        `transcript`: the agent's sidechain transcript (SubagentStop's
+        `agent_transcript_path`)."""
         self._runner = runner
         self._agent_id = agent_id
         self._tools = tools
         self._assessor = assessor
         self._max_stop_blocks = max_stop_blocks
+        self._transcript = transcript
         self._events = frozenset(e for e in SUBAGENT_EVENTS if runner.has(e))
         self._verdicts: defaultdict[str, list[PermissionVerdict | None]] = defaultdict(list)
         """PreToolUse verdicts not yet used, by call (`_key`): one per asked call."""
@@ -81,7 +85,9 @@ class AgentHooks:
         return await self._runner.post_tool_use(plan, response, agent_id=self._agent_id)
 
     async def subagent_stop(self, *, active: bool) -> HookOutcome:
-        return await self._runner.stop(active=active, agent_id=self._agent_id)
+        return await self._runner.stop(
+            active=active, agent_id=self._agent_id, agent_transcript=self._transcript
+        )
 
     def take_verdict(
         self, tool: str, input: dict[str, Any]

@@ -173,7 +173,7 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
             raise ToolError(f"There is no agent type {input.subagent_type!r}.")
         agent_id = f"agent-{uuid.uuid4().hex[:12]}"
         transcript = self._open_sidechain(ctx, agent_id, agent_type, input)
-        hooks = self._agent_hooks(agent_id, agent_type)
+        hooks = self._agent_hooks(agent_id, agent_type, transcript)
         request = SubagentRequest(
             agent_id=agent_id,
             agent_type=agent_type,
@@ -214,7 +214,9 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
     def render_use(self, input: DispatchAgentInput) -> str:
         return f"dispatch_agent({input.subagent_type}: {' '.join(input.description.split())})"
 
-    def _agent_hooks(self, agent_id: str, agent_type: AgentType) -> AgentHooks | None:
+    def _agent_hooks(
+        self, agent_id: str, agent_type: AgentType, transcript: Transcript | None
+    ) -> AgentHooks | None:
         """The session's hooks for one subagent; None when it has none a subagent fires."""
         if self._hooks is None:
             return None
@@ -226,6 +228,7 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
             tools=ToolRegistry(t for t in self._tools if t.name in agent_type.tools),
             assessor=self._assessor,
             max_stop_blocks=self._max_stop_hook_blocks,
+            transcript=None if transcript is None else str(transcript.path),
         )
         return hooks if hooks.events else None
 
@@ -256,7 +259,9 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
                             rule="PreToolUse hook",
                         )
                     if verdict == "ask" and isinstance(result, Allow):
-                        result = Ask("A PreToolUse hook asks for confirmation.", rule="hook")
+                        result = Ask(
+                            "A PreToolUse hook asks for confirmation.", rule="PreToolUse hook"
+                        )
                     elif verdict == "allow" and isinstance(result, Ask):
                         return Allow(rule="PreToolUse hook: allow")
                 if isinstance(result, Ask):

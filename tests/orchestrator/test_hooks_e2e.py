@@ -385,7 +385,9 @@ def test_a_pre_tool_use_hook_blocks_a_push_inside_a_subagent(home: Path) -> None
     assert any(r["kind"] == "permission" and r["answered_by"] == "hook" for r in records)
 
 
-SUBAGENT_STOP_ONCE = STOP_ONCE.replace('event = "Stop"', 'event = "SubagentStop"')
+SUBAGENT_STOP_ONCE = STOP_ONCE.replace('event = "Stop"', 'event = "SubagentStop"').replace(
+    "input=$(cat)\n", "input=$(cat)\nprintf '%s\\n' \"$input\" >> stop-inputs.jsonl\n"
+)
 
 
 def test_a_subagent_stop_hook_that_blocks_once_makes_the_subagent_take_one_more_turn(
@@ -409,6 +411,13 @@ def test_a_subagent_stop_hook_that_blocks_once_makes_the_subagent_take_one_more_
         ("SubagentStop", True, agent_id),
         ("SubagentStop", False, agent_id),
     ]
+    sent = [json.loads(line) for line in (repo / "stop-inputs.jsonl").read_text().splitlines()]
+    assert [(s["hook_event_name"], s["stop_hook_active"]) for s in sent] == [
+        ("SubagentStop", False),
+        ("SubagentStop", True),
+    ]
+    assert {s["agent_id"] for s in sent} == {agent_id}
+    assert sent[0]["agent_transcript_path"].endswith(f"{agent_id}.jsonl")
     assert lines[-1]["terminal_reason"] == "completed"
 
 
