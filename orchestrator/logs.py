@@ -1,5 +1,10 @@
 """Logging: structlog, JSON lines to a per-session file, readable lines on stderr with -v.
 
+The readable lines are structlog's `ConsoleRenderer`, coloured only when stderr is a terminal
+and `NO_COLOR` is unset; every string value is escaped first (a log record may quote the
+model or a tool), and a stderr that is gone (a closed pipe) ends them instead of failing the
+code that logged.
+
 Configured once per process by the CLI (the composition root); library code only calls
 `structlog.get_logger()`. Nothing is ever printed to stdout, which belongs to the output format.
 """
@@ -37,6 +42,7 @@ class LogSink:
         self._file = file
         self._verbose = verbose
         self._on_error = on_error
+        self._console = _console_renderer() if verbose else None
 
     def __call__(self, logger: Any, method: str, event: MutableMapping[str, Any]) -> str:
         file = self._file
@@ -51,12 +57,16 @@ class LogSink:
                 if self._on_error is None:
                     raise
                 self._on_error("log file", exc)
-        if self._verbose:
-            extras = " ".join(
-                f"{k}={v}" for k, v in event.items() if k not in ("event", "level", "timestamp")
-            )
-            line = f"[{event.get('level', method)}] {event.get('event')} {extras}"
-            sys.stderr.write(escape_controls(line) + "\n")
+        if self._verbose and self._console is not None:
+            shown = {
+                key: escape_controls(value) if isinstance(value, str) else value
+                for key, value in event.items()
+            }
+            try:
+                sys.stderr.write(str(self._console(logger, method, shown)) + "\n")
+                sys.stderr.flush()
+            except (OSError, ValueError):
+                self._verbose = False  # stderr is gone: no more readable lines
         raise structlog.DropEvent
 
     def close(self) -> None:
@@ -65,6 +75,16 @@ class LogSink:
         if file is not None:
             file.close()
         self._on_error = None
+
+
+def _console_renderer() -> structlog.dev.ConsoleRenderer:
+    try:
+        colors = sys.stderr.isatty() and not os.environ.get("NO_COLOR")
+    except (AttributeError, ValueError):
+        colors = False
+    return structlog.dev.ConsoleRenderer(
+        colors=colors, exception_formatter=structlog.dev.plain_traceback
+    )
 
 
 def configure_logging(

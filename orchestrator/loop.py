@@ -54,6 +54,7 @@ from orchestrator.pipeline import ToolPipeline
 from orchestrator.transcript_repair import INTERRUPTED_BY_USER, NO_CONTENT, normalize_for_api
 
 if TYPE_CHECKING:  # the worker's loop does not import the policy files layer
+    from orchestrator.denials import PermissionDenial
     from policies.files import HookEvent
 
 __all__ = ["LoopConfig", "ModelUsage", "RunControl", "RunResult", "run_loop"]
@@ -135,6 +136,9 @@ class RunResult:
     """The window those tokens are out of (learnt from a refusal when smaller)."""
     compactions: int = 0
     """Summaries made in this run (orchestrator/compaction.py)."""
+    permission_denials: tuple[PermissionDenial, ...] = ()
+    """Calls denied in this run, subagents' included (the session fills it in:
+    orchestrator/denials.py)."""
 
 
 async def run_loop(

@@ -76,6 +76,7 @@ def result_record(result: RunResult, *, session_id: str, turns_offset: int = 0) 
             "window_tokens": result.context_window,
             "compactions": result.compactions,
         },
+        "permission_denials": [denial.record() for denial in result.permission_denials],
         "session_id": session_id,
     }
 
@@ -223,9 +224,10 @@ class OutputPrinter:
         match self.format:
             case "stream-json" | "json":
                 self._line(record)
-            case "text" if result.reason in ("completed", "output_truncated"):
+            case "text" if result.reason in ("completed", "output_truncated", "permission_denied"):
                 # A truncated answer is still the answer, as far as it goes (the CLI says on
-                # stderr that it is cut).
+                # stderr that it is cut); so is the answer of a run that completed with denied
+                # calls under --fail-on-denial (the CLI lists them).
                 text = result.result
                 if _is_terminal(self.out):
                     text = escape_controls(text, keep_lines=True)

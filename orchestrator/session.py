@@ -44,6 +44,7 @@ from orchestrator.context import (
     gather_context,
     system_prompt,
 )
+from orchestrator.denials import DenialLog
 from orchestrator.errors import ConfigError, SessionError, TranscriptWriteError
 from orchestrator.events import (
     AssistantTurn,
@@ -201,6 +202,10 @@ class SessionConfig(BaseModel):
     """Readable logs and progress on stderr. Default off."""
     progress: bool = False
     """Human progress lines (tool calls, results) on stderr. Default off."""
+    fail_on_denial: bool = False
+    """`--fail-on-denial`: a run that completed with denied calls ends `permission_denied`
+    (exit 7) instead of `completed`. Default off (exit 0, as Claude Code's, the denials in
+    the result)."""
     sandbox: Literal["required", "off"] = "required"
     """`required` (default): prove the floor at start-up and run every tool call in a
     sandboxed tool host, refusing to run otherwise; `off`: run tools in this process, loudly."""
@@ -305,6 +310,7 @@ class Session:
         system: list[str],
         history: list[Message],
         io_guard: _IoGuard,
+        denials: DenialLog | None = None,
     ) -> None:
         self.config = config
         self.policy = policy
@@ -319,6 +325,7 @@ class Session:
         self._emit = emit
         self._system = system
         self._io = io_guard
+        self._denials = denials or DenialLog()
         self._control: RunControl | None = None
         self._start_context: list[str] = []
         self.mcp: McpServers | None = None
@@ -352,6 +359,7 @@ class Session:
         control = RunControl()
         self._control = control
         self._io.control = control
+        self._denials.take()  # a run reports its own denials only
         if self._io.failure is not None:  # an earlier run could not write: nor can this one
             control.interrupt()
         hooks = self._pipeline.hooks
@@ -426,6 +434,11 @@ class Session:
         self._start_context.extend(outcome.context)
 
     def _finish(self, result: RunResult) -> RunResult:
+        denials = self._denials.take()
+        if denials:
+            result = dataclasses.replace(result, permission_denials=denials)
+            if self.config.fail_on_denial and result.reason == "completed":
+                result = dataclasses.replace(result, reason="permission_denied")
         self._io.write(
             lambda: self.transcript.write(
                 {
@@ -434,6 +447,7 @@ class Session:
                     "num_turns": result.num_turns,
                     "usage": result.usage.model_dump(),
                     "total_cost_usd": result.cost_usd,
+                    "permission_denials": len(result.permission_denials),
                 }
             )
         )
@@ -568,13 +582,15 @@ async def open_session(
         printer = OutputPrinter(
             config.output_format, transcript.session_id, parts.stdout or sys.stdout
         )
+        denials = DenialLog()
         sinks: list[EventSink] = [
+            denials,
             io_guard.sink(_transcript_sink(transcript)),
             io_guard.sink(audit),
             printer,
             *parts.extra_sinks,
         ]
-        if config.progress or config.verbose:
+        if config.progress:
             sinks.append(ProgressPrinter(sys.stderr))
         else:
             sinks.append(hook_errors(sys.stderr))
@@ -628,7 +644,9 @@ async def open_session(
                 permission,
                 asker,
                 context=snapshot.render(),
-                on_update=_subagent_sink(printer, io_guard.sink(audit), parts.on_subagent),
+                on_update=_subagent_sink(
+                    printer, io_guard.sink(audit), denials, parts.on_subagent
+                ),
                 hooks=hooks,
                 max_stop_hook_blocks=limits.max_stop_hook_blocks,
             )
@@ -674,6 +692,7 @@ async def open_session(
             system=system_prompt(snapshot),
             history=history,
             io_guard=io_guard,
+            denials=denials,
         )
         session.mcp = servers
         if hooks.has("SessionEnd"):
@@ -956,15 +975,17 @@ def _transcript_sink(transcript: Transcript) -> EventSink:
 def _subagent_sink(
     printer: OutputPrinter,
     audit: EventSink,
+    denials: DenialLog,
     extra: Callable[[SubagentUpdate], None] | None,
 ) -> Callable[[SubagentUpdate], None]:
     """Subagents' events: tagged lines in stream-json, their permission decisions in the
-    session's audit log, and whatever the embedder wants (`on_subagent`)."""
+    session's audit log and its denials, and whatever the embedder wants (`on_subagent`)."""
 
     def report(update: SubagentUpdate) -> None:
         printer.subagent(update)
         if isinstance(update, SubagentEvent):
             audit(update.event)
+            denials(update.event, update.agent_id)
         if extra is not None:
             extra(update)
 

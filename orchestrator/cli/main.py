@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 __all__ = ["COMMANDS", "build_parser", "main"]
@@ -165,7 +166,19 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
         "it, or refuse to start; off: run tools unsandboxed, with a warning on every run",
     )
     parser.add_argument(
-        "-v", "--verbose", action="store_true", help="readable logs and progress on stderr"
+        "--fail-on-denial",
+        action="store_true",
+        help="a run that completed with denied tool calls exits 7 (permission_denied) instead "
+        "of 0; the denials are listed either way",
+    )
+    parser.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="no progress on stderr (shown only when stderr is a terminal)",
+    )
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="logs on stderr, readable (structlog)"
     )
 
 
@@ -241,6 +254,13 @@ def _tool_list(values: list[str] | None) -> frozenset[str]:
         raise SystemExit(2) from exc
 
 
+def _stderr_is_terminal() -> bool:
+    try:
+        return bool(sys.stderr and sys.stderr.isatty())
+    except ValueError:  # closed
+        return False
+
+
 def _at_terminal() -> bool:
     """A person can answer permission asks: stdin and stderr are terminals."""
     return bool(sys.stdin and sys.stdin.isatty() and sys.stderr.isatty())
@@ -298,6 +318,7 @@ def _prompt(args: argparse.Namespace) -> int:
             resume=args.resume,
             continue_last=args.continue_last,
             verbose=args.verbose,
+            fail_on_denial=args.fail_on_denial,
             sandbox=args.sandbox,
             no_sandbox_consent=args.no_sandbox_consent,
             asks="terminal" if _at_terminal() else "deny",
@@ -309,13 +330,28 @@ def _prompt(args: argparse.Namespace) -> int:
         )
         print(f"warren: {problems}", file=sys.stderr)
         return EXIT_USAGE
+    at_terminal = not args.quiet and _stderr_is_terminal()
+    progress = None
+    if (
+        at_terminal
+        and not interactive  # the interactive session draws its own
+        and not (args.output_format == "stream-json" and sys.stdout.isatty())
+    ):
+        from orchestrator.live_progress import TerminalProgress, stderr_console
+
+        progress = TerminalProgress(stderr_console(), pause_on_ask=config.asks == "terminal")
     try:
         if interactive:
             from orchestrator.repl.app import run_repl
 
             return trio.run(run_repl, config, prompt, session_parts())
         assert prompt is not None
-        return trio.run(run_prompt, config, prompt, session_parts())
+        return trio.run(
+            partial(run_prompt, progress=progress, show_session=at_terminal),
+            config,
+            prompt,
+            session_parts(),
+        )
     except KeyboardInterrupt:  # before the signal watch started, or after it stopped
         print("warren: interrupted", file=sys.stderr)
         return 130

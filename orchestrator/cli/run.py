@@ -5,22 +5,42 @@ terminal) interrupt the run, which ends `interrupted` with its result line and a
 transcript, and every tool host, worker and sandbox is stopped on the way out; the exit code
 is 128 + the signal (130, 143, 129). A second signal cancels what is left at once, still
 through the shielded, bounded teardown, so nothing is left behind and nothing raises.
+
+A closed stdout (`warren -p ... | head -1`) ends the run as SIGPIPE ends a pipeline's writer,
+quietly: the run is interrupted (its transcript resumable), nothing more is written, the exit
+code is 141 (128 + SIGPIPE, what `set -o pipefail` reports for `yes | head -1`).
+
+At a terminal (stderr a TTY, no `--quiet`) the run shows its progress (`live_progress`) and
+ends with the session id and the command that resumes it; without one, only an interrupted
+run says its session id.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import io
+import os
+import shlex
 import signal
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import IO, cast
 
 import trio
 
+from orchestrator.denials import render_denials
 from orchestrator.errors import ConfigError
+from orchestrator.live_progress import TerminalProgress
 from orchestrator.outcome import EXIT_IO_ERROR, EXIT_USAGE, TerminalReason, exit_code
 from orchestrator.session import Session, SessionConfig, SessionParts, open_session
+from orchestrator.subagents import SubagentUpdate
 from orchestrator.text import escape_controls
 
-__all__ = ["STOP_SIGNALS", "run_prompt"]
+__all__ = ["EXIT_OUTPUT_CLOSED", "STOP_SIGNALS", "ClosableStdout", "run_prompt"]
+
+EXIT_OUTPUT_CLOSED = 128 + signal.SIGPIPE
+"""stdout was closed by its reader (`| head`): 141, as a tool killed by SIGPIPE exits."""
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 """Signals that stop a run the way Ctrl-C does."""
@@ -44,6 +64,15 @@ class _Stopping:
     signal: int | None = None
     reason: TerminalReason | None = None
     """How the run ended, once it has (its result is printed by then)."""
+    session_id: str | None = None
+    output_closed: bool = False
+    """stdout's reader went away (`ClosableStdout`)."""
+
+    def close_output(self) -> None:
+        """stdout is gone: stop the run as SIGPIPE would, without a word."""
+        self.output_closed = True
+        if self.session is not None:
+            self.session.interrupt()
 
     async def watch(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
@@ -57,18 +86,102 @@ class _Stopping:
                 self.scope.cancel()  # start-up, or a second signal: stop now
 
 
-async def run_prompt(config: SessionConfig, prompt: str, parts: SessionParts) -> int:
+class ClosableStdout(io.TextIOBase):
+    """stdout for the output printer: a reader that went away (EPIPE) is not an error.
+
+    The first failed write points the descriptor at /dev/null (so no later flush, the
+    interpreter's at exit included, fails) and calls `on_closed`; later writes are dropped.
+    `before_write` runs before the first write (the live progress leaves a shared terminal).
+    """
+
+    def __init__(
+        self,
+        out: IO[str],
+        on_closed: Callable[[], None],
+        before_write: Callable[[], None] | None = None,
+    ) -> None:
+        self._out = out
+        self._on_closed = on_closed
+        self._before_write = before_write
+        self.gone = False
+
+    def write(self, text: str) -> int:
+        if self._before_write is not None:
+            before, self._before_write = self._before_write, None
+            before()
+        if not self.gone:
+            try:
+                self._out.write(text)
+            except BrokenPipeError:
+                self._gone()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.gone:
+            try:
+                self._out.flush()
+            except BrokenPipeError:
+                self._gone()
+
+    def isatty(self) -> bool:
+        return not self.gone and self._out.isatty()
+
+    def fileno(self) -> int:
+        return self._out.fileno()
+
+    def writable(self) -> bool:
+        return True
+
+    def _gone(self) -> None:
+        self.gone = True
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._out.fileno())
+            os.close(devnull)
+            self._out.flush()  # what the buffer still holds goes to /dev/null now
+        except (OSError, ValueError):
+            pass
+        self._on_closed()
+
+
+async def run_prompt(
+    config: SessionConfig,
+    prompt: str,
+    parts: SessionParts,
+    *,
+    progress: TerminalProgress | None = None,
+    show_session: bool = False,
+) -> int:
     """Open a session, run `prompt`, and return the process exit code.
 
+    `progress`: the live display on stderr (at a terminal); `show_session`: end with the
+    session id and how to resume it (at a terminal; an interrupted run says it anyway).
+
     **Errors:** none: a configuration problem is one line and exit 2, a state directory that
-    cannot be written mid-run is `io_error` (exit 8), a signal is 128 + its number.
+    cannot be written mid-run is `io_error` (exit 8), a signal is 128 + its number, a closed
+    stdout 141.
     """
     stopping = _Stopping()
+    stdout = ClosableStdout(
+        parts.stdout or sys.stdout,
+        stopping.close_output,
+        None if progress is None else progress.close,
+    )
+    parts = dataclasses.replace(parts, stdout=cast(IO[str], stdout))
+    if progress is not None:
+        parts = dataclasses.replace(
+            parts,
+            extra_sinks=(*parts.extra_sinks, progress),
+            on_subagent=_both(parts.on_subagent, progress.subagent),
+        )
     async with trio.open_nursery() as nursery:
         await nursery.start(stopping.watch)
+        if progress is not None:
+            nursery.start_soon(progress.animate)
         try:
             with stopping.scope:
-                return await _run(config, prompt, parts, stopping)
+                code = await _run(config, prompt, parts, stopping, progress, show_session)
+                return EXIT_OUTPUT_CLOSED if stopping.output_closed else code
         except ConfigError as exc:
             say(f"warren: {escape_controls(str(exc))}")
             return EXIT_USAGE
@@ -80,6 +193,8 @@ async def run_prompt(config: SessionConfig, prompt: str, parts: SessionParts) ->
                 raise
             if stopping.signal is not None:
                 return 128 + stopping.signal
+            if stopping.output_closed:
+                return EXIT_OUTPUT_CLOSED
             what = f"{failure.strerror or failure}" + (
                 f" ({failure.filename})" if failure.filename else ""
             )
@@ -94,8 +209,12 @@ async def run_prompt(config: SessionConfig, prompt: str, parts: SessionParts) ->
             return EXIT_IO_ERROR
         finally:
             nursery.cancel_scope.cancel()
+            if progress is not None:
+                progress.close()
             if stopping.scope.cancelled_caught:
                 say("warren: interrupted")
+                if stopping.session_id is not None:
+                    say(_resume_line(stopping.session_id, "interrupted"))
     assert stopping.signal is not None, "only a signal cancels the run's scope"
     return 128 + stopping.signal
 
@@ -118,22 +237,71 @@ def _os_error_in(exc: BaseException) -> OSError | None:
     return None
 
 
-async def _run(config: SessionConfig, prompt: str, parts: SessionParts, stopping: _Stopping) -> int:
+def _both(
+    first: Callable[[SubagentUpdate], None] | None, second: Callable[[SubagentUpdate], None]
+) -> Callable[[SubagentUpdate], None]:
+    if first is None:
+        return second
+
+    def both(update: SubagentUpdate) -> None:
+        first(update)
+        second(update)
+
+    return both
+
+
+def _resume_line(session_id: str, how: str) -> str:
+    return (
+        f"warren: session {session_id} {how}; resume it with: "
+        f"warren --resume {shlex.quote(session_id)} -p '...'"
+    )
+
+
+async def _run(
+    config: SessionConfig,
+    prompt: str,
+    parts: SessionParts,
+    stopping: _Stopping,
+    progress: TerminalProgress | None,
+    show_session: bool,
+) -> int:
     async with open_session(config, parts) as session:
         if stopping.signal is not None:  # it came while the session was opening
             return 128 + stopping.signal
+        if stopping.output_closed:  # the init line found no reader
+            return EXIT_OUTPUT_CLOSED
         stopping.session = session
+        stopping.session_id = session.session_id
+        if progress is not None:
+            progress.begin()
         result = await session.run(prompt)
         stopping.session = None
         stopping.reason = result.reason
-        if result.reason == "output_truncated" and config.output_format == "text":
+        if progress is not None:
+            progress.close()
+        if stopping.output_closed:
+            return EXIT_OUTPUT_CLOSED
+        text = config.output_format == "text"
+        if text and result.permission_denials:
+            for line in render_denials(result.permission_denials):
+                say(line)
+            if result.reason == "completed":
+                say("  (the run completed, exit 0; --fail-on-denial makes such a run exit 7)")
+        if result.reason == "permission_denied" and text:
+            say("warren: run ended: permission_denied: calls were denied (--fail-on-denial)")
+        elif result.reason == "output_truncated" and text:
             say(
                 "warren: run ended: output_truncated: the model's reply stayed cut at its "
                 "output token limit; stdout holds what it wrote"
             )
-        elif result.reason != "completed" and config.output_format == "text":
+        elif result.reason != "completed" and text:
             said = escape_controls(result.result, keep_lines=True)  # the model's or a server's
             say(f"warren: run ended: {result.reason}: {said}")
+        if result.reason == "interrupted":
+            say(_resume_line(session.session_id, "interrupted"))
+        elif show_session:
+            say(_resume_line(session.session_id, "ended"))
+        stopping.session_id = None  # said
     if result.reason == "interrupted" and stopping.signal is not None:
         return 128 + stopping.signal
     return exit_code(result.reason)
