@@ -169,9 +169,7 @@ def render_denials(denials: tuple[PermissionDenial, ...]) -> list[str]:
         flags = " ".join(f"--allowed-tools {shlex.quote(rule)}" for rule in rules)
         listed = ", ".join(f'"{_toml_escape(rule)}"' for rule in rules)
         lines.append(f"  allow {'them' if len(rules) > 1 else 'it'}: warren -p ... {flags}")
-        lines.append(
-            f"    or in .warren/policy.local.toml: [permissions] allow = [{listed}]"
-        )
+        lines.append(f"    or in .warren/policy.local.toml: [permissions] allow = [{listed}]")
         lines[-2:] = [escape_controls(line) for line in lines[-2:]]
     return lines
 

@@ -470,6 +470,7 @@ class Session:
         Never raises for a bad call: the result says what went wrong."""
         block = ToolUseBlock(id=f"toolu_ext_{uuid.uuid4().hex[:20]}", name=name, input=input)
         return await self._pipeline.execute(self._pipeline.prepare(block))
+
     def context_usage(self) -> tuple[int, int]:
         """Tokens the next request would hold (the last reported count plus what was added
         since, estimated) and the model's window: how full the context is (`/context`)."""
@@ -644,9 +645,7 @@ async def open_session(
                 permission,
                 asker,
                 context=snapshot.render(),
-                on_update=_subagent_sink(
-                    printer, io_guard.sink(audit), denials, parts.on_subagent
-                ),
+                on_update=_subagent_sink(printer, io_guard.sink(audit), denials, parts.on_subagent),
                 hooks=hooks,
                 max_stop_hook_blocks=limits.max_stop_hook_blocks,
             )
