@@ -389,6 +389,7 @@ class Session:
             content=[TextBlock(text=prompt), *(TextBlock(text=text) for text in context)],
         )
         self._io.write(lambda: self.transcript.message(message))
+        self._io.write(lambda: self.transcript.note_prompt(prompt))
         spent = _spend(self.model)
         try:
             result = await run_loop(
@@ -451,6 +452,7 @@ class Session:
                 }
             )
         )
+        self._io.write(lambda: self.transcript.note_run(result.num_turns, result.cost_usd))
         structlog.get_logger().info(
             "run finished", reason=result.reason, turns=result.num_turns, cost=result.cost_usd
         )

@@ -11,13 +11,23 @@ Session ids are what the store makes (a UUID; `agent-<12 hex>` for subagent side
 nothing else: `parse_session_id` refuses a path, `..` or any other text, so a `--resume` value
 can never name a file outside the store. A failed append (no space left) raises
 `TranscriptWriteError` after cutting the partial record back off.
+
+`warren sessions` lists a directory's sessions without reading their transcripts: each
+session keeps a small summary next to its transcript (`<id>.meta.json`: start, cwd, model,
+the head of the first prompt, turns and cost so far), rewritten atomically (a temporary file
+renamed over it) when the first prompt is sent and after each run. A transcript without one
+(written before summaries existed, or whose summary could not be written) is summarised from
+its first 64 KiB, and its turns and cost from its result records only when it is under 1 MiB.
+Everything in a summary came from the user or the model: the CLI escapes it when printing.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
+import tempfile
 import time
 import uuid
 from dataclasses import dataclass
@@ -33,6 +43,7 @@ from orchestrator.transcript_repair import normalize_for_api
 __all__ = [
     "LoadedSession",
     "SessionStore",
+    "SessionSummary",
     "Transcript",
     "parse_session_id",
     "repair_torn_tail",
@@ -44,7 +55,14 @@ _SESSION_ID = re.compile(
     r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|agent-[0-9a-f]{12}"
 )
 """The ids the store (a UUID) and dispatch_agent (a sidechain) make."""
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 _TAIL_CHUNK = 65_536
+_HEAD_BYTES = 65_536
+"""How much of a transcript (or a summary file) a listing reads at most."""
+_SMALL_TRANSCRIPT = 1 << 20
+"""A transcript without a summary is read whole for its turns and cost only under this size."""
+_PROMPT_CHARS = 300
+"""The head of the first prompt a summary keeps."""
 
 
 def parse_session_id(value: str) -> str:
@@ -97,6 +115,56 @@ def repair_torn_tail(path: Path) -> int:
         return end - keep
 
 
+@dataclass(frozen=True)
+class SessionSummary:
+    """What `warren sessions` shows of one session (`<id>.meta.json`)."""
+
+    session_id: str
+    started: float
+    """Unix time of the session's first record."""
+    cwd: str | None
+    model: str | None
+    first_prompt: str | None
+    """The head of the first prompt (at most 300 characters), as the user typed it."""
+    turns: int | None
+    """Model requests of the main agent over every run; None when not known."""
+    cost_usd: float | None
+    """Dollars over every run, subagents included; None when not known."""
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "version": FORMAT_VERSION,
+            "session_id": self.session_id,
+            "started": self.started,
+            "cwd": self.cwd,
+            "model": self.model,
+            "first_prompt": self.first_prompt,
+            "turns": self.turns,
+            "cost_usd": self.cost_usd,
+        }
+
+    @classmethod
+    def from_record(cls, session_id: str, data: dict[str, Any]) -> SessionSummary | None:
+        """The summary in `data`, or None when it is not one (a damaged or foreign file)."""
+
+        def typed(name: str, kind: type | tuple[type, ...]) -> Any:
+            value = data.get(name)
+            return value if isinstance(value, kind) and not isinstance(value, bool) else None
+
+        started = typed("started", (int, float))
+        if data.get("session_id") != session_id or started is None:
+            return None
+        return cls(
+            session_id,
+            float(started),
+            typed("cwd", str),
+            typed("model", str),
+            typed("first_prompt", str),
+            typed("turns", int),
+            None if typed("cost_usd", (int, float)) is None else float(data["cost_usd"]),
+        )
+
+
 class Transcript:
     """An open transcript file. Every write is one line, written at once.
 
@@ -104,10 +172,47 @@ class Transcript:
     record, no buffer to hold a half record after a failure).
     """
 
-    def __init__(self, path: Path, session_id: str, file: IO[str]) -> None:
+    def __init__(
+        self,
+        path: Path,
+        session_id: str,
+        file: IO[str],
+        summary: SessionSummary | None = None,
+    ) -> None:
         self.path = path
         self.session_id = session_id
         self._file = file
+        self.summary = summary
+        """The session's summary so far (None: not kept, as for a subagent's sidechain)."""
+
+    def note_prompt(self, prompt: str) -> None:
+        """Keep the head of the first prompt in the summary (later prompts change nothing).
+
+        **Errors:** `OSError` when the summary cannot be written.
+        """
+        if self.summary is None or self.summary.first_prompt is not None:
+            return
+        self._save(dataclasses.replace(self.summary, first_prompt=prompt[:_PROMPT_CHARS]))
+
+    def note_run(self, turns: int, cost_usd: float) -> None:
+        """Add a finished run's turns and cost to the summary.
+
+        **Errors:** `OSError` when the summary cannot be written.
+        """
+        if self.summary is None:
+            return
+        was = self.summary
+        self._save(
+            dataclasses.replace(
+                was,
+                turns=(was.turns or 0) + turns,
+                cost_usd=round((was.cost_usd or 0.0) + cost_usd, 6),
+            )
+        )
+
+    def _save(self, summary: SessionSummary) -> None:
+        self.summary = summary
+        write_summary(self.path.with_suffix(".meta.json"), summary)
 
     def write(self, record: dict[str, Any]) -> None:
         """Append one record.
@@ -168,6 +273,7 @@ class SessionStore:
     def create(self, *, cwd: Path, model: str) -> Transcript:
         session_id = str(uuid.uuid4())
         transcript = self.open(session_id)
+        started = round(time.time(), 3)
         transcript.write(
             {
                 "type": "session",
@@ -175,8 +281,10 @@ class SessionStore:
                 "session_id": session_id,
                 "cwd": str(cwd),
                 "model": model,
+                "ts": started,
             }
         )
+        transcript.summary = SessionSummary(session_id, started, str(cwd), model, None, 0, 0.0)
         return transcript
 
     def open(self, session_id: str) -> Transcript:
@@ -195,7 +303,7 @@ class SessionStore:
             raise TranscriptWriteError(
                 f"Cannot open the session transcript {path}: {exc.strerror or exc}.", path=path
             ) from exc
-        transcript = Transcript(path, session_id, file)
+        transcript = Transcript(path, session_id, file, _summary_of(path))
         if dropped:
             transcript.write({"type": "repair", "dropped_torn_bytes": dropped})
         return transcript
@@ -218,6 +326,24 @@ class SessionStore:
             if header.get("type") == "session" and header.get("cwd") == str(cwd):
                 return path.stem
         return None
+
+    def summaries(self, cwd: Path | None = None) -> list[SessionSummary]:
+        """The sessions started in `cwd` (every directory's when None), newest first.
+
+        Reads each session's summary file, or the head of a transcript that has none; never a
+        whole large transcript. Unreadable files are left out.
+        """
+        if not self.root.is_dir():
+            return []
+        found: list[SessionSummary] = []
+        for path in self.root.glob("*.jsonl"):
+            if path.name.endswith(".audit.jsonl") or not _UUID.fullmatch(path.stem):
+                continue  # an audit log, a subagent's sidechain, not a transcript the store made
+            summary = _summary_of(path)
+            if summary is not None and (cwd is None or summary.cwd == str(cwd)):
+                found.append(summary)
+        found.sort(key=lambda s: s.started, reverse=True)
+        return found
 
     def load(self, session_id: str) -> LoadedSession:
         """Read a transcript back. **Errors:** `SessionError` when it is missing or unusable."""
@@ -242,3 +368,92 @@ class SessionStore:
                 except (ValueError, KeyError, pydantic.ValidationError):
                     skipped += 1
         return LoadedSession(session_id, path, normalize_for_api(messages), cwd, skipped)
+
+
+def write_summary(path: Path, summary: SessionSummary) -> None:
+    """Replace the summary at `path` atomically: a reader sees the old one or the new one.
+
+    **Errors:** `OSError` (the temporary file is removed).
+    """
+    data = json.dumps(summary.record(), ensure_ascii=False)
+    fd, tmp = tempfile.mkstemp(prefix=".meta-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _summary_of(transcript: Path) -> SessionSummary | None:
+    """The summary of the transcript at `transcript`: its summary file, else what its head
+    (and, for a small one, its result records) say. None when neither can be read."""
+    session_id = transcript.stem
+    try:
+        with transcript.with_suffix(".meta.json").open("rb") as f:
+            data = json.loads(f.read(_HEAD_BYTES))
+        if isinstance(data, dict) and (summary := SessionSummary.from_record(session_id, data)):
+            return summary
+    except (OSError, ValueError):
+        pass
+    return _summary_from_transcript(transcript, session_id)
+
+
+def _summary_from_transcript(path: Path, session_id: str) -> SessionSummary | None:
+    try:
+        with path.open("rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            head = f.read(_SMALL_TRANSCRIPT if size <= _SMALL_TRANSCRIPT else _HEAD_BYTES)
+            started = os.fstat(f.fileno()).st_mtime
+    except OSError:
+        return None
+    cwd = model = prompt = None
+    header = False
+    turns: int | None = 0 if size <= _SMALL_TRANSCRIPT else None
+    cost: float | None = 0.0 if size <= _SMALL_TRANSCRIPT else None
+    for number, line in enumerate(head.split(b"\n")):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # a line cut by the read limit, or torn
+        if not isinstance(record, dict):
+            continue
+        kind = record.get("type")
+        if number == 0 and kind == "session":
+            header = True
+            cwd, model = record.get("cwd"), record.get("model")
+            if isinstance(record.get("ts"), (int, float)):
+                started = float(record["ts"])
+        elif kind == "message" and prompt is None:
+            prompt = _prompt_text(record.get("message"))
+        elif kind == "result" and turns is not None and cost is not None:
+            try:
+                turns += int(record.get("num_turns") or 0)
+                cost += float(record.get("total_cost_usd") or 0.0)
+            except (TypeError, ValueError):
+                turns = cost = None
+    if not header:
+        return None
+    return SessionSummary(
+        session_id,
+        started,
+        cwd if isinstance(cwd, str) else None,
+        model if isinstance(model, str) else None,
+        prompt,
+        turns,
+        cost,
+    )
+
+
+def _prompt_text(message: object) -> str | None:
+    if not isinstance(message, dict) or message.get("role") != "user":
+        return None
+    content = message.get("content")
+    if isinstance(content, str):
+        return content[:_PROMPT_CHARS]
+    if isinstance(content, list):
+        for block in content:
+            if isinstance(block, dict) and isinstance(block.get("text"), str):
+                return str(block["text"])[:_PROMPT_CHARS]
+    return None

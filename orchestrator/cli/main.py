@@ -11,6 +11,7 @@
     warren hooks test      run the hooks in force against a sample event
     warren mcp list        the MCP servers in force with their files (get, add, remove)
     warren mcp serve       Warren's tools as an MCP server on stdio
+    warren sessions        past sessions of this directory, newest first
 
 A first argument that is not a subcommand is a prompt: with stdin and stdout at a terminal
 `warren "fix the build"` opens the interactive session with it, otherwise it is
@@ -32,7 +33,8 @@ EXIT_CODES = (
     "Exit codes: 0 completed, 1 model error, 2 usage or configuration (nothing ran), 3 max "
     "turns, 4 prompt too long, 5 budget exceeded, 6 hook blocked, 7 permission denied, 8 state "
     "could not be written (io_error), 9 the reply stayed cut at the output token limit "
-    "(output_truncated), 130/143/129 interrupted by SIGINT/SIGTERM/SIGHUP."
+    "(output_truncated), 130/143/129 interrupted by SIGINT/SIGTERM/SIGHUP, 141 stdout closed "
+    "by its reader (| head)."
 )
 
 COMMANDS: dict[str, str] = {
@@ -45,6 +47,8 @@ COMMANDS: dict[str, str] = {
     "hooks": "the hooks in force: list them with their files, run them against a sample "
     "event (list, test)",
     "mcp": "MCP servers: list, get, add, remove the servers in force; serve Warren's tools",
+    "sessions": "past sessions of this directory, newest first: id, start, turns, cost, "
+    "first prompt",
 }
 """Every subcommand with its one-line summary (`warren --help` lists them)."""
 
@@ -150,7 +154,14 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
         "--disallowed-tools", action="append", metavar="TOOLS", help="tools that are always denied"
     )
     resume = parser.add_mutually_exclusive_group()
-    resume.add_argument("--resume", metavar="SESSION_ID", help="continue a session")
+    resume.add_argument(
+        "--resume",
+        metavar="SESSION_ID",
+        nargs="?",
+        const="",
+        help="continue a session (`warren sessions` lists them); without an id, at a "
+        "terminal, pick one from a list",
+    )
     resume.add_argument(
         "-c",
         "--continue",
@@ -184,7 +195,7 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line: run options, and a subparser per command."""
-    from orchestrator.cli import doctor, hooks, mcp, policy
+    from orchestrator.cli import doctor, hooks, mcp, policy, sessions
 
     parser = argparse.ArgumentParser(
         prog="warren",
@@ -206,6 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
     policy.add_commands(sub, COMMANDS)
     hooks.add_commands(sub, COMMANDS)
     mcp.add_commands(sub, COMMANDS)
+    sessions.add_commands(sub, COMMANDS)
     return parser
 
 
@@ -285,6 +297,11 @@ def _prompt(args: argparse.Namespace) -> int:
         print("warren: give the prompt once: as PROMPT or with -p", file=sys.stderr)
         return EXIT_USAGE
     prompt = args.prompt if args.prompt is not None else args.words
+    if args.resume == "":  # `--resume` without an id: pick one (then run, or open the session)
+        picked = _pick_session(args)
+        if picked is None or isinstance(picked, int):
+            return picked or 0
+        args.resume = picked
     interactive = args.prompt is None and _interactive_terminal()
     if prompt is None and not interactive:
         if sys.stdin is None or sys.stdin.isatty():
@@ -355,6 +372,26 @@ def _prompt(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:  # before the signal watch started, or after it stopped
         print("warren: interrupted", file=sys.stderr)
         return 130
+
+
+def _pick_session(args: argparse.Namespace) -> str | int | None:
+    """`--resume` without an id: the session picked at a terminal, None for none picked, or
+    the exit code of a one-line error (no terminal to pick at)."""
+    from orchestrator.cli.sessions import pick_session
+    from orchestrator.outcome import EXIT_USAGE
+
+    if not _at_terminal():
+        print(
+            "warren: --resume needs a session id when not at a terminal; "
+            "`warren sessions` lists them (or --continue takes the latest)",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    try:
+        return pick_session((args.cwd or Path.cwd()).resolve())
+    except (EOFError, KeyboardInterrupt):
+        print(file=sys.stderr)
+        return None
 
 
 def _demo(args: argparse.Namespace) -> int:

@@ -102,7 +102,10 @@ def test_denied_calls_are_listed_with_how_to_allow_them(
     assert "Traceback" not in done.stderr
     lines = done.stderr.splitlines()
     assert lines[0] == "warren: 2 tool calls were denied; what they would have done did not happen:"
-    assert lines[1] == f"  x Write {workspace}/renamed.txt: it needs permission and nobody could answer"
+    assert (
+        lines[1]
+        == f"  x Write {workspace}/renamed.txt: it needs permission and nobody could answer"
+    )
     assert lines[2] == "  x Bash make test: it needs permission and nobody could answer"
     [allow] = [line for line in lines if line.startswith("  allow them: warren -p ... ")]
     flags = shlex.split(allow.removeprefix("  allow them: warren -p ... "))
@@ -140,8 +143,7 @@ def test_permission_denials_in_the_result_and_fail_on_denial_exits_7(
         result = json.loads(done.stdout.splitlines()[-1])
         assert result["type"] == "result"
         assert result["permission_denials"] == [
-            {"tool_name": u["name"], "tool_use_id": u["id"], "tool_input": u["input"]}
-            for u in uses
+            {"tool_name": u["name"], "tool_use_id": u["id"], "tool_input": u["input"]} for u in uses
         ]
         if code == 7:
             assert result["terminal_reason"] == "permission_denied" and result["is_error"]
@@ -307,4 +309,3 @@ def test_verbose_is_readable_logs_without_tool_lines(workspace: Path, env: dict[
     assert any(re.match(r"\S+Z \[info\s*\] session opened\s+\S", line) for line in lines), lines
     assert not [line for line in lines if line.startswith(("  -> ", "  <- "))]
     assert _colours(done.stderr) == []  # not a terminal
-
