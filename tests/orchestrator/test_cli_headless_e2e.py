@@ -132,8 +132,10 @@ def test_permission_denials_in_the_result_and_fail_on_denial_exits_7(
     for extra, code in (([], 0), (["--fail-on-denial"], 7)):
         with FakeMessagesAPI(_edit_and_bash(workspace)) as api:
             done = warren(
-                ["-p", "rename it", "--cwd", str(workspace), "--output-format", output_format]
-                + extra,
+                [
+                    *("-p", "rename it", "--cwd", str(workspace), "--output-format", output_format),
+                    *extra,
+                ],
                 {**env, "ANTHROPIC_BASE_URL": api.base_url},
             )
             sent = api.requests[0].body["messages"]
@@ -163,17 +165,6 @@ def test_fail_on_denial_in_text_mode(workspace: Path, env: dict[str, str]) -> No
     assert done.stderr.splitlines()[-1] == (
         "warren: run ended: permission_denied: calls were denied (--fail-on-denial)"
     )
-
-
-def test_a_run_without_denials_prints_nothing_on_stderr_in_a_pipe(
-    workspace: Path, env: dict[str, str]
-) -> None:
-    with FakeMessagesAPI([Reply.tool_use("Bash", {"command": "echo hi"}), Reply.text("ok")]) as api:
-        done = warren(
-            ["-p", "hi", "--cwd", str(workspace)], {**env, "ANTHROPIC_BASE_URL": api.base_url}
-        )
-    assert done.returncode == 0 and done.stdout == "ok\n"
-    assert done.stderr == ""  # no progress, no session line: stderr is not a terminal
 
 
 # --- closed pipes ----------------------------------------------------------------------------
@@ -206,19 +197,22 @@ def test_head_closing_the_pipe_ends_quietly_with_141(workspace: Path, env: dict[
 def test_a_reader_gone_before_the_answer_is_141_without_a_word(
     workspace: Path, env: dict[str, str]
 ) -> None:
-    with FakeMessagesAPI([Reply.text("the answer\n" * 20_000)]) as api:
-        with subprocess.Popen(
+    api = FakeMessagesAPI([Reply.text("the answer\n" * 20_000)])
+    with (
+        api,
+        subprocess.Popen(
             [*WARREN, "-p", "hi", "--cwd", str(workspace)],
             env={**env, "ANTHROPIC_BASE_URL": api.base_url},
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-        ) as proc:
-            assert proc.stdout is not None and proc.stderr is not None
-            proc.stdout.close()  # the reader is gone before anything was written
-            stderr = proc.stderr.read()
-            code = proc.wait(timeout=120)
+        ) as proc,
+    ):
+        assert proc.stdout is not None and proc.stderr is not None
+        proc.stdout.close()  # the reader is gone before anything was written
+        stderr = proc.stderr.read()
+        code = proc.wait(timeout=120)
     assert stderr == ""
     assert code == 141
 

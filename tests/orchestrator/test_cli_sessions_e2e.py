@@ -148,20 +148,23 @@ def test_resume_without_an_id_and_no_terminal_is_one_line(
 
 
 def test_an_interrupted_run_says_how_to_resume_it(workspace: Path, env: dict[str, str]) -> None:
-    with FakeMessagesAPI([Reply.text("never finished", hold_before_stop=True)]) as api:
-        with subprocess.Popen(
+    api = FakeMessagesAPI([Reply.text("never finished", hold_before_stop=True)])
+    with (
+        api,
+        subprocess.Popen(
             [*WARREN, "-p", "hi", "--cwd", str(workspace)],
             env={**env, "ANTHROPIC_BASE_URL": api.base_url},
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-        ) as proc:
-            deadline = time.monotonic() + 90
-            while not api.requests and time.monotonic() < deadline:
-                time.sleep(0.05)
-            proc.send_signal(signal.SIGINT)
-            _, stderr = proc.communicate(timeout=90)
+        ) as proc,
+    ):
+        deadline = time.monotonic() + 90
+        while not api.requests and time.monotonic() < deadline:
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=90)
     assert proc.returncode == 130, stderr
     [line] = [line for line in stderr.splitlines() if "resume it with" in line]
     session_id = line.split()[2]
