@@ -6,6 +6,8 @@ orchestrator is wired to the sandbox, the tool hosts, the worker pool and the br
     wiring.py    the concrete parts a session gets (tool hosts, worker pool, broker)
     doctor.py    `warren doctor` and `warren sandbox run`: what sandbox/ returns, printed
     policy.py    `warren policy ...`, `warren trust`, `warren untrust`
+    hooks.py     `warren hooks list`, `warren hooks test`
+    sessions.py  `warren sessions`, and the picker of `warren --resume` without an id
 
 Entry point: `warren = "orchestrator.cli:main"` (pyproject.toml).
 """
