@@ -162,10 +162,12 @@ async def run_prompt(
     stdout 141.
     """
     stopping = _Stopping()
+    out = parts.stdout or sys.stdout
+    shared = progress is not None and _is_terminal(out)  # stderr's terminal, most likely
     stdout = ClosableStdout(
-        parts.stdout or sys.stdout,
+        out,
         stopping.close_output,
-        None if progress is None else progress.close,
+        progress.close if progress is not None and shared else None,
     )
     parts = dataclasses.replace(parts, stdout=cast(IO[str], stdout))
     if progress is not None:
@@ -235,6 +237,13 @@ def _os_error_in(exc: BaseException) -> OSError | None:
             found = found or failure
         return found
     return None
+
+
+def _is_terminal(out: IO[str]) -> bool:
+    try:
+        return out.isatty()
+    except (AttributeError, ValueError):
+        return False
 
 
 def _both(

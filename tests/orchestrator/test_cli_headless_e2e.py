@@ -275,9 +275,13 @@ def test_progress_at_a_terminal(workspace: Path, env: dict[str, str]) -> None:
     assert _colours(seen), "a terminal that takes colours gets them"
 
 
-def test_no_color_and_quiet(workspace: Path, env: dict[str, str]) -> None:
-    """NO_COLOR: the progress shows, without a single colour. --quiet: no progress at all."""
-    with FakeMessagesAPI([Reply.tool_use("Bash", {"command": "echo hi"}), Reply.text("ok")]) as api:
+def test_no_color_quiet_and_a_piped_stdout(
+    tmp_path: Path, workspace: Path, env: dict[str, str]
+) -> None:
+    """NO_COLOR: the progress shows, without a single colour. --quiet: no progress at all.
+    stdout in a file, stderr at the terminal: the progress shows, stdout stays pure JSON."""
+    replies = [Reply.tool_use("Bash", {"command": "echo hi"}), Reply.text("ok")]
+    with FakeMessagesAPI(replies * 3) as api:
         base = {**env, "ANTHROPIC_BASE_URL": api.base_url}
         child = _spawn(["-p", "hi", "--cwd", str(workspace)], {**base, "NO_COLOR": "1"})
         child.expect(pexpect.EOF)
@@ -287,10 +291,23 @@ def test_no_color_and_quiet(workspace: Path, env: dict[str, str]) -> None:
         child.expect(pexpect.EOF)
         child.close()
         quiet = child.before
+        out = tmp_path / "out.jsonl"
+        command = shlex.join([*WARREN, "-p", "hi", "--cwd", str(workspace),
+                              "--output-format", "stream-json"])  # fmt: skip
+        child = pexpect.spawn(
+            "bash", ["-c", f"{command} > {shlex.quote(str(out))}"], env=base, encoding="utf-8",
+            timeout=90, dimensions=(40, 160),
+        )  # fmt: skip
+        child.expect(pexpect.EOF)
+        child.close()
+        piped = child.before
     assert "Bash(echo hi)" in plain and "exit 0" in plain, plain
     assert _colours(plain) == []
     assert "Bash(echo hi)" not in quiet and "waiting for the model" not in quiet
     assert quiet.replace("\r\n", "\n") == "ok\n"
+    assert re.search(r"✓ .*Bash\(echo hi\).*exit 0", piped), piped
+    events = [json.loads(line) for line in out.read_text().splitlines()]
+    assert events[0]["subtype"] == "init" and events[-1]["result"] == "ok"
 
 
 def test_verbose_is_readable_logs_without_tool_lines(workspace: Path, env: dict[str, str]) -> None:
