@@ -14,9 +14,10 @@ can never name a file outside the store. A failed append (no space left) raises
 
 `warren sessions` lists a directory's sessions without reading their transcripts: each
 session keeps a small summary next to its transcript (`<id>.meta.json`: start, cwd, model,
-the head of the first prompt, turns and cost so far), rewritten atomically (a temporary file
-renamed over it) when the first prompt is sent and after each run. A transcript without one
-(written before summaries existed, or whose summary could not be written) is summarised from
+the head of the first prompt, turns and cost so far), rewritten atomically
+(`policies.atomic.replace_file`) when the first prompt is sent and after each run. A
+transcript without one (written before summaries existed, or whose summary could not be
+written) is summarised from
 its first 64 KiB, and its turns and cost from its result records only when it is under 1 MiB.
 Everything in a summary came from the user or the model: the CLI escapes it when printing.
 """
@@ -27,7 +28,6 @@ import dataclasses
 import json
 import os
 import re
-import tempfile
 import time
 import uuid
 from dataclasses import dataclass
@@ -371,19 +371,19 @@ class SessionStore:
 
 
 def write_summary(path: Path, summary: SessionSummary) -> None:
-    """Replace the summary at `path` atomically: a reader sees the old one or the new one.
+    """Replace the summary at `path` atomically (`policies.atomic.replace_file`: a reader sees
+    the old one or the new one).
 
-    **Errors:** `OSError` (the temporary file is removed).
+    **Errors:** `OSError` (`ReplaceFailed`: nothing changed).
     """
-    data = json.dumps(summary.record(), ensure_ascii=False)
-    fd, tmp = tempfile.mkstemp(prefix=".meta-", dir=path.parent)
+    from policies.atomic import replace_file
+
+    data = json.dumps(summary.record(), ensure_ascii=False).encode("utf-8")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        old: os.stat_result | None = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        old = None
+    replace_file(path, data, old=old, mode=0o600)
 
 
 def _summary_of(transcript: Path) -> SessionSummary | None:
