@@ -199,7 +199,7 @@ class SessionConfig(BaseModel):
     continue_last: bool = False
     """Continue the most recent session started in `cwd`. Default off."""
     verbose: bool = False
-    """Readable logs and progress on stderr. Default off."""
+    """Readable logs on stderr (structlog's console renderer). Default off."""
     progress: bool = False
     """Human progress lines (tool calls, results) on stderr. Default off."""
     fail_on_denial: bool = False
