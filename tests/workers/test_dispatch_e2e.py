@@ -289,6 +289,7 @@ async def test_interrupting_the_main_agent_while_ten_subagents_run(tmp_path: Pat
                 permission=allow_all,
             )
             assert (again.reason, again.result) == ("completed", "quick report")
+        await broker.aclose()  # its model's kept-alive connection
     assert descendants() == []
 
 
@@ -319,6 +320,7 @@ async def test_a_subagent_continues_a_cut_reply_and_thinks_when_the_session_does
                 outcome = await pool.run(
                     subagent_request(PROBE, "Survey"), on_event=lambda e: None, permission=allow_all
                 )
+        await model.aclose()  # its kept-alive connection
         requests = api.requests
     assert (outcome.reason, outcome.result) == ("completed", "report, first half; second half.")
     assert [r.body["thinking"] for r in requests] == [

@@ -159,6 +159,7 @@ async def test_a_tool_in_a_worker_cannot_reach_its_worker(tmp_path: Path) -> Non
                     on_event=Collected(),
                     permission=allow_all,
                 )
+        await broker.aclose()  # its model's kept-alive connection
         requests = api.requests
 
     assert out.reason == "completed", out
