@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import time
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -254,6 +255,10 @@ def test_answered_bodies_can_be_dropped() -> None:
     body = {**STREAM, "messages": [{"role": "user", "content": "hi"}]}
     with FakeMessagesAPI(route=route, keep_bodies=False) as api:
         post(api, body)
+        # The client has the whole answer a moment before the server thread is done with it.
+        deadline = time.monotonic() + 10
+        while api.requests[0].body and time.monotonic() < deadline:
+            time.sleep(0.01)
         [request] = api.requests
     assert seen == [1], "the route still sees the body"
     assert request.body == {} and request.response == "Reply"
