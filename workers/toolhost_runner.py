@@ -177,12 +177,18 @@ class SandboxedSpawner:
             yield process
 
     @asynccontextmanager
-    async def stdio(self, launch: HostLaunch) -> AsyncIterator[HostProcess]:
+    async def stdio(
+        self, launch: HostLaunch, env: Mapping[str, str] | None = None
+    ) -> AsyncIterator[HostProcess]:
         """Like a call, for a program that speaks on its stdin and stdout (an MCP server):
-        the same spec and masks, its stdio the pipes."""
+        the same spec and masks (the read-denied files found once for all), `env` added to
+        its environment, its stdio the pipes."""
         if self._host is None:
             self._host = await detect_host()
         spec = self.spec_for(launch)
+        if env:
+            values = {**spec.env.values, **env}
+            spec = spec.model_copy(update={"env": spec.env.model_copy(update={"values": values})})
         if denied := await self._denied_paths(launch):
             spec = spec.model_copy(update={"extra_deny_read": spec.extra_deny_read + denied})
         async with open_sandboxed_process(

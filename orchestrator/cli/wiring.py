@@ -116,17 +116,18 @@ def open_mcp(
 
     from orchestrator.mcp.servers import open_mcp_servers
     from policies.mcp import McpServer
-    from sandbox.spec import EnvPolicy, SandboxSpec
+    from sandbox.spec import SandboxSpec
     from workers.child import HostLaunch
     from workers.toolhost_runner import HOST_LIMITS, SandboxedSpawner, host_environment
 
     floor_proven = policy.engine.floor_proven
-    base = SandboxSpec(
+    spec = SandboxSpec(
         limits=HOST_LIMITS,
         extra_deny_read=policy.deny_read(),
         extra_protected=policy.protected(),
         extra_home_allow=policy.home_allow(),
     )
+    spawner = SandboxedSpawner(spec, read_denied=policy.read_denied())
 
     # Servers start while the session starts, on the same cores: niced, so the coordinator's
     # own start-up (and its first model request) goes first. Once up, a server runs while
@@ -144,8 +145,6 @@ def open_mcp(
             return
         if not floor_proven:
             raise RuntimeError("not started: the sandbox is not available (see `warren doctor`)")
-        spec = base.model_copy(update={"env": EnvPolicy(values=dict(server.env))})
-        spawner = SandboxedSpawner(spec, read_denied=policy.read_denied())
         started = HostLaunch(
             role="read_write" if server.write else "read_only",
             argv=argv,
@@ -153,7 +152,7 @@ def open_mcp(
             extra_roots=ctx.extra_roots,
             cwd=ctx.cwd,
         )
-        async with spawner.stdio(started) as process:
+        async with spawner.stdio(started, env=server.env) as process:
             yield process  # type: ignore[misc]
 
     servers = {name: (server, source) for name, server, source in policy.effective.mcp_servers}
