@@ -27,9 +27,8 @@ from orchestrator.hooks.runner import (
 )
 from orchestrator.tools.base import ToolContext
 from policies.files import Hook
-from sandbox.errors import SandboxError
-from sandbox.run import run_sandboxed
 from sandbox.spec import SandboxSpec
+from tests.kit.floor import needs_sandbox
 from workers.toolhost_runner import (
     HOST_LIMITS,
     SandboxedSpawner,
@@ -37,15 +36,7 @@ from workers.toolhost_runner import (
     open_tool_runner,
 )
 
-
-def _sandbox_works() -> bool:
-    try:
-        return trio.run(run_sandboxed, SandboxSpec(), ["true"]).ok
-    except (SandboxError, OSError):
-        return False
-
-
-pytestmark = pytest.mark.skipif(not _sandbox_works(), reason="the sandbox cannot run here")
+pytestmark = needs_sandbox
 
 
 def _denied(path: str) -> bool:

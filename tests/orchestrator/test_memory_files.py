@@ -36,21 +36,11 @@ from orchestrator.context import (
 )
 from policies.memory_files import MAX_IMPORT_DEPTH
 from policies.rules import compile_path_pattern
-from sandbox.errors import SandboxError
 from sandbox.host import detect_host
-from sandbox.run import run_sandboxed
-from sandbox.spec import SandboxSpec
 from tests.kit.fake_api import FakeMessagesAPI, FakeResponse, RecordedRequest, Reply
+from tests.kit.floor import needs_sandbox
 
-
-def _sandbox_works() -> bool:
-    try:
-        return trio.run(run_sandboxed, SandboxSpec(), ["true"]).ok
-    except (SandboxError, OSError):
-        return False
-
-
-pytestmark = pytest.mark.skipif(not _sandbox_works(), reason="the sandbox cannot run here")
+pytestmark = needs_sandbox
 
 REPO = Path(__file__).resolve().parents[2]
 WARREN = [sys.executable, "-m", "orchestrator.cli"]

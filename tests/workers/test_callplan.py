@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import trio
 
 from orchestrator.events import Event, PermissionDecided
 from orchestrator.messages import ToolResultBlock, ToolUseBlock
@@ -26,20 +25,10 @@ from orchestrator.tools.registry import builtin_facts, builtin_tools
 from policies.bash_analysis import BashAnalyser, BashClassification
 from policies.engine import PolicyEngine
 from policies.files import PolicyLayer, merge_policy, parse_policy_text
-from sandbox.errors import SandboxError
-from sandbox.run import run_sandboxed
-from sandbox.spec import SandboxSpec
+from tests.kit.floor import needs_sandbox
 from workers.toolhost_runner import SandboxedToolRunner, open_tool_runner
 
-
-def _sandbox_works() -> bool:
-    try:
-        return trio.run(run_sandboxed, SandboxSpec(), ["true"]).ok
-    except (SandboxError, OSError):
-        return False
-
-
-pytestmark = pytest.mark.skipif(not _sandbox_works(), reason="the sandbox cannot run here")
+pytestmark = needs_sandbox
 
 
 class CountingAnalyser(BashAnalyser):

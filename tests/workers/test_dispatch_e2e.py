@@ -39,10 +39,8 @@ from orchestrator.subagents import (
 from orchestrator.tools.base import ToolContext
 from orchestrator.tools.dispatch_agent import DispatchAgentTool
 from orchestrator.tools.registry import ToolRegistry
-from sandbox.errors import SandboxError
-from sandbox.run import run_sandboxed
-from sandbox.spec import SandboxSpec
 from tests.kit.fake_api import TEST_MODEL, FakeMessagesAPI, FakeResponse, RecordedRequest, Reply
+from tests.kit.floor import needs_sandbox
 from tests.workers.agent_kit import (
     FACTORY,
     SECRET,
@@ -57,15 +55,7 @@ from workers.broker import ModelBroker
 from workers.pool import PoolOptions, WorkerPool, open_worker_pool
 from workers.toolhost_runner import open_tool_runner
 
-
-def _sandbox_works() -> bool:
-    try:
-        return trio.run(run_sandboxed, SandboxSpec(), ["true"]).ok
-    except (SandboxError, OSError):
-        return False
-
-
-pytestmark = pytest.mark.skipif(not _sandbox_works(), reason="the sandbox cannot run here")
+pytestmark = needs_sandbox
 
 PROBE = agent("probe")
 TOKENS = ("ALPHA", "BRAVO", "CHARLIE")

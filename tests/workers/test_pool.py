@@ -30,9 +30,7 @@ from orchestrator.model.base import ModelRequest
 from orchestrator.model.catalog import default_max_tokens
 from orchestrator.permissions import Allow, Deny
 from orchestrator.subagents import SubagentOutcome, SubagentRequest
-from sandbox.errors import SandboxError
-from sandbox.run import run_sandboxed
-from sandbox.spec import SandboxSpec
+from tests.kit.floor import needs_sandbox
 from tests.workers.agent_kit import (
     FACTORY,
     Collected,
@@ -54,15 +52,7 @@ from workers.broker import BrokerLimits, ModelBroker
 from workers.pool import PoolOptions, WorkerPool, open_worker_pool
 from workers.toolhost_runner import HostLaunch, HostProcess, HostSpawner, unsandboxed_spawner
 
-
-def _sandbox_works() -> bool:
-    try:
-        return trio.run(run_sandboxed, SandboxSpec(), ["true"]).ok
-    except (SandboxError, OSError):
-        return False
-
-
-pytestmark = pytest.mark.skipif(not _sandbox_works(), reason="the sandbox cannot run here")
+pytestmark = needs_sandbox
 
 PROBE = agent("probe")
 

@@ -31,6 +31,7 @@ from orchestrator.plan import CallPlan, tool_assessor
 from orchestrator.tools.base import ToolContext, ToolOutput
 from orchestrator.tools.dispatch_agent import DispatchAgentInput, DispatchAgentTool
 from policies.files import Hook, HookEvent
+from tests.kit.floor import needs_sandbox
 from tests.workers.agent_kit import (
     FACTORY,
     FunctionModel,
@@ -42,12 +43,11 @@ from tests.workers.agent_kit import (
     turn_of,
     workspace_at,
 )
-from tests.workers.test_pool import _sandbox_works
 from workers.broker import ModelBroker
 from workers.pool import PoolOptions, open_worker_pool
 from workers.toolhost_runner import HostLaunch, HostProcess, HostSpawner, SandboxedSpawner
 
-pytestmark = pytest.mark.skipif(not _sandbox_works(), reason="the sandbox cannot run here")
+pytestmark = needs_sandbox
 
 PROBE = agent("probe")
 

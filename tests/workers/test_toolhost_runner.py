@@ -30,9 +30,7 @@ from orchestrator.tools.bash import BashTool
 from orchestrator.tools.registry import ToolRegistry
 from orchestrator.tools.think import ThinkTool
 from policies.facts import ToolFacts
-from sandbox.errors import SandboxError
-from sandbox.run import run_sandboxed
-from sandbox.spec import SandboxSpec
+from tests.kit.floor import needs_sandbox
 from tests.workers.host_tools import FACTORY, tools
 from workers import protocol as wire
 from workers.toolhost_runner import (
@@ -44,15 +42,7 @@ from workers.toolhost_runner import (
     unsandboxed_spawner,
 )
 
-
-def _sandbox_works() -> bool:
-    try:
-        return trio.run(run_sandboxed, SandboxSpec(), ["true"]).ok
-    except (SandboxError, OSError):
-        return False
-
-
-pytestmark = pytest.mark.skipif(not _sandbox_works(), reason="the sandbox cannot run here")
+pytestmark = needs_sandbox
 
 
 def failing_spawner(launch: HostLaunch) -> AbstractAsyncContextManager[HostProcess]:

@@ -27,10 +27,10 @@ import trio
 from orchestrator.messages import ContentBlock, Message
 from orchestrator.model.base import ModelRequest
 from orchestrator.model.catalog import output_limit
-from sandbox.errors import SandboxError
 from sandbox.run import run_sandboxed
 from sandbox.spec import SandboxSpec
 from tests.kit.fake_api import TEST_MODEL, FakeMessagesAPI, FakeResponse, RecordedRequest, Reply
+from tests.kit.floor import needs_sandbox
 from tests.workers.agent_kit import (
     FACTORY,
     Collected,
@@ -48,15 +48,7 @@ from workers import protocol as wire
 from workers.broker import ModelBroker
 from workers.pool import DEFAULT_MAX_MODEL_REQUESTS, PoolOptions, open_worker_pool
 
-
-def _sandbox_works() -> bool:
-    try:
-        return trio.run(run_sandboxed, SandboxSpec(), ["true"]).ok
-    except (SandboxError, OSError):
-        return False
-
-
-pytestmark = pytest.mark.skipif(not _sandbox_works(), reason="the sandbox cannot run here")
+pytestmark = needs_sandbox
 
 FORGED_TEXT = "FORGED-BY-A-TOOL"
 

@@ -22,26 +22,16 @@ from typing import Any
 
 import psutil
 import pytest
-import trio
 
-from sandbox.errors import SandboxError
-from sandbox.run import run_sandboxed
-from sandbox.spec import SandboxSpec
 from tests.kit.fake_api import FakeMessagesAPI, FakeResponse, RecordedRequest, Reply
+from tests.kit.floor import needs_sandbox
 
 ROOT = Path(__file__).resolve().parents[3]
 WARREN = [sys.executable, "-m", "orchestrator.cli"]
 BIN = Path(sys.executable).parent
 
 
-def _sandbox_works() -> bool:
-    try:
-        return trio.run(run_sandboxed, SandboxSpec(), ["true"]).ok
-    except (SandboxError, OSError):
-        return False
-
-
-pytestmark = pytest.mark.skipif(not _sandbox_works(), reason="the sandbox cannot run here")
+pytestmark = needs_sandbox
 
 HOSTILE = '''
 import os, socket, sys

@@ -18,21 +18,12 @@ import trio
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
-from sandbox.errors import SandboxError
-from sandbox.run import run_sandboxed
-from sandbox.spec import SandboxSpec
+from tests.kit.floor import needs_sandbox
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def _sandbox_works() -> bool:
-    try:
-        return trio.run(run_sandboxed, SandboxSpec(), ["true"]).ok
-    except (SandboxError, OSError):
-        return False
-
-
-pytestmark = pytest.mark.skipif(not _sandbox_works(), reason="the sandbox cannot run here")
+pytestmark = needs_sandbox
 
 
 @pytest.fixture
