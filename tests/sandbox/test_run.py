@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import psutil
@@ -131,15 +132,20 @@ async def test_wall_time_applies_to_long_lived_processes(host: SandboxHost, scra
     assert proc.killed_by_limit == "wall_time"
 
 
-@pytest.mark.slow
-async def test_outlives_thread_cache(host: SandboxHost, scratch: Path) -> None:
+async def test_outlives_thread_cache(
+    host: SandboxHost, scratch: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """bwrap's --die-with-parent fires when the *thread* that spawned it exits. trio's worker
-    threads exit after 10 s idle, so a sandbox spawned from one dies 10 s in; ours must not."""
+    threads exit after 10 s idle, so a sandbox spawned from one dies 10 s in; ours must not.
+    The idle timeout is cut to 0.3 s here, so every worker thread has exited within a second."""
+    monkeypatch.setattr(trio._core._thread_cache, "IDLE_TIMEOUT", 0.3)
     spec = _spec(scratch, limits=Limits(wall_time_s=None, processes=None))
     async with open_sandboxed_process(spec, ["cat"], host=host) as proc:
         assert proc.stdin is not None and proc.stdout is not None
         await trio.to_thread.run_sync(lambda: None)  # make sure a worker thread exists
-        await trio.sleep(11)
+        await trio.sleep(1.5)
+        idle = [t.name for t in threading.enumerate() if t.name.startswith("Trio thread")]
+        assert idle == []  # every thread that could have spawned the sandbox has exited
         assert proc.returncode is None
         await proc.stdin.send_all(b"still here\n")
         assert await proc.stdout.receive_some(100) == b"still here\n"
