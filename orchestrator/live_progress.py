@@ -10,8 +10,11 @@ a terminal and `--quiet` is not given (CI and pipes get nothing of it).
 
 Every string from the model, a tool, a policy file or a server is escaped (`escape_controls`)
 and handed to rich as `Text`, never as markup, so none can move the cursor or restyle a line.
-The region is redrawn by `animate`, a trio task of the CLI's nursery (no thread); it is taken
-down while a permission question waits at the terminal (the question is written to
+The region is redrawn by `animate`, a trio task of the CLI's nursery (no thread), ten times a
+second; the sinks only update state and queue finished lines, which the next draw prints
+above the region in the same write: drawing never runs inside an event, so it never stands
+between a tool result and the next model request (tests/bench/bench_repl.py measures it). It
+is taken down while a permission question waits at the terminal (the question is written to
 `/dev/tty`, which the redraw would overwrite) and put back once it is answered.
 """
 
@@ -44,6 +47,7 @@ if TYPE_CHECKING:
     from rich.console import Console, RenderableType
     from rich.live import Live
     from rich.spinner import Spinner
+    from rich.text import Text
 
 __all__ = ["TerminalProgress", "stderr_console"]
 
@@ -84,6 +88,7 @@ class TerminalProgress:
     _asking: set[tuple[str | None, str]] = field(default_factory=set)
     _denied: set[str] = field(default_factory=set)
     _spinner: Spinner | None = None
+    _queued: list[Text] = field(default_factory=list)
     _live: Live | None = None
     _closed: bool = False
 
@@ -140,7 +145,6 @@ class TerminalProgress:
                 )  # fmt: skip
             case _:
                 return
-        self._redraw()
 
     def subagent(self, update: SubagentUpdate) -> None:
         """A subagent's start, event or end: its row, and a summary line when it ends."""
@@ -183,7 +187,6 @@ class TerminalProgress:
                 )
             case _:
                 return
-        self._redraw()
 
     def _permission(self, event: PermissionDecided, agent_id: str | None) -> None:
         key = (agent_id, event.tool_use_id)
@@ -213,16 +216,20 @@ class TerminalProgress:
             self._since = self.clock()
 
     def _line(self, *parts: tuple[str, str]) -> None:
+        """A finished line: printed above the region at its next draw (at once without one)."""
         from rich.text import Text
 
-        self.console.print(Text.assemble(*parts), overflow="ellipsis", no_wrap=True)
+        self._queued.append(Text.assemble(*parts, overflow="ellipsis", no_wrap=True))
+        if self._live is None:
+            self._redraw()
 
     def render(self) -> RenderableType:
         """The live region: the spinner, running tools, subagent rows."""
         from rich.console import Group
         from rich.spinner import Spinner
-        from rich.table import Table
         from rich.text import Text
+
+        from orchestrator.columns import Columns
 
         now = self.clock()
         status = Text.assemble(
@@ -240,26 +247,33 @@ class TerminalProgress:
         if len(self._running) > 8:
             parts.append(Text(f"    … {len(self._running) - 8} more running", style="dim"))
         if self._agents:
-            table = Table(box=None, padding=(0, 1), show_edge=False, header_style="dim")
-            for name in ("agent", "description", "tool", "turns", "tokens", "elapsed"):
-                table.add_column(name, no_wrap=True, overflow="ellipsis")
-            for agent_id, agent in self._agents.items():
-                table.add_row(
-                    Text(agent_id, style="cyan"),
-                    Text(agent.description),
-                    Text(agent.tool or "thinking", style="" if agent.tool else "dim"),
+            rows = [
+                (
+                    (agent_id, "cyan"),
+                    agent.description,
+                    (agent.tool or "thinking", "" if agent.tool else "dim"),
                     str(agent.turns),
                     _count(agent.tokens),
                     _duration(now - agent.started),
                 )
-            parts.append(table)
+                for agent_id, agent in self._agents.items()
+            ]
+            header = ("agent", "description", "tool", "turns", "tokens", "elapsed")
+            parts.append(Columns(header, rows))
         return Group(*parts)
 
     def _redraw(self) -> None:
-        if self._live is not None:
+        """Print the queued lines above the region and draw it (one write), or draw it."""
+        queued, self._queued = self._queued, []
+        if queued:
+            from rich.console import Group
+
+            self.console.print(Group(*queued))  # the region is drawn below, same write
+        elif self._live is not None:
             self._live.refresh()
 
     def _pause(self) -> None:
+        self._redraw()
         live, self._live = self._live, None
         if live is not None:
             live.stop()

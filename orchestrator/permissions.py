@@ -53,6 +53,9 @@ class Ask:
     reason: str
     """Why a human must decide (shown at the prompt)."""
     rule: str | None = None
+    agent: str | None = None
+    """Who is asking when it is not the main agent: a subagent's id and description, which
+    the dialog names."""
 
 
 PermissionResult = Allow | Deny | Ask

@@ -97,7 +97,8 @@ class TerminalAsker:
             # command under review cannot repaint the prompt (test_terminal_asker pins it).
             shown = escape_controls(use, keep_lines=True)
             why = escape_controls(ask.reason, keep_lines=True)
-            _write(term, f"\nWarren asks: allow {shown}?\n  why: {why}\n")
+            who = f" ({escape_controls(ask.agent)} asks)" if ask.agent else ""
+            _write(term, f"\nWarren asks: allow {shown}?{who}\n  why: {why}\n")
             while True:
                 _write(term, "  [y] yes  [n] no  [a] always (don't ask again here) > ")
                 line = answers.readline()

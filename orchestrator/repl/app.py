@@ -9,7 +9,8 @@ session id is printed with the command that resumes it.
 
 Threads: prompt_toolkit's prompt and the dialogs' key reads run in worker threads (their
 asyncio loop cannot run under trio), the Esc watcher in its own; everything else, including
-all drawing, happens in the trio thread.
+all drawing, happens in the trio thread, paced by the display (`TurnView.animate`) so that a
+draw never stands between a tool result and the next model request.
 """
 
 from __future__ import annotations
@@ -32,8 +33,9 @@ from rich.console import Console
 from rich.text import Text
 
 from orchestrator.errors import ConfigError
-from orchestrator.events import Event
+from orchestrator.events import Event, ToolFinished, ToolResultsMessage, ToolStarted
 from orchestrator.loop import RunResult
+from orchestrator.messages import ToolResultBlock
 from orchestrator.outcome import EXIT_USAGE
 from orchestrator.paths import WarrenDirs
 from orchestrator.permissions import Asker
@@ -79,6 +81,15 @@ class Reopen:
 Action = Exit | Reopen
 
 
+@dataclass
+class ToolOutput:
+    """A finished tool call of the main agent as `/expand N` shows it: whole."""
+
+    display: str
+    is_error: bool
+    text: str
+
+
 class _Discard(io.StringIO):
     """The headless printer's stdout: the REPL draws the run itself."""
 
@@ -103,6 +114,10 @@ class Repl:
     _typeahead: str = ""
     """Keys typed while a turn ran: the next prompt starts with them (a line ended with
     Enter is sent as it is)."""
+    outputs: list[ToolOutput] = field(default_factory=list)
+    """The main agent's tool results of this REPL, numbered from 1 (`/expand N`)."""
+    _shown: dict[str, str] = field(default_factory=dict)
+    _numbers: dict[str, int] = field(default_factory=dict)
 
     @property
     def fd(self) -> int:
@@ -247,7 +262,9 @@ class Repl:
         """Run `work` with the live display and Esc watching."""
         view = TurnView(self.console, status=status)
         self.view = view
-        self.watcher = KeyWatcher(self.fd, self.interrupt, trio.lowlevel.current_trio_token())
+        self.watcher = KeyWatcher(
+            self.fd, self.interrupt, trio.lowlevel.current_trio_token(), on_typed=view.echo
+        )
         self._turn_running = True
         try:
             view.start()
@@ -299,6 +316,22 @@ class Repl:
     # -- parts the session calls --
 
     def _on_event(self, event: Event) -> None:
+        match event:
+            case ToolStarted(tool_use_id=use_id, display=display):
+                self._shown[use_id] = display
+            case ToolFinished(tool_use_id=use_id):
+                display = self._shown.pop(use_id, event.tool)
+                self.outputs.append(ToolOutput(display, event.is_error, event.summary))
+                self._numbers[use_id] = len(self.outputs)
+                if self.view is not None:
+                    self.view.numbers[use_id] = len(self.outputs)
+            case ToolResultsMessage(message=message) if isinstance(message.content, list):
+                for block in message.content:
+                    if isinstance(block, ToolResultBlock) and block.tool_use_id in self._numbers:
+                        output = self.outputs[self._numbers.pop(block.tool_use_id) - 1]
+                        output.text = block.text()
+            case _:
+                pass
         if self.view is not None:
             self.view(event)
 

@@ -9,11 +9,8 @@ repository controls (policies, hooks, agent definitions) are escaped before prin
 from __future__ import annotations
 
 import difflib
-import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -24,6 +21,7 @@ from orchestrator.errors import ModelError, SessionError
 from orchestrator.model.catalog import resolve_model
 from orchestrator.session import MeteredModel, Session, SessionConfig
 from orchestrator.text import escape_controls
+from orchestrator.transcripts import SessionStore, SessionSummary
 
 if TYPE_CHECKING:
     from orchestrator.repl.app import Action, Repl
@@ -271,6 +269,33 @@ async def _sessions(repl: Repl, session: Session, arg: str) -> Action | None:
     return None
 
 
+async def _expand(repl: Repl, session: Session, arg: str) -> Action | None:
+    outputs = repl.outputs
+    wanted = arg.strip()
+    if not outputs:
+        _say(repl, "No tool results yet.", "dim")
+        return None
+    if wanted and (not wanted.isdigit() or not 1 <= int(wanted) <= len(outputs)):
+        _say(repl, f"No tool result {wanted!r}: they are numbered 1 to {len(outputs)}.", "yellow")
+        return None
+    number = int(wanted) if wanted else len(outputs)
+    output = outputs[number - 1]
+    lines = output.text.splitlines() or ["(no output)"]
+    title = Text(f"[{number}] ", "bold cyan")
+    title.append(escape_controls(output.display), style="bold red" if output.is_error else "bold")
+    title.append(f"  {len(lines)} lines", style="dim")
+    repl.console.print(title)
+    shown = "\n".join(lines[:_EXPAND_LINES])
+    repl.console.print(Text(escape_controls(shown, keep_lines=True)))
+    if len(lines) > _EXPAND_LINES:
+        _say(repl, f"… {len(lines) - _EXPAND_LINES} more lines not shown", "dim")
+    return None
+
+
+_EXPAND_LINES = 5_000
+"""Lines of one result `/expand` prints."""
+
+
 async def _mcp(repl: Repl, session: Session, arg: str) -> Action | None:
     servers = session.mcp
     if servers is None or not servers.names():
@@ -310,6 +335,7 @@ COMMANDS: dict[str, Command] = {
     "init": Command("write a starter WARREN.md and .warren/policy.toml", _init),
     "resume": Command("continue an earlier conversation: /resume [ID]", _resume),
     "sessions": Command("earlier sessions in this repository", _sessions),
+    "expand": Command("a tool result in full: /expand [N] (default: the last)", _expand),
     "mcp": Command("the MCP servers of this session: status, pid, tools", _mcp),
     "exit": Command("leave (the session stays resumable)", _exit),
 }
@@ -349,68 +375,22 @@ def _config(config: SessionConfig, session: Session | None = None, **changes: An
     return SessionConfig.model_validate({**config.model_dump(), **changes})
 
 
-@dataclass(frozen=True)
-class _Past:
-    session_id: str
-    when: float
-    first_prompt: str
+def _list_sessions(repl: Repl, session: Session) -> list[SessionSummary]:
+    """Earlier sessions started in this workspace, newest first (at most 20), printed with
+    the columns of `warren sessions` and a number to pick one by."""
+    from orchestrator.cli.sessions import session_rows
 
-
-def _list_sessions(repl: Repl, session: Session) -> list[_Past]:
-    """Earlier sessions started in this workspace, newest first (at most 20), printed."""
-    root = session.transcript.path.parent
-    cwd = str(session.config.cwd.resolve())
-    found: list[_Past] = []
-    try:
-        paths = sorted(root.glob("*.jsonl"), key=lambda p: p.stat().st_mtime, reverse=True)
-    except OSError:
-        paths = []
-    for path in paths:
-        if path.stem == session.session_id or path.name.endswith(".audit.jsonl"):
-            continue
-        past = _read_past(path, cwd)
-        if past is not None:
-            found.append(past)
-        if len(found) >= 20:
-            break
+    store = SessionStore(session.transcript.path.parent)
+    found = [
+        summary
+        for summary in store.summaries(session.config.cwd.resolve())
+        if summary.session_id != session.session_id
+    ][:20]
     if not found:
         _say(repl, "No earlier sessions in this repository.", "dim")
         return []
-    table = Table(box=None, padding=(0, 2), header_style="dim")
-    for column in ("#", "session", "last active", "first prompt"):
-        table.add_column(column, no_wrap=True, overflow="ellipsis")
-    for number, past in enumerate(found, 1):
-        table.add_row(
-            str(number),
-            past.session_id,
-            datetime.fromtimestamp(past.when).strftime("%Y-%m-%d %H:%M"),
-            Text(escape_controls(past.first_prompt)[:60]),
-        )
-    repl.console.print(table)
+    header, *rows = session_rows(found)  # escaped there
+    repl.console.print(Text(f"  #  {header}", "dim"), no_wrap=True, overflow="ellipsis")
+    for number, row in enumerate(rows, 1):
+        repl.console.print(Text(f"{number:>3}  {row}"), no_wrap=True, overflow="ellipsis")
     return found
-
-
-def _read_past(path: Path, cwd: str) -> _Past | None:
-    try:
-        when = path.stat().st_mtime
-        with path.open(encoding="utf-8", errors="replace") as file:
-            header = json.loads(file.readline())
-            if header.get("type") != "session" or header.get("cwd") != cwd:
-                return None
-            for _, line in zip(range(200), file, strict=False):
-                record = json.loads(line)
-                if record.get("type") == "message" and record["message"].get("role") == "user":
-                    return _Past(path.stem, when, _first_text(record["message"]))
-    except (OSError, ValueError, KeyError, AttributeError):
-        return None
-    return _Past(path.stem, when, "")
-
-
-def _first_text(message: dict[str, Any]) -> str:
-    content = message.get("content")
-    if isinstance(content, str):
-        return " ".join(content.split())
-    for block in content or []:
-        if isinstance(block, dict) and block.get("type") == "text":
-            return " ".join(str(block.get("text", "")).split())
-    return ""

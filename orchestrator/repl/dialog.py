@@ -14,7 +14,8 @@ dialog. Answers, one key each:
   `.warren/policy.local.toml`;
 - Esc denies the call and interrupts the turn.
 
-Asks from subagents come through the same asker, one at a time.
+Asks from subagents come through the same asker, one at a time, the dialog's first line
+naming the subagent (its id and description).
 """
 
 from __future__ import annotations
@@ -203,6 +204,8 @@ class DialogAsker:
             body.append(Text(escape_controls(shown, keep_lines=True)))
         body.append(Text(f"why: {escape_controls(ask.reason, keep_lines=True)}", "dim"))
         body.append(_options(always))
+        if ask.agent:
+            body.insert(0, Text(f"asked by {escape_controls(ask.agent)}", "bold cyan"))
         return Panel(
             Group(*body),
             title=Text(f"Allow {escape_controls(use)[:120]}?", "bold"),

@@ -4,8 +4,9 @@ prompt_toolkit owns the terminal only while the user types at a prompt; during a
 reads stdin, so this watcher does: the terminal in cbreak mode without echo or ISIG (Ctrl-C is
 a key here, not a signal), `select` with a short timeout so `stop` returns within 50 ms, and a
 lone Esc told apart from the escape sequences arrow and function keys send (they come as one
-burst). Other keys are kept as typeahead (`take_typed`), which the next prompt starts with.
-Dialogs `pause` it to read their answer themselves.
+burst). Other keys are kept as typeahead (`take_typed`), which the next prompt starts with;
+`on_typed` is told the typeahead after each key (the live area echoes it). Dialogs `pause` it
+to read their answer themselves.
 """
 
 from __future__ import annotations
@@ -36,10 +37,15 @@ class KeyWatcher:
     """
 
     def __init__(
-        self, fd: int, on_interrupt: Callable[[], None], token: trio.lowlevel.TrioToken
+        self,
+        fd: int,
+        on_interrupt: Callable[[], None],
+        token: trio.lowlevel.TrioToken,
+        on_typed: Callable[[str], None] | None = None,
     ) -> None:
         self._fd = fd
         self._on_interrupt = on_interrupt
+        self._on_typed = on_typed
         self._token = token
         self._saved: list[Any] | None = None
         self._thread: threading.Thread | None = None
@@ -52,6 +58,11 @@ class KeyWatcher:
         with self._lock:
             typed, self._typed = bytes(self._typed), bytearray()
         return typed.decode("utf-8", "ignore")
+
+    def typed(self) -> str:
+        """What was typed so far (a character still arriving left out)."""
+        with self._lock:
+            return bytes(self._typed).decode("utf-8", "ignore")
 
     def __enter__(self) -> KeyWatcher:
         self.resume()
@@ -116,11 +127,20 @@ class KeyWatcher:
                     continue
             elif key != _CTRL_C:
                 self._keep(key)
+                if self._on_typed is not None:
+                    try:  # the echo is drawn in the trio thread; this one reads on at once
+                        self._token.run_sync_soon(self._echo)
+                    except trio.RunFinishedError:
+                        return
                 continue
             try:
                 trio.from_thread.run_sync(self._on_interrupt, trio_token=self._token)
             except trio.RunFinishedError:
                 return
+
+    def _echo(self) -> None:
+        if self._on_typed is not None:
+            self._on_typed(self.typed())
 
     def _keep(self, key: bytes) -> None:
         with self._lock:

@@ -20,6 +20,7 @@ import math
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, assert_never
 
@@ -200,8 +201,9 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
         )
         yield ToolProgress(f"{agent_id} ({agent_type.name}): {input.description}")
         try:
+            who = f"subagent {agent_id} ({' '.join(input.description.split())})"
             outcome = await self._runner.run(
-                request, on_event=on_event, permission=self._decider(agent_type, ctx, hooks)
+                request, on_event=on_event, permission=self._decider(agent_type, ctx, hooks, who)
             )
             if transcript is not None:
                 transcript.write(_result_line(outcome))
@@ -233,11 +235,12 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
         return hooks if hooks.events else None
 
     def _decider(
-        self, agent_type: AgentType, ctx: ToolContext, hooks: AgentHooks | None
+        self, agent_type: AgentType, ctx: ToolContext, hooks: AgentHooks | None, who: str
     ) -> SubagentPermission:
         """The final answer for each tool call of one subagent: the policy's, narrowed by
         the call's PreToolUse hooks as the pipeline narrows the main agent's
-        (`ToolPipeline._decide`)."""
+        (`ToolPipeline._decide`). An ask goes to the session's asker labelled with `who`
+        (the subagent's id and description)."""
 
         async def decide(name: str, raw: dict[str, Any]) -> Allow | Deny:
             tool = self._tools.get(name) if name in agent_type.tools else None
@@ -266,7 +269,7 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
                         return Allow(rule="PreToolUse hook: allow")
                 if isinstance(result, Ask):
                     async with self._ask_lock:
-                        return await self._asker(tool, parsed, result)
+                        return await self._asker(tool, parsed, replace(result, agent=who))
                 return result
             except pydantic.ValidationError:
                 return Deny(f"The input of this {name} call is invalid; it was not run.")

@@ -115,9 +115,17 @@ def test_a_prompt_streams_its_reply_and_exit_leaves_nothing_behind(
         assert "✓ Glob('**/*.py')" in screen  # one line per tool call, with its status
         family += _family(terminal.pid())[1:]  # the tool hosts now run
         assert any("bwrap" in " ".join(p.cmdline()) for p in family[1:] if p.is_running())
+        assert "(/expand 1)" in screen  # the result is folded, its whole text a command away
         _send(terminal, "/cost")
         screen = terminal.wait_for(r"Total cost: \$\d+\.\d{4}")
         assert "200 input · 40 output" in screen  # two requests of the fake's default usage
+        _send(terminal, "/expand")
+        screen = terminal.wait_for(r"\[1\] Glob\('\*\*/\*\.py'\)  \d+ lines")
+        expanded = screen.split("[1] Glob")[-1]
+        for name in ("shop/money.py", "shop/billing/invoice.py", "shop/__init__.py"):
+            assert str(sample / name) in expanded  # every path, not the folded count
+        _send(terminal, "/expand 2")
+        terminal.wait_for(r"No tool result '2': they are numbered 1 to 1\.")
         _send(terminal, "/exit")
         assert terminal.wait_exit() == 0
         screen = terminal.screen()
@@ -223,13 +231,15 @@ def test_esc_stops_a_running_command_and_the_session_goes_on(
         terminal = _start(terminals, tmp_path, api, sample, "--allowed-tools", "Bash(sleep:*)")
         _send(terminal, "wait a while")
         terminal.wait_for(r"sleep 30")
+        terminal.type("go on")  # typed ahead: echoed under the spinner, not sent yet
+        terminal.wait_for(r"esc to interrupt\n> go on")
         pressed = time.monotonic()
         terminal.press("Escape")
         terminal.wait_for(r"Interrupted\.")
         took = time.monotonic() - pressed
-        terminal.wait_for(PROMPT)
+        terminal.wait_for(r"\n> go on$")  # the next prompt starts with it
         assert "stopped after" in terminal.screen()
-        _send(terminal, "go on")
+        terminal.press("Enter")
         terminal.wait_for(r"Carrying on\.")
         resumed = _texts(api.requests[-1])
     print(f"Esc to the interrupted line: {took:.2f} s")
@@ -321,14 +331,24 @@ def test_three_subagents_show_three_live_rows_then_one_line(
         for area in areas:
             if f"[survey:{area}]" in first:
                 seen[area] = seen.get(area, 0) + 1
+                if seen[area] == 1 and area == "billing":  # asks: the user's policy says so
+                    return Reply.tool_use("Read", {"file_path": str(sample / "shop/money.py")})
                 if seen[area] == 1:
                     return Reply.tool_use("Glob", {"pattern": f"shop/{area}/*.py"})
                 return Reply.text(f"{area}: fine", hold_before_stop=True)
         return None
 
+    (tmp_path / "config" / "warren").mkdir(parents=True)
+    user_policy = tmp_path / "config" / "warren" / "policy.toml"
+    user_policy.write_text('[permissions]\nask = ["Read(**/money.py)"]\n')
     with FakeMessagesAPI(main, route=route) as api:
         terminal = _start(terminals, tmp_path, api, sample)
         _send(terminal, "survey the shop")
+        # The subagent's ask is a dialog like the main agent's, labelled with the subagent.
+        dialog = terminal.wait_for(r"\[y\] yes", timeout=60)
+        assert re.search(r"asked by subagent agent-[0-9a-f]{12} \(survey billing\)", dialog)
+        assert f"Allow Read({sample / 'shop/money.py'})?" in dialog
+        terminal.type("y")
         # All three rows at once, each with its worker's pid, while their replies are held.
         row = r"\n *[0-9a-f]{8} +survey AREA +.*\d+ +\d+\.?\d*k? +[\d.]+ ?m?s +\d+"
         deadline = time.monotonic() + 60
