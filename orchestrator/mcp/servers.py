@@ -45,6 +45,9 @@ __all__ = [
 MAX_RESTARTS = 3
 """Times one server is started again after a failure, per session."""
 
+_MAX_RESOURCES = 1_000
+"""Resources of one server kept for completion (the first page's, at most this many)."""
+
 _STDERR_TAIL = 2_000
 """Characters of a server's stderr kept to explain a failure."""
 
@@ -83,7 +86,9 @@ class _Server:
     error: str | None = None
     tools: dict[str, mcp_types.Tool] = field(default_factory=dict)
     prompts: dict[str, mcp_types.Prompt] = field(default_factory=dict)
-    """The prompt templates the server offers (the REPL's `/server:prompt` commands)."""
+    """The prompt templates the server offers (the REPL's `/mcp__server__prompt` commands)."""
+    resources: dict[str, mcp_types.Resource] = field(default_factory=dict)
+    """The resources the server lists, by uri (the REPL completes `@server:uri`)."""
     session: ClientSession | None = None
     pid: int | None = None
     starts: int = 0
@@ -126,6 +131,12 @@ class _Server:
                 self.tools = await _list_tools(session)
                 if started.capabilities.prompts is not None:
                     self.prompts = {p.name: p for p in (await session.list_prompts()).prompts}
+                if started.capabilities.resources is not None:
+                    try:  # only for completion: a server that cannot list them still serves
+                        listed = (await session.list_resources()).resources
+                    except MCPError:
+                        listed = []
+                    self.resources = {str(r.uri): r for r in listed[:_MAX_RESOURCES]}
             self.session = session
             self._set("ready")
             log.info("mcp server ready", tools=len(self.tools), pid=self.pid)
@@ -352,6 +363,41 @@ class McpServers:
             for prompt in server.prompts.values()
             if server.status == "ready"
         ]
+
+    def resources(self) -> list[tuple[str, mcp_types.Resource]]:
+        """(server, resource) of every resource a server that is up lists."""
+        return [
+            (server.name, resource)
+            for server in self._servers.values()
+            for resource in server.resources.values()
+            if server.status == "ready"
+        ]
+
+    async def get_prompt(self, server: str, name: str, arguments: Mapping[str, str]) -> str:
+        """The text of prompt `name` of `server` filled with `arguments` (its messages'
+        text, one after another), within the server's `timeout_s`.
+
+        **Errors:** `McpCallFailed` (no such server, the server down, the prompt refused or
+        not answered in time).
+        """
+        found = self._servers.get(server)
+        if found is None:
+            raise McpCallFailed(f"there is no MCP server {server!r}")
+        session = await found.connected()
+        with trio.move_on_after(found.config.timeout_s):
+            try:
+                result = await session.get_prompt(name, dict(arguments))
+            except Exception as exc:  # an MCP error or a broken connection
+                raise McpCallFailed(
+                    f"MCP server {server!r} could not give the prompt {name}: {_describe(exc)}"
+                ) from None
+            return "\n\n".join(
+                message.content.text
+                if isinstance(message.content, mcp_types.TextContent)
+                else f"[{message.content.type} content]"
+                for message in result.messages
+            )
+        raise McpCallFailed(f"MCP server {server!r} did not give the prompt {name} in time")
 
     def tool(self, server: str, name: str) -> mcp_types.Tool | None:
         found = self._servers.get(server)

@@ -128,9 +128,14 @@ class Repl:
     async def main(self, first_prompt: str | None) -> int:
         from orchestrator.repl.commands import COMMANDS
 
+        completer = ReplCompleter(
+            {name: c.summary for name, c in COMMANDS.items()},
+            self.config.cwd,
+            mcp_prompts=self._mcp_prompts,
+            mcp_resources=self._mcp_resources,
+        )
         self.prompt = make_prompt(
-            history_file(self.dirs.state, self.config.cwd.resolve()),
-            ReplCompleter({name: c.summary for name, c in COMMANDS.items()}, self.config.cwd),
+            history_file(self.dirs.state, self.config.cwd.resolve()), completer
         )
         code = 0
         async with trio.open_nursery() as nursery:
@@ -183,6 +188,24 @@ class Repl:
                         report = await trio.to_thread.run_sync(between)
                         self.console.print(Text(escape_controls(report, keep_lines=True)))
                     config = new
+
+    def _mcp_prompts(self) -> dict[str, str]:
+        from orchestrator.repl.commands import mcp_prompt_commands, mcp_prompt_usage
+
+        found = mcp_prompt_commands(self.session)
+        return {
+            name: escape_controls(mcp_prompt_usage(name, prompt).removeprefix(f"/{name}").strip())
+            for name, (_, prompt) in found.items()
+        }
+
+    def _mcp_resources(self) -> dict[str, str]:
+        servers = None if self.session is None else self.session.mcp
+        if servers is None:
+            return {}
+        return {
+            f"{server}:{resource.uri}": escape_controls(resource.description or resource.name)
+            for server, resource in servers.resources()
+        }
 
     def _parts(self) -> SessionParts:
         return dataclasses.replace(

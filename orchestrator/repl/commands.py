@@ -2,15 +2,24 @@
 
 A command gets the REPL, the session and its argument text, prints what it has to say, and
 returns None to stay in the session or an `Action` (`Exit`, `Reopen`) to leave it. An unknown
-command gets the nearest known name as a suggestion. Reports that come from files the
-repository controls (policies, hooks, agent definitions) are escaped before printing.
+command gets the nearest known name as a suggestion.
+
+The prompts the session's MCP servers offer are commands too, named as Claude Code names
+them, `/mcp__<server>__<prompt> [arguments]` (`/<server>:<prompt>` is accepted as well): the
+arguments, split as a shell splits words, fill the prompt's arguments in order (the last
+takes the rest), and the text the server returns is sent as the user's prompt.
+
+Reports that come from files the repository controls (policies, hooks, agent definitions)
+are escaped before printing.
 """
 
 from __future__ import annotations
 
 import difflib
+import shlex
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -24,9 +33,19 @@ from orchestrator.text import escape_controls
 from orchestrator.transcripts import SessionStore, SessionSummary
 
 if TYPE_CHECKING:
+    import mcp_types
+
     from orchestrator.repl.app import Action, Repl
 
-__all__ = ["COMMANDS", "MODES", "Command", "run_command", "suggest"]
+__all__ = [
+    "COMMANDS",
+    "MODES",
+    "Command",
+    "mcp_prompt_commands",
+    "mcp_prompt_usage",
+    "run_command",
+    "suggest",
+]
 
 Handler = Callable[["Repl", Session, str], Awaitable["Action | None"]]
 
@@ -351,11 +370,65 @@ def suggest(name: str) -> str | None:
     return prefixed[0] if prefixed else None
 
 
+def mcp_prompt_commands(session: Session | None) -> dict[str, tuple[str, mcp_types.Prompt]]:
+    """The session's MCP prompts by command name (`mcp__server__prompt`): (server, prompt)."""
+    servers = None if session is None else session.mcp
+    if servers is None:
+        return {}
+    return {
+        f"mcp__{server}__{prompt.name}": (server, prompt) for server, prompt in servers.prompts()
+    }
+
+
+def mcp_prompt_usage(name: str, prompt: mcp_types.Prompt) -> str:
+    """`/name <required> [optional]` and the prompt's description (completion, errors)."""
+    words = [f"<{a.name}>" if a.required else f"[{a.name}]" for a in prompt.arguments or []]
+    said = " ".join(["/" + name, *words])
+    return f"{said}  (MCP) {prompt.description or ''}".rstrip()
+
+
+async def _mcp_prompt(
+    repl: Repl, session: Session, name: str, server: str, prompt: mcp_types.Prompt, arg: str
+) -> Action | None:
+    from orchestrator.mcp.servers import McpCallFailed
+
+    servers = session.mcp
+    assert servers is not None
+    declared = [a.name for a in prompt.arguments or []]
+    try:
+        words = shlex.split(arg)
+    except ValueError as exc:
+        _say(repl, f"/{name}: {exc}", "yellow")
+        return None
+    if len(words) > len(declared) and declared:
+        words = [*words[: len(declared) - 1], " ".join(words[len(declared) - 1 :])]
+    missing = [a.name for a in (prompt.arguments or [])[len(words) :] if a.required]
+    if missing or (words and not declared):
+        _say(repl, f"usage: {mcp_prompt_usage(name, prompt)}", "yellow")
+        return None
+    values = dict(zip(declared, words, strict=False))
+    try:
+        text = await repl.turn(
+            lambda: servers.get_prompt(server, prompt.name, values), status=f"Asking {server}"
+        )
+    except McpCallFailed as exc:
+        _say(repl, str(exc), "yellow")
+        return None
+    _say(repl, f"(the prompt {prompt.name} of MCP server {server}: {len(text)} characters)", "dim")
+    repl.show_result(await repl.turn(partial(session.run, text)))
+    return None
+
+
 async def run_command(repl: Repl, session: Session, text: str) -> Action | None:
     name, _, arg = text[1:].partition(" ")
     name = {"quit": "exit", "?": "help"}.get(name, name)
     command = COMMANDS.get(name)
     if command is None:
+        server, colon, prompt_name = name.partition(":")
+        key = f"mcp__{server}__{prompt_name}" if colon else name
+        found = mcp_prompt_commands(session).get(key)
+        if found is not None:
+            return await _mcp_prompt(repl, session, key, *found, arg)
         nearest = suggest(name)
         hint = f" Did you mean /{nearest}?" if nearest else ""
         _say(repl, f"Unknown command /{name}.{hint} /help lists them.", "yellow")

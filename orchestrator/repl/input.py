@@ -1,5 +1,7 @@
 """Reading the user: the prompt (prompt_toolkit, in a thread: its asyncio loop cannot run
-under trio), single-key answers for dialogs, and completion of slash commands and `@path`.
+under trio), single-key answers for dialogs, and completion of slash commands (the session's
+MCP prompts among them) and of the one `@` grammar: `@path` for files, `@server:uri` for
+the resources the session's MCP servers list.
 
 The prompt is multi-line: Enter sends, Esc then Enter (or a line ending in `\\`) starts a new
 line. History is kept per repository in Warren's state directory. Ctrl-C clears
@@ -48,25 +50,51 @@ def history_file(state: Path, workspace: Path) -> Path:
     return state / "history" / digest
 
 
-class ReplCompleter(Completer):
-    """Slash commands at the start of the line; `@path` anywhere (names listed, never read)."""
+McpListing = Callable[[], Mapping[str, str]]
+"""Names and one-line descriptions, read when completing: the session's MCP prompts (as
+command names) or resources (as `server:uri`). Read in the prompt's thread: they only look
+at the servers' listings."""
 
-    def __init__(self, commands: Mapping[str, str], workspace: Path) -> None:
+
+def _none() -> Mapping[str, str]:
+    return {}
+
+
+class ReplCompleter(Completer):
+    """Slash commands at the start of the line; `@path` and `@server:uri` anywhere (names
+    listed, never read)."""
+
+    def __init__(
+        self,
+        commands: Mapping[str, str],
+        workspace: Path,
+        *,
+        mcp_prompts: McpListing = _none,
+        mcp_resources: McpListing = _none,
+    ) -> None:
         self._commands = commands
         self._workspace = workspace
+        self._mcp_prompts = mcp_prompts
+        self._mcp_resources = mcp_resources
 
     def get_completions(
         self, document: Document, complete_event: CompleteEvent
     ) -> Iterable[Completion]:
         before = document.text_before_cursor
         if before.startswith("/") and " " not in before:
-            for name, summary in self._commands.items():
+            for name, summary in [*self._commands.items(), *self._mcp_prompts().items()]:
                 if name.startswith(before[1:]):
                     yield Completion("/" + name, start_position=-len(before), display_meta=summary)
             return
         word = before.split()[-1] if before and not before[-1].isspace() else ""
         if word.startswith("@"):
+            yield from self._resources(word[1:])
             yield from self._paths(word[1:])
+
+    def _resources(self, typed: str) -> Iterable[Completion]:
+        found = [(n, d) for n, d in self._mcp_resources().items() if n.startswith(typed)]
+        for name, description in sorted(found)[:_MAX_PATH_COMPLETIONS]:
+            yield Completion("@" + name, start_position=-len(typed) - 1, display_meta=description)
 
     def _paths(self, typed: str) -> Iterable[Completion]:
         head, _, stem = typed.rpartition("/")

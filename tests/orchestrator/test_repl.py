@@ -62,6 +62,24 @@ def test_completion_of_commands_and_paths(tmp_path: Path) -> None:
     assert complete("no mention") == []
 
 
+def test_completion_of_mcp_prompts_and_resources_in_one_at_grammar(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("")
+    completer = ReplCompleter(
+        {n: c.summary for n, c in COMMANDS.items()},
+        tmp_path,
+        mcp_prompts=lambda: {"mcp__notes__review": "<path>  (MCP) Review a file."},
+        mcp_resources=lambda: {"notes:notes://today": "today's note", "docs:file:///a.md": "a"},
+    )
+
+    def complete(text: str) -> list[str]:
+        return [c.text for c in completer.get_completions(Document(text), CompleteEvent())]
+
+    assert complete("/mcp") == ["/mcp", "/mcp__notes__review"]
+    assert complete("read @notes") == ["@notes:notes://today", "@notes.txt"]
+    assert complete("read @notes:") == ["@notes:notes://today"]
+    assert complete("read @d") == ["@docs:file:///a.md"]
+
+
 def test_mentions_are_named_for_the_model(tmp_path: Path) -> None:
     (tmp_path / "a.py").write_text("")
     said = with_mentions("explain @a.py and @missing.py, mail me@example.com", tmp_path)

@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -400,3 +402,48 @@ def test_the_slash_commands(tmp_path: Path, sample: Path, terminals: list[Termin
     assert api.requests[-1].body["model"] == "claude-haiku-4-5"
     assert (sample / "WARREN.md").read_text().startswith("# shop")
     assert (sample / ".warren" / "policy.toml").is_file()
+
+
+def test_mcp_prompts_are_commands_and_resources_complete_after_at(
+    tmp_path: Path, sample: Path, terminals: list[Terminal]
+) -> None:
+    """A server's prompt is `/mcp__server__prompt ARGS` (Claude Code's name; `/server:prompt`
+    too) and its text is sent as the prompt; `@server:` completes the server's resources, and
+    the resource mentioned is read into the prompt."""
+    server_dir = Path(tempfile.mkdtemp(prefix="warren-repl-mcp-", dir="/var/tmp"))
+    try:
+        shutil.copy(ROOT / "tests" / "kit" / "hostile_mcp_server.py", server_dir / "notes.py")
+        (tmp_path / "config" / "warren").mkdir(parents=True)
+        (tmp_path / "config" / "warren" / "policy.toml").write_text(
+            f'[mcp.servers.notes]\ncommand = "{sys.executable}"\n'
+            f'args = ["{server_dir / "notes.py"}"]\n'
+        )
+        replies = [Reply.text("Reviewed."), Reply.text("Again."), Reply.text("Noted.")]
+        with FakeMessagesAPI(replies) as api:
+            terminal = _start(terminals, tmp_path, api, sample)
+            deadline = time.monotonic() + 60
+            while not re.search(r"notes +ready", terminal.screen()):  # it starts in the floor
+                assert time.monotonic() < deadline, terminal.screen()
+                shown = terminal.screen().count("problem")
+                _send(terminal, "/mcp")
+                while terminal.screen().count("problem") == shown:
+                    time.sleep(0.1)
+            terminal.type("/mcp__n")
+            terminal.wait_for(r"/mcp__notes__review +<path> +\(MCP\) Review a file\.")
+            terminal.press("C-c")
+            _send(terminal, "/mcp__notes__review shop/money.py")
+            terminal.wait_for(r"Reviewed\.")
+            _send(terminal, "/notes:review shop/cart.py")
+            terminal.wait_for(r"Again\.")
+            terminal.wait_for(PROMPT)
+            terminal.type("what does @notes:no")
+            terminal.press("Tab")  # one resource starts so: completed in place
+            terminal.wait_for(r"> what does @notes:notes://today\n")
+            _send(terminal, " say?")
+            terminal.wait_for(r"Noted\.")
+            sent = [_texts(request) for request in api.requests]
+    finally:
+        shutil.rmtree(server_dir, ignore_errors=True)
+    assert "Review shop/money.py carefully." in sent[0]
+    assert "Review shop/cart.py carefully." in sent[1]
+    assert "remember the milk" in sent[2]  # the resource, read through the server
