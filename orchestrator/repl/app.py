@@ -15,17 +15,19 @@ draw never stands between a tool result and the next model request.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
 import re
 import signal
 import sys
+import termios
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import structlog
 import trio
@@ -138,13 +140,19 @@ class Repl:
             history_file(self.dirs.state, self.config.cwd.resolve()), completer
         )
         code = 0
-        async with trio.open_nursery() as nursery:
-            await nursery.start(self._watch_signals)
-            try:
-                with self._scope:
-                    code = await self._sessions(first_prompt)
-            finally:
-                nursery.cancel_scope.cancel()
+        saved = _terminal_mode(self.fd)
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(self._watch_signals)
+                try:
+                    with self._scope:
+                        code = await self._sessions(first_prompt)
+                finally:
+                    nursery.cancel_scope.cancel()
+        finally:
+            if saved is not None:  # as it was: turns leave it without echo for the prompt
+                with contextlib.suppress(termios.error):
+                    termios.tcsetattr(self.fd, termios.TCSADRAIN, saved)
         if self._stop_signal is not None:
             code = 128 + self._stop_signal
         if self.session_ids:
@@ -291,13 +299,16 @@ class Repl:
         self._turn_running = True
         try:
             view.start()
-            with self.watcher:
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(view.animate)
-                    result = await work()
-                    nursery.cancel_scope.cancel()
+            self.watcher.resume()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(view.animate)
+                result = await work()
+                nursery.cancel_scope.cancel()
         finally:
             self._turn_running = False
+            # Echo stays off until the prompt takes the terminal: a key typed in between is
+            # read by the prompt, not echoed by the terminal where the display draws.
+            self.watcher.pause(keep_mode=True)
             self._typeahead += self.watcher.take_typed()
             view.finish()
             view.stop()
@@ -454,6 +465,13 @@ async def run_repl(config: SessionConfig, first_prompt: str | None, parts: Sessi
         if repl.session_ids:
             console.print(Text(f"resume it with: warren --resume {repl.session_ids[-1]}"))
         return 1
+
+
+def _terminal_mode(fd: int) -> list[Any] | None:
+    try:
+        return termios.tcgetattr(fd)
+    except (termios.error, OSError):
+        return None  # not a terminal
 
 
 def _first_failure(exc: BaseException) -> BaseException:

@@ -39,7 +39,7 @@ import tempfile
 import termios
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -287,11 +287,14 @@ def run_headless(tmp: Path, sample: Path, rounds: int, results: Results, tty: bo
             results.add(mode, api, round_no)
 
 
-def redraw_cost() -> float:
-    """Milliseconds of one live-area redraw with 10 subagent rows (median of 50)."""
+def redraw_cost() -> tuple[float, float, float]:
+    """Milliseconds (medians of 50) of one live-area redraw with 10 subagent rows, of those
+    rows printed alone, and of the same rows as the `rich.table.Table` drawn before."""
     from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
 
-    from orchestrator.repl.display import TurnView
+    from orchestrator.repl.display import TurnView, _agents_rows
     from orchestrator.subagents import SubagentStarted
 
     console = Console(
@@ -306,14 +309,30 @@ def redraw_cost() -> float:
             transcript=None,
         )
         view.subagent(started)
+
+    def table() -> Table:
+        old = Table(box=None, show_header=True, header_style="dim", padding=(0, 1))
+        for column in ("agent", "task", "tool", "turns", "tokens", "time", "pid"):
+            old.add_column(column, no_wrap=True, overflow="ellipsis")
+        for k in range(AGENTS):
+            old.add_row(Text(f"{k:08x}", "cyan"), Text(f"survey part {k}"),
+                        Text("thinking…", "dim"), "0", "0", "1.0 s", "12345")  # fmt: skip
+        return old
+
+    def median_ms(step: Callable[[], object]) -> float:
+        took = []
+        for _ in range(50):
+            t0 = time.perf_counter()
+            step()
+            took.append(time.perf_counter() - t0)
+        return statistics.median(took) * 1000
+
     view.start()
-    took = []
-    for _ in range(50):
-        t0 = time.perf_counter()
-        view.redraw()
-        took.append(time.perf_counter() - t0)
+    redraw = median_ms(view.redraw)
     view.stop()
-    return statistics.median(took) * 1000
+    rows = median_ms(lambda: console.print(_agents_rows(view._agents.values(), 1.0)))
+    old = median_ms(lambda: console.print(table()))
+    return redraw, rows, old
 
 
 def _ms(values: list[float]) -> str:
@@ -364,7 +383,11 @@ def main() -> None:
             f"    {'':9} main turn     {_ms(main_gap)}  "
             f"(median {(statistics.median(main_gap) - base_main) * 1000:+.2f} ms vs -p piped)"
         )
-    print(f"(c) one redraw of the live area with {AGENTS} subagent rows: {redraw_cost():.2f} ms")
+    redraw, rows, old = redraw_cost()
+    print(
+        f"(c) one redraw of the live area with {AGENTS} subagent rows: {redraw:.2f} ms "
+        f"(the rows alone {rows:.2f} ms; as the rich Table drawn before: {old:.2f} ms)"
+    )
 
 
 if __name__ == "__main__":
