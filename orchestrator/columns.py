@@ -26,8 +26,8 @@ and numbers), so a character is a column."""
 
 @dataclass(frozen=True)
 class Columns:
-    """`header` (dim) over `rows`, columns left-aligned one space apart, each line cut to the
-    console's width."""
+    """`header` (dim; none when empty) over `rows`, columns left-aligned one space apart, each
+    line cut to the console's width."""
 
     header: Sequence[str]
     rows: Sequence[Sequence[Cell]]
@@ -35,13 +35,14 @@ class Columns:
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[Segment]:
         width = options.max_width
         rows = [[(c, "") if isinstance(c, str) else c for c in row] for row in self.rows]
-        widths = [len(name) for name in self.header]
+        widths = [len(name) for name in self.header] or [0] * max(map(len, rows), default=0)
         for row in rows:
             for index, (text, _) in enumerate(row):
                 widths[index] = max(widths[index], len(text))
-        header = " ".join(n.ljust(w) for n, w in zip(self.header, widths, strict=True))
-        yield Segment(header.rstrip()[:width], Style(dim=True))
-        yield Segment.line()
+        if self.header:
+            header = " ".join(n.ljust(w) for n, w in zip(self.header, widths, strict=True))
+            yield Segment(header.rstrip()[:width], Style(dim=True))
+            yield Segment.line()
         styles: dict[str, Style] = {}
         for row in rows:
             used = 0

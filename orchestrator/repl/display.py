@@ -27,7 +27,6 @@ import trio
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.markdown import Markdown
-from rich.spinner import Spinner
 from rich.text import Text
 
 from orchestrator.columns import Columns
@@ -55,6 +54,8 @@ __all__ = ["TurnView", "human_tokens", "tool_line"]
 
 _REFRESH_S = 0.1
 """How often the live area is redrawn (the spinner and the elapsed times move)."""
+_FRAMES = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+"""The spinner's frames (rich's "dots"), 12.5 a second."""
 _TEXT_TAIL_LINES = 12
 """Lines of a still-streaming text block shown in the live area."""
 
@@ -300,10 +301,13 @@ class TurnView:
         if tail.strip():
             lines = escape_controls(tail, keep_lines=True).splitlines()[-_TEXT_TAIL_LINES:]
             parts.append(Text("\n".join(lines)))
-        for running in list(self._running.values()):
-            line = Text(escape_controls(running.display))
-            line.append(f"  {_duration(now - running.started)}", style="dim")
-            parts.append(Spinner("dots", text=line, style="cyan"))
+        frame = _FRAMES[int(now * 12.5) % len(_FRAMES)]
+        if self._running:  # one spinner frame for all: a rich Spinner each costs milliseconds
+            rows = [
+                ((frame, "cyan"), escape_controls(r.display), (_duration(now - r.started), "dim"))
+                for r in list(self._running.values())
+            ]
+            parts.append(Columns((), rows))
         if self._agents:
             parts.append(_agents_rows(self._agents.values(), now))
         tokens = self._output_tokens + self._stream_chars // 4
@@ -313,7 +317,7 @@ class TurnView:
         if tokens:
             status.append(f" · ↓ {human_tokens(tokens)} tokens", style="dim")
         status.append(" · esc to interrupt", style="dim")
-        parts.append(Spinner("dots", text=status, style="magenta"))
+        parts.append(Text.assemble((frame, "magenta"), status, no_wrap=True, overflow="ellipsis"))
         if self.typed:
             ahead = escape_controls(self.typed.replace("\r", "\n").replace("\n", " ⏎ "))
             parts.append(Text.assemble(("> ", "bold"), ahead[-(self.console.width - 4) :]))
