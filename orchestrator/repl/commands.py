@@ -66,6 +66,9 @@ async def _help(repl: Repl, session: Session, arg: str) -> Action | None:
     table = Table(box=None, show_header=False, padding=(0, 2))
     for name, command in COMMANDS.items():
         table.add_row(Text(f"/{name}", "bold cyan"), command.summary)
+    for name, (_, prompt) in mcp_prompt_commands(session).items():
+        usage = mcp_prompt_usage(name, prompt).removeprefix(f"/{name}").strip()
+        table.add_row(Text(escape_controls(f"/{name}"), "bold cyan"), escape_controls(usage))
     repl.console.print(table)
     _say(
         repl,

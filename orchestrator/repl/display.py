@@ -12,9 +12,9 @@ markup.
 All of it runs in the trio thread, the one that forwards every subagent's model requests, so
 drawing is kept off the loop's path: the sinks only update state and queue finished lines;
 `animate` draws (queued lines and the live area together, one terminal write) at its own
-pace, ten times a second, and at once only for a key typed ahead (its echo). One draw with
-ten subagent rows costs well under a millisecond (`orchestrator.columns`; measured by
-tests/bench/bench_repl.py).
+pace, ten times a second, and at once only for a key typed ahead (its echo). Rows are plain
+segments (`orchestrator.columns`), one spinner frame for all: a draw with ten subagent rows
+costs about a millisecond where rich's Table and Spinners cost tens (tests/bench/bench_repl.py).
 """
 
 from __future__ import annotations
