@@ -428,6 +428,9 @@ def test_mcp_prompts_are_commands_and_resources_complete_after_at(
                 _send(terminal, "/mcp")
                 while terminal.screen().count("problem") == shown:
                     time.sleep(0.1)
+            _send(terminal, "/help")
+            terminal.wait_for(r"/mcp__notes__review +<path> +\(MCP\) Review a file\.\n")
+            terminal.wait_for(PROMPT)
             terminal.type("/mcp__n")
             terminal.wait_for(r"/mcp__notes__review +<path> +\(MCP\) Review a file\.")
             terminal.press("C-c")
