@@ -431,8 +431,8 @@ def test_mcp_prompts_are_commands_and_resources_complete_after_at(
             _send(terminal, "/help")
             terminal.wait_for(r"/mcp__notes__review +<path> +\(MCP\) Review a file\.\n")
             terminal.wait_for(PROMPT)
-            terminal.type("/mcp__n")
-            terminal.wait_for(r"/mcp__notes__review +<path> +\(MCP\) Review a file\.")
+            terminal.type("/mcp__n")  # the completion menu under the line offers it
+            terminal.wait_for(r"> /mcp__n\n +/mcp__notes__review +<path> +\(MCP\) Review a f")
             terminal.press("C-c")
             _send(terminal, "/mcp__notes__review shop/money.py")
             terminal.wait_for(r"Reviewed\.")
