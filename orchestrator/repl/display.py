@@ -304,7 +304,11 @@ class TurnView:
         frame = _FRAMES[int(now * 12.5) % len(_FRAMES)]
         if self._running:  # one spinner frame for all: a rich Spinner each costs milliseconds
             rows = [
-                ((frame, "cyan"), escape_controls(r.display), (_duration(now - r.started), "dim"))
+                (
+                    (frame, "cyan"),
+                    escape_controls(r.display) + " ",
+                    (_duration(now - r.started), "dim"),
+                )
                 for r in list(self._running.values())
             ]
             parts.append(Columns((), rows))
