@@ -3,6 +3,7 @@ whole REPL runs end to end in tests/orchestrator/test_repl_e2e.py."""
 
 from __future__ import annotations
 
+import io
 import os
 from pathlib import Path
 
@@ -78,6 +79,21 @@ def test_completion_of_mcp_prompts_and_resources_in_one_at_grammar(tmp_path: Pat
     assert complete("read @notes") == ["@notes:notes://today", "@notes.txt"]
     assert complete("read @notes:") == ["@notes:notes://today"]
     assert complete("read @d") == ["@docs:file:///a.md"]
+
+
+def test_columns_align_rows_and_cut_them_to_the_width() -> None:
+    from rich.console import Console
+
+    from orchestrator.columns import Columns
+
+    rows = Columns(("agent", "tool"), [(("a1", "cyan"), "Grep('x')"), ("agent-2", "thinking")])
+    console = Console(width=14, record=True, color_system=None, file=io.StringIO())
+    console.print(rows)
+    assert console.export_text().splitlines() == [
+        "agent   tool",
+        "a1      Grep('",
+        "agent-2 thinki",
+    ]
 
 
 def test_mentions_are_named_for_the_model(tmp_path: Path) -> None:
