@@ -121,9 +121,12 @@ class HookRan:
 @dataclass(frozen=True)
 class RetryScheduled:
     attempt: int
+    """The attempt about to start (2 for the first retry; stream-json says 1, as Claude Code)."""
     delay_s: float
     error: str
     status: int | None
+    max_retries: int | None = None
+    """Retries the model client makes at most; None: not known."""
 
 
 Event = (

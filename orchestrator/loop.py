@@ -139,6 +139,9 @@ class RunResult:
     permission_denials: tuple[PermissionDenial, ...] = ()
     """Calls denied in this run, subagents' included (the session fills it in:
     orchestrator/denials.py)."""
+    api_duration_s: float = 0.0
+    """Seconds the main agent spent streaming model replies, retries included (Claude Code's
+    `duration_api_ms`)."""
 
 
 async def run_loop(
@@ -181,6 +184,7 @@ async def run_loop(
     stop_blocks = 0
 
     by_model: dict[str, ModelUsage] = {}
+    api_s = 0.0
 
     def finish(reason: TerminalReason, result: str, turns: int) -> RunResult:
         return RunResult(
@@ -195,6 +199,7 @@ async def run_loop(
             context_tokens=compactor.account.last_reported,
             context_window=compactor.window,
             compactions=compactor.compactions - summaries_before,
+            api_duration_s=api_s,
         )
 
     def take(compaction: Compaction) -> None:
@@ -246,12 +251,14 @@ async def run_loop(
                 scope.cancel()
             async with trio.open_nursery() as nursery:
                 executor = StreamingToolExecutor(pipeline, nursery, limiter)
+                asked = time.monotonic()
                 try:
                     final = await _stream_turn(model, request, executor, completed, emit)
                 except ModelError as exc:
                     error = exc
                     nursery.cancel_scope.cancel()
                 else:
+                    api_s += time.monotonic() - asked
                     verdict = recovery.review(final)
                     if not verdict.keeps_reply:
                         executor.discard()  # a cut tool call: its reply is dropped
@@ -368,7 +375,10 @@ async def _stream_turn(
                 case Retry():
                     completed.clear()
                     executor.discard()
-                    emit(RetryScheduled(event.attempt, event.delay_s, event.error, event.status))
+                    retry = RetryScheduled(
+                        event.attempt, event.delay_s, event.error, event.status, event.max_retries
+                    )
+                    emit(retry)
                 case MessageComplete(message=message):
                     return message
     raise ModelError("The model stream ended without a complete message.")

@@ -1,8 +1,13 @@
 """Headless output: `--output-format text | json | stream-json`, and human progress lines.
 
-stream-json follows the shape of Claude Code's so tools written for it read Warren's: one JSON
-object per line — `system/init`, `assistant`, `user` (tool results), `system/api_retry`, and a
-final `result`. Nothing else is ever written to stdout in that mode.
+stream-json speaks Claude Code's dialect so tools written for it read Warren's unchanged: one
+JSON object per line — `system/init`, `assistant`, `user` (tool results), `system/api_retry`,
+`system/permission_denied`, and a final `result` — each with Claude Code's field names and
+types (`uuid` and `session_id` on every line, `parent_tool_use_id` on a subagent's messages,
+modes spelled `acceptEdits`). Warren's own fields (`agent_id`, `terminal_reason`, `context`,
+`transcript_path`, ...) ride along as extras. The shapes are pinned against goldens recorded
+from Claude Code itself (tests/orchestrator/cc_compat/). Nothing else is ever written to stdout
+in that mode.
 """
 
 from __future__ import annotations
@@ -11,8 +16,9 @@ import contextlib
 import json
 import os
 import sys
+import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import IO, Any, Literal
 
 from orchestrator.events import (
@@ -35,11 +41,13 @@ from orchestrator.subagents import (
     SubagentUpdate,
 )
 from orchestrator.text import escape_controls
+from policies.files import CLAUDE_CODE_MODE_NAMES
 
 __all__ = [
     "OutputFormat",
     "OutputPrinter",
     "ProgressPrinter",
+    "api_key_source",
     "event_record",
     "hook_errors",
     "result_record",
@@ -50,6 +58,7 @@ OutputFormat = Literal["text", "json", "stream-json"]
 
 
 def result_record(result: RunResult, *, session_id: str, turns_offset: int = 0) -> dict[str, Any]:
+    """The `result` line, Claude Code's fields first; cost and usage count subagents too."""
     subtype = {"completed": "success", "max_turns": "error_max_turns"}.get(
         result.reason, "error_during_execution"
     )
@@ -57,34 +66,50 @@ def result_record(result: RunResult, *, session_id: str, turns_offset: int = 0) 
         "type": "result",
         "subtype": subtype,
         "is_error": result.reason != "completed",
-        "terminal_reason": result.reason,
-        "result": result.result,
-        "num_turns": result.num_turns,
         "duration_ms": round(result.duration_s * 1000),
-        "usage": result.usage.model_dump(),
+        "duration_api_ms": round(result.api_duration_s * 1000),
+        "num_turns": result.num_turns,
+        "result": result.result,
+        "stop_reason": "end_turn" if result.reason == "completed" else None,
+        "session_id": session_id,
         "total_cost_usd": round(result.cost_usd, 6),
+        "usage": result.usage.model_dump(),
         "modelUsage": {
             model: {
-                **entry.usage.model_dump(),
+                "inputTokens": entry.usage.input_tokens,
+                "outputTokens": entry.usage.output_tokens,
+                "cacheReadInputTokens": entry.usage.cache_read_input_tokens,
+                "cacheCreationInputTokens": entry.usage.cache_creation_input_tokens,
+                "webSearchRequests": 0,
                 "costUSD": round(entry.cost_usd, 6),
                 "requests": entry.requests,
             }
             for model, entry in result.model_usage.items()
         },
+        "permission_denials": [denial.record() for denial in result.permission_denials],
+        "terminal_reason": result.reason,
         "context": {
             "used_tokens": result.context_tokens,
             "window_tokens": result.context_window,
             "compactions": result.compactions,
         },
-        "permission_denials": [denial.record() for denial in result.permission_denials],
-        "session_id": session_id,
     }
+
+
+def api_key_source() -> str:
+    """Where the API key comes from, in Claude Code's words (`system/init`'s `apiKeySource`)."""
+    if os.environ.get("ANTHROPIC_API_KEY"):
+        return "ANTHROPIC_API_KEY"
+    if os.environ.get("ANTHROPIC_AUTH_TOKEN"):
+        return "ANTHROPIC_AUTH_TOKEN"
+    return "none"
 
 
 def event_record(event: Event, **tag: Any) -> dict[str, Any] | None:
     """The stream-json line for a run's event, Claude Code's shapes (None: not printed).
 
-    `tag` ends every line: the session id, and a subagent's id for its events.
+    `tag` ends every line: the session id, and for a subagent's events its id (`agent_id`)
+    and the `dispatch_agent` call it runs for (`parent_tool_use_id`; None for the main agent).
     """
     match event:
         case AssistantTurn(turn=turn):
@@ -97,17 +122,28 @@ def event_record(event: Event, **tag: Any) -> dict[str, Any] | None:
                 "stop_reason": turn.stop_reason,
                 "usage": turn.usage.model_dump(),
             }
-            return {"type": "assistant", "message": message, **tag}
+            return {"type": "assistant", "message": message, "parent_tool_use_id": None, **tag}
         case ToolResultsMessage(message=message):
-            return {"type": "user", "message": message.to_api(), **tag}
+            return {"type": "user", "message": message.to_api(), "parent_tool_use_id": None, **tag}
         case RetryScheduled():
             return {
                 "type": "system",
                 "subtype": "api_retry",
-                "attempt": event.attempt,
-                "delay_ms": round(event.delay_s * 1000),
-                "error": event.error,
+                "attempt": event.attempt - 1,  # Claude Code counts retries, from 1
+                "max_retries": event.max_retries,
+                "retry_delay_ms": round(event.delay_s * 1000),
                 "error_status": event.status,
+                "error": event.error,
+                **tag,
+            }
+        case PermissionDecided(decision="deny"):
+            return {
+                "type": "system",
+                "subtype": "permission_denied",
+                "tool_name": event.tool,
+                "tool_use_id": event.tool_use_id,
+                "message": event.message or "",
+                "rule": event.rule,
                 **tag,
             }
         case HookRan():
@@ -143,15 +179,19 @@ def event_record(event: Event, **tag: Any) -> dict[str, Any] | None:
             return None
 
 
-def subagent_record(update: SubagentUpdate, *, session_id: str) -> dict[str, Any] | None:
+def subagent_record(
+    update: SubagentUpdate, *, session_id: str, parent_tool_use_id: str | None = None
+) -> dict[str, Any] | None:
     """The stream-json line for a subagent update: its events in the main agent's shapes
-    tagged with `agent_id`, plus `subagent_start` and `subagent_result`."""
+    tagged with `parent_tool_use_id` (Claude Code's) and `agent_id` (Warren's), plus
+    `subagent_start` and `subagent_result`."""
     match update:
         case SubagentStarted():
             return {
                 "type": "system",
                 "subtype": "subagent_start",
                 "agent_id": update.agent_id,
+                "parent_tool_use_id": update.tool_use_id,
                 "agent_type": update.agent_type,
                 "description": update.description,
                 "transcript_path": None if update.transcript is None else str(update.transcript),
@@ -168,10 +208,16 @@ def subagent_record(update: SubagentUpdate, *, session_id: str) -> dict[str, Any
                 "usage": outcome.usage.model_dump(),
                 "total_cost_usd": round(outcome.cost_usd, 6),
                 "worker_pid": outcome.worker_pid,
+                "parent_tool_use_id": parent_tool_use_id,
                 "session_id": session_id,
             }
         case SubagentEvent(agent_id=agent_id, event=event):
-            return event_record(event, agent_id=agent_id, session_id=session_id)
+            return event_record(
+                event,
+                parent_tool_use_id=parent_tool_use_id,
+                agent_id=agent_id,
+                session_id=session_id,
+            )
         case _:
             return None
 
@@ -183,13 +229,29 @@ class OutputPrinter:
     format: OutputFormat
     session_id: str
     out: IO[str] = sys.stdout
+    _parents: dict[str, str | None] = field(default_factory=dict)
+    """Each subagent's `dispatch_agent` call, by agent id (`parent_tool_use_id`)."""
 
     def _line(self, record: dict[str, Any]) -> None:
+        record.setdefault("uuid", str(uuid.uuid4()))
         self.out.write(json.dumps(record, ensure_ascii=False) + "\n")
         self.out.flush()
 
+    def write(self, record: dict[str, Any]) -> None:
+        """Any other stream-json line (the SDK control protocol's), with a `uuid` if it has
+        none."""
+        self._line(record)
+
     def init(
-        self, *, cwd: str, model: str, tools: list[str], transcript: str, **extra: Any
+        self,
+        *,
+        cwd: str,
+        model: str,
+        tools: list[str],
+        transcript: str,
+        permission_mode: str,
+        mcp_servers: list[dict[str, str]] | None = None,
+        **extra: Any,
     ) -> None:
         if self.format == "stream-json":
             self._line(
@@ -200,6 +262,11 @@ class OutputPrinter:
                     "cwd": cwd,
                     "model": model,
                     "tools": tools,
+                    "mcp_servers": mcp_servers or [],
+                    "permissionMode": CLAUDE_CODE_MODE_NAMES.get(permission_mode, permission_mode),
+                    "apiKeySource": api_key_source(),
+                    "slash_commands": [],
+                    "output_style": "default",
                     "transcript_path": transcript,
                     "pid": os.getpid(),
                     **extra,
@@ -213,9 +280,16 @@ class OutputPrinter:
                 self._line(record)
 
     def subagent(self, update: SubagentUpdate) -> None:
-        """A subagent's event, tagged with its id (stream-json only)."""
+        """A subagent's event, tagged with its call and id (stream-json only)."""
+        if isinstance(update, SubagentStarted):
+            self._parents[update.agent_id] = update.tool_use_id
+        agent_id = (
+            update.outcome.agent_id if isinstance(update, SubagentFinished) else (update.agent_id)
+        )
         if self.format == "stream-json":
-            record = subagent_record(update, session_id=self.session_id)
+            record = subagent_record(
+                update, session_id=self.session_id, parent_tool_use_id=self._parents.get(agent_id)
+            )
             if record is not None:
                 self._line(record)
 

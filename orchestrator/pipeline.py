@@ -51,6 +51,7 @@ from orchestrator.tools.base import (
     ToolInput,
     ToolOutput,
     ToolProgress,
+    running_for,
 )
 from orchestrator.tools.registry import ToolRegistry
 
@@ -340,7 +341,8 @@ class ToolPipeline:
         output: ToolOutput | None = None
         own = tool.timeout_s(input)
         limit = self.default_timeout_s if own is None else own
-        with trio.move_on_after(limit if math.isfinite(limit) else math.inf) as scope:
+        deadline = trio.move_on_after(limit if math.isfinite(limit) else math.inf)
+        with deadline as scope, running_for(block.id):
             try:
                 async with closing_iter(self.runner.call(plan, self.ctx)) as events:
                     async for event in events:

@@ -58,7 +58,7 @@ from orchestrator.hooks.build import build_hook_runner
 from orchestrator.hooks.runner import HookRunner, WarmHookHost
 from orchestrator.limits import Limits
 from orchestrator.logs import LogSink, configure_logging
-from orchestrator.loop import LoopConfig, RunControl, RunResult, run_loop
+from orchestrator.loop import LoopConfig, ModelUsage, RunControl, RunResult, run_loop
 from orchestrator.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock, Usage
 from orchestrator.model.base import ModelClient
 from orchestrator.model.catalog import context_window, resolve_model
@@ -328,6 +328,8 @@ class Session:
         self._denials = denials or DenialLog()
         self._control: RunControl | None = None
         self._start_context: list[str] = []
+        self.subagent_spend: dict[str, ModelUsage] = {}
+        """Subagents' model turns in the current run, by model (the result's `modelUsage`)."""
         self.mcp: McpServers | None = None
         """The session's MCP servers (their resources answer `@server:uri` in prompts)."""
         """SessionStart hooks' context, added to the next prompt."""
@@ -360,6 +362,7 @@ class Session:
         self._control = control
         self._io.control = control
         self._denials.take()  # a run reports its own denials only
+        self.subagent_spend.clear()
         if self._io.failure is not None:  # an earlier run could not write: nor can this one
             control.interrupt()
         hooks = self._pipeline.hooks
@@ -412,6 +415,7 @@ class Session:
             self._control = None
             self._io.control = None
         result = _with_session_spend(result, self.model, spent)
+        result = _with_subagent_models(result, self.subagent_spend)
         if self._io.failure is not None:
             result = dataclasses.replace(result, reason="io_error", result=self._io.failure)
         self.history = result.messages
@@ -586,6 +590,7 @@ async def open_session(
             config.output_format, transcript.session_id, parts.stdout or sys.stdout
         )
         denials = DenialLog()
+        subagent_spend: dict[str, ModelUsage] = {}
         sinks: list[EventSink] = [
             denials,
             io_guard.sink(_transcript_sink(transcript)),
@@ -647,7 +652,9 @@ async def open_session(
                 permission,
                 asker,
                 context=snapshot.render(),
-                on_update=_subagent_sink(printer, io_guard.sink(audit), denials, parts.on_subagent),
+                on_update=_subagent_sink(
+                    printer, io_guard.sink(audit), denials, subagent_spend, parts.on_subagent
+                ),
                 hooks=hooks,
                 max_stop_hook_blocks=limits.max_stop_hook_blocks,
             )
@@ -658,6 +665,9 @@ async def open_session(
             tools=registry.names(),
             transcript=str(transcript.path),
             permission_mode=policy.mode,
+            mcp_servers=[]
+            if servers is None
+            else [{"name": name, "status": servers.status(name)[0]} for name in servers.names()],
             sandbox=floor_state,
         )
         pipeline = ToolPipeline(
@@ -695,6 +705,7 @@ async def open_session(
             io_guard=io_guard,
             denials=denials,
         )
+        session.subagent_spend = subagent_spend
         session.mcp = servers
         if hooks.has("SessionEnd"):
             stack.push_async_callback(_shielded, _session_end(hooks))
@@ -977,16 +988,21 @@ def _subagent_sink(
     printer: OutputPrinter,
     audit: EventSink,
     denials: DenialLog,
+    spend: dict[str, ModelUsage],
     extra: Callable[[SubagentUpdate], None] | None,
 ) -> Callable[[SubagentUpdate], None]:
     """Subagents' events: tagged lines in stream-json, their permission decisions in the
-    session's audit log and its denials, and whatever the embedder wants (`on_subagent`)."""
+    session's audit log and its denials, their model turns in `spend` (the result's
+    `modelUsage`), and whatever the embedder wants (`on_subagent`)."""
 
     def report(update: SubagentUpdate) -> None:
         printer.subagent(update)
         if isinstance(update, SubagentEvent):
             audit(update.event)
             denials(update.event, update.agent_id)
+            if isinstance(update.event, AssistantTurn):
+                turn = update.event.turn
+                spend[turn.model] = spend.get(turn.model, ModelUsage()).add(turn)
         if extra is not None:
             extra(update)
 
@@ -1014,6 +1030,20 @@ def _with_session_spend(
         cache_read_input_tokens=used.cache_read_input_tokens - was.cache_read_input_tokens,
     )
     return dataclasses.replace(result, usage=usage, cost_usd=after[1] - before[1])
+
+
+def _with_subagent_models(result: RunResult, spend: dict[str, ModelUsage]) -> RunResult:
+    """`modelUsage` counts subagents' turns too, as Claude Code's does (their cost is in
+    `total_cost_usd` already, counted at the broker)."""
+    if not spend:
+        return result
+    merged = dict(result.model_usage)
+    for model, entry in spend.items():
+        was = merged.get(model, ModelUsage())
+        merged[model] = ModelUsage(
+            was.usage + entry.usage, was.cost_usd + entry.cost_usd, was.requests + entry.requests
+        )
+    return dataclasses.replace(result, model_usage=merged)
 
 
 async def _shielded(close: Callable[[], Awaitable[None]]) -> None:

@@ -303,6 +303,8 @@ class SubagentStarted:
     agent_type: str
     description: str
     transcript: Path | None
+    tool_use_id: str | None = None
+    """The `dispatch_agent` call that started it (stream-json's `parent_tool_use_id`)."""
 
 
 @dataclass(frozen=True)

@@ -73,6 +73,7 @@ from policies.trust import (
 )
 
 __all__ = [
+    "CLAUDE_CODE_MODE_NAMES",
     "LEVELS",
     "MANAGED_POLICY_PATH",
     "MODES",
@@ -107,6 +108,14 @@ __all__ = [
 
 Mode = Literal["default", "accept-edits", "plan", "dont-ask", "bypass"]
 MODES: Final[tuple[Mode, ...]] = get_args(Mode)
+CLAUDE_CODE_MODE_NAMES: Final[dict[str, str]] = {
+    "default": "default",
+    "accept-edits": "acceptEdits",
+    "plan": "plan",
+    "dont-ask": "dontAsk",
+    "bypass": "bypassPermissions",
+}
+"""Each mode as Claude Code spells it: what stream-json, hook inputs and SDK hosts see."""
 Level = Literal["built-in", "user", "project", "local", "command line", "managed"]
 LEVELS: Final[tuple[Level, ...]] = get_args(Level)
 """Lowest to highest precedence."""
@@ -185,9 +194,9 @@ class Limits(_Section):
     """US dollars the session may spend on the model, subagents included. Default: no limit."""
     max_output_tokens_total: Annotated[int, Field(strict=True, ge=1)] | None = None
     """Output tokens the session may generate, subagents included. Default: no limit."""
-    compact_threshold: (
-        Annotated[float, Field(ge=0.5, le=0.95), AfterValidator(_finite)] | None
-    ) = None
+    compact_threshold: Annotated[float, Field(ge=0.5, le=0.95), AfterValidator(_finite)] | None = (
+        None
+    )
     """Fraction of the context window filled before the conversation is compacted. Default 0.8."""
     context_window: Annotated[int, Field(strict=True, ge=1_000)] | None = None
     """Tokens of the model's context window. Default: the model table's."""

@@ -54,7 +54,7 @@ from orchestrator.hooks.events import (
 from orchestrator.hooks.output import HookOutput, PermissionVerdict, parse_output
 from orchestrator.hooks.process import HookProcess, run_hook_command
 from orchestrator.plan import CallPlan
-from policies.files import Hook, HookEvent
+from policies.files import CLAUDE_CODE_MODE_NAMES, Hook, HookEvent
 
 if TYPE_CHECKING:  # the sandbox is imported when a hook first runs sandboxed
     from orchestrator.hooks.matchers import HookMatcher
@@ -289,7 +289,10 @@ class HookRunner:
             "session_id": self.session_id,
             "transcript_path": self.transcript_path,
             "cwd": str(self.workspace),
-            "permission_mode": self.permission_mode,
+            # Claude Code's spelling (`acceptEdits`): hook scripts are written for it.
+            "permission_mode": CLAUDE_CODE_MODE_NAMES.get(
+                self.permission_mode, self.permission_mode
+            ),
         }
 
     # -- per event --------------------------------------------------------------------------

@@ -204,7 +204,11 @@ class AnthropicModel:
                     attempt - 1, retry_after=failure.retry_after, rand=self._rng.random()
                 )
                 yield Retry(
-                    attempt=attempt, delay_s=delay, error=failure.message, status=failure.status
+                    attempt=attempt,
+                    delay_s=delay,
+                    error=failure.message,
+                    status=failure.status,
+                    max_retries=self._retry.max_attempts - 1,
                 )
                 await self._sleep(delay)
             try:

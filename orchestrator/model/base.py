@@ -84,6 +84,8 @@ class Retry:
     delay_s: float
     error: str
     status: int | None = None
+    max_retries: int | None = None
+    """Retries the client makes at most (attempts less the first); None: not known."""
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,9 @@ tool by name.
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
@@ -21,6 +23,7 @@ from orchestrator.messages import ImageBlock, TextBlock, ToolResultContent
 from policies.facts import ToolFacts
 
 __all__ = [
+    "CURRENT_TOOL_USE_ID",
     "DEFAULT_TOOL_TIMEOUT_S",
     "ReadLedger",
     "Tool",
@@ -30,10 +33,28 @@ __all__ = [
     "ToolInput",
     "ToolOutput",
     "ToolProgress",
+    "running_for",
 ]
 
 DEFAULT_TOOL_TIMEOUT_S = 300.0
 """Time limit of a tool call whose tool does not say otherwise (Bash has its own rule)."""
+
+CURRENT_TOOL_USE_ID: ContextVar[str | None] = ContextVar("warren_tool_use_id", default=None)
+"""The `tool_use` block a tool call is running for, set by the pipeline around the call
+(`running_for`; a context variable: each concurrent call runs in its own task, so each sees its
+own). The tool interface is `call(input, ctx)` with a per-session context; `dispatch_agent`
+reads this to tie its subagent to the call that started it (stream-json's
+`parent_tool_use_id`)."""
+
+
+@contextmanager
+def running_for(tool_use_id: str) -> Iterator[None]:
+    """`CURRENT_TOOL_USE_ID` is `tool_use_id` inside the block."""
+    token = CURRENT_TOOL_USE_ID.set(tool_use_id)
+    try:
+        yield
+    finally:
+        CURRENT_TOOL_USE_ID.reset(token)
 
 
 class ToolInput(BaseModel):

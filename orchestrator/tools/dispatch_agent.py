@@ -44,7 +44,14 @@ from orchestrator.subagents import (
     SubagentStarted,
     SubagentUpdate,
 )
-from orchestrator.tools.base import Tool, ToolContext, ToolInput, ToolOutput, ToolProgress
+from orchestrator.tools.base import (
+    CURRENT_TOOL_USE_ID,
+    Tool,
+    ToolContext,
+    ToolInput,
+    ToolOutput,
+    ToolProgress,
+)
 from orchestrator.tools.registry import ToolRegistry
 from orchestrator.transcripts import Transcript
 from policies.facts import ToolFacts
@@ -197,6 +204,7 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
                 agent_type.name,
                 input.description,
                 None if transcript is None else transcript.path,
+                CURRENT_TOOL_USE_ID.get(),
             )
         )
         yield ToolProgress(f"{agent_id} ({agent_type.name}): {input.description}")

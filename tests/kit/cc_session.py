@@ -55,12 +55,13 @@ def route_session(workspace: Path) -> Callable[[RecordedRequest], FakeResponse |
                         failed_once[0] = True
                         return HttpError(500)
                 agent = next((n for n in AGENT_TOOLS if n in names), "Agent")
+                kind = "general" if agent == "dispatch_agent" else "general-purpose"
                 return Reply.tool_use(
                     agent,
                     {
                         "description": "Look at README",
                         "prompt": SUB_PROMPT,
-                        "subagent_type": "general-purpose" if agent != "dispatch_agent" else "general",
+                        "subagent_type": kind,
                     },
                 )
             if turns == 1:

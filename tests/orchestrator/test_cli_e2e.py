@@ -161,7 +161,8 @@ def test_prompt_on_stdin_and_retry_event(sample: Path, env: dict[str, str]) -> N
     assert done.returncode == 0, done.stderr
     events = [json.loads(line) for line in done.stdout.splitlines()]
     retry = [e for e in events if e.get("subtype") == "api_retry"]
-    assert retry and retry[0]["attempt"] == 2
+    assert retry and retry[0]["attempt"] == 1  # Claude Code counts retries from 1
+    assert retry[0]["max_retries"] == 9 and retry[0]["retry_delay_ms"] == 0
     assert events[-1]["result"] == "hello"
 
 

@@ -372,14 +372,17 @@ def test_a_definition_naming_an_unknown_tool_is_refused(tmp_path: Path) -> None:
 
 
 def test_stream_json_records_of_subagents_carry_their_id() -> None:
-    def record(update: SubagentUpdate) -> dict[str, Any] | None:
-        return subagent_record(update, session_id="s1")
+    """Claude Code's `parent_tool_use_id` (the dispatching call) and Warren's `agent_id`."""
 
-    started = record(SubagentStarted("agent-1", "general", "survey", Path("/t/a.jsonl")))
+    def record(update: SubagentUpdate) -> dict[str, Any] | None:
+        return subagent_record(update, session_id="s1", parent_tool_use_id="toolu_1")
+
+    started = record(SubagentStarted("agent-1", "general", "survey", Path("/t/a.jsonl"), "toolu_1"))
     assert started == {
         "type": "system",
         "subtype": "subagent_start",
         "agent_id": "agent-1",
+        "parent_tool_use_id": "toolu_1",
         "agent_type": "general",
         "description": "survey",
         "transcript_path": "/t/a.jsonl",
@@ -387,11 +390,14 @@ def test_stream_json_records_of_subagents_carry_their_id() -> None:
     }
     turn = record(SubagentEvent("agent-1", AssistantTurn(TURN)))
     assert turn is not None and turn["type"] == "assistant" and turn["agent_id"] == "agent-1"
+    assert turn["parent_tool_use_id"] == "toolu_1"
     assert turn["message"]["content"] == [{"type": "text", "text": "found it"}]
     user = record(SubagentEvent("agent-1", ToolResultsMessage(Message.user_text("r"))))
     assert user is not None and (user["type"], user["agent_id"]) == ("user", "agent-1")
-    retry = record(SubagentEvent("agent-1", RetryScheduled(2, 1.5, "busy", 529)))
-    assert retry is not None and (retry["subtype"], retry["delay_ms"]) == ("api_retry", 1500)
+    assert user["parent_tool_use_id"] == "toolu_1"
+    retry = record(SubagentEvent("agent-1", RetryScheduled(2, 1.5, "busy", 529, 9)))
+    assert retry is not None and retry["subtype"] == "api_retry"
+    assert (retry["attempt"], retry["max_retries"], retry["retry_delay_ms"]) == (1, 9, 1500)
     assert record(SubagentEvent("agent-1", ToolStarted("t", "Read", "Read(x)"))) is None
     done = record(SubagentFinished(SubagentOutcome("agent-1", "max_turns", "x", num_turns=4)))
     assert done is not None
