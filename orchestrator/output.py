@@ -229,6 +229,8 @@ class OutputPrinter:
     format: OutputFormat
     session_id: str
     out: IO[str] = sys.stdout
+    partial: bool = False
+    """`--include-partial-messages`: the main agent's text deltas as `stream_event` lines."""
     _parents: dict[str, str | None] = field(default_factory=dict)
     """Each subagent's `dispatch_agent` call, by agent id (`parent_tool_use_id`)."""
 
@@ -274,6 +276,19 @@ class OutputPrinter:
             )
 
     def __call__(self, event: Event) -> None:
+        if self.format == "stream-json" and self.partial and isinstance(event, TextStreamed):
+            delta = {
+                "type": "content_block_delta",
+                "delta": {"type": "text_delta", "text": event.text},
+            }
+            self._line(
+                {
+                    "type": "stream_event",
+                    "event": delta,
+                    "parent_tool_use_id": None,
+                    "session_id": self.session_id,
+                }
+            )
         if self.format == "stream-json":
             record = event_record(event, session_id=self.session_id)
             if record is not None:

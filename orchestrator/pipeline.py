@@ -235,10 +235,20 @@ class ToolPipeline:
             except pydantic.ValidationError as exc:
                 return self._error(block, _schema_error_text(tool, exc))
             # Another input is another call: it gets its own verdict (and so its own sandbox),
-            # under the decision that allowed it.
-            decision = plan.decision
+            # under the decision that allowed it; but whoever rewrote it (a dialog, an SDK
+            # host's `updatedInput`) cannot take it past a deny rule: the policy sees it again
+            # (tests/orchestrator/test_sdk_control.py).
+            decision, original = plan.decision, plan.input
             plan = plan_call(block, tool, rewritten, self.assessor)
             plan = plan if decision is None else plan.decided(decision)
+            if rewritten != original:
+                try:
+                    again = await self.permission(plan, self.ctx)
+                except Exception as exc:
+                    again = Deny(f"The permission check failed ({exc}); the call was not run.")
+                if isinstance(again, Deny):
+                    self._audit(plan, again, "policy")
+                    return self._error(block, again.message)
         result = await self._call(plan)
         if hooks is not None and hooks.has("PostToolUse"):
             result = _with_feedback(result, await hooks.post_tool_use(plan, result.content))
@@ -293,7 +303,8 @@ class ToolPipeline:
             return allowed, self._audit(plan, allowed, "hook")
         if isinstance(result, Ask):
             try:
-                answer = await self.asker(tool, input, result)
+                with running_for(plan.block.id):  # an SDK host is told which call it decides
+                    answer = await self.asker(tool, input, result)
             except Exception as exc:
                 answer = Deny(f"Asking for permission failed ({exc}); the call was not run.")
             return answer, self._audit(plan, answer, "asker")

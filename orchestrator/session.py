@@ -206,6 +206,9 @@ class SessionConfig(BaseModel):
     """`--fail-on-denial`: a run that completed with denied calls ends `permission_denied`
     (exit 7) instead of `completed`. Default off (exit 0, as Claude Code's, the denials in
     the result)."""
+    include_partial_messages: bool = False
+    """`--include-partial-messages`: stream-json carries the model's text as it streams
+    (`stream_event` lines, as Claude Code's). Default off."""
     sandbox: Literal["required", "off"] = "required"
     """`required` (default): prove the floor at start-up and run every tool call in a
     sandboxed tool host, refusing to run otherwise; `off`: run tools in this process, loudly."""
@@ -587,7 +590,10 @@ async def open_session(
             else builtin_tools(bash_classifier=policy.bash_classifier())
         )
         printer = OutputPrinter(
-            config.output_format, transcript.session_id, parts.stdout or sys.stdout
+            config.output_format,
+            transcript.session_id,
+            parts.stdout or sys.stdout,
+            partial=config.include_partial_messages,
         )
         denials = DenialLog()
         subagent_spend: dict[str, ModelUsage] = {}

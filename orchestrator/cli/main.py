@@ -193,6 +193,46 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _sdk_options(parser: argparse.ArgumentParser) -> None:
+    """Claude Code's flags for being driven by an SDK host (`claude-agent-sdk`'s `cli_path`):
+    JSON lines on stdin, permission asks put to the host, partial messages. A flag here that
+    another block already defines keeps that block's (the Claude Code aliases of issue 16's
+    first items own `--system-prompt`; the minimum the SDK always passes is accepted here)."""
+    group = parser.add_argument_group("Claude Code SDK host")
+
+    def add(*names: str, **options: object) -> None:
+        if not any(name in parser._option_string_actions for name in names):
+            group.add_argument(*names, **options)  # type: ignore[arg-type]
+
+    add(
+        "--input-format",
+        choices=["text", "stream-json"],
+        default="text",
+        help="text (default): the prompt from -p or stdin; stream-json: user messages and "
+        "control requests as JSON lines on stdin, one run per message, as Claude Code reads "
+        "them from the Agent SDK (needs --output-format stream-json)",
+    )
+    add(
+        "--include-partial-messages",
+        action="store_true",
+        help="stream-json also carries the model's text as it streams (`stream_event` lines)",
+    )
+    add(
+        "--permission-prompt-tool",
+        metavar="stdio",
+        default=None,
+        help="stdio: put the policy's permission asks to the SDK host (its can_use_tool) "
+        "with --input-format stream-json; deny rules and the sandbox still bind",
+    )
+    add(
+        "--system-prompt",
+        dest="sdk_system_prompt",
+        metavar="TEXT",
+        default=None,
+        help="(here only empty, as the Agent SDK passes it by default: Warren's base prompt)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line: run options, and a subparser per command."""
     from orchestrator.cli import doctor, hooks, mcp, policy, sessions
@@ -206,6 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"warren {_version()}")
     _run_options(parser)
+    _sdk_options(parser)
     sub = parser.add_subparsers(dest="command", title="commands", metavar="COMMAND")
     demo = sub.add_parser(
         "demo", prog="warren demo", help=COMMANDS["demo"], description=COMMANDS["demo"]
@@ -227,6 +268,7 @@ def _prompt_parser() -> argparse.ArgumentParser:
         prog="warren", usage="warren [options] [PROMPT]", epilog=EXIT_CODES
     )
     _run_options(parser)
+    _sdk_options(parser)
     parser.add_argument("words", nargs="?", metavar="PROMPT", help="the prompt")
     return parser
 
@@ -296,14 +338,21 @@ def _prompt(args: argparse.Namespace) -> int:
     if args.prompt is not None and args.words is not None:
         print("warren: give the prompt once: as PROMPT or with -p", file=sys.stderr)
         return EXIT_USAGE
+    refused = _sdk_refusal(args)
+    if refused is not None:
+        print(f"warren: {refused}", file=sys.stderr)
+        return EXIT_USAGE
     prompt = args.prompt if args.prompt is not None else args.words
-    if args.resume == "":  # `--resume` without an id: pick one (then run, or open the session)
+    streamed = args.input_format == "stream-json"
+    if (
+        args.resume == "" and not streamed
+    ):  # `--resume` without an id: pick one (then run, or open the session)
         picked = _pick_session(args)
         if picked is None or isinstance(picked, int):
             return picked or 0
         args.resume = picked
-    interactive = args.prompt is None and _interactive_terminal()
-    if prompt is None and not interactive:
+    interactive = args.prompt is None and not streamed and _interactive_terminal()
+    if prompt is None and not interactive and not streamed:
         if sys.stdin is None or sys.stdin.isatty():
             _prompt_parser().print_usage(sys.stderr)
             print(
@@ -314,7 +363,7 @@ def _prompt(args: argparse.Namespace) -> int:
             )
             return EXIT_USAGE
         prompt = sys.stdin.read()
-    if prompt is not None and not prompt.strip():
+    if prompt is not None and not prompt.strip() and not streamed:
         if not interactive:
             print("warren: the prompt is empty", file=sys.stderr)
             return EXIT_USAGE
@@ -338,6 +387,7 @@ def _prompt(args: argparse.Namespace) -> int:
             fail_on_denial=args.fail_on_denial,
             sandbox=args.sandbox,
             no_sandbox_consent=args.no_sandbox_consent,
+            include_partial_messages=args.include_partial_messages,
             asks="terminal" if _at_terminal() else "deny",
         )
     except ValidationError as exc:
@@ -358,6 +408,14 @@ def _prompt(args: argparse.Namespace) -> int:
 
         progress = TerminalProgress(stderr_console(), pause_on_ask=config.asks == "terminal")
     try:
+        if streamed:
+            from orchestrator.cli.stream_input import run_stream_input
+
+            return trio.run(
+                partial(run_stream_input, host_asks=args.permission_prompt_tool == "stdio"),
+                config,
+                session_parts(),
+            )
         if interactive:
             from orchestrator.repl.app import run_repl
 
@@ -372,6 +430,30 @@ def _prompt(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:  # before the signal watch started, or after it stopped
         print("warren: interrupted", file=sys.stderr)
         return 130
+
+
+def _sdk_refusal(args: argparse.Namespace) -> str | None:
+    """What is wrong with the SDK host flags, or None (Claude Code's rules for them)."""
+    streamed = args.input_format == "stream-json"
+    if streamed and args.output_format != "stream-json":
+        return "--input-format stream-json needs --output-format stream-json"
+    if streamed and (args.prompt is not None or args.words is not None):
+        return "--input-format stream-json reads the prompts on stdin; give no PROMPT or -p"
+    if streamed and args.resume == "":
+        return "--resume needs a session id with --input-format stream-json"
+    tool = args.permission_prompt_tool
+    if tool is not None and tool != "stdio":
+        return (
+            f"--permission-prompt-tool {tool}: Warren asks an SDK host only over stdio "
+            "(--permission-prompt-tool stdio); MCP permission tools are not supported"
+        )
+    if tool == "stdio" and not streamed:
+        return "--permission-prompt-tool stdio needs --input-format stream-json"
+    if args.include_partial_messages and args.output_format != "stream-json":
+        return "--include-partial-messages needs --output-format stream-json"
+    if getattr(args, "sdk_system_prompt", None):
+        return "--system-prompt with a text is not supported on this build; leave it empty"
+    return None
 
 
 def _pick_session(args: argparse.Namespace) -> str | int | None:

@@ -1,0 +1,89 @@
+"""`--input-format stream-json`: a session driven over stdin and stdout by an SDK host, as
+Claude Code is by the Claude Agent SDK (`cli_path`), speaking `orchestrator.sdk_control`.
+
+One session serves every user message the host sends, one run each, in order; each run ends
+with its `result` line. The session ends when the host closes stdin. Asks go to the host
+(`can_use_tool`, with `--permission-prompt-tool stdio`) or, without that flag, are denied as in
+any headless run. Signals stop the run the way they stop `warren -p` (orchestrator/cli/run.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from typing import IO, cast
+
+import trio
+
+from orchestrator.cli.run import ClosableStdout, _Stopping, say
+from orchestrator.errors import ConfigError
+from orchestrator.outcome import EXIT_USAGE, exit_code
+from orchestrator.sdk_control import ProtocolError, SdkControl
+from orchestrator.session import Session, SessionConfig, SessionParts, open_session
+from orchestrator.text import escape_controls
+from policies.files import Mode
+
+__all__ = ["run_stream_input"]
+
+
+async def run_stream_input(config: SessionConfig, parts: SessionParts, *, host_asks: bool) -> int:
+    """Serve the host on stdin/stdout until it closes stdin; the exit code is the last run's
+    (0 when none ran), 2 for a configuration or protocol error, 128 + a signal.
+
+    `host_asks`: the policy's asks go to the host (`--permission-prompt-tool stdio`).
+
+    **Errors:** none: a broken line from the host is one line on stderr and exit 2.
+    """
+    stopping = _Stopping()
+    stdout = ClosableStdout(parts.stdout or sys.stdout, stopping.close_output)
+    control = SdkControl(cast(IO[str], stdout))
+    parts = dataclasses.replace(parts, stdout=cast(IO[str], stdout))
+    if host_asks:
+        parts = dataclasses.replace(parts, asker=lambda policy, notify: control.asker())
+    failure: list[str] = []
+    code = 0
+
+    async def serve(stdin: trio.lowlevel.FdStream) -> None:
+        async with stdin:
+            try:
+                await control.serve(stdin)
+            except ProtocolError as exc:
+                failure.append(str(exc))
+                if stopping.session is not None:
+                    stopping.session.interrupt()
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(stopping.watch)
+        nursery.start_soon(serve, trio.lowlevel.FdStream(os.dup(sys.stdin.fileno())))
+        try:
+            with stopping.scope:
+                async with open_session(config, parts) as session:
+                    stopping.session = session
+                    control.on_interrupt = session.interrupt
+                    control.set_mode = lambda mode: _set_mode(session, mode)
+                    async for prompt in control.prompts():
+                        if failure or stopping.signal is not None or stopping.output_closed:
+                            break
+                        result = await session.run(prompt)
+                        code = exit_code(result.reason)
+                    stopping.session = None
+        except ConfigError as exc:
+            say(f"warren: {escape_controls(str(exc))}")
+            code = EXIT_USAGE
+        finally:
+            nursery.cancel_scope.cancel()
+    if failure:
+        say(f"warren: {escape_controls(failure[0])}")
+        return EXIT_USAGE
+    if stopping.signal is not None:
+        return 128 + stopping.signal
+    return code
+
+
+def _set_mode(session: Session, mode: Mode) -> None:
+    """`set_permission_mode` from the host: the same switch as the REPL's `/permissions`."""
+    engine = session.policy.engine
+    if mode == "bypass" and not engine.floor_proven:
+        raise ValueError("bypassPermissions needs a proven sandbox floor (warren doctor)")
+    engine.mode = mode
