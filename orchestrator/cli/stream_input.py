@@ -16,6 +16,7 @@ from typing import IO, cast
 
 import trio
 
+from orchestrator.aio import closing_iter
 from orchestrator.cli.run import ClosableStdout, _Stopping, say
 from orchestrator.errors import ConfigError
 from orchestrator.outcome import EXIT_USAGE, exit_code
@@ -62,11 +63,12 @@ async def run_stream_input(config: SessionConfig, parts: SessionParts, *, host_a
                     stopping.session = session
                     control.on_interrupt = session.interrupt
                     control.set_mode = lambda mode: _set_mode(session, mode)
-                    async for prompt in control.prompts():
-                        if failure or stopping.signal is not None or stopping.output_closed:
-                            break
-                        result = await session.run(prompt)
-                        code = exit_code(result.reason)
+                    async with closing_iter(control.prompts()) as prompts:
+                        async for prompt in prompts:
+                            if failure or stopping.signal is not None or stopping.output_closed:
+                                break
+                            result = await session.run(prompt)
+                            code = exit_code(result.reason)
                     stopping.session = None
         except ConfigError as exc:
             say(f"warren: {escape_controls(str(exc))}")

@@ -233,3 +233,15 @@ def test_claude_codes_task_and_agent_match_dispatch_agent(
                      policy.assessor())  # fmt: skip
     found = build_matcher(matcher, kind=kind, engine=policy.engine, anchor=ws)
     assert found.matches_call(plan) is expected
+
+
+@pytest.mark.parametrize(
+    ("mode", "spelled"),
+    [("accept-edits", "acceptEdits"), ("bypass", "bypassPermissions"), ("dont-ask", "dontAsk")],
+)
+def test_hook_inputs_spell_the_mode_as_claude_code_does(
+    tmp_path: Path, mode: str, spelled: str
+) -> None:
+    """Hook scripts written for Claude Code compare `permission_mode` to its names."""
+    hooks = HookRunner([], workspace=tmp_path, permission_mode=mode)
+    assert hooks._common()["permission_mode"] == spelled

@@ -29,6 +29,7 @@ from tests.kit.floor import needs_sandbox
 pytestmark = needs_sandbox
 
 ROOT = Path(__file__).resolve().parents[3]
+WARREN = [sys.executable, "-m", "orchestrator.cli"]
 GOLDEN = Path(__file__).resolve().parent / "goldens" / "claude-code.shape.json"
 
 _MESSAGE = ["type", "session_id", "uuid", "parent_tool_use_id", "message", "message.role"]
@@ -88,8 +89,7 @@ def _warren_session(tmp_path: Path) -> list[dict[str, Any]]:
     }
     with FakeMessagesAPI(route=route_session(ws)) as api:
         done = subprocess.run(
-            [sys.executable, "-m", "orchestrator.cli", "-p", MAIN_PROMPT, "--cwd", str(ws)]
-            + ["--output-format", "stream-json"],
+            [*WARREN, "-p", MAIN_PROMPT, "--cwd", str(ws), "--output-format", "stream-json"],
             env={**env, "ANTHROPIC_BASE_URL": api.base_url},
             capture_output=True,
             text=True,
