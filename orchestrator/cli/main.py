@@ -195,16 +195,10 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
 
 def _sdk_options(parser: argparse.ArgumentParser) -> None:
     """Claude Code's flags for being driven by an SDK host (`claude-agent-sdk`'s `cli_path`):
-    JSON lines on stdin, permission asks put to the host, partial messages. A flag here that
-    another block already defines keeps that block's (the Claude Code aliases of issue 16's
-    first items own `--system-prompt`; the minimum the SDK always passes is accepted here)."""
+    JSON lines on stdin, permission asks put to the host, partial messages. Declared before
+    any table of Claude Code flags Warren refuses, which skips what is declared already."""
     group = parser.add_argument_group("Claude Code SDK host")
-
-    def add(*names: str, **options: object) -> None:
-        if not any(name in parser._option_string_actions for name in names):
-            group.add_argument(*names, **options)  # type: ignore[arg-type]
-
-    add(
+    group.add_argument(
         "--input-format",
         choices=["text", "stream-json"],
         default="text",
@@ -212,25 +206,32 @@ def _sdk_options(parser: argparse.ArgumentParser) -> None:
         "control requests as JSON lines on stdin, one run per message, as Claude Code reads "
         "them from the Agent SDK (needs --output-format stream-json)",
     )
-    add(
+    group.add_argument(
         "--include-partial-messages",
         action="store_true",
         help="stream-json also carries the model's text as it streams (`stream_event` lines)",
     )
-    add(
+    group.add_argument(
         "--permission-prompt-tool",
         metavar="stdio",
         default=None,
         help="stdio: put the policy's permission asks to the SDK host (its can_use_tool) "
         "with --input-format stream-json; deny rules and the sandbox still bind",
     )
-    add(
-        "--system-prompt",
-        dest="sdk_system_prompt",
-        metavar="TEXT",
-        default=None,
-        help="(here only empty, as the Agent SDK passes it by default: Warren's base prompt)",
-    )
+
+
+def _sdk_fallbacks(parser: argparse.ArgumentParser) -> None:
+    """The one other flag the Agent SDK always passes, `--system-prompt ""`, for a build
+    without Claude Code's aliases: declared only if nothing declared it (those aliases own
+    it and win), and then only empty (Warren's base prompt) is accepted."""
+    if "--system-prompt" not in parser._option_string_actions:
+        parser.add_argument(
+            "--system-prompt",
+            dest="sdk_system_prompt",
+            metavar="TEXT",
+            default=None,
+            help=argparse.SUPPRESS,
+        )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -247,6 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"warren {_version()}")
     _run_options(parser)
     _sdk_options(parser)
+    _sdk_fallbacks(parser)
     sub = parser.add_subparsers(dest="command", title="commands", metavar="COMMAND")
     demo = sub.add_parser(
         "demo", prog="warren demo", help=COMMANDS["demo"], description=COMMANDS["demo"]
@@ -269,6 +271,7 @@ def _prompt_parser() -> argparse.ArgumentParser:
     )
     _run_options(parser)
     _sdk_options(parser)
+    _sdk_fallbacks(parser)
     parser.add_argument("words", nargs="?", metavar="PROMPT", help="the prompt")
     return parser
 
