@@ -53,6 +53,8 @@ async def run_stream_input(config: SessionConfig, parts: SessionParts, *, host_a
                 failure.append(str(exc))
                 if stopping.session is not None:
                     stopping.session.interrupt()
+                else:
+                    stopping.scope.cancel()
 
     async with trio.open_nursery() as nursery:
         await nursery.start(stopping.watch)
@@ -60,16 +62,18 @@ async def run_stream_input(config: SessionConfig, parts: SessionParts, *, host_a
         try:
             with stopping.scope:
                 async with open_session(config, parts) as session:
-                    stopping.session = session
                     control.on_interrupt = session.interrupt
                     control.set_mode = lambda mode: _set_mode(session, mode)
                     async with closing_iter(control.prompts()) as prompts:
                         async for prompt in prompts:
+                            # A signal during a run interrupts it; between runs (no session
+                            # set) it ends the session at once (`_Stopping.watch`).
+                            stopping.session = session
+                            result = await session.run(prompt)
+                            stopping.session = None
+                            code = exit_code(result.reason)
                             if failure or stopping.signal is not None or stopping.output_closed:
                                 break
-                            result = await session.run(prompt)
-                            code = exit_code(result.reason)
-                    stopping.session = None
         except ConfigError as exc:
             say(f"warren: {escape_controls(str(exc))}")
             code = EXIT_USAGE
