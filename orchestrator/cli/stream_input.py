@@ -4,7 +4,9 @@ Claude Code is by the Claude Agent SDK (`cli_path`), speaking `orchestrator.sdk_
 One session serves every user message the host sends, one run each, in order; each run ends
 with its `result` line. The session ends when the host closes stdin. Asks go to the host
 (`can_use_tool`, with `--permission-prompt-tool stdio`) or, without that flag, are denied as in
-any headless run. Signals stop the run the way they stop `warren -p` (orchestrator/cli/run.py).
+any headless run. A signal during a run stops it the way it stops `warren -p`
+(orchestrator/cli/run.py) and ends the session after its result; between runs it ends the
+session at once (128 + the signal).
 """
 
 from __future__ import annotations
