@@ -13,7 +13,12 @@ both trees, interleaved, against one fake Messages API server on 127.0.0.1:
   is the gap between the end of the reply that asked for it and the arrival of the next
   request, the median per kind over all rounds.
 
-Both trees see the same server, workspace and script; only the code differs.
+Both trees see the same server, workspace and script; only the code differs. Both are
+prepared alike, as an install would leave them: `uv sync --frozen --compile-bytecode` and
+Warren's own packages byte-compiled (this machine sets PYTHONDONTWRITEBYTECODE, so a tree
+that is not compiled recompiles every module it imports at each start, in the coordinator
+and in every tool host). The load average is printed before and after: numbers taken on a
+loaded machine are noise.
 """
 
 from __future__ import annotations
@@ -101,11 +106,26 @@ def run_once(tree: Path, replies: list[Reply], ws: Path, env: dict[str, str],
     return launch, gaps
 
 
+PACKAGES = ("orchestrator", "workers", "sandbox", "policies")
+
+
+def prepare(tree: Path) -> None:
+    """Install `tree`'s environment and byte-compile it and Warren's packages (see above)."""
+    subprocess.run(["uv", "sync", "--frozen", "--quiet", "--compile-bytecode"], cwd=tree,
+                   check=True, env={**os.environ, "UV_PYTHON_DOWNLOADS": "never"})
+    packages = [p for p in PACKAGES if (tree / p).is_dir()]
+    subprocess.run([tree / ".venv" / "bin" / "python", "-m", "compileall", "-q", *packages],
+                   cwd=tree, check=True, stdout=subprocess.DEVNULL)
+
+
 def build_base(rev: str, into: Path) -> Path:
     subprocess.run(["git", "-C", ROOT, "worktree", "add", "-q", "--detach", into, rev], check=True)
-    subprocess.run(["uv", "sync", "--frozen", "--quiet", "--compile-bytecode"], cwd=into,
-                   check=True, env={**os.environ, "UV_PYTHON_DOWNLOADS": "never"})
+    prepare(into)
     return into
+
+
+def load() -> str:
+    return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def main() -> None:
@@ -117,12 +137,14 @@ def main() -> None:
     scratch = Path(tempfile.mkdtemp(prefix="warren-bench-", dir="/var/tmp"))
     try:
         base = build_base(args.base, scratch / "base")
+        prepare(ROOT)
         trees = {"base": base, "this": ROOT}
         pristine = scratch / "pristine"
         make_workspace(pristine)
         state = scratch / "state"
         state.mkdir()
         env = {**os.environ, "XDG_STATE_HOME": str(state), "ANTHROPIC_API_KEY": "sk-bench"}
+        before = load()
         launches: dict[str, list[float]] = defaultdict(list)
         per_kind: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
         for _ in range(args.rounds):
@@ -136,7 +158,8 @@ def main() -> None:
                 _, gaps = run_once(tree, replies, ws, env, ["--permission-mode", "bypass"])
                 for kind, gap in zip(kinds, gaps, strict=False):
                     per_kind[label][kind].append(gap)
-        print(f"base {args.base} vs this tree; {args.rounds} rounds, {FILES} files")
+        print(f"base {args.base} vs this tree; {args.rounds} rounds, {FILES} files; "
+              f"{before} at the start, {load()} at the end")
         b, t = statistics.median(launches["base"]), statistics.median(launches["this"])
         print(f"launch -> first request: base {b * 1000:.0f} ms, this {t * 1000:.0f} ms, "
               f"difference {(t - b) * 1000:+.0f} ms (budget +30 ms)")
