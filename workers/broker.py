@@ -25,7 +25,6 @@ broker as its `ModelClient` too, so the limits hold for the whole session:
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import operator
 from collections.abc import AsyncGenerator, Callable, Sequence
@@ -55,7 +54,7 @@ def estimate_input_tokens(request: ModelRequest, sizes: _MessageSizes | None = N
         chars += sizes.total(request.messages)
     else:
         chars += sum(message.api_size for message in request.messages)  # cached per message
-    chars += sum(len(json.dumps(spec.to_api())) for spec in request.tools)
+    chars += sum(spec.api_size for spec in request.tools)
     return math.ceil(chars / CHARS_PER_TOKEN)
 
 

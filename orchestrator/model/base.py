@@ -8,8 +8,10 @@ broker that a sandboxed worker uses to ask the coordinator for model calls. A cl
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Protocol, runtime_checkable
 
 from orchestrator.messages import AssistantMessage, ContentBlock, Message
@@ -40,6 +42,12 @@ class ToolSpec:
             "description": self.description,
             "input_schema": self.input_schema,
         }
+
+    @cached_property
+    def api_size(self) -> int:
+        """Characters of the API form as JSON: what the broker's budget estimate counts for
+        this tool on every request (cached: the schema is not changed once made)."""
+        return len(json.dumps(self.to_api()))
 
 
 @dataclass(frozen=True)
