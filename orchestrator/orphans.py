@@ -17,6 +17,16 @@ in-process prctl, no fork), so every orphan of every one-shot becomes its child,
 
 Never call `adopt_orphans` in a process where anything else may leave processes behind on
 purpose (a persistent shell's background server): the sweep would kill them.
+
+Why not a pid namespace per one-shot (the kernel would kill everything in it when its first
+process exits): inside the sandbox no process can make one. `unshare(CLONE_NEWPID)` needs
+CAP_SYS_ADMIN, which `--cap-drop ALL` took (EPERM), and the nested user namespace that would
+give it is refused by `--disable-userns` (ENOSPC); that refusal is a floor property
+(tests/sandbox/test_escape.py, `new_user_namespace`). Measured without
+`--disable-userns`, a fork + `unshare(CLONE_NEWUSER | CLONE_NEWPID)` + fork per one-shot
+does kill a `setsid`, `nohup` and double-forked child with it, but cost 1.7 times a plain
+fork + exec (+20 ms and +44 ms a call at load averages of 10 and 18 on the 2-core dev box;
+no unloaded figure yet), besides reopening nested user namespaces to every tool process.
 """
 
 from __future__ import annotations
