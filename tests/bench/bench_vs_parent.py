@@ -11,7 +11,12 @@ both trees, interleaved, against one fake Messages API server on 127.0.0.1:
 - per tool call: a 10,000-file git workspace (fresh copy per run), a scripted session of
   Read / Grep / read-only Bash / Edit / writable Bash calls (one per turn); the cost of a call
   is the gap between the end of the reply that asked for it and the arrival of the next
-  request, the median per kind over all rounds.
+  request, the median per kind over all rounds;
+- CPU per tool call: the CPU time (user + system, the processes' own, not their children's)
+  the coordinator and its tool hosts used between those two requests, read from /proc when
+  each request arrives, the mean per kind (the first call of a run, which overlaps the tool
+  hosts' start-up, left out). Wall-clock gaps on a shared machine measure its
+  load as much as the code; CPU time mostly does not.
 
 Both trees see the same server, workspace and script; only the code differs. Both are
 prepared alike, as an install would leave them: `uv sync --frozen --compile-bytecode` and
@@ -24,6 +29,7 @@ loaded machine are noise.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import os
 import shutil
@@ -36,10 +42,12 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.kit.fake_api import FakeMessagesAPI, Reply  # noqa: E402
+from tests.kit.fake_api import FakeMessagesAPI, RecordedRequest, Reply  # noqa: E402
 
 FILES = 10_000
 CALLS_PER_KIND = 12
@@ -86,24 +94,62 @@ def warren_of(tree: Path) -> Path:
     return tree / ".venv" / "bin" / "warren"
 
 
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu(pid: int) -> float:
+    """Seconds of CPU `pid` used itself (utime + stime), 0 when it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def cpu_by_process(pid: int) -> dict[str, float]:
+    """CPU seconds so far of the coordinator `pid` and of each tool host below it (by role)."""
+    found = {"coordinator": own_cpu(pid)}
+    with contextlib.suppress(psutil.Error):
+        for child in psutil.Process(pid).children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                argv = child.cmdline()
+                if "workers.toolhost" in argv and "--role" in argv:
+                    role = argv[argv.index("--role") + 1]
+                    found[role] = found.get(role, 0.0) + own_cpu(child.pid)
+    return found
+
+
 def run_once(tree: Path, replies: list[Reply], ws: Path, env: dict[str, str],
-             extra: list[str]) -> tuple[float, list[float]]:
-    with FakeMessagesAPI(list(replies)) as api:
+             extra: list[str]) -> tuple[float, list[float], list[dict[str, float]]]:
+    """Launch -> first request, the gap before each later request, and the CPU each process
+    used in each gap."""
+    samples: list[dict[str, float]] = []
+    running: list[subprocess.Popen[str]] = []
+
+    def sample(_request: RecordedRequest) -> None:
+        samples.append(cpu_by_process(running[0].pid) if running else {})
+
+    with FakeMessagesAPI(list(replies), route=sample) as api:
         t0 = time.monotonic()
-        done = subprocess.run(
+        with subprocess.Popen(
             [warren_of(tree), "-p", "bench", "--cwd", ws, *extra],
             env={**env, "ANTHROPIC_BASE_URL": api.base_url},
-            capture_output=True, text=True, check=False,
-        )
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        ) as process:
+            running.append(process)
+            _, stderr = process.communicate()
         requests = api.requests
-    if done.returncode != 0:
-        raise SystemExit(f"{tree}: warren exited {done.returncode}: {done.stderr[-2000:]}")
+    if process.returncode != 0:
+        raise SystemExit(f"{tree}: warren exited {process.returncode}: {stderr[-2000:]}")
     launch = requests[0].started_at - t0
     gaps = []
     for before, after in itertools.pairwise(requests):
         assert before.ended_at is not None
         gaps.append(after.started_at - before.ended_at)
-    return launch, gaps
+    cpu = [{k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+           for before, after in itertools.pairwise(samples)]
+    return launch, gaps, cpu
 
 
 PACKAGES = ("orchestrator", "workers", "sandbox", "policies")
@@ -147,17 +193,21 @@ def main() -> None:
         before = load()
         launches: dict[str, list[float]] = defaultdict(list)
         per_kind: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+        cpu_kind: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
         for _ in range(args.rounds):
             for label, tree in trees.items():
-                launch, _ = run_once(tree, [Reply.text("hi")], pristine, env, [])
+                launch, _, _ = run_once(tree, [Reply.text("hi")], pristine, env, [])
                 launches[label].append(launch)
                 ws = scratch / f"ws-{label}"
                 shutil.rmtree(ws, ignore_errors=True)
                 shutil.copytree(pristine, ws, symlinks=True)
                 replies, kinds = script(ws)
-                _, gaps = run_once(tree, replies, ws, env, ["--permission-mode", "bypass"])
+                _, gaps, cpu = run_once(tree, replies, ws, env, ["--permission-mode", "bypass"])
                 for kind, gap in zip(kinds, gaps, strict=False):
                     per_kind[label][kind].append(gap)
+                # The first call's CPU holds the tool hosts' start-up: left out.
+                for kind, used in zip(kinds[1:], cpu[1:], strict=False):
+                    cpu_kind[label][kind].append(sum(used.values()))
         print(f"base {args.base} vs this tree; {args.rounds} rounds, {FILES} files; "
               f"{before} at the start, {load()} at the end")
         b, t = statistics.median(launches["base"]), statistics.median(launches["this"])
@@ -168,6 +218,12 @@ def main() -> None:
             t = statistics.median(per_kind["this"][kind])
             print(f"{kind:>15}: base {b * 1000:6.2f} ms, this {t * 1000:6.2f} ms, "
                   f"difference {(t - b) * 1000:+.2f} ms (budget +1 ms), ratio {t / b:.2f}")
+        print("CPU per call (coordinator + tool hosts, mean):")
+        for kind in cpu_kind["base"]:
+            b = statistics.mean(cpu_kind["base"][kind])
+            t = statistics.mean(cpu_kind["this"][kind])
+            print(f"{kind:>15}: base {b * 1000:6.2f} ms, this {t * 1000:6.2f} ms, "
+                  f"difference {(t - b) * 1000:+.2f} ms")
     finally:
         subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", scratch / "base"],
                        check=False, capture_output=True)
