@@ -260,6 +260,9 @@ class SessionParts:
     asker: AskerFactory | None = None
     """Who answers the calls the policy asks about, given the session's policy and its
     Notification hooks (the REPL's dialogs). Default: the config's `asks`."""
+    terminal: Path = Path("/dev/tty")
+    """The user's terminal, where `asks="terminal"` asks. A server's session process has no
+    controlling terminal and gets its client's by path (`/dev/pts/N`)."""
 
 
 def build_limits(config: SessionConfig, policy: SessionPolicy) -> Limits:
@@ -637,7 +640,7 @@ async def open_session(
         asker: Asker = (
             parts.asker(policy, hooks.notification)
             if parts.asker is not None
-            else TerminalAsker(policy, notify=hooks.notification)
+            else TerminalAsker(policy, tty=parts.terminal, notify=hooks.notification)
             if config.asks == "terminal"
             else headless_asker
         )

@@ -12,11 +12,14 @@
     warren mcp list        the MCP servers in force with their files (get, add, remove)
     warren mcp serve       Warren's tools as an MCP server on stdio
     warren sessions        past sessions of this directory, newest first
+    warren server ...      the warm per-user server: start, stop, status, run
 
 A first argument that is not a subcommand is a prompt: with stdin and stdout at a terminal
 `warren "fix the build"` opens the interactive session with it, otherwise it is
-`warren -p "fix the build"`. Exit codes are the run's terminal reason
-(`orchestrator.outcome.exit_code`); 2 is a bad command line or configuration.
+`warren -p "fix the build"`. A run goes to the warm per-user server when one is running
+(`orchestrator.cli.client`, standard library only, decides before anything heavy is
+imported), and runs in-process otherwise, or with `--no-server`. Exit codes are the run's
+terminal reason (`orchestrator.outcome.exit_code`); 2 is a bad command line or configuration.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
-__all__ = ["COMMANDS", "build_parser", "main"]
+__all__ = ["COMMANDS", "build_parser", "main", "run_in_process"]
 
 EXIT_CODES = (
     "Exit codes: 0 completed, 1 model error, 2 usage or configuration (nothing ran), 3 max "
@@ -49,6 +52,7 @@ COMMANDS: dict[str, str] = {
     "mcp": "MCP servers: list, get, add, remove the servers in force; serve Warren's tools",
     "sessions": "past sessions of this directory, newest first: id, start, turns, cost, "
     "first prompt",
+    "server": "the warm per-user server that starts sessions fast (start, stop, status, run)",
 }
 """Every subcommand with its one-line summary (`warren --help` lists them)."""
 
@@ -191,6 +195,12 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-v", "--verbose", action="store_true", help="logs on stderr, readable (structlog)"
     )
+    parser.add_argument(
+        "--no-server",
+        action="store_true",
+        help="run in this process even when a warm server is running (or set "
+        "WARREN_NO_SERVER=1); `warren server --help` explains the server",
+    )
 
 
 def _sdk_options(parser: argparse.ArgumentParser) -> None:
@@ -236,7 +246,7 @@ def _sdk_fallbacks(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line: run options, and a subparser per command."""
-    from orchestrator.cli import doctor, hooks, mcp, policy, sessions
+    from orchestrator.cli import doctor, hooks, mcp, policy, server, sessions
 
     parser = argparse.ArgumentParser(
         prog="warren",
@@ -261,6 +271,7 @@ def build_parser() -> argparse.ArgumentParser:
     hooks.add_commands(sub, COMMANDS)
     mcp.add_commands(sub, COMMANDS)
     sessions.add_commands(sub, COMMANDS)
+    server.add_commands(sub, COMMANDS)
     return parser
 
 
@@ -277,13 +288,32 @@ def _prompt_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """`warren ARGV`: a run goes to the warm server when one takes it, else runs here."""
     argv = sys.argv[1:] if argv is None else argv
+    if not _is_command(argv):
+        from orchestrator.cli.client import run_through_server
+
+        code = run_through_server(argv)
+        if code is not None:
+            return code
+    return run_in_process(argv)
+
+
+def _is_command(argv: list[str]) -> bool:
+    return bool(argv[:1] and argv[0] in COMMANDS) or bool(
+        {"-h", "--help", "--version"} & set(argv[:1])
+    )
+
+
+def run_in_process(argv: list[str], terminal: Path | None = None) -> int:
+    """`warren ARGV` in this process: what a server's session process runs too, with the
+    client's `terminal` (its path) for permission asks."""
     try:
-        if (argv[:1] and argv[0] in COMMANDS) or {"-h", "--help", "--version"} & set(argv[:1]):
+        if _is_command(argv):
             args = build_parser().parse_args(argv)
             handler: Callable[[argparse.Namespace], int] = args.handler
             return handler(args)
-        return _prompt(_prompt_parser().parse_args(argv))
+        return _prompt(_prompt_parser().parse_args(argv), terminal)
     finally:
         _flush_stdout()
 
@@ -329,7 +359,9 @@ def _interactive_terminal() -> bool:
     return bool(sys.stdin and sys.stdout and sys.stdin.isatty() and sys.stdout.isatty())
 
 
-def _prompt(args: argparse.Namespace) -> int:
+def _prompt(args: argparse.Namespace, terminal: Path | None = None) -> int:
+    import dataclasses
+
     import trio
     from pydantic import ValidationError
 
@@ -410,6 +442,9 @@ def _prompt(args: argparse.Namespace) -> int:
         from orchestrator.live_progress import TerminalProgress, stderr_console
 
         progress = TerminalProgress(stderr_console(), pause_on_ask=config.asks == "terminal")
+    parts = session_parts()
+    if terminal is not None:
+        parts = dataclasses.replace(parts, terminal=terminal)
     try:
         if streamed:
             from orchestrator.cli.stream_input import run_stream_input
@@ -422,13 +457,13 @@ def _prompt(args: argparse.Namespace) -> int:
         if interactive:
             from orchestrator.repl.app import run_repl
 
-            return trio.run(run_repl, config, prompt, session_parts())
+            return trio.run(run_repl, config, prompt, parts)
         assert prompt is not None
         return trio.run(
             partial(run_prompt, progress=progress, show_session=at_terminal),
             config,
             prompt,
-            session_parts(),
+            parts,
         )
     except KeyboardInterrupt:  # before the signal watch started, or after it stopped
         print("warren: interrupted", file=sys.stderr)

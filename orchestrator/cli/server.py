@@ -1,0 +1,512 @@
+"""`warren server`: a per-user background process that has imported everything a session
+needs and forks a fresh session process for each client (`orchestrator.cli.client`).
+
+The parent only accepts and forks. It forks as soon as a connection is accepted (and its
+peer proven to be this user, SO_PEERCRED), before reading the request and before any trio
+run, so the request (with the API key in its environment) only ever enters the session
+process, and no session state can leak from one session into the next: each is a fresh copy
+of a server that never ran one.
+
+The session process leaves the server's process session (`setsid`: the server's stop does
+not stop it), installs the client's descriptors as 0/1/2, takes its cwd, environment, umask
+and argv, and runs exactly the in-process code path (`orchestrator.cli.main.run_in_process`)
+with the client's terminal (by its `/dev/pts/N` path, since a process cannot take another
+session's controlling terminal) for permission asks. A thread reads the client's signal
+lines and raises them in the process; the client's end of the socket closing is SIGHUP.
+The exit code goes back as the last line, then the process ends at once (`os._exit`).
+
+The server exits after `--idle-timeout` seconds without sessions (default 1800), on SIGTERM
+(`warren server stop`), or when a client of another version asks (it is replaced). Running
+sessions are separate processes and finish. One server per directory: it holds
+`server.lock` (flock) for its life, so a socket file it finds at start is stale and replaced.
+Under systemd socket activation (`deploy/systemd/`) the listening socket is fd 3.
+
+    python -m orchestrator.cli.server [--idle-timeout S]   the server, in the foreground
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import io
+import os
+import select
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NoReturn
+
+from orchestrator.cli.client import (
+    DIR_ENV,
+    IDLE_ENV,
+    SOCKET_NAME,
+    ServerDirRefused,
+    ServerLink,
+    _peer_uid,
+    checked_dir,
+    code_version,
+    connect,
+    server_dir,
+    spawn_server,
+)
+
+__all__ = ["DEFAULT_IDLE_TIMEOUT", "SessionEntry", "add_commands", "serve"]
+
+DEFAULT_IDLE_TIMEOUT = 1800.0
+"""Seconds without a session before the server exits: 30 minutes."""
+
+SessionEntry = Callable[[list[str], Path | None], int]
+"""What a session process runs: argv and the client's terminal, to an exit code."""
+
+_PRELOAD = (
+    "trio",
+    "anthropic",
+    "httpx",
+    "pydantic",
+    "orchestrator.cli.main",
+    "orchestrator.cli.run",
+    "orchestrator.cli.wiring",
+    "orchestrator.session",
+    "orchestrator.model.anthropic",
+    "orchestrator.model.scripted",
+    "orchestrator.live_progress",
+    "orchestrator.repl.app",
+    "orchestrator.tools.registry",
+    "orchestrator.mcp.tool",
+    "workers.pool",
+    "prompt_toolkit",
+    "rich.console",
+    "rich.markdown",
+)
+"""Imported by the server before it serves: what a session would import on its way to the
+first model request, and the REPL's libraries."""
+
+
+@dataclass
+class _ServerState:
+    """The parent's bookkeeping (a session process gets a copy and answers `status`)."""
+
+    version: str
+    idle_timeout: float
+    started: float = field(default_factory=time.time)
+    sessions: set[int] = field(default_factory=set)
+    served: int = 0
+
+
+def _preload() -> None:
+    import importlib
+
+    for name in _PRELOAD:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
+    # The SDK loads its resources and types lazily on first use; use them once here.
+    with contextlib.suppress(Exception):
+        import anthropic
+
+        anthropic.AsyncAnthropic(api_key="preload").messages  # noqa: B018
+
+
+def _entry(spec: str | None) -> SessionEntry:
+    if spec is None:
+        from orchestrator.cli.main import run_in_process
+
+        return run_in_process
+    import importlib
+
+    module, _, name = spec.partition(":")
+    entry: SessionEntry = getattr(importlib.import_module(module), name)
+    return entry
+
+
+def _listener(directory: Path) -> socket.socket:
+    """The listening socket: systemd's (fd 3) when socket-activated, else a fresh one at
+    `directory/server.sock` (whatever file was there is stale: the lock is ours)."""
+    if os.environ.get("LISTEN_PID") == str(os.getpid()) and os.environ.get("LISTEN_FDS") == "1":
+        return socket.socket(fileno=3)
+    path = directory / SOCKET_NAME
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(str(path))
+    os.chmod(path, 0o600)
+    sock.listen(64)
+    return sock
+
+
+def _lock(directory: Path, wait: float) -> int | None:
+    """Hold `server.lock` (one server per directory), waiting up to `wait` seconds for a
+    server on its way out; None when another keeps it."""
+    fd = os.open(directory / "server.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                os.close(fd)
+                return None
+            time.sleep(0.05)
+
+
+def serve(directory: Path, idle_timeout: float, entry_spec: str | None = None) -> int:
+    """Run the server in `directory` until it is idle for `idle_timeout` seconds, stopped
+    (SIGTERM, SIGINT) or replaced. Returns 0; 1 when another server holds the directory."""
+    directory = checked_dir(directory, create=True)
+    lock = _lock(directory, wait=10.0)
+    if lock is None:
+        print(f"warren server: another server runs in {directory}", file=sys.stderr)
+        return 1
+    _preload()
+    entry = _entry(entry_spec)
+    state = _ServerState(version=code_version(), idle_timeout=idle_timeout)
+    listener = _listener(directory)
+    own = os.stat(directory / SOCKET_NAME, follow_symlinks=False).st_ino
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    stop: list[int] = []
+
+    def on_stop(signum: int, frame: object) -> None:
+        stop.append(signum)
+
+    signal.signal(signal.SIGTERM, on_stop)
+    signal.signal(signal.SIGINT, on_stop)
+    signal.signal(signal.SIGCHLD, lambda signum, frame: None)  # wakes the select
+    signal.set_wakeup_fd(wake_w)
+    idle_since = time.monotonic()
+    try:
+        while not stop:
+            _reap(state)
+            if state.sessions:
+                idle_since = time.monotonic()
+            elif time.monotonic() - idle_since >= idle_timeout:
+                break
+            timeout = max(0.0, idle_since + idle_timeout - time.monotonic())
+            readable, _, _ = select.select([listener.fileno(), wake_r], [], [], min(timeout, 60.0))
+            if wake_r in readable:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(wake_r, 512)
+            if listener.fileno() in readable:
+                _accept(listener, state, lock, entry)
+                idle_since = time.monotonic()
+    finally:
+        signal.set_wakeup_fd(-1)
+        listener.close()
+        with contextlib.suppress(OSError):
+            if os.stat(directory / SOCKET_NAME, follow_symlinks=False).st_ino == own:
+                (directory / SOCKET_NAME).unlink()
+        os.close(lock)
+    return 0
+
+
+def _reap(state: _ServerState) -> None:
+    for pid in list(state.sessions):
+        with contextlib.suppress(ChildProcessError):
+            done, _ = os.waitpid(pid, os.WNOHANG)
+            if done == 0:
+                continue
+        state.sessions.discard(pid)
+
+
+def _accept(listener: socket.socket, state: _ServerState, lock: int, entry: SessionEntry) -> None:
+    try:
+        conn, _ = listener.accept()
+    except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+        return
+    if _peer_uid(conn) != os.getuid():  # the directory is 0700; this is the second lock
+        conn.close()
+        return
+    pid = os.fork()
+    if pid == 0:
+        listener.close()
+        os.close(lock)
+        _session_process(conn, state, entry)
+    conn.close()
+    state.sessions.add(pid)
+    state.served += 1
+
+
+def _session_process(conn: socket.socket, state: _ServerState, entry: SessionEntry) -> NoReturn:
+    """The forked child: read the request, become the client's session, run it, exit."""
+    code = 1
+    link = ServerLink(conn)
+    try:
+        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGWINCH):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.set_wakeup_fd(-1)
+        os.setsid()
+        conn.settimeout(30.0)  # a client that connects and says nothing
+        request, fds = link.receive(max_fds=4)
+        conn.settimeout(None)
+        if request is None:
+            os._exit(1)
+        op = request.get("op")
+        if op == "status":
+            link.send({"status": _status(state)})
+            os._exit(0)
+        if op == "stop":
+            link.send({"stopping": os.getppid()})
+            os.kill(os.getppid(), signal.SIGTERM)
+            os._exit(0)
+        if request.get("version") != state.version:
+            link.send({"mismatch": state.version})
+            os.kill(os.getppid(), signal.SIGTERM)  # replaced: the client starts a new one
+            os._exit(0)
+        terminal = _become_client(request, fds)
+        done = threading.Event()
+        threading.Thread(target=_forward_signals, args=(link, done), daemon=True).start()
+        code = _run(entry, list(request["argv"]), terminal)
+        done.set()
+        link.send({"exit": code})
+    except BaseException:
+        with contextlib.suppress(BaseException):
+            import traceback
+
+            traceback.print_exc()
+    finally:
+        os._exit(code)
+
+
+def _status(state: _ServerState) -> dict[str, Any]:
+    return {
+        "pid": os.getppid(),
+        "version": state.version,
+        "started": state.started,
+        "sessions": len(state.sessions),
+        "served": state.served,
+        "idle_timeout": state.idle_timeout,
+    }
+
+
+def _become_client(request: dict[str, Any], fds: list[int]) -> Path | None:
+    """Take the client's descriptors, cwd, environment, umask and argv; the path of its
+    terminal, if it passed one."""
+    if len(fds) < 3:
+        raise ValueError("a run request carries stdin, stdout and stderr")
+    for target, fd in enumerate(fds[:3]):
+        os.dup2(fd, target, inheritable=True)
+    terminal = None
+    if request.get("tty") and len(fds) > 3:
+        with contextlib.suppress(OSError):
+            terminal = Path(os.ttyname(fds[3]))
+    for fd in fds:
+        if fd > 2:
+            os.close(fd)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update({str(k): str(v) for k, v in request["env"].items()})
+    os.umask(int(request["umask"]))
+    sys.argv = ["warren", *request["argv"]]
+    _fresh_stdio()
+    return terminal
+
+
+def _fresh_stdio() -> None:
+    """New `sys.std*` over the new 0/1/2, buffered as Python buffers them at start-up
+    (stdout line-buffered at a terminal, stderr always)."""
+    encoding = sys.stdout.encoding if sys.stdout is not None else "utf-8"
+
+    def stream(fd: int, mode: str, errors: str, line_buffering: bool) -> io.TextIOWrapper:
+        raw = io.FileIO(fd, mode, closefd=False)
+        buffered = io.BufferedReader(raw) if mode == "r" else io.BufferedWriter(raw)
+        return io.TextIOWrapper(
+            buffered, encoding=encoding, errors=errors, line_buffering=line_buffering
+        )
+
+    sys.stdin = stream(0, "r", "strict", False)
+    sys.stdout = stream(1, "w", "strict", os.isatty(1))
+    sys.stderr = stream(2, "w", "backslashreplace", True)
+
+
+def _forward_signals(link: ServerLink, done: threading.Event) -> None:
+    """Raise each signal the client forwards in this process; the client gone is SIGHUP."""
+    while True:
+        try:
+            message, _ = link.receive()
+        except (OSError, ValueError):
+            message = None
+        if done.is_set():
+            return
+        if message is None:
+            os.kill(os.getpid(), signal.SIGHUP)
+            return
+        if isinstance(message.get("signal"), int):
+            os.kill(os.getpid(), message["signal"])
+
+
+def _run(entry: SessionEntry, argv: list[str], terminal: Path | None) -> int:
+    try:
+        code = entry(argv, terminal)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        if isinstance(exc.code, str):
+            print(exc.code, file=sys.stderr)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    return code
+
+
+# `warren server ...`
+
+
+def add_commands(sub: Any, summaries: dict[str, str]) -> None:
+    """Add `server start|stop|status|run` to the `warren` subparsers."""
+    server = sub.add_parser(
+        "server",
+        prog="warren server",
+        help=summaries["server"],
+        description=summaries["server"]
+        + ". `warren` uses a running server by itself, and starts one in the background "
+        f"from an interactive terminal; {DIR_ENV} moves its socket, WARREN_NO_SERVER=1 or "
+        "--no-server keeps a run in-process.",
+    )
+    actions = server.add_subparsers(dest="action", metavar="ACTION", required=True)
+    for name, text in (
+        ("start", "start the server in the background (if none runs) and wait until it answers"),
+        ("run", "run the server in the foreground (systemd's ExecStart)"),
+    ):
+        action = actions.add_parser(name, prog=f"warren server {name}", help=text)
+        action.add_argument(
+            "--idle-timeout",
+            type=float,
+            default=None,
+            metavar="SECONDS",
+            help=f"exit after this long without sessions (default: ${IDLE_ENV}, else 1800)",
+        )
+        action.add_argument("--entry", default=None, help=argparse.SUPPRESS)  # tests' seam
+        action.set_defaults(handler=_start if name == "start" else _run_foreground)
+    actions.add_parser("stop", prog="warren server stop", help="stop the server").set_defaults(
+        handler=_stop
+    )
+    actions.add_parser(
+        "status", prog="warren server status", help="whether a server runs, its pid and sessions"
+    ).set_defaults(handler=_show_status)
+
+
+def _idle(args: argparse.Namespace) -> float:
+    if args.idle_timeout is not None:
+        return float(args.idle_timeout)
+    try:
+        return float(os.environ.get(IDLE_ENV) or DEFAULT_IDLE_TIMEOUT)
+    except ValueError:
+        return DEFAULT_IDLE_TIMEOUT
+
+
+def _ask(op: str) -> dict[str, Any] | None:
+    """Send `op` to the running server; its answer, or None when none runs."""
+    try:
+        link = connect(checked_dir(server_dir()))
+    except FileNotFoundError:
+        return None
+    if link is None:
+        return None
+    try:
+        link.send({"op": op})
+        message, _ = link.receive()
+        return message
+    except (OSError, ValueError):
+        return None
+    finally:
+        link.close()
+
+
+def _show_status(args: argparse.Namespace) -> int:
+    try:
+        answer = _ask("status")
+    except ServerDirRefused as exc:
+        print(f"warren: {exc}", file=sys.stderr)
+        return 2
+    if answer is None or "status" not in answer:
+        print(f"no server running ({server_dir() / SOCKET_NAME})")
+        return 3
+    status = answer["status"]
+    current = "current" if status["version"] == code_version() else "another version"
+    print(
+        f"server pid {status['pid']} ({current}), up {time.time() - status['started']:.0f} s, "
+        f"{status['sessions']} session(s) running, {status['served']} served, idle timeout "
+        f"{status['idle_timeout']:.0f} s, socket {server_dir() / SOCKET_NAME}"
+    )
+    return 0
+
+
+def _stop(args: argparse.Namespace) -> int:
+    try:
+        answer = _ask("stop")
+    except ServerDirRefused as exc:
+        print(f"warren: {exc}", file=sys.stderr)
+        return 2
+    if answer is None or "stopping" not in answer:
+        print("no server running")
+        return 0
+    pid = int(answer["stopping"])
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _alive(pid):
+        time.sleep(0.02)
+    print(f"server pid {pid} stopped (running sessions finish)")
+    return 0
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie (the server was our child) counts as gone.
+    with contextlib.suppress(OSError):
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
+    return True
+
+
+def _start(args: argparse.Namespace) -> int:
+    try:
+        checked_dir(server_dir(), create=True)
+        answer = _ask("status")
+    except (ServerDirRefused, OSError) as exc:
+        print(f"warren: {exc}", file=sys.stderr)
+        return 2
+    if answer is not None and answer.get("status", {}).get("version") == code_version():
+        print(f"server already running (pid {answer['status']['pid']})")
+        return 0
+    if answer is not None:
+        _ask("stop")
+    pid = spawn_server(_idle(args), entry=args.entry)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        answer = _ask("status")
+        if answer is not None and "status" in answer:
+            print(f"server started (pid {answer['status']['pid']}, {server_dir()})")
+            return 0
+        if not _alive(pid):
+            break
+        time.sleep(0.05)
+    print("warren: the server did not start; `warren server run` shows why", file=sys.stderr)
+    return 1
+
+
+def _run_foreground(args: argparse.Namespace) -> int:
+    try:
+        return serve(server_dir(), _idle(args), args.entry)
+    except ServerDirRefused as exc:
+        print(f"warren: {exc}", file=sys.stderr)
+        return 2
+
+
+def _main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m orchestrator.cli.server")
+    parser.add_argument("--idle-timeout", type=float, default=None)
+    parser.add_argument("--entry", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    return _run_foreground(args)
+
+
+if __name__ == "__main__":
+    sys.exit(_main())
