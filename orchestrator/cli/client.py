@@ -30,7 +30,10 @@ import struct
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # `typing` costs a warm launch milliseconds
+    from typing import Any
 
 __all__ = [
     "DIR_ENV",

@@ -34,6 +34,7 @@ import os
 import select
 import signal
 import socket
+import struct
 import sys
 import threading
 import time
@@ -163,7 +164,8 @@ def serve(directory: Path, idle_timeout: float, entry_spec: str | None = None) -
     if lock is None:
         print(f"warren server: another server runs in {directory}", file=sys.stderr)
         return 1
-    _preload()
+    if entry_spec is None:  # a test's entry (the seam) needs none of it
+        _preload()
     entry = _entry(entry_spec)
     state = _ServerState(version=code_version(), idle_timeout=idle_timeout)
     listener = _listener(directory)
@@ -291,10 +293,7 @@ def _become_client(request: dict[str, Any], fds: list[int]) -> Path | None:
         raise ValueError("a run request carries stdin, stdout and stderr")
     for target, fd in enumerate(fds[:3]):
         os.dup2(fd, target, inheritable=True)
-    terminal = None
-    if request.get("tty") and len(fds) > 3:
-        with contextlib.suppress(OSError):
-            terminal = Path(os.ttyname(fds[3]))
+    terminal = _terminal_path(fds[3]) if request.get("tty") and len(fds) > 3 else None
     for fd in fds:
         if fd > 2:
             os.close(fd)
@@ -305,6 +304,30 @@ def _become_client(request: dict[str, Any], fds: list[int]) -> Path | None:
     sys.argv = ["warren", *request["argv"]]
     _fresh_stdio()
     return terminal
+
+
+_TIOCGDEV = 0x80045432
+
+
+def _terminal_path(fd: int) -> Path | None:
+    """The device path of the client's terminal (it opened `/dev/tty`, which names no
+    device in a process without that controlling terminal): the standard stream on the same
+    device, else the pseudo-terminal its device number names."""
+    try:  # TIOCGDEV: the device behind /dev/tty
+        device = struct.unpack("I", fcntl.ioctl(fd, _TIOCGDEV, b"\0" * 4))[0]
+    except OSError:
+        return None
+    for standard in (0, 1, 2):
+        with contextlib.suppress(OSError):
+            if os.isatty(standard) and os.fstat(standard).st_rdev == device:
+                return Path(os.ttyname(standard))
+    major, minor = os.major(device), os.minor(device)
+    if 136 <= major <= 143:  # Unix98 pseudo-terminals
+        path = Path(f"/dev/pts/{(major - 136) * 256 + minor}")
+        with contextlib.suppress(OSError):
+            if path.stat().st_rdev == device:
+                return path
+    return None
 
 
 def _fresh_stdio() -> None:

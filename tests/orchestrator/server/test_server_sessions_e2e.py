@@ -1,0 +1,62 @@
+"""Real Warren sessions through the server: the real SDK against the fake Messages API, the
+server's real preload and fork. A run ends as in-process; a server killed mid-session (with
+its session process, as stopping a systemd unit does) ends the client with one line and a
+transcript that resumes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+
+from tests.kit.fake_api import FakeMessagesAPI, Reply
+from tests.orchestrator.server.conftest import WARREN, Server
+
+
+def test_sessions_through_the_server_and_a_killed_server(server: Server, tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    held = Reply.text("never finishes", hold_before_stop=True)
+    with FakeMessagesAPI([Reply.text("first answer"), held, Reply.text("resumed")]) as api:
+        env = {**server.env, "ANTHROPIC_API_KEY": "sk-test", "ANTHROPIC_BASE_URL": api.base_url}
+        server.env = env
+        pid = server.start(entry=None)
+        assert "ANTHROPIC_API_KEY" not in psutil.Process(pid).environ()  # only requests bring it
+        done = subprocess.run(
+            [*WARREN, "-p", "hello"], env=env, cwd=workspace, capture_output=True, text=True,
+            timeout=180,
+        )  # fmt: skip
+        assert (done.returncode, done.stdout.strip()) == (0, "first answer"), done.stderr
+        assert server.process is not None and server.process.poll() is None
+
+        client = subprocess.Popen(
+            [*WARREN, "-p", "cut me off"], env=env, cwd=workspace,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        deadline = time.monotonic() + 120
+        while len(api.requests) < 2:
+            assert time.monotonic() < deadline, "the second session never reached the model"
+            time.sleep(0.05)
+        family = [*psutil.Process(pid).children(recursive=True), psutil.Process(pid)]
+        for process in family:
+            os.kill(process.pid, signal.SIGKILL)
+        _, err = client.communicate(timeout=60)
+        api.release()
+        assert client.returncode == 129
+        assert "Traceback" not in err
+        assert err.strip().splitlines()[-1].startswith(
+            "warren: the Warren server's session process ended without an exit code"
+        )
+
+        resumed = subprocess.run(
+            [*WARREN, "--continue", "-p", "go on"], env=env, cwd=workspace,
+            capture_output=True, text=True, timeout=180,
+        )  # fmt: skip
+        assert (resumed.returncode, resumed.stdout.strip()) == (0, "resumed"), resumed.stderr
+        sent = json.dumps(api.requests[-1].messages)
+        assert "cut me off" in sent and "go on" in sent
