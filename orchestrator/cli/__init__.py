@@ -8,6 +8,8 @@ orchestrator is wired to the sandbox, the tool hosts, the worker pool and the br
     policy.py    `warren policy ...`, `warren trust`, `warren untrust`
     hooks.py     `warren hooks list`, `warren hooks test`
     sessions.py  `warren sessions`, and the picker of `warren --resume` without an id
+    client.py    the thin client: a run handed to the warm server (standard library only)
+    server.py    `warren server`: the per-user server that forks a session process per run
 
 Entry point: `warren = "orchestrator.cli:main"` (pyproject.toml).
 """

@@ -125,11 +125,14 @@ def _entry(spec: str | None) -> SessionEntry:
     return entry
 
 
+def _socket_activated() -> bool:
+    """systemd passed the listening socket as fd 3 (deploy/systemd/warren-server.socket)."""
+    return os.environ.get("LISTEN_PID") == str(os.getpid()) and os.environ.get("LISTEN_FDS") == "1"
+
+
 def _listener(directory: Path) -> socket.socket:
-    """The listening socket: systemd's (fd 3) when socket-activated, else a fresh one at
-    `directory/server.sock` (whatever file was there is stale: the lock is ours)."""
-    if os.environ.get("LISTEN_PID") == str(os.getpid()) and os.environ.get("LISTEN_FDS") == "1":
-        return socket.socket(fileno=3)
+    """A fresh listening socket at `directory/server.sock` (whatever file was there is
+    stale: the lock is ours)."""
     path = directory / SOCKET_NAME
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
@@ -168,8 +171,10 @@ def serve(directory: Path, idle_timeout: float, entry_spec: str | None = None) -
         _preload()
     entry = _entry(entry_spec)
     state = _ServerState(version=code_version(), idle_timeout=idle_timeout)
-    listener = _listener(directory)
-    own = os.stat(directory / SOCKET_NAME, follow_symlinks=False).st_ino
+    activated = _socket_activated()
+    listener = socket.socket(fileno=3) if activated else _listener(directory)
+    # systemd's socket stays systemd's (it starts the next server); our own file goes.
+    own = None if activated else os.stat(directory / SOCKET_NAME, follow_symlinks=False).st_ino
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     stop: list[int] = []
 
