@@ -98,7 +98,7 @@ def client_env(directory: Path) -> dict[str, str]:
     return {**env, "WARREN_SERVER_DIR": str(directory), "PYTHONPATH": str(ROOT)}
 
 
-def _servers_in(directory: Path) -> list[psutil.Process]:
+def servers_in(directory: Path) -> list[psutil.Process]:
     found = []
     for process in psutil.process_iter(["environ"]):
         try:
@@ -118,7 +118,7 @@ def server() -> Iterator[Server]:
         yield instance
     finally:
         instance.stop()
-        left = [p for p in _servers_in(directory) if p.pid != os.getpid()]
+        left = [p for p in servers_in(directory) if p.pid != os.getpid()]
         for process in left:
             process.kill()
         shutil.rmtree(directory, ignore_errors=True)

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.kit.tty import Terminal
-from tests.orchestrator.server.conftest import WARREN, Server
+from tests.orchestrator.server.conftest import WARREN, Server, servers_in
 
 ODD = "dä ö\n\t'$(x)\" \\ 🦊"
 """Text that a careless pass through JSON, a shell or an encoding would change."""
@@ -207,3 +207,44 @@ def test_another_uid_is_refused(server: Server, tmp_path: Path) -> None:
     assert f"not using the server: {server.directory} belongs to uid 65534" in refused.stderr
     assert "cannot read the script" in refused.stderr  # it ran in-process instead
     assert server.sessions() == []
+
+
+def test_auto_start_only_from_an_interactive_terminal(server: Server, tmp_path: Path) -> None:
+    """`maybe_start_server` (what an in-process run calls) starts a server only for an
+    interactive session at a terminal without CI; `warren server status|stop` see and stop
+    it. Spawning is synchronous, so "nothing started" is checked right after the call."""
+    call = (
+        "import sys; from orchestrator.cli.client import maybe_start_server as m; "
+        "m(sys.argv[1:])"
+    )
+    env = {k: v for k, v in server.env.items() if k != "CI"}
+    for extra_env, args in (({"CI": "true"}, []), ({}, ["-p", "hi"])):
+        terminal = Terminal.start(
+            [sys.executable, "-c", call, *args], env={**env, **extra_env}, cwd=tmp_path,
+            socket_dir=tmp_path,
+        )  # fmt: skip
+        try:
+            assert terminal.wait_exit() == 0
+        finally:
+            terminal.close()
+        assert servers_in(server.directory) == []
+    piped = subprocess.run([sys.executable, "-c", call], env=env, capture_output=True, timeout=60)
+    assert piped.returncode == 0 and servers_in(server.directory) == []
+
+    terminal = Terminal.start(
+        [sys.executable, "-c", call], env=env, cwd=tmp_path, socket_dir=tmp_path
+    )
+    try:
+        assert terminal.wait_exit() == 0
+    finally:
+        terminal.close()
+    assert len(servers_in(server.directory)) == 1
+    deadline = time.monotonic() + 120
+    while not server.answers():
+        assert time.monotonic() < deadline, "the auto-started server never answered"
+        time.sleep(0.05)
+    status = subprocess.run([*WARREN, "server", "status"], env=env, capture_output=True, text=True)
+    assert status.returncode == 0 and "(current)" in status.stdout, status
+    stop = subprocess.run([*WARREN, "server", "stop"], env=env, capture_output=True, text=True)
+    assert stop.returncode == 0 and "stopped" in stop.stdout, stop
+    assert servers_in(server.directory) == []
