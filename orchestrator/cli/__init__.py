@@ -11,9 +11,9 @@ orchestrator is wired to the sandbox, the tool hosts, the worker pool and the br
     client.py    the thin client: a run handed to the warm server (standard library only)
     server.py    `warren server`: the per-user server that forks a session process per run
 
-Entry point: `warren = "orchestrator.cli:main"` (pyproject.toml).
+Entry point: `warren = "orchestrator.cli:run_and_exit"` (pyproject.toml).
 """
 
-from orchestrator.cli.main import main
+from orchestrator.cli.main import main, run_and_exit
 
-__all__ = ["main"]
+__all__ = ["main", "run_and_exit"]

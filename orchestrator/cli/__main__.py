@@ -1,7 +1,5 @@
 """`python -m orchestrator.cli`: the same as the `warren` command."""
 
-import sys
+from orchestrator.cli.main import run_and_exit
 
-from orchestrator.cli.main import main
-
-sys.exit(main())
+run_and_exit()

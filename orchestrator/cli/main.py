@@ -29,8 +29,9 @@ import sys
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
+from typing import NoReturn
 
-__all__ = ["COMMANDS", "build_parser", "main", "run_in_process"]
+__all__ = ["COMMANDS", "build_parser", "main", "run_and_exit", "run_in_process"]
 
 EXIT_CODES = (
     "Exit codes: 0 completed, 1 model error, 2 usage or configuration (nothing ran), 3 max "
@@ -297,6 +298,25 @@ def main(argv: list[str] | None = None) -> int:
         if code is not None:
             return code
     return run_in_process(argv)
+
+
+def run_and_exit() -> NoReturn:
+    """The `warren` command: `main()`, then out at once. Every part a session started was
+    stopped before `main` returns (each is owned by a nursery and reaped), so what is left
+    is the interpreter's own teardown of thousands of imported objects, a second on a busy
+    machine after the result is on the screen: flush what is buffered and exit
+    (`tests/orchestrator/server/test_fast_exit.py` checks nothing is left behind)."""
+    import logging
+    import os
+
+    code = main()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    logging.shutdown()  # the JSON log file's handler
+    os._exit(code)
 
 
 def _is_command(argv: list[str]) -> bool:

@@ -16,22 +16,28 @@ import psutil
 
 from tests.kit.fake_api import FakeMessagesAPI, Reply
 from tests.orchestrator.server.conftest import WARREN, Server
+from tests.orchestrator.server.test_fast_exit import alive, held_family
 
 
 def test_sessions_through_the_server_and_a_killed_server(server: Server, tmp_path: Path) -> None:
     workspace = tmp_path / "ws"
     workspace.mkdir()
     held = Reply.text("never finishes", hold_before_stop=True)
-    with FakeMessagesAPI([Reply.text("first answer"), held, Reply.text("resumed")]) as api:
+    first = Reply.text("first answer", hold_before_stop=True)
+    with FakeMessagesAPI([first, held, Reply.text("resumed")]) as api:
         env = {**server.env, "ANTHROPIC_API_KEY": "sk-test", "ANTHROPIC_BASE_URL": api.base_url}
         server.env = env
         pid = server.start(entry=None)
         assert "ANTHROPIC_API_KEY" not in psutil.Process(pid).environ()  # only requests bring it
-        done = subprocess.run(
-            [*WARREN, "-p", "hello"], env=env, cwd=workspace, capture_output=True, text=True,
-            timeout=180,
+        done = subprocess.Popen(
+            [*WARREN, "-p", "hello"], env=env, cwd=workspace,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
-        assert (done.returncode, done.stdout.strip()) == (0, "first answer"), done.stderr
+        family = held_family(pid, api, 1)  # the session process and its tool hosts
+        api.release()
+        out, err = done.communicate(timeout=180)
+        assert (done.returncode, out.strip()) == (0, "first answer"), err
+        assert alive(family) == []  # the session process exits fast, leaving nothing
         assert server.process is not None and server.process.poll() is None
 
         client = subprocess.Popen(
