@@ -15,6 +15,7 @@ from pathlib import Path
 import psutil
 
 from tests.kit.fake_api import FakeMessagesAPI, Reply
+from tests.kit.tty import Terminal
 from tests.orchestrator.server.conftest import WARREN, Server
 from tests.orchestrator.server.test_fast_exit import alive, held_family
 
@@ -38,6 +39,24 @@ def test_sessions_through_the_server_and_a_killed_server(server: Server, tmp_pat
         out, err = done.communicate(timeout=180)
         assert (done.returncode, out.strip()) == (0, "first answer"), err
         assert alive(family) == []  # the session process exits fast, leaving nothing
+
+        script = tmp_path / "script.json"
+        script.write_text('[{"content": [{"type": "text", "text": "hello from the REPL"}]}]')
+        terminal = Terminal.start(
+            [*WARREN, "--model", f"scripted:{script}"], env=env, cwd=workspace,
+            socket_dir=tmp_path,
+        )  # fmt: skip
+        try:  # the REPL in a forked session process, on the client's terminal
+            terminal.wait_for(r"/help for commands", timeout=120)
+            assert len(server.sessions()) == 1  # not in-process
+            terminal.type("say hi")
+            terminal.press("Enter")
+            terminal.wait_for("hello from the REPL", timeout=60)
+            terminal.type("/exit")
+            terminal.press("Enter")
+            assert terminal.wait_exit() == 0
+        finally:
+            terminal.close()
         assert server.process is not None and server.process.poll() is None
 
         client = subprocess.Popen(
