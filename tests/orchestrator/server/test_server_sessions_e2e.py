@@ -57,6 +57,25 @@ def test_sessions_through_the_server_and_a_killed_server(server: Server, tmp_pat
             assert terminal.wait_exit() == 0
         finally:
             terminal.close()
+
+        target = workspace / "new.txt"
+        script.write_text(json.dumps([
+            {"content": [{"type": "tool_use", "name": "Write",
+                          "input": {"file_path": str(target), "content": "hi\n"}}]},
+            {"content": [{"type": "text", "text": "wrote it"}]},
+        ]))  # fmt: skip
+        terminal = Terminal.start(
+            [*WARREN, "-p", "write", "--model", f"scripted:{script}"], env=env, cwd=workspace,
+            socket_dir=tmp_path,
+        )  # fmt: skip
+        try:  # a headless run at a terminal asks there (the terminal by its path)
+            terminal.wait_for(r"Warren asks: allow Write", timeout=120)
+            terminal.type("y")
+            terminal.press("Enter")
+            assert terminal.wait_exit() == 0
+        finally:
+            terminal.close()
+        assert target.read_text() == "hi\n"
         assert server.process is not None and server.process.poll() is None
 
         client = subprocess.Popen(
