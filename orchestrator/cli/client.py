@@ -223,15 +223,21 @@ def run_through_server(argv: Sequence[str]) -> int | None:
         return None
     try:
         return _run_session(link, argv)
-    except _NotTaken:
-        maybe_start_server(argv)  # the old server is on its way out
+    except _NotTaken as exc:
+        if exc.replaced:
+            maybe_start_server(argv)  # the old server is on its way out
         return None
     finally:
         link.close()
 
 
 class _NotTaken(Exception):
-    """The server did not take the run (another version)."""
+    """The server did not take the run: another version (`replaced`: it is on its way out),
+    or a session process that could not become the client's (say, its cwd is gone)."""
+
+    def __init__(self, *, replaced: bool) -> None:
+        super().__init__()
+        self.replaced = replaced
 
 
 def _terminal_fd() -> int | None:
@@ -244,13 +250,17 @@ def _terminal_fd() -> int | None:
 def _run_session(link: ServerLink, argv: Sequence[str]) -> int:
     umask = os.umask(0o022)
     os.umask(umask)
+    try:
+        cwd = os.getcwd()
+    except OSError as exc:  # a directory removed under the shell: in-process says so
+        raise _NotTaken(replaced=False) from exc
     tty = _terminal_fd()
     fds = [0, 1, 2] if tty is None else [0, 1, 2, tty]
     request = {
         "op": "run",
         "version": code_version(),
         "argv": list(argv),
-        "cwd": os.getcwd(),
+        "cwd": cwd,
         "env": dict(os.environ),
         "umask": umask,
         "tty": tty is not None,
@@ -258,7 +268,7 @@ def _run_session(link: ServerLink, argv: Sequence[str]) -> int:
     try:
         link.send(request, fds)
     except OSError as exc:
-        raise _NotTaken from exc
+        raise _NotTaken(replaced=False) from exc
     finally:
         if tty is not None:
             os.close(tty)
@@ -284,8 +294,8 @@ def _run_session(link: ServerLink, argv: Sequence[str]) -> int:
                     "server was stopped or killed); `warren --continue` resumes the session"
                 )
                 return EXIT_SERVER_GONE
-            if "mismatch" in message:
-                raise _NotTaken
+            if "mismatch" in message or "refused" in message:
+                raise _NotTaken(replaced="mismatch" in message)
             if "exit" in message:
                 return int(message["exit"])
     finally:

@@ -265,12 +265,17 @@ def _session_process(conn: socket.socket, state: _ServerState, entry: SessionEnt
             link.send({"mismatch": state.version})
             os.kill(os.getppid(), signal.SIGTERM)  # replaced: the client starts a new one
             os._exit(0)
-        terminal = _become_client(request, fds)
+        try:
+            terminal = _become_client(request, fds)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            link.send({"refused": str(exc)})  # the client runs it in-process, and says why
+            os._exit(1)
         done = threading.Event()
         threading.Thread(target=_forward_signals, args=(link, done), daemon=True).start()
         code = _run(entry, list(request["argv"]), terminal)
         done.set()
-        link.send({"exit": code})
+        with contextlib.suppress(OSError):  # a client that is gone has nobody to tell
+            link.send({"exit": code})
     except BaseException:
         with contextlib.suppress(BaseException):
             import traceback
