@@ -472,7 +472,7 @@ def _prompt(args: argparse.Namespace, terminal: Path | None = None) -> int:
             return trio.run(
                 partial(run_stream_input, host_asks=args.permission_prompt_tool == "stdio"),
                 config,
-                session_parts(),
+                parts,
             )
         if interactive:
             from orchestrator.repl.app import run_repl
