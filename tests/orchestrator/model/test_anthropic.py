@@ -325,10 +325,12 @@ async def test_cancelling_during_backoff_stops_at_once() -> None:
     with FakeMessagesAPI([HttpError(529, headers={"retry-after": "600"})]) as api:
         model = AnthropicModel(TEST_MODEL, api_key="k", base_url=api.base_url)  # real trio.sleep
         seen: list[ModelEvent] = []
-        with trio.move_on_after(0.5) as scope:
-            async with aclosing(model.stream(REQUEST)) as stream:
-                async for event in stream:
-                    seen.append(event)
+        with trio.fail_after(60):  # the backoff alone would take 600 s
+            with trio.CancelScope() as scope:
+                async with aclosing(model.stream(REQUEST)) as stream:
+                    async for event in stream:
+                        seen.append(event)
+                        scope.cancel()  # the stream is in its backoff when it resumes
         await model.aclose()
     assert scope.cancelled_caught
     assert [type(e) for e in seen] == [Retry]
