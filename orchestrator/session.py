@@ -666,6 +666,7 @@ async def open_session(
                 ),
                 hooks=hooks,
                 max_stop_hook_blocks=limits.max_stop_hook_blocks,
+                output_cap=limits.max_tool_output_chars,
             )
             registry = registry.with_tools([dispatch])
         printer.init(
@@ -876,6 +877,7 @@ def _dispatch_tool(
     on_update: Callable[[SubagentUpdate], None],
     hooks: HookRunner,
     max_stop_hook_blocks: int,
+    output_cap: int,
 ) -> Tool[Any]:
     """`dispatch_agent` over the worker pool, with the agent types this workspace defines
     (its `.warren/agents/` only when trusted), the session's tools and permissions, and the
@@ -899,6 +901,7 @@ def _dispatch_tool(
         context=context,
         hooks=hooks,
         max_stop_hook_blocks=max_stop_hook_blocks,
+        output_cap=output_cap,
     )
 
 

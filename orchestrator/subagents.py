@@ -13,12 +13,16 @@ earlier type of the same name:
     ---
     name: reviewer
     description: Reviews a diff for bugs and missing tests.
-    tools: Read, Grep, Glob        # or a YAML list; default: general's tools
+    tools: Read, Grep, mcp__time   # or a YAML list; default: general's tools
     model: claude-haiku-4-5        # default: the session's model
     max_turns: 20                  # default: 50
     writable: false                # default: false (the workspace is mounted read-only)
     ---
     You are a careful reviewer. ...   (the body is the system prompt)
+
+`tools` may name MCP tools (`mcp__server__tool`, or `mcp__server` for all of one server's):
+their servers run beside the coordinator, never per worker, and each call of the subagent is
+run there after the session's policy allowed it (orchestrator/mcp/subagent.py).
 """
 
 from __future__ import annotations
@@ -43,6 +47,8 @@ from sandbox.safe_read import read_bounded_regular
 
 if TYPE_CHECKING:
     from orchestrator.hooks.runner import HookOutcome
+    from orchestrator.model.base import ToolSpec
+    from orchestrator.tools.base import ToolOutput
 
 __all__ = [
     "DEFAULT_MAX_TURNS",
@@ -52,6 +58,7 @@ __all__ = [
     "SubagentFinished",
     "SubagentHookEvent",
     "SubagentHooks",
+    "SubagentMcp",
     "SubagentOutcome",
     "SubagentPermission",
     "SubagentReason",
@@ -71,6 +78,8 @@ MAX_AGENT_FILE_BYTES = 256 * 1024
 """Largest project agent definition read (a system prompt, not a data file)."""
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 _IGNORED_KEYS = frozenset({"color"})
+MCP_PREFIX = "mcp__"
+_MCP_NAME = re.compile(r"^mcp__[A-Za-z0-9_-]+?(__.+)?$")
 """Front matter keys other agent tools write that mean nothing here."""
 
 
@@ -87,7 +96,8 @@ class AgentType(BaseModel):
     """The subagent's instructions (the body of its definition file)."""
     tools: tuple[str, ...] = STATELESS_TOOLS
     """Names of the tools the subagent gets. Default: the read-only built-ins
-    (`orchestrator.tools.registry.STATELESS_TOOLS`)."""
+    (`orchestrator.tools.registry.STATELESS_TOOLS`). An MCP server's tools are named
+    `mcp__server__tool`, or all of them `mcp__server` (`allows`)."""
     model: str | None = None
     """The model that answers it, an id or an alias (`haiku`: resolved to the id); None
     (default) for the session's."""
@@ -115,11 +125,35 @@ class AgentType(BaseModel):
             )
         return value
 
+    @field_validator("tools")
+    @classmethod
+    def _mcp_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for name in value:
+            if name.startswith(MCP_PREFIX) and not _MCP_NAME.match(name):
+                raise ValueError(
+                    f"{name!r}: an MCP tool is named mcp__<server>__<tool>, or mcp__<server> "
+                    "for all the tools of one server"
+                )
+        return value
+
+    def allows(self, tool: str) -> bool:
+        """Whether the subagent may use `tool`: named in `tools`, or an MCP tool of a server
+        named there as `mcp__server`."""
+        if tool in self.tools:
+            return True
+        if not tool.startswith(MCP_PREFIX):
+            return False
+        server, sep, name = tool[len(MCP_PREFIX) :].partition("__")
+        return bool(sep and name) and f"{MCP_PREFIX}{server}" in self.tools
+
     @property
     def leaves_state(self) -> bool:
         """Whether a run can leave anything behind in its worker (files, a shell, background
-        processes): then the worker is replaced after the run instead of reused."""
-        return self.writable or any(t not in STATELESS_TOOLS for t in self.tools)
+        processes): then the worker is replaced after the run instead of reused. MCP tools
+        run in the coordinator: they leave nothing in the worker."""
+        return self.writable or any(
+            t not in STATELESS_TOOLS and not t.startswith(MCP_PREFIX) for t in self.tools
+        )
 
     def system_blocks(self, *, workspace: Path, cwd: Path) -> list[str]:
         access = "read and write" if self.writable else "read (it is mounted read-only)"
@@ -216,7 +250,9 @@ def load_agent_types(
     for directory, source in sources:
         for path in sorted(directory.glob("*.md")) if directory.is_dir() else []:
             agent = parse_agent_file(path, source)
-            unknown = sorted(set(agent.tools) - set(known_tools or ())) if known_tools else []
+            # An MCP tool may be listed only once its server is up: checked at each call.
+            named = {t for t in agent.tools if not t.startswith(MCP_PREFIX)}
+            unknown = sorted(named - set(known_tools or ())) if known_tools else []
             if unknown:
                 raise ConfigError(
                     f"tools: no tool named {', '.join(unknown)} (known: "
@@ -271,6 +307,21 @@ class SubagentHooks(Protocol):
     async def subagent_stop(self, *, active: bool) -> HookOutcome: ...
 
 
+class SubagentMcp(Protocol):
+    """The MCP tools of one subagent, served by the coordinator (orchestrator/mcp/subagent.py's
+    `AgentMcp`): the runner offers `specs` to the worker and hands it each call's result."""
+
+    def specs(self) -> list[ToolSpec]:
+        """The MCP tools the agent type may use, as the coordinator describes them (the same
+        list for the whole run)."""
+        ...
+
+    async def call(self, tool: str, input: dict[str, Any]) -> ToolOutput:
+        """Run one call the permission answer allowed (an error result otherwise); never
+        raises for a bad call."""
+        ...
+
+
 @dataclass(frozen=True)
 class SubagentRequest:
     agent_id: str
@@ -281,6 +332,8 @@ class SubagentRequest:
     """System prompt blocks, most stable first."""
     hooks: SubagentHooks | None = None
     """The session's hooks for this agent; None: none fire."""
+    mcp: SubagentMcp | None = None
+    """Its MCP tools; None: it has none."""
 
 
 @dataclass(frozen=True)

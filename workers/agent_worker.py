@@ -14,7 +14,9 @@ not hold stays with the coordinator and is borrowed over the wire protocol:
   headless deny) answers every tool call; the policy files are not even readable here;
 - hooks: for the events the coordinator has hooks for (`RunAgent.hook_events`), the run's
   pipeline and loop ask the coordinator to run them (`workers.agent_hooks`); a run without
-  hooks sends no hook message and does not even import the hooks layer.
+  hooks sends no hook message and does not even import the hooks layer;
+- MCP tools: the ones the coordinator offers the run (`RunAgent.mcp_tools`) are called there,
+  where the session's servers run (`workers.agent_mcp`); a worker never starts a server.
 
 Everything the worker sends goes through one queue, in order, so a run's events always reach
 the coordinator before its `AgentResult`. Start-up does the slow work (imports, the message
@@ -109,7 +111,12 @@ def log(event: str, level: str = "info", **fields: Any) -> None:
 
 
 _Reply = (
-    wire.ModelEvent | wire.ModelDone | wire.ModelFailed | wire.PermissionReply | wire.HookReply
+    wire.ModelEvent
+    | wire.ModelDone
+    | wire.ModelFailed
+    | wire.PermissionReply
+    | wire.HookReply
+    | wire.McpResult
 )
 
 
@@ -271,6 +278,7 @@ class AgentWorker:
                     | wire.ModelFailed()
                     | wire.PermissionReply()
                     | wire.HookReply()
+                    | wire.McpResult()
                 ):
                     waiting = self._pending.get(message.id)
                     if waiting is not None:
@@ -296,6 +304,8 @@ class AgentWorker:
             extra_roots=self.extra_roots,
         )
         tools = _Tools([t for t in self.tools if t.name in message.tools], self._specs)
+        if message.mcp_tools:
+            tools = self._with_mcp(tools, message)
 
         def emit(event: Event) -> None:
             wired = wire.AgentEvent.of(agent_id, event)
@@ -352,6 +362,30 @@ class AgentWorker:
             self._running = None
             self._run_done.set()
 
+
+    def _with_mcp(self, tools: _Tools, message: wire.RunAgent) -> _Tools:
+        """The run's tools and the MCP tools the coordinator offers it (called there)."""
+        from workers.agent_mcp import ForwardedMcpTool
+
+        async def ask(call: wire.McpCall) -> wire.McpResult:
+            request_id, replies = self.expect("c")
+            try:
+                self.post(call.model_copy(update={"id": request_id}))
+                async for reply in replies:
+                    if isinstance(reply, wire.McpResult):
+                        return reply
+                return wire.McpResult(id=request_id, content="No answer.", is_error=True)
+            finally:
+                self.forget(request_id)
+
+        own = set(tools.names())
+        forwarded = [
+            ForwardedMcpTool(spec, agent_id=message.id, ask=ask)
+            for spec in message.mcp_tools
+            if spec.name not in own
+        ]
+        specs = {**self._specs, **{spec.name: spec for spec in message.mcp_tools}}
+        return _Tools([*tools, *forwarded], specs)
 
     def _hooks(self, message: wire.RunAgent, ctx: ToolContext) -> HookRunner:
         """The run's hooks: each event the coordinator named is asked of it."""

@@ -21,14 +21,16 @@ Lifecycle of a worker:
 While a run goes on, the pool serves the worker: model requests stream through the
 `ModelBroker` (the coordinator's one client, with the session's limits), permission asks go to
 the session's permission function, hook asks to the session's hooks for the run
-(`SubagentRequest.hooks`, run here, in the coordinator), and the run's events go to
+(`SubagentRequest.hooks`, run here, in the coordinator), MCP tool calls to the run's
+`SubagentRequest.mcp` (the session's servers, never one per worker), and the run's events go to
 `on_event`.
 
 A worker runs model-chosen code next to its tools, so nothing it sends is trusted
 (`_admit`): a model request must carry the system prompt the coordinator sent for the run and
 only tools of the agent type (whose descriptions and schemas are the coordinator's own, not the
-worker's); its `max_tokens` is clamped to the run's (the model's output limit: the run's
-loop asks for the model's default and retries a cut tool call up to the limit); a run makes
+worker's; for MCP tools, those the run started with); its `max_tokens` is clamped to the
+run's (the model's output limit: the run's loop asks for the model's default and retries a cut
+tool call up to the limit); a run makes
 at most `max_turns` of its agent type and `max_model_requests` (default 200) requests. A
 request that breaks one of these is refused and the worker killed, so the subagent ends with
 `worker_protocol` or `worker_limit`, saying why; the main agent goes on.
@@ -223,6 +225,8 @@ class _Run:
     """The messages of the agent's last model request (they arrive as deltas)."""
     model_requests: int = 0
     """Model requests the worker sent for this run so far."""
+    mcp_specs: dict[str, ToolSpec] = field(default_factory=dict)
+    """The MCP tools offered to the run (`RunAgent.mcp_tools`), by name."""
 
     def model_request(self, message: wire.ModelRequest, admitted: ModelRequest) -> ModelRequest:
         """The full request: `admitted`'s system, tools and max_tokens (see `WorkerPool._admit`)
@@ -412,6 +416,8 @@ class WorkerPool:
         worker.failure = None
         worker.answered = False
         worker.malformed = worker.log_bytes = worker.output_bytes = 0
+        if request.mcp is not None:
+            run.mcp_specs = {spec.name: spec for spec in request.mcp.specs()}
         message = wire.RunAgent(
             id=request.agent_id,
             prompt=request.prompt,
@@ -421,6 +427,7 @@ class WorkerPool:
             max_turns=request.agent_type.max_turns,
             max_tokens=default_max_tokens(run.model),
             thinking_budget=self.options.thinking_budget,
+            mcp_tools=list(run.mcp_specs.values()),
             **(
                 {}
                 if request.hooks is None
@@ -475,6 +482,8 @@ class WorkerPool:
                     nursery.start_soon(self._answer, worker, message, permission)
                 case wire.HookAsk(agent=source) if source == agent_id:
                     nursery.start_soon(self._answer_hook, worker, message, run.request.hooks)
+                case wire.McpCall(agent=source) if source == agent_id:
+                    nursery.start_soon(self._answer_mcp, worker, message, run)
                 case wire.Malformed(detail=detail):
                     self._log.warning("worker rejected a line", agent_id=agent_id, detail=detail)
                 case _:
@@ -531,9 +540,13 @@ class WorkerPool:
         if message.system != run.request.system:
             raise _Refused("worker_protocol", "its system prompt is not the agent type's")
         names = [spec.name for spec in message.tools]
-        known = self._tool_specs(worker.writable)
+        known = {**self._tool_specs(worker.writable), **run.mcp_specs}
         extra = sorted(
-            {name for name in names if name not in agent_type.tools or name not in known}
+            {
+                name
+                for name in names
+                if name not in known or (name not in agent_type.tools and name not in run.mcp_specs)
+            }
         )
         if extra:
             raise _Refused(
@@ -613,6 +626,17 @@ class WorkerPool:
             return
         worker.post(_hook_reply(message.id, outcome))
 
+    async def _answer_mcp(self, worker: _Worker, message: wire.McpCall, run: _Run) -> None:
+        """Run a subagent's MCP call in the coordinator (`SubagentRequest.mcp`, which runs
+        only a call its permission answer allowed)."""
+        mcp = run.request.mcp
+        if mcp is None:
+            why = f"{message.tool} is not one of this agent's tools; it was not run."
+            worker.post(wire.McpResult(id=message.id, content=why, is_error=True))
+            return
+        output = await mcp.call(message.tool, message.input)
+        worker.post(wire.McpResult(id=message.id, content=output.content, is_error=output.is_error))
+
     async def _cancel(self, worker: _Worker, run: _Run) -> wire.AgentResult | None:
         """Ask the worker to interrupt the run and wait (bounded) for its result; kill it if
         none comes. Called shielded."""
@@ -624,7 +648,9 @@ class WorkerPool:
             async for message in worker.messages:
                 if isinstance(message, wire.AgentResult) and message.id == agent_id:
                     return message
-                if isinstance(message, wire.ModelRequest | wire.PermissionAsk | wire.HookAsk):
+                if isinstance(
+                    message, wire.ModelRequest | wire.PermissionAsk | wire.HookAsk | wire.McpCall
+                ):
                     self._refuse(worker, message)
             return None
         worker.kill("worker_limit", f"it did not stop within {self.options.cancel_wait_s:g} s")
@@ -632,7 +658,8 @@ class WorkerPool:
 
     @staticmethod
     def _refuse(
-        worker: _Worker, message: wire.ModelRequest | wire.PermissionAsk | wire.HookAsk
+        worker: _Worker,
+        message: wire.ModelRequest | wire.PermissionAsk | wire.HookAsk | wire.McpCall,
     ) -> None:
         stopping = "The subagent is being stopped."
         match message:
@@ -642,6 +669,8 @@ class WorkerPool:
                 worker.post(wire.PermissionReply(id=message.id, allow=False, message=stopping))
             case wire.HookAsk():
                 worker.post(wire.HookReply(id=message.id, deny=True, message=stopping))
+            case wire.McpCall():
+                worker.post(wire.McpResult(id=message.id, content=stopping, is_error=True))
 
     async def _watch_limits(self, worker: _Worker) -> None:
         """Kill the worker when its process tree passes the memory or CPU limit."""

@@ -41,6 +41,8 @@ policy ever enters its sandbox:
         |  PermissionReply{id, allow, ...} ---->
         |  <------------------------------------ HookAsk{id, agent, event, ...}  (hooks only)
         |  HookReply{id, deny, ...} ----------->
+        |  <------------------------------------ McpCall{id, agent, tool, input}  (MCP only)
+        |  McpResult{id, content, is_error} --->
         |  <------------------------------------ AgentEvent{id, turn | tool_results | ...}
         |  Cancel{id: the agent's} ------------>                          (optional)
         |  <------------------------------------ AgentResult{id, reason, result, usage, ...}
@@ -51,6 +53,13 @@ for (PreToolUse, PostToolUse, SubagentStop), and only for those does the worker 
 `HookAsk`, which the coordinator answers by running its hooks (a session without hooks sends
 none). The coordinator also applies a PreToolUse hook's allow/ask to the call's
 `PermissionAsk` itself, and refuses a call whose PreToolUse hooks were never asked for.
+
+MCP servers stay with the coordinator as well (they are never started per worker):
+`RunAgent.mcp_tools` holds the specs of the MCP tools the agent type may use, as the
+coordinator lists them; the worker offers them to its model and runs each call through its own
+pipeline (hooks and permission asked upward as for any tool), then sends `McpCall`, which the
+coordinator runs only when its permission answer allowed exactly that call
+(`orchestrator/mcp/subagent.py`).
 
 A `ModelRequest` carries only what is new since the agent's previous request (`keep` says how
 many of the previous request's messages come first), so a long subagent run does not send its
@@ -107,6 +116,8 @@ __all__ = [
     "LedgerDelta",
     "LineReader",
     "Malformed",
+    "McpCall",
+    "McpResult",
     "Message",
     "ModelDone",
     "ModelEvent",
@@ -132,7 +143,7 @@ __all__ = [
     "oversized_id",
 ]
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 """Sent in `Ready`; raised whenever an existing message changes incompatibly."""
 
 MAX_LINE_BYTES = 16 * 1024 * 1024
@@ -322,6 +333,9 @@ class RunAgent(_Wire):
     only."""
     max_stop_hook_blocks: int = Field(default=5, ge=0)
     """Times SubagentStop hooks may keep the agent going (the session's `[limits]`)."""
+    mcp_tools: list[ToolSpec] = Field(default_factory=list)
+    """The MCP tools the agent may use, as the coordinator describes them: each call goes
+    back to the coordinator as an `McpCall`."""
 
 
 class AgentEvent(_Wire):
@@ -525,6 +539,27 @@ class HookReply(_Wire):
     stop_reason: str | None = None
 
 
+class McpCall(_Wire):
+    """Run MCP tool `tool` for agent `agent` in the coordinator, after its permission answer
+    allowed this very input; answered by one `McpResult`."""
+
+    type: Literal["mcp_call"] = "mcp_call"
+    id: str
+    agent: str
+    tool: str
+    input: dict[str, Any]
+
+
+class McpResult(_Wire):
+    """The tool_result content of an `McpCall` (capped by the coordinator), or why it was not
+    run (`is_error`)."""
+
+    type: Literal["mcp_result"] = "mcp_result"
+    id: str
+    content: str | ToolResultContent
+    is_error: bool = False
+
+
 Message = Annotated[
     Ready
     | ValidateTool
@@ -547,7 +582,9 @@ Message = Annotated[
     | PermissionAsk
     | PermissionReply
     | HookAsk
-    | HookReply,
+    | HookReply
+    | McpCall
+    | McpResult,
     Field(discriminator="type"),
 ]
 

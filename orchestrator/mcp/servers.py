@@ -18,7 +18,7 @@ then the launcher's own SIGTERM/SIGKILL teardown), so no server process outlives
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -403,10 +403,16 @@ class McpServers:
         found = self._servers.get(server)
         return None if found is None else found.tools.get(name)
 
-    async def wait_started(self, timeout_s: float = math.inf) -> None:
-        """Wait until no server is starting (for `warren doctor` and tests)."""
+    async def wait_started(
+        self, timeout_s: float = math.inf, *, names: Collection[str] | None = None
+    ) -> None:
+        """Wait until no server (of `names`, when given) is starting (`warren doctor`, a
+        subagent that names a server's tools, tests). Each start is bounded by the server's
+        own `startup_timeout_s`."""
         with trio.move_on_after(timeout_s):
             for server in self._servers.values():
+                if names is not None and server.name not in names:
+                    continue
                 while server.status == "starting":
                     await server._change.wait()
 

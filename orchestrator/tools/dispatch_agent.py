@@ -7,7 +7,9 @@ the subagent's own turns go to its sidechain transcript
 `on_update` sink (stream-json, progress). Each of the subagent's tool calls is decided by this
 session's permission function; asks go to the session's asker one at a time. The session's
 PreToolUse, PostToolUse and SubagentStop hooks fire for the subagent too, run here with its
-`agent_id` (orchestrator/hooks/subagent.py).
+`agent_id` (orchestrator/hooks/subagent.py). An agent type that names MCP tools uses the
+session's servers through this coordinator (orchestrator/mcp/subagent.py): a call its
+permission answer allows is granted there, and only a granted call runs.
 
 A call is read-only and concurrency-safe exactly when its agent type cannot write, so several
 read-only dispatches in one turn run in parallel and the scheduler is never told a writing
@@ -32,6 +34,7 @@ from orchestrator.errors import ToolError
 from orchestrator.events import AssistantTurn, RetryScheduled, ToolResultsMessage
 from orchestrator.messages import Message, ToolUseBlock
 from orchestrator.permissions import Allow, Ask, Asker, Deny, PermissionFn
+from orchestrator.pipeline import DEFAULT_OUTPUT_CAP
 from orchestrator.plan import Assessor, plan_call, tool_assessor
 from orchestrator.subagents import (
     AgentType,
@@ -59,6 +62,7 @@ from policies.facts import ToolFacts
 if TYPE_CHECKING:
     from orchestrator.hooks.runner import HookRunner
     from orchestrator.hooks.subagent import AgentHooks
+    from orchestrator.mcp.subagent import AgentMcp
 
 __all__ = ["DispatchAgentInput", "DispatchAgentTool", "sidechain_path"]
 
@@ -120,6 +124,7 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
         context: str | None = None,
         hooks: HookRunner | None = None,
         max_stop_hook_blocks: int = 5,
+        output_cap: int = DEFAULT_OUTPUT_CAP,
     ) -> None:
         """
         `runner`: where subagents run (the worker pool).
@@ -137,6 +142,8 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
         `hooks`: the session's; its PreToolUse, PostToolUse and SubagentStop hooks fire for
         each subagent. `max_stop_hook_blocks`: SubagentStop blocks a subagent may take
         (`[limits]`, default 5).
+        `output_cap`: characters of a subagent's MCP tool result (the session's
+        `max_tool_output_chars`).
         """
         self._runner = runner
         self._types = dict(agent_types)
@@ -150,6 +157,7 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
         self._ask_lock = trio.Lock()
         self._hooks = hooks
         self._max_stop_hook_blocks = max_stop_hook_blocks
+        self._output_cap = output_cap
         # The model is told which types exist, and they differ per session.
         self.description = DESCRIPTION + "\n".join(  # type: ignore[misc]
             _describe(t) for t in self._types.values()
@@ -182,6 +190,13 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
         agent_id = f"agent-{uuid.uuid4().hex[:12]}"
         transcript = self._open_sidechain(ctx, agent_id, agent_type, input)
         hooks = self._agent_hooks(agent_id, agent_type, transcript)
+
+        def on_event(update: SubagentEvent) -> None:
+            if transcript is not None:
+                _record(transcript, update)
+            self._on_update(update)
+
+        mcp = await self._agent_mcp(agent_type, ctx, agent_id, on_event)
         request = SubagentRequest(
             agent_id=agent_id,
             agent_type=agent_type,
@@ -191,13 +206,8 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
                 *([self._context] if self._context else []),
             ],
             hooks=hooks,
+            mcp=mcp,
         )
-
-        def on_event(update: SubagentEvent) -> None:
-            if transcript is not None:
-                _record(transcript, update)
-            self._on_update(update)
-
         self._on_update(
             SubagentStarted(
                 agent_id,
@@ -211,7 +221,9 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
         try:
             who = f"subagent {agent_id} ({' '.join(input.description.split())})"
             outcome = await self._runner.run(
-                request, on_event=on_event, permission=self._decider(agent_type, ctx, hooks, who)
+                request,
+                on_event=on_event,
+                permission=self._decider(agent_type, ctx, hooks, who, mcp),
             )
             if transcript is not None:
                 transcript.write(_result_line(outcome))
@@ -235,23 +247,55 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
         hooks = AgentHooks(
             self._hooks,
             agent_id=agent_id,
-            tools=ToolRegistry(t for t in self._tools if t.name in agent_type.tools),
+            tools=ToolRegistry(t for t in self._tools if agent_type.allows(t.name)),
             assessor=self._assessor,
             max_stop_blocks=self._max_stop_hook_blocks,
             transcript=None if transcript is None else str(transcript.path),
         )
         return hooks if hooks.events else None
 
+    async def _agent_mcp(
+        self,
+        agent_type: AgentType,
+        ctx: ToolContext,
+        agent_id: str,
+        on_event: Callable[[SubagentEvent], None],
+    ) -> AgentMcp | None:
+        """The subagent's MCP tools, when its type names some and the session has servers."""
+        if not any(t.startswith("mcp__") for t in agent_type.tools):
+            return None
+        from orchestrator.mcp.subagent import agent_mcp
+
+        return await agent_mcp(
+            self._tools,
+            agent_type,
+            ctx,
+            output_cap=self._output_cap,
+            emit=lambda event: on_event(SubagentEvent(agent_id, event)),
+        )
+
     def _decider(
-        self, agent_type: AgentType, ctx: ToolContext, hooks: AgentHooks | None, who: str
+        self,
+        agent_type: AgentType,
+        ctx: ToolContext,
+        hooks: AgentHooks | None,
+        who: str,
+        mcp: AgentMcp | None = None,
     ) -> SubagentPermission:
         """The final answer for each tool call of one subagent: the policy's, narrowed by
         the call's PreToolUse hooks as the pipeline narrows the main agent's
         (`ToolPipeline._decide`). An ask goes to the session's asker labelled with `who`
-        (the subagent's id and description)."""
+        (the subagent's id and description). An allowed MCP call is granted to `mcp`, which
+        runs it."""
 
         async def decide(name: str, raw: dict[str, Any]) -> Allow | Deny:
-            tool = self._tools.get(name) if name in agent_type.tools else None
+            answer = await decide_only(name, raw)
+            if isinstance(answer, Allow) and mcp is not None and name.startswith("mcp__"):
+                mcp.grant(name, raw if answer.updated_input is None else answer.updated_input)
+            return answer
+
+        async def decide_only(name: str, raw: dict[str, Any]) -> Allow | Deny:
+            tool = self._tools.get(name) if agent_type.allows(name) else None
             if tool is None:
                 return Deny(
                     f"{name} is not one of the tools of a {agent_type.name} agent "

@@ -90,6 +90,7 @@ def _run(
     api: FakeMessagesAPI,
     home: Path | None = None,
     prompt: str = "go",
+    mode: str = "bypass",
     **extra: str,
 ) -> subprocess.CompletedProcess[str]:
     env = {
@@ -105,7 +106,7 @@ def _run(
         env["HOME"] = str(home)
     args = ["-p", prompt, "--cwd", str(ws), "--output-format", "stream-json"]
     return subprocess.run(
-        [*WARREN, *args, "--permission-mode", "bypass"],
+        [*WARREN, *args, "--permission-mode", mode],
         env=env,
         capture_output=True,
         text=True,
@@ -389,3 +390,73 @@ env = {{ PYTHONPATH = "{ROOT}" }}
     assert 'uri=\\"notes://today\\"' in sent
     assert sent.count("<resource server=") == 2  # @other is not a server: left as text
     assert "notes://nope" in sent and "not read" in sent
+
+
+CLOCK_AGENT = """---
+name: clock
+description: Tells the time.
+tools: Read, mcp__time__get_current_time
+---
+You tell the time.
+"""
+
+
+def test_a_subagent_uses_the_mcp_tools_its_type_names_through_the_coordinator(
+    tmp_path: Path,
+) -> None:
+    """A user agent type naming `mcp__time__get_current_time`: its subagent is offered that
+    tool (and not the server's other one), its call runs in the coordinator's one server
+    (no server is started for the worker) and the result reaches its model; its call of
+    `mcp__time__convert_time`, which the policy would allow but its type does not name, gets
+    an error result. No server process is left after the run."""
+    ws = _workspace(tmp_path)
+    _user_policy(
+        tmp_path / "config",
+        f"""
+[permissions]
+allow = ["mcp__time", "dispatch_agent"]
+
+[mcp.servers.time]
+command = "{BIN / "mcp-server-time"}"
+args = ["--local-timezone", "UTC"]
+""",
+    )
+    (tmp_path / "config" / "warren" / "agents").mkdir()
+    (tmp_path / "config" / "warren" / "agents" / "clock.md").write_text(CLOCK_AGENT)
+    servers: list[int] = []
+    convert = {"source_timezone": "UTC", "time": "12:00", "target_timezone": "Europe/Paris"}
+
+    def route(request: RecordedRequest) -> FakeResponse:
+        if "dispatched by another agent" not in json.dumps(request.system):
+            if len(request.messages) == 1:
+                return Reply.tool_use(
+                    "dispatch_agent",
+                    {"description": "tell the time", "prompt": "time?", "subagent_type": "clock"},
+                )
+            return Reply.text("done")
+        servers.append(len(_servers_named(str(BIN / "mcp-server-time"))))
+        turn = len(request.messages)
+        if turn == 1:
+            return Reply.tool_use("mcp__time__get_current_time", {"timezone": "UTC"})
+        if turn == 3:
+            return Reply.tool_use("mcp__time__convert_time", convert)
+        return Reply.text("TIME-REPORT")
+
+    with FakeMessagesAPI(route=route) as api:
+        done = _run(ws, tmp_path, api, mode="default")
+        requests = api.requests
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    sub = [r for r in requests if "dispatched by another agent" in json.dumps(r.system)]
+    assert len(sub) == 3
+    offered = [tool["name"] for tool in sub[0].body["tools"]]
+    assert "mcp__time__get_current_time" in offered and "Read" in offered
+    assert "mcp__time__convert_time" not in offered
+    [allowed] = [b for b in sub[1].messages[-1]["content"] if b.get("type") == "tool_result"]
+    assert not allowed["is_error"] and '"timezone": "UTC"' in allowed["content"]
+    [refused] = [b for b in sub[2].messages[-1]["content"] if b.get("type") == "tool_result"]
+    assert refused["is_error"] and "mcp__time__convert_time" in json.dumps(refused["content"])
+    [dispatch] = _results(done.stdout)
+    assert "TIME-REPORT" in json.dumps(dispatch["content"])
+    assert servers and max(servers) <= 2  # the coordinator's one server (bwrap + its child)
+    assert not _servers_named(str(BIN / "mcp-server-time"))
