@@ -15,7 +15,10 @@ It says `Ready` like a real worker, then on `RunAgent`:
 - `many-requests`: sends model requests one after another (each after the previous one's
   answer) until one is refused, then an `AgentResult` with the count;
 - `skip-hooks`: asks permission for a Probe call without asking its PreToolUse hooks first,
-  then an `AgentResult` saying what the coordinator answered.
+  then an `AgentResult` saying what the coordinator answered;
+- `unasked-mcp`: sends `McpCall`s the coordinator never allowed: the first offered MCP tool
+  without asking permission, a tool its agent type lacks, then the offered one after an
+  allowed permission ask, twice (one grant, two calls); an `AgentResult` lists the answers.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ import signal
 import sys
 from collections.abc import Iterator
 from typing import BinaryIO
+
+from pydantic import BaseModel
 
 from orchestrator.messages import Message
 from orchestrator.model.base import ToolSpec
@@ -85,6 +90,32 @@ def _forge(out: BinaryIO, lines: Iterator[bytes], run: wire.RunAgent, mode: str)
     out.flush()
 
 
+def _forge_mcp(out: BinaryIO, lines: Iterator[bytes], run: wire.RunAgent) -> None:
+    replies = (wire.decode_line(line) for line in lines)
+
+    def send(message: BaseModel) -> None:
+        out.write(wire.encode(message))
+        out.flush()
+
+    def call(number: int, tool: str, input: dict[str, str]) -> str:
+        send(wire.McpCall(id=f"c{number}", agent=run.id, tool=tool, input=input))
+        reply = next((r for r in replies if isinstance(r, wire.McpResult)), None)
+        return "no answer" if reply is None else f"error={reply.is_error}: {reply.content}"
+
+    offered = [spec.name for spec in run.mcp_tools]
+    tool = offered[0] if offered else "mcp__time__get_current_time"
+    utc = {"timezone": "UTC"}
+    said = [f"offered={offered}", "unasked " + call(1, tool, utc)]
+    said.append("other " + call(2, "mcp__time__convert_time", {"time": "12:00"}))
+    send(wire.PermissionAsk(id="p1", agent=run.id, tool=tool, input=utc))
+    reply = next((r for r in replies if isinstance(r, wire.PermissionReply)), None)
+    said.append(f"permission allow={reply is not None and reply.allow}")
+    said.append("granted " + call(3, tool, utc))
+    said.append("replayed " + call(4, tool, utc))
+    result = wire.AgentResult(id=run.id, reason="completed", result="\n".join(said), num_turns=1)
+    send(result)
+
+
 def main() -> None:
     mode = sys.argv[1]
     proto_in, proto_out = take_stdio()  # where the sandbox put the protocol, as a real worker
@@ -101,6 +132,8 @@ def main() -> None:
             continue
         if mode.startswith("forge-") or mode == "many-requests":
             _forge(out, lines, message, mode)
+        elif mode == "unasked-mcp":
+            _forge_mcp(out, lines, message)
         elif mode == "skip-hooks":
             ask = wire.PermissionAsk(id="p1", agent=message.id, tool="Probe", input={"label": ""})
             out.write(wire.encode(ask))
