@@ -76,6 +76,7 @@ from orchestrator.transcripts import SessionStore, Transcript
 from policies.files import Mode
 
 if TYPE_CHECKING:
+    from orchestrator.mcp.deferred import DeferredMcp
     from orchestrator.mcp.servers import McpServers
     from sandbox.probe import FloorReport
 
@@ -334,11 +335,12 @@ class Session:
         self._denials = denials or DenialLog()
         self._control: RunControl | None = None
         self._start_context: list[str] = []
+        """SessionStart hooks' context, added to the next prompt."""
         self.subagent_spend: dict[str, ModelUsage] = {}
         """Subagents' model turns in the current run, by model (the result's `modelUsage`)."""
-        self.mcp: McpServers | None = None
-        """The session's MCP servers (their resources answer `@server:uri` in prompts)."""
-        """SessionStart hooks' context, added to the next prompt."""
+        self.mcp_source: DeferredMcp | None = None
+        """The session's MCP servers, started once the first model request is answered
+        (orchestrator/mcp/deferred.py); None without servers."""
         self.compactor = Compactor(
             window=limits.context_window or context_window(model.model),
             threshold=limits.compact_threshold,
@@ -389,10 +391,12 @@ class Session:
                     self._rejected(f"The prompt was blocked by a hook: {why}", started)
                 )
             context.extend(submitted.context)
-        if self.mcp is not None and "@" in prompt:
+        if self.mcp_source is not None and "@" in prompt:
             from orchestrator.mcp.resources import resolve_mentions
 
-            context.extend(await resolve_mentions(prompt, self.mcp))
+            servers = await self.mcp_servers()
+            if servers is not None:
+                context.extend(await resolve_mentions(prompt, servers))
         message = Message(
             role="user",
             content=[TextBlock(text=prompt), *(TextBlock(text=text) for text in context)],
@@ -400,9 +404,14 @@ class Session:
         self._io.write(lambda: self.transcript.message(message))
         self._io.write(lambda: self.transcript.note_prompt(prompt))
         spent = _spend(self.model)
+        model: ModelClient = self.model
+        if self.mcp_source is not None and not self.mcp_source.requested:
+            from orchestrator.mcp.deferred import FirstRequestStarts
+
+            model = FirstRequestStarts(self.model, self.mcp_source)
         try:
             result = await run_loop(
-                model=self.model,
+                model=model,
                 messages=[*self.history, message],
                 pipeline=self._pipeline,
                 config=LoopConfig(
@@ -433,6 +442,23 @@ class Session:
             "hook_blocked", list(self.history), 0, Usage(), 0.0, why,
             time.monotonic() - started,
         )  # fmt: skip
+
+    @property
+    def mcp(self) -> McpServers | None:
+        """The session's MCP servers once they have been started (`start_mcp`,
+        `mcp_servers`), else None."""
+        return None if self.mcp_source is None else self.mcp_source.servers
+
+    def start_mcp(self) -> None:
+        """Start the MCP servers now, not after the first model request (the REPL: the user
+        is typing)."""
+        if self.mcp_source is not None:
+            self.mcp_source.start()
+
+    async def mcp_servers(self) -> McpServers | None:
+        """The session's MCP servers, started now if they were not yet (each may still be
+        starting); None when it has none."""
+        return None if self.mcp_source is None else await self.mcp_source.ready()
 
     async def start(self) -> None:
         """Fire SessionStart (`startup`, or `resume` for a resumed conversation): what the
@@ -645,10 +671,16 @@ async def open_session(
             else headless_asker
         )
         if parts.mcp is not None and policy.effective.mcp_servers:
-            from orchestrator.mcp.tool import McpTools  # the MCP SDK only when servers exist
+            from orchestrator.mcp.deferred import DeferredMcp  # no MCP SDK until they start
 
-            servers = await stack.enter_async_context(parts.mcp(ctx, policy))
-            registry = ToolRegistry(list(registry), [McpTools(servers)])
+            open_mcp = parts.mcp
+            servers = await stack.enter_async_context(
+                DeferredMcp(
+                    lambda: open_mcp(ctx, policy),
+                    [name for name, _, _ in policy.effective.mcp_servers],
+                ).running()
+            )
+            registry = ToolRegistry(list(registry), [servers])
         else:
             servers = None
         if parts.subagents is not None and sandboxed and limits.max_subagents > 0:
@@ -716,7 +748,7 @@ async def open_session(
             denials=denials,
         )
         session.subagent_spend = subagent_spend
-        session.mcp = servers
+        session.mcp_source = servers
         if hooks.has("SessionEnd"):
             stack.push_async_callback(_shielded, _session_end(hooks))
         await session.start()

@@ -28,7 +28,8 @@ import structlog
 
 from orchestrator.aio import closing_iter
 from orchestrator.events import Event, PermissionDecided
-from orchestrator.mcp.tool import McpTools, split_name
+from orchestrator.mcp.deferred import DeferredMcp
+from orchestrator.mcp.tool import split_name
 from orchestrator.model.base import ToolSpec
 from orchestrator.subagents import MCP_PREFIX, AgentType
 from orchestrator.text import truncate_middle
@@ -148,16 +149,18 @@ async def agent_mcp(
     emit: Callable[[Event], None],
 ) -> AgentMcp | None:
     """The MCP tools of a subagent of `agent_type`, once the servers it names have finished
-    starting (each within its `startup_timeout_s`); None when it names none, or the session
-    has no MCP servers."""
+    starting (started now if the session had not started them yet; each within its
+    `startup_timeout_s`); None when it names none, or the session has no MCP servers."""
     named = {
         (split_name(t) or (t[len(MCP_PREFIX) :], ""))[0]
         for t in agent_type.tools
         if t.startswith(MCP_PREFIX)
     }
-    sources = [s for s in tools.sources if isinstance(s, McpTools)]
+    sources = [s for s in tools.sources if isinstance(s, DeferredMcp)]
     if not named or not sources:
         return None
     for source in sources:
-        await source.servers.wait_started(names=named)
+        servers = await source.ready()
+        if servers is not None:
+            await servers.wait_started(names=named)
     return AgentMcp(tools, agent_type, ctx, output_cap=output_cap, emit=emit)

@@ -176,6 +176,7 @@ class Repl:
                     if session.session_id not in self.session_ids:
                         self.session_ids.append(session.session_id)
                     self._banner(session)
+                    session.start_mcp()  # the user is typing: nothing to keep them off
                     action = await self._loop(session, pending)
             except ConfigError as exc:
                 self.console.print(Text(f"warren: {escape_controls(str(exc))}", "red"))

@@ -319,7 +319,7 @@ _EXPAND_LINES = 5_000
 
 
 async def _mcp(repl: Repl, session: Session, arg: str) -> Action | None:
-    servers = session.mcp
+    servers = await session.mcp_servers()
     if servers is None or not servers.names():
         _say(repl, "No MCP servers in force here (`warren mcp add` adds one).", "dim")
         return None

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from orchestrator.cli.wiring import _plain_process
 from orchestrator.events import PermissionDecided
+from orchestrator.mcp.deferred import DeferredMcp
 from orchestrator.mcp.servers import ServerProcess, open_mcp_servers
-from orchestrator.mcp.tool import McpTools
 from orchestrator.messages import ContentBlock
 from orchestrator.model.base import ModelRequest
 from orchestrator.permissions import Allow, PermissionResult, headless_asker
@@ -68,7 +68,9 @@ async def test_a_worker_cannot_call_an_mcp_tool_it_was_not_allowed(tmp_path: Pat
 
     updates: list[SubagentUpdate] = []
     async with (
-        open_mcp_servers({"time": (config, "test")}, _launch) as servers,
+        DeferredMcp(
+            lambda: open_mcp_servers({"time": (config, "test")}, _launch), ["time"]
+        ).running() as servers,
         open_worker_pool(
             broker=ModelBroker(FunctionModel(never)),
             workspace=ws,
@@ -77,7 +79,7 @@ async def test_a_worker_cannot_call_an_mcp_tool_it_was_not_allowed(tmp_path: Pat
             tools=FACTORY,
         ) as pool,
     ):
-        registry = ToolRegistry(list(tools("read_only")), [McpTools(servers)])
+        registry = ToolRegistry(list(tools("read_only")), [servers])
         tool = DispatchAgentTool(
             runner=pool,
             agent_types={"clock": CLOCK},
