@@ -54,11 +54,27 @@ def add_commands(sub: Any, summaries: dict[str, str]) -> None:
     remove.set_defaults(handler=_remove)
     serve = commands.add_parser(
         "serve",
-        help="serve Warren's file and shell tools over MCP (stdio), under the floor and policy",
-        description="warren mcp serve [--cwd DIR]: an MCP server on stdin/stdout offering "
-        "Read, Glob, Grep, LS, Edit, MultiEdit, Write, NotebookEdit and Bash; every call goes "
-        "through the repository's policy (an ask is a denial: nobody can answer), the audit "
-        "log and the sandbox, as a model's call would.",
+        help="serve Warren's file and shell tools over MCP (stdio or HTTP), under the floor "
+        "and policy",
+        description="warren mcp serve [--cwd DIR] [--http PORT [--token-file FILE]]: an MCP "
+        "server on stdin/stdout (or streamable HTTP on 127.0.0.1:PORT) offering Read, Glob, "
+        "Grep, LS, Edit, MultiEdit, Write, NotebookEdit and Bash; every call goes through the "
+        "repository's policy (an ask is a denial: nobody can answer), the audit log and the "
+        "sandbox, as a model's call would. Over HTTP every request needs `Authorization: "
+        "Bearer TOKEN`: the token is read from --token-file, or made up and printed on stderr.",
+    )
+    serve.add_argument(
+        "--http",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="serve streamable HTTP on 127.0.0.1:PORT (0: any free port) instead of stdio",
+    )
+    serve.add_argument(
+        "--token-file",
+        type=Path,
+        default=None,
+        help="with --http: the file holding the bearer token clients must send",
     )
     serve.add_argument("--cwd", type=Path, default=None, help="the workspace (default: here)")
     serve.add_argument(
@@ -84,25 +100,63 @@ def _list(args: argparse.Namespace) -> int:
     return printed(commands.mcp_list((args.cwd or Path.cwd()).absolute()))
 
 
+def _token(path: Path | None) -> str | None:
+    """The bearer token: the file's first line, or a fresh one printed on stderr. None (and
+    one line said) when the file cannot be read or holds none."""
+    import secrets
+
+    from orchestrator.cli.run import say
+
+    if path is None:
+        token = secrets.token_urlsafe(32)
+        say(f"warren: mcp serve: bearer token (send `Authorization: Bearer ...`): {token}")
+        return token
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        say(f"warren: mcp serve: cannot read --token-file {path}: {exc}")
+        return None
+    token = lines[0].strip() if lines else ""
+    if len(token) < 16:
+        say(f"warren: mcp serve: --token-file {path} must hold a token of 16 characters or more")
+        return None
+    return token
+
+
 def _serve(args: argparse.Namespace) -> int:
+    import functools
+
     import trio
 
     from orchestrator.cli.run import say
     from orchestrator.cli.wiring import session_parts
     from orchestrator.errors import ConfigError
-    from orchestrator.mcp.serve import serve_stdio
+    from orchestrator.mcp.serve import serve_http, serve_stdio
     from orchestrator.outcome import EXIT_USAGE
     from orchestrator.session import SessionConfig
     from orchestrator.text import escape_controls
     from policies.files import split_tool_list
 
+    if args.token_file is not None and args.http is None:
+        say("warren: mcp serve: --token-file goes with --http")
+        return EXIT_USAGE
+    if args.http is not None and not 0 <= args.http <= 65535:
+        say(f"warren: mcp serve: --http {args.http} is not a port (0 to 65535)")
+        return EXIT_USAGE
     try:
         config = SessionConfig(
             cwd=(args.cwd or Path.cwd()).absolute(),
             permission_mode=args.permission_mode,
             allowed_tools=frozenset(split_tool_list(args.allowed_tools)),
         )
-        trio.run(serve_stdio, config, session_parts())
+        if args.http is None:
+            trio.run(serve_stdio, config, session_parts())
+            return 0
+        token = _token(args.token_file)
+        if token is None:
+            return EXIT_USAGE
+        serve = functools.partial(serve_http, port=args.http, token=token)
+        trio.run(serve, config, session_parts())
     except ConfigError as exc:
         say(f"warren: {escape_controls(str(exc))}")
         return EXIT_USAGE

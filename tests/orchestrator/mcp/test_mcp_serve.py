@@ -94,3 +94,79 @@ def test_an_sdk_client_lists_greps_and_is_denied_an_edit(ws: Path, tmp_path: Pat
 
     trio.run(main)
     assert (ws / "src" / "app.py").read_text() == "def needle():\n    return 42\n"
+
+
+# The SDK's streamable HTTP client leaves its httpx2 response streams to the garbage collector
+# when a session closes under trio; trio reports each as unraisable. Only those are ignored.
+@pytest.mark.filterwarnings(
+    "ignore:Exception ignored in. <async_generator object "
+    "(PoolByteStream|Response|EventSource):pytest.PytestUnraisableExceptionWarning"
+)
+def test_over_http_a_bearer_token_is_required_and_the_sdk_client_is_served(
+    ws: Path, tmp_path: Path
+) -> None:
+    """`--http 0 --token-file F`: the SDK's streamable HTTP client with the token lists the
+    tools, runs Grep and is denied an Edit (plan mode); a request without the token, or
+    with another, gets 401."""
+    import subprocess
+
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    token = "t0ken-" + "x" * 32
+    (tmp_path / "token").write_text(token + "\n")
+    server = subprocess.Popen(
+        [
+            sys.executable, "-m", "orchestrator.cli", "mcp", "serve", "--cwd", str(ws),
+            "--http", "0", "--token-file", str(tmp_path / "token"), "--permission-mode", "plan",
+        ],
+        env={
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "XDG_STATE_HOME": str(tmp_path / "state"),
+            "XDG_CONFIG_HOME": str(tmp_path / "config"),
+        },
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        assert server.stderr is not None
+        line = server.stderr.readline()
+        while line and "listening on" not in line:
+            line = server.stderr.readline()
+        assert "listening on http://127.0.0.1:" in line, line
+        url = line.split("listening on ")[1].strip()
+
+        async def main() -> None:
+            async with httpx2.AsyncClient(timeout=60.0) as plain:
+                hello = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+                for headers in ({}, {"Authorization": "Bearer wrong-token-xxxxxxxxxx"}):
+                    refused = await plain.post(url, json=hello, headers=headers)
+                    assert refused.status_code == 401
+            auth = {"Authorization": f"Bearer {token}"}
+            async with (
+                httpx2.AsyncClient(headers=auth, timeout=120.0) as http,
+                streamable_http_client(url, http_client=http) as (read, write),
+                ClientSession(read, write) as client,
+            ):
+                with trio.fail_after(120):
+                    await client.initialize()
+                    names = {tool.name for tool in (await client.list_tools()).tools}
+                    assert {"Read", "Grep", "Edit", "Bash"} <= names
+                    found = await client.call_tool(
+                        "Grep", {"pattern": "needle", "output_mode": "files_with_matches"}
+                    )
+                    assert not found.is_error and "src/app.py" in _text(found)
+                    edit = await client.call_tool(
+                        "Edit",
+                        {"file_path": str(ws / "src/app.py"), "old_string": "4", "new_string": "5"},
+                    )
+                    assert edit.is_error, _text(edit)
+
+        trio.run(main)
+    finally:
+        server.terminate()
+        _, err = server.communicate(timeout=60)
+    assert "Traceback" not in err, err
+    assert (ws / "src" / "app.py").read_text() == "def needle():\n    return 42\n"
