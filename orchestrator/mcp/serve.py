@@ -7,9 +7,12 @@ policy, the audit log, the output cap), and runs in the session's sandboxed tool
 no one to ask, so a call the policy would ask about is denied, and says so; `--permission-mode`
 and `--allowed-tools` widen what runs, as for `warren -p`.
 
-The served tools are the file and shell tools (`SERVED`); a tool is marked `readOnlyHint` when
-its facts say it only reads. Nothing is printed on stdout but the protocol: the SDK's
-`stdio_server` points fd 1 at stderr while it serves, and the session's own output goes nowhere.
+The served tools are the file and shell tools (`SERVED`), and `dispatch_agent` when the session
+can reach a model (an API key in the environment, or a scripted model): its subagents run in
+the session's worker pool, their model requests made by this process; a tool is marked
+`readOnlyHint` when its facts say it only reads. Nothing is printed on stdout but the protocol:
+the SDK's `stdio_server` points fd 1 at stderr while it serves, and the session's own output goes
+nowhere.
 
 Over HTTP (`--http PORT`) the SDK's streamable HTTP app runs under uvicorn, which is asyncio's,
 in a thread of its own; each tool call crosses back to the session's trio thread
@@ -23,6 +26,7 @@ from __future__ import annotations
 import functools
 import hmac
 import io
+import os
 import socket
 import sys
 import threading
@@ -37,10 +41,20 @@ from orchestrator.errors import ConfigError
 from orchestrator.messages import ImageBlock, TextBlock, ToolResultBlock
 from orchestrator.session import Session, SessionConfig, SessionParts, open_session
 
-__all__ = ["SERVED", "BearerToken", "build_server", "serve_http", "serve_stdio"]
+__all__ = ["AGENT", "SERVED", "BearerToken", "build_server", "serve_http", "serve_stdio", "served"]
 
 SERVED: Final = ("Read", "Glob", "Grep", "LS", "Edit", "MultiEdit", "Write", "NotebookEdit", "Bash")
-"""The tools offered to clients (dispatch_agent needs a model and is not offered)."""
+"""The tools always offered to clients."""
+AGENT: Final = "dispatch_agent"
+"""Offered too when the session can reach a model (`served`)."""
+
+
+def served(session: Session) -> tuple[str, ...]:
+    """The names of the tools this session offers its clients."""
+    model = session.config.model.startswith("scripted:") or any(
+        os.environ.get(key) for key in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")
+    )
+    return (*SERVED, AGENT) if model and session.tools.get(AGENT) is not None else SERVED
 
 
 def _tool(session: Session, name: str) -> mcp_types.Tool | None:
@@ -80,7 +94,8 @@ ToolCall = Callable[[str, dict[str, Any]], Awaitable[ToolResultBlock]]
 def build_server(session: Session, call: ToolCall | None = None) -> Server[Any]:
     """An MCP server whose tools are `session`'s served tools; `call` runs a call (default:
     `session.call_tool`, in this thread)."""
-    tools = [t for t in (_tool(session, name) for name in SERVED) if t is not None]
+    names = served(session)
+    tools = [t for t in (_tool(session, name) for name in names) if t is not None]
     run_call: ToolCall = call or session.call_tool
 
     async def list_tools(
@@ -91,9 +106,9 @@ def build_server(session: Session, call: ToolCall | None = None) -> Server[Any]:
     async def call_tool(
         ctx: Any, params: mcp_types.CallToolRequestParams
     ) -> mcp_types.CallToolResult:
-        if params.name not in SERVED:
-            names = ", ".join(t.name for t in tools)
-            text = f"No such tool: {params.name}. Tools: {names}"
+        if params.name not in names:
+            listed = ", ".join(t.name for t in tools)
+            text = f"No such tool: {params.name}. Tools: {listed}"
             return mcp_types.CallToolResult(
                 content=[mcp_types.TextContent(text=text)], is_error=True
             )
@@ -111,13 +126,23 @@ def build_server(session: Session, call: ToolCall | None = None) -> Server[Any]:
 
 async def serve_stdio(config: SessionConfig, parts: SessionParts) -> None:
     """Serve until the client closes stdin. The session's own output is discarded."""
-    parts = SessionParts(
-        dirs=parts.dirs, runner=parts.runner, mcp=parts.mcp, stdout=io.StringIO()
-    )
+    parts = _served_parts(parts)
     async with open_session(config, parts) as session:
         server = build_server(session)
         async with stdio_server() as (read, write):
             await server.run(read, write, server.create_initialization_options())
+
+
+def _served_parts(parts: SessionParts) -> SessionParts:
+    """What a served session runs with; its own output goes nowhere."""
+    return SessionParts(
+        dirs=parts.dirs,
+        runner=parts.runner,
+        subagents=parts.subagents,
+        broker=parts.broker,
+        mcp=parts.mcp,
+        stdout=io.StringIO(),
+    )
 
 
 class BearerToken:
@@ -162,7 +187,7 @@ async def serve_http(
     import anyio.to_thread
     import trio
 
-    parts = SessionParts(dirs=parts.dirs, runner=parts.runner, mcp=parts.mcp, stdout=io.StringIO())
+    parts = _served_parts(parts)
     try:
         listener = socket.create_server(("127.0.0.1", port))
     except OSError as exc:

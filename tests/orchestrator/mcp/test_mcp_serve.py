@@ -1,9 +1,12 @@
-"""`warren mcp serve` driven by the official SDK's client over stdio (issue 14, item 5): the
-tools are listed, Grep runs in the sandbox, an Edit the policy does not allow is denied and the
-file is unchanged, and a call the floor refuses stays refused."""
+"""`warren mcp serve` driven by the official SDK's client over stdio and streamable HTTP (issue
+14, item 5): the tools are listed, Grep runs in the sandbox, an Edit the policy does not allow is
+denied and the file is unchanged, dispatch_agent runs a subagent against the fake Messages API
+when a key is set (and is not offered without one), and over HTTP the bearer token is required.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -18,6 +21,7 @@ import trio
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
+from tests.kit.fake_api import FakeMessagesAPI, Reply
 from tests.kit.floor import needs_sandbox
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -41,7 +45,7 @@ def _text(result: mcp_types.CallToolResult) -> str:
     return "\n".join(c.text for c in result.content if isinstance(c, mcp_types.TextContent))
 
 
-async def _session(ws: Path, state: Path, *extra: str) -> Any:
+async def _session(ws: Path, state: Path, *extra: str, env: dict[str, str] | None = None) -> Any:
     params = StdioServerParameters(
         command=sys.executable,
         args=["-m", "orchestrator.cli", "mcp", "serve", "--cwd", str(ws), *extra],
@@ -50,23 +54,31 @@ async def _session(ws: Path, state: Path, *extra: str) -> Any:
             "PYTHONPATH": str(ROOT),
             "XDG_STATE_HOME": str(state / "state"),
             "XDG_CONFIG_HOME": str(state / "config"),
+            **(env or {}),
         },
     )
     return stdio_client(params)
 
 
-def test_an_sdk_client_lists_greps_and_is_denied_an_edit(ws: Path, tmp_path: Path) -> None:
-    async def main() -> None:
+def test_an_sdk_client_lists_greps_is_denied_an_edit_and_dispatches_an_agent(
+    ws: Path, tmp_path: Path
+) -> None:
+    api_env = {"ANTHROPIC_API_KEY": "sk-test-serve"}
+
+    async def main(api: FakeMessagesAPI) -> None:
+        api_env["ANTHROPIC_BASE_URL"] = api.base_url
         async with (
-            await _session(ws, tmp_path, "--permission-mode", "plan") as (read, write),
+            await _session(ws, tmp_path, "--permission-mode", "plan", env=api_env) as (
+                read,
+                write,
+            ),
             ClientSession(read, write) as client,
         ):
             with trio.fail_after(120):
                 await client.initialize()
                 listing = await client.list_tools()
                 names = {tool.name for tool in listing.tools}
-                assert {"Read", "Grep", "Glob", "Edit", "Bash"} <= names
-                assert "dispatch_agent" not in names
+                assert {"Read", "Grep", "Glob", "Edit", "Bash", "dispatch_agent"} <= names
                 grep = next(t for t in listing.tools if t.name == "Grep")
                 assert grep.annotations is not None and grep.annotations.read_only_hint
                 assert "pattern" in grep.input_schema["properties"]
@@ -92,7 +104,14 @@ def test_an_sdk_client_lists_greps_and_is_denied_an_edit(ws: Path, tmp_path: Pat
                 bad = await client.call_tool("Grep", {"pattern": 5})
                 assert bad.is_error and "InputValidationError" in _text(bad)
 
-    trio.run(main)
+                task = {"description": "look", "prompt": "find the needle"}
+                agent = await client.call_tool("dispatch_agent", task)
+                assert not agent.is_error and "REPORT-42" in _text(agent), _text(agent)
+
+    with FakeMessagesAPI([Reply.text("the needle returns REPORT-42")]) as api:
+        trio.run(main, api)
+        [request] = api.requests
+    assert "find the needle" in json.dumps(request.messages)
     assert (ws / "src" / "app.py").read_text() == "def needle():\n    return 42\n"
 
 
@@ -121,7 +140,7 @@ def test_over_http_a_bearer_token_is_required_and_the_sdk_client_is_served(
             "--http", "0", "--token-file", str(tmp_path / "token"), "--permission-mode", "plan",
         ],
         env={
-            **os.environ,
+            **{k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")},
             "PYTHONPATH": str(ROOT),
             "XDG_STATE_HOME": str(tmp_path / "state"),
             "XDG_CONFIG_HOME": str(tmp_path / "config"),
@@ -154,6 +173,7 @@ def test_over_http_a_bearer_token_is_required_and_the_sdk_client_is_served(
                     await client.initialize()
                     names = {tool.name for tool in (await client.list_tools()).tools}
                     assert {"Read", "Grep", "Edit", "Bash"} <= names
+                    assert "dispatch_agent" not in names  # no API key: no model to run it
                     found = await client.call_tool(
                         "Grep", {"pattern": "needle", "output_mode": "files_with_matches"}
                     )
