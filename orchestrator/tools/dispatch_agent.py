@@ -188,15 +188,16 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
         if agent_type is None:
             raise ToolError(f"There is no agent type {input.subagent_type!r}.")
         agent_id = f"agent-{uuid.uuid4().hex[:12]}"
-        transcript = self._open_sidechain(ctx, agent_id, agent_type, input)
-        hooks = self._agent_hooks(agent_id, agent_type, transcript)
 
         def on_event(update: SubagentEvent) -> None:
             if transcript is not None:
                 _record(transcript, update)
             self._on_update(update)
 
+        # First: it waits for the servers the type names, whose tools the hooks then plan.
         mcp = await self._agent_mcp(agent_type, ctx, agent_id, on_event)
+        transcript = self._open_sidechain(ctx, agent_id, agent_type, input)
+        hooks = self._agent_hooks(agent_id, agent_type, transcript)
         request = SubagentRequest(
             agent_id=agent_id,
             agent_type=agent_type,

@@ -9,7 +9,8 @@ a) per call: an `echo` tool of a local stdio server written with the official SD
    Interleaved, medians per call; the goal is (2) - (1) <= 5 ms.
 b) launch -> first model request of the real `warren -p` against the fake Messages API, with
    two stdio servers configured in the user's policy vs none, interleaved rounds, medians.
-   Servers start in the background, so the goal is the same time (ratio ~1.0).
+   Servers start only once the first response begins (orchestrator/mcp/deferred.py): no SDK
+   import, no spawn, no server start-up before it, so the goal is the same time (ratio ~1.0).
 """
 
 from __future__ import annotations

@@ -408,13 +408,19 @@ def test_a_subagent_uses_the_mcp_tools_its_type_names_through_the_coordinator(
     tool (and not the server's other one), its call runs in the coordinator's one server
     (no server is started for the worker) and the result reaches its model; its call of
     `mcp__time__convert_time`, which the policy would allow but its type does not name, gets
-    an error result. No server process is left after the run."""
+    an error result. A PreToolUse hook on the tool runs and lets it through. No server
+    process is left after the run."""
     ws = _workspace(tmp_path)
     _user_policy(
         tmp_path / "config",
         f"""
 [permissions]
 allow = ["mcp__time", "dispatch_agent"]
+
+[[hooks]]                         # asked of the coordinator; its call must still run
+event = "PreToolUse"
+matcher = "mcp__time__get_current_time"
+command = "true"
 
 [mcp.servers.time]
 command = "{BIN / "mcp-server-time"}"
