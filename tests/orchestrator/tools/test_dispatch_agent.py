@@ -371,6 +371,26 @@ def test_a_definition_naming_an_unknown_tool_is_refused(tmp_path: Path) -> None:
         )
 
 
+def test_a_type_names_mcp_tools_one_by_one_or_by_server(tmp_path: Path) -> None:
+    """MCP tools may be listed before their servers are up, so they are not checked against
+    the known tools; `mcp__git` names every tool of the server `git`, and nothing else."""
+    write(
+        tmp_path / "agents" / "a.md",
+        "---\ndescription: d\ntools: Read, mcp__git, mcp__time__get_current_time\n---\nx\n",
+    )
+    agent = load_agent_types(
+        tmp_path, trusted=False, config_dir=tmp_path, known_tools=builtin_tools().names()
+    )["a"]
+    allowed = ("Read", "mcp__git__git_status", "mcp__git__x", "mcp__time__get_current_time")
+    assert all(agent.allows(name) for name in allowed)
+    refused = ("Bash", "mcp__time__convert_time", "mcp__gitx__status", "mcp__git__")
+    assert not any(agent.allows(name) for name in refused)
+    assert not agent.leaves_state  # its MCP tools run in the coordinator
+    assert not GENERAL.allows("mcp__git__git_status")
+    with pytest.raises(pydantic.ValidationError, match="mcp__<server>__<tool>"):
+        AgentType(name="b", description="d", system_prompt="x", tools=("mcp__",))
+
+
 def test_stream_json_records_of_subagents_carry_their_id() -> None:
     """Claude Code's `parent_tool_use_id` (the dispatching call) and Warren's `agent_id`."""
 
