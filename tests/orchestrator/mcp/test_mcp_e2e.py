@@ -9,6 +9,7 @@ when the run ends, and what the hostile server tried did not happen.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -158,8 +159,14 @@ args = ["--repository", "{ws}"]
 """,
     )
     seen: dict[str, dict[str, str]] = {}
+    before_first: list[psutil.Process] = []
 
     def route(request: RecordedRequest) -> FakeResponse | None:
+        if len(request.messages) == 1:  # nothing of MCP runs before the first request is out
+            for proc in psutil.Process().children(recursive=True):  # ours: not other tests'
+                with contextlib.suppress(psutil.Error):
+                    if any("mcp-server-" in part for part in proc.cmdline()):
+                        before_first.append(proc)
         if len(request.messages) >= 3 and not seen:  # the first tool result is in: both up
             for word in ("mcp-server-time", "mcp-server-git"):
                 for proc in _servers_named(word):
@@ -180,6 +187,8 @@ args = ["--repository", "{ws}"]
     assert not first["is_error"] and '"timezone": "UTC"' in first["content"]
     assert not second["is_error"] and "working tree clean" in second["content"]
     assert "Traceback" not in done.stderr
+    assert not before_first
+    assert not any(t["name"].startswith("mcp__") for t in requests[0].body["tools"])
     offered = [tool["name"] for tool in requests[-1].body["tools"]]
     assert "mcp__time__get_current_time" in offered and "mcp__git__git_status" in offered
     schema = next(t for t in requests[-1].body["tools"] if t["name"] == "mcp__git__git_status")
