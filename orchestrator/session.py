@@ -707,9 +707,11 @@ async def open_session(
             tools=registry.names(),
             transcript=str(transcript.path),
             permission_mode=policy.mode,
-            mcp_servers=[]
-            if servers is None
-            else [{"name": name, "status": servers.status(name)[0]} for name in servers.names()],
+            # Claude Code's word for a server not connected yet: none has started at init.
+            mcp_servers=[
+                {"name": name, "status": "pending"}
+                for name, _, _ in (policy.effective.mcp_servers if servers is not None else ())
+            ],
             sandbox=floor_state,
         )
         pipeline = ToolPipeline(
