@@ -339,10 +339,24 @@ def _user_resolve(path: str, forbidden: Sequence[str]) -> str:
     return current
 
 
-def system_prompt(snapshot: ContextSnapshot, *, extra: str | None = None) -> list[str]:
-    """System blocks, most stable first (the client caches up to the last block)."""
-    blocks = [BASE_PROMPT]
+def system_prompt(
+    snapshot: ContextSnapshot,
+    *,
+    extra: str | None = None,
+    base: str | None = None,
+    append: str | None = None,
+) -> list[str]:
+    """System blocks, most stable first (the client caches up to the last block).
+
+    `base` replaces `BASE_PROMPT` (`--system-prompt`; `""`: no base prompt) and `append`
+    follows it (`--append-system-prompt`), as Claude Code's flags do; the workspace context
+    comes last either way.
+    """
+    blocks = [BASE_PROMPT if base is None else base]
+    if append:
+        blocks.append(append)
     if extra:
         blocks.append(extra)
+    blocks = [block for block in blocks if block]
     blocks.append(snapshot.render())
     return blocks

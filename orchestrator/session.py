@@ -210,14 +210,44 @@ class SessionConfig(BaseModel):
     include_partial_messages: bool = False
     """`--include-partial-messages`: stream-json carries the model's text as it streams
     (`stream_event` lines, as Claude Code's). Default off."""
+    mcp_configs: tuple[str, ...] = ()
+    """`--mcp-config`: `.mcp.json` texts or paths whose servers join the command line's level.
+    Default none."""
+    fallback_model: str | None = None
+    """`--fallback-model`: answers once the model is overloaded (`orchestrator.model.fallback`).
+    An id or an alias. Default none."""
     sandbox: Literal["required", "off"] = "required"
     """`required` (default): prove the floor at start-up and run every tool call in a
     sandboxed tool host, refusing to run otherwise; `off`: run tools in this process, loudly."""
+    system_prompt: str | None = None
+    """`--system-prompt`: replaces Warren's base system prompt (`""`: none); the workspace
+    context follows either way. Default None: Warren's."""
+    append_system_prompt: str | None = None
+    """`--append-system-prompt`: added after the base system prompt. Default none."""
+    add_dirs: tuple[Path, ...] = ()
+    """`--add-dir`: more writable roots (absolute), at the command line's level. Default none."""
+    session_id: str | None = None
+    """`--session-id`: the new session's id (a UUID not in use). Default: a fresh one."""
+    fork_session: bool = False
+    """`--fork-session`: a resumed conversation continues in a new session. Default off."""
+    tools: tuple[str, ...] | None = None
+    """`--tools`: the built-in tools offered (by name; `()`: none). Default None: all."""
+    settings: str | None = None
+    """`--settings`: a Claude Code settings file's path or JSON text, read at the command
+    line's level. Default none."""
+    setting_sources: frozenset[Literal["user", "project", "local"]] | None = None
+    """`--setting-sources`: which Claude Code settings files and agent directories are read.
+    Default None: all."""
 
     @field_validator("model")
     @classmethod
     def _resolve_alias(cls, value: str) -> str:
         return resolve_model(value)
+
+    @field_validator("fallback_model")
+    @classmethod
+    def _resolve_fallback(cls, value: str | None) -> str | None:
+        return None if value is None else resolve_model(value)
 
     @model_validator(mode="after")
     def _consistent(self) -> SessionConfig:
@@ -230,6 +260,18 @@ class SessionConfig(BaseModel):
             )
         if not self.cwd.is_absolute():
             raise ValueError("cwd must be an absolute path")
+        if self.fork_session and not (self.resume or self.continue_last):
+            raise ValueError("--fork-session needs --resume or --continue")
+        if self.session_id is not None:
+            if (self.resume or self.continue_last) and not self.fork_session:
+                raise ValueError(
+                    "--session-id with --resume or --continue needs --fork-session (the "
+                    "resumed session keeps its id)"
+                )
+            try:
+                uuid.UUID(self.session_id)
+            except ValueError:
+                raise ValueError(f"--session-id {self.session_id!r} is not a UUID") from None
         return self
 
 
@@ -610,6 +652,10 @@ async def open_session(
         audit.mode = policy.mode
         limits = build_limits(config, policy)
         model = parts.model or make_model(config.model, cwd)
+        if config.fallback_model is not None and config.fallback_model != model.model:
+            from orchestrator.model.fallback import FallbackModel
+
+            model = FallbackModel(model, make_model(config.fallback_model, cwd))
         if parts.broker is not None:
             model = parts.broker(model, limits)
         stack.push_async_callback(_shielded, model.aclose)
@@ -618,6 +664,8 @@ async def open_session(
             if parts.tools is not None
             else builtin_tools(bash_classifier=policy.bash_classifier())
         )
+        if config.tools is not None:
+            registry = _only_tools(registry, config.tools)
         printer = OutputPrinter(
             config.output_format,
             transcript.session_id,
@@ -683,7 +731,12 @@ async def open_session(
             registry = ToolRegistry(list(registry), [servers])
         else:
             servers = None
-        if parts.subagents is not None and sandboxed and limits.max_subagents > 0:
+        if (
+            parts.subagents is not None
+            and sandboxed
+            and limits.max_subagents > 0
+            and (config.tools is None or DISPATCH_AGENT in config.tools)
+        ):
             pool = await stack.enter_async_context(parts.subagents(ctx, policy, model, limits))
             dispatch = _dispatch_tool(
                 pool,
@@ -699,6 +752,11 @@ async def open_session(
                 hooks=hooks,
                 max_stop_hook_blocks=limits.max_stop_hook_blocks,
                 output_cap=limits.max_tool_output_chars,
+                claude_sources=(
+                    ("user", "project")
+                    if config.setting_sources is None
+                    else tuple(config.setting_sources)
+                ),
             )
             registry = registry.with_tools([dispatch])
         printer.init(
@@ -744,7 +802,9 @@ async def open_session(
             pipeline=pipeline,
             printer=printer,
             emit=emit,
-            system=system_prompt(snapshot),
+            system=system_prompt(
+                snapshot, base=config.system_prompt, append=config.append_system_prompt
+            ),
             history=history,
             io_guard=io_guard,
             denials=denials,
@@ -767,7 +827,7 @@ def _open_transcript(
     store = SessionStore(dirs.sessions)
     try:
         if not (config.resume or config.continue_last):
-            return store.create(cwd=cwd, model=config.model), []
+            return _create_transcript(store, config, cwd), []
         session_id = config.resume or store.latest_for(cwd)
         if session_id is None:
             raise ConfigError(f"no earlier session in {cwd} to continue", source="--continue")
@@ -775,6 +835,16 @@ def _open_transcript(
             loaded = store.load(session_id)
         except SessionError as exc:
             raise ConfigError(str(exc), source="--resume") from exc
+        if config.fork_session:  # the conversation goes on in a new session; the old one stays
+            transcript = _create_transcript(store, config, cwd)
+            try:
+                transcript.write({"type": "fork", "from_session": session_id})
+                for message in loaded.messages:
+                    transcript.message(message)
+            except (OSError, TranscriptWriteError):
+                transcript.close()
+                raise
+            return transcript, list(loaded.messages)
         transcript = store.open(session_id)
         try:
             transcript.write({"type": "resume", "skipped_lines": loaded.skipped_lines})
@@ -784,6 +854,35 @@ def _open_transcript(
         return transcript, list(loaded.messages)
     except (OSError, TranscriptWriteError) as exc:
         raise StateUnwritable(dirs.sessions, exc) from exc
+
+
+DISPATCH_AGENT = "dispatch_agent"
+_TOOL_ALIASES = {"Task": DISPATCH_AGENT, "Agent": DISPATCH_AGENT}
+"""Claude Code's names of Warren's tools (`--tools Task`)."""
+
+
+def tool_names(names: tuple[str, ...]) -> tuple[str, ...]:
+    """`--tools` names with Claude Code's spellings mapped to Warren's."""
+    return tuple(_TOOL_ALIASES.get(name, name) for name in names)
+
+
+def _only_tools(registry: ToolRegistry, names: tuple[str, ...]) -> ToolRegistry:
+    """The built-in tools `--tools` names; a name that is no tool is an error naming it."""
+    known = {*registry.names(), DISPATCH_AGENT}
+    unknown = sorted(set(names) - known)
+    if unknown:
+        raise ConfigError(
+            f"no tool named {', '.join(unknown)} (known: {', '.join(sorted(known))})",
+            source="--tools",
+        )
+    return registry.only(lambda tool: tool.name in names)
+
+
+def _create_transcript(store: SessionStore, config: SessionConfig, cwd: Path) -> Transcript:
+    try:
+        return store.create(cwd=cwd, model=config.model, session_id=config.session_id)
+    except SessionError as exc:
+        raise ConfigError(str(exc), source="--session-id") from exc
 
 
 def _open_log(dirs: WarrenDirs, session_id: str, verbose: bool, io_guard: _IoGuard) -> LogSink:
@@ -834,6 +933,10 @@ async def _start_up(
                 allowed_tools=config.allowed_tools,
                 disallowed_tools=config.disallowed_tools,
                 no_sandbox_consent=config.no_sandbox_consent,
+                add_dirs=config.add_dirs,
+                settings=config.settings,
+                setting_sources=config.setting_sources,
+                mcp_configs=config.mcp_configs,
             )
             for notice in (
                 policy.effective.untrusted_hooks_notice(),
@@ -912,10 +1015,12 @@ def _dispatch_tool(
     hooks: HookRunner,
     max_stop_hook_blocks: int,
     output_cap: int,
+    claude_sources: tuple[str, ...] = ("user", "project"),
 ) -> Tool[Any]:
     """`dispatch_agent` over the worker pool, with the agent types this workspace defines
-    (its `.warren/agents/` only when trusted), the session's tools and permissions, and the
-    main agent's context text (git snapshot, memory files) for every subagent."""
+    (its `.warren/agents/` and `.claude/agents/` only when trusted), the session's tools and
+    permissions, and the main agent's context text (git snapshot, memory files) for every
+    subagent."""
     from orchestrator.tools.dispatch_agent import DispatchAgentTool
 
     return DispatchAgentTool(
@@ -925,6 +1030,7 @@ def _dispatch_tool(
             trusted=policy.effective.trust == "trusted",
             config_dir=dirs.config,
             known_tools=registry.names(),
+            claude_sources=claude_sources,
         ),
         tools=registry,
         permission=permission,

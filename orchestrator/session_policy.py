@@ -10,7 +10,7 @@ classifier (for runs without the sandboxed hosts), and the sandbox the policy's 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ from orchestrator.plan import Assessor, CallPlan, Verdict
 from orchestrator.tools.base import Tool, ToolContext, ToolInput
 from orchestrator.tools.registry import builtin_facts
 from policies.bash_analysis import BashAnalyser
+from policies.claude_settings import ClaudeSettings, parse_claude_settings, read_claude_settings
 from policies.engine import CallAssessment, PolicyDecision, PolicyEngine
 from policies.files import (
     EffectivePolicy,
@@ -29,6 +30,7 @@ from policies.files import (
     command_line_policy,
     load_effective_policy,
 )
+from policies.mcp import McpJson, McpJsonError, parse_mcp_json, read_mcp_json
 from policies.rules import PathPattern, compile_path_pattern
 
 __all__ = ["SessionPolicy", "load_session_policy"]
@@ -191,8 +193,15 @@ def load_session_policy(
     allowed_tools: frozenset[str] = frozenset(),
     disallowed_tools: frozenset[str] = frozenset(),
     no_sandbox_consent: bool = False,
+    add_dirs: tuple[Path, ...] = (),
+    settings: str | None = None,
+    setting_sources: Collection[str] | None = None,
+    mcp_configs: tuple[str, ...] = (),
 ) -> SessionPolicy:
-    """Every policy level for `workspace`, merged, with the command line's flags on top.
+    """Every policy level for `workspace`, merged, with the command line's flags on top
+    (`--add-dir` as writable roots, `--settings` as a Claude Code settings file and each
+    `--mcp-config` as MCP servers at the command line's level, `--setting-sources` choosing
+    the Claude Code files read).
 
     **Errors:** `ConfigError` naming the file, line and key of a broken policy (nothing may
     run on a policy that failed to load), or explaining why `bypass` was refused.
@@ -202,8 +211,15 @@ def load_session_policy(
             allowed_tools=sorted(allowed_tools),
             disallowed_tools=sorted(disallowed_tools),
             permission_mode=permission_mode,
+            writable_roots=add_dirs,
         )
-        effective = load_effective_policy(workspace, command_line=command_line)
+        effective = load_effective_policy(
+            workspace,
+            command_line=command_line,
+            command_line_settings=None if settings is None else _settings_flag(settings),
+            setting_sources=setting_sources,
+            command_line_mcp=tuple(_mcp_config_flag(value) for value in mcp_configs),
+        )
         engine = PolicyEngine(
             effective,
             workspace=workspace,
@@ -215,3 +231,35 @@ def load_session_policy(
     except PolicyError as exc:
         raise ConfigError(str(exc), source="policy") from exc
     return SessionPolicy(effective, engine)
+
+
+def _settings_flag(value: str) -> ClaudeSettings:
+    """`--settings`: JSON text (it starts with `{`) or the path of a settings file.
+
+    **Errors:** `PolicyError` naming `--settings` or the file.
+    """
+    if value.lstrip().startswith("{"):
+        return parse_claude_settings(value, file="--settings")
+    path = Path(value).expanduser()
+    found = read_claude_settings(path)
+    if found is None:
+        raise PolicyError("no such file", file=str(path), key="--settings")
+    return found
+
+
+def _mcp_config_flag(value: str) -> tuple[str, McpJson]:
+    """`--mcp-config`: `.mcp.json` text (it starts with `{`) or the path of such a file, as
+    (its source for messages, its servers).
+
+    **Errors:** `PolicyError` naming `--mcp-config` or the file.
+    """
+    try:
+        if value.lstrip().startswith("{"):
+            return "--mcp-config", parse_mcp_json(value, source="--mcp-config")
+        path = Path(value).expanduser()
+        found = read_mcp_json(path)
+    except McpJsonError as exc:
+        raise PolicyError(str(exc)) from None
+    if found is None:
+        raise PolicyError("no such file", file=str(path), key="--mcp-config")
+    return str(path), found

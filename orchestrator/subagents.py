@@ -23,12 +23,23 @@ earlier type of the same name:
 `tools` may name MCP tools (`mcp__server__tool`, or `mcp__server` for all of one server's):
 their servers run beside the coordinator, never per worker, and each call of the subagent is
 run there after the session's policy allowed it (orchestrator/mcp/subagent.py).
+
+Claude Code's agent definitions are agent types too: `~/.claude/agents/*.md`
+(`$CLAUDE_CONFIG_DIR/agents`) at the user's level and, once trusted, the repository's
+`.claude/agents/*.md` (part of what trust hashes). Claude Code's meaning of the front matter
+holds for them: no `tools` means every tool (but `dispatch_agent`: a subagent does not
+dispatch), which makes a writable type; any tool besides the read-only ones does too; such a
+type still needs the policy's `dispatch_agent(NAME)` allow (or an answer to its ask) to run.
+`model: inherit` is the session's model; `disallowedTools` are taken out; a key Warren does
+not have (`permissionMode`, `skills`, ...) is an error naming it, never ignored. Within a
+level Warren's own definition of a name wins over Claude Code's.
 """
 
 from __future__ import annotations
 
+import os
 import re
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -67,6 +78,7 @@ __all__ = [
     "SubagentStarted",
     "SubagentUpdate",
     "WorkerFailure",
+    "claude_agents_dir",
     "load_agent_types",
     "parse_agent_file",
 ]
@@ -81,6 +93,10 @@ _IGNORED_KEYS = frozenset({"color"})
 MCP_PREFIX = "mcp__"
 _MCP_NAME = re.compile(r"^mcp__[A-Za-z0-9_-]+?(__.+)?$")
 """Front matter keys other agent tools write that mean nothing here."""
+_CLAUDE_KEYS = frozenset({"name", "description", "tools", "disallowedTools", "model"})
+"""Claude Code's front matter keys that Warren maps (besides `_IGNORED_KEYS`)."""
+_CLAUDE_TOOL_NAMES = {"Task": "dispatch_agent", "Agent": "dispatch_agent"}
+Dialect = Literal["warren", "claude"]
 
 
 class AgentType(BaseModel):
@@ -177,8 +193,17 @@ GENERAL = AgentType(
 )
 
 
-def parse_agent_file(path: Path, source: Literal["user", "project"]) -> AgentType:
+def parse_agent_file(
+    path: Path,
+    source: Literal["user", "project"],
+    *,
+    dialect: Dialect = "warren",
+    all_tools: Collection[str] = (),
+) -> AgentType:
     """One definition file (YAML front matter between `---` lines, then the system prompt).
+
+    `dialect="claude"` reads it with Claude Code's meaning (module docstring); `all_tools`
+    is then what no `tools` key stands for.
 
     **Errors:** `ConfigError` naming the file when it cannot be read or is not a valid
     definition.
@@ -216,6 +241,8 @@ def parse_agent_file(path: Path, source: Literal["user", "project"]) -> AgentTyp
     fields = {k: v for k, v in front.items() if k not in _IGNORED_KEYS}
     if isinstance(fields.get("tools"), str):
         fields["tools"] = [t.strip() for t in fields["tools"].split(",") if t.strip()]
+    if dialect == "claude":
+        fields = _claude_fields(fields, path, all_tools)
     fields.setdefault("name", path.stem)
     body = "\n".join(lines[end + 1 :]).strip()
     try:
@@ -228,28 +255,83 @@ def parse_agent_file(path: Path, source: Literal["user", "project"]) -> AgentTyp
         raise ConfigError(f"{where}: {first['msg']}", source=str(path)) from exc
 
 
+def _claude_fields(
+    fields: dict[str, Any], path: Path, all_tools: Collection[str]
+) -> dict[str, Any]:
+    """Claude Code's front matter as Warren's `AgentType` fields."""
+    unknown = sorted(set(fields) - _CLAUDE_KEYS)
+    if unknown:
+        raise ConfigError(
+            f"{', '.join(unknown)}: not an agent key Warren supports (it reads name, "
+            "description, tools, disallowedTools, model)",
+            source=str(path),
+        )
+    out = {k: v for k, v in fields.items() if k != "disallowedTools"}
+    every = [t for t in all_tools if t != "dispatch_agent"]
+    tools = out.get("tools", every)
+    if not isinstance(tools, list) or not all(isinstance(t, str) for t in tools):
+        raise ConfigError("tools: a comma-separated list of tool names", source=str(path))
+    denied = fields.get("disallowedTools", [])
+    if isinstance(denied, str):
+        denied = [t.strip() for t in denied.split(",") if t.strip()]
+    if not isinstance(denied, list):
+        raise ConfigError("disallowedTools: a list of tool names", source=str(path))
+    named = [_CLAUDE_TOOL_NAMES.get(t, t) for t in tools]
+    kept = tuple(t for t in named if t != "dispatch_agent" and t not in denied)
+    out["tools"] = kept
+    out["writable"] = any(t not in STATELESS_TOOLS for t in kept)
+    if out.get("model") == "inherit":
+        del out["model"]
+    return out
+
+
+def claude_agents_dir(env: Mapping[str, str] | None = None) -> Path:
+    """The user's Claude Code agents: `$CLAUDE_CONFIG_DIR/agents`, else `~/.claude/agents`."""
+    env = os.environ if env is None else env
+    if directory := env.get("CLAUDE_CONFIG_DIR"):
+        return Path(directory) / "agents"
+    return Path(env.get("HOME") or Path.home()) / ".claude" / "agents"
+
+
 def load_agent_types(
     workspace: Path,
     *,
     trusted: bool,
     config_dir: Path,
     known_tools: Collection[str] | None = None,
+    claude_dir: Path | None = None,
+    claude_sources: Collection[str] = ("user", "project"),
 ) -> dict[str, AgentType]:
     """Every agent type of a session, by name: `general`, then the user's definitions
-    (`config_dir/agents/*.md`), then the project's (`workspace/.warren/agents/*.md`) when
-    `trusted`. A later definition replaces an earlier one of the same name.
+    (Claude Code's `claude_dir`, default `claude_agents_dir()`, then Warren's
+    `config_dir/agents/*.md`), then the project's (`.claude/agents/*.md`, then
+    `.warren/agents/*.md`) when `trusted`. A later definition replaces an earlier one of the
+    same name. `claude_sources` (`--setting-sources`) says which Claude Code directories are
+    read (`user`, `project`).
 
-    `known_tools`: when given, a definition naming any other tool is an error.
+    `known_tools`: when given, a definition naming any other tool is an error (and it is
+    what a Claude Code definition without `tools` gets; default: the built-in tools).
 
     **Errors:** `ConfigError` naming the file of the first bad definition.
     """
     types = {GENERAL.name: GENERAL}
-    sources: list[tuple[Path, Literal["user", "project"]]] = [(config_dir / "agents", "user")]
+    sources: list[tuple[Path, Literal["user", "project"], Dialect]] = []
+    if "user" in claude_sources:
+        sources.append((claude_dir or claude_agents_dir(), "user", "claude"))
+    sources.append((config_dir / "agents", "user", "warren"))
     if trusted:
-        sources.append((workspace / ".warren" / "agents", "project"))
-    for directory, source in sources:
+        if "project" in claude_sources:
+            sources.append((workspace / ".claude" / "agents", "project", "claude"))
+        sources.append((workspace / ".warren" / "agents", "project", "warren"))
+    if known_tools is None:
+        from orchestrator.tools.registry import builtin_facts
+
+        every: Collection[str] = tuple(builtin_facts())
+    else:
+        every = known_tools
+    for directory, source, dialect in sources:
         for path in sorted(directory.glob("*.md")) if directory.is_dir() else []:
-            agent = parse_agent_file(path, source)
+            agent = parse_agent_file(path, source, dialect=dialect, all_tools=every)
             # An MCP tool may be listed only once its server is up: checked at each call.
             named = {t for t in agent.tools if not t.startswith(MCP_PREFIX)}
             unknown = sorted(named - set(known_tools or ())) if known_tools else []

@@ -270,8 +270,15 @@ class SessionStore:
         a session id (`parse_session_id`): a path never reaches the filesystem."""
         return self.root / f"{parse_session_id(session_id)}.jsonl"
 
-    def create(self, *, cwd: Path, model: str) -> Transcript:
-        session_id = str(uuid.uuid4())
+    def create(self, *, cwd: Path, model: str, session_id: str | None = None) -> Transcript:
+        """A new session's transcript; `session_id` (`--session-id`) must not be in use.
+
+        **Errors:** `SessionError` for an id in use or not an id; `TranscriptWriteError`.
+        """
+        if session_id is None:
+            session_id = str(uuid.uuid4())
+        elif self.path_for(session_id).exists():
+            raise SessionError(f"session {session_id} is already in use; pick another id")
         transcript = self.open(session_id)
         started = round(time.time(), 3)
         transcript.write(

@@ -21,8 +21,16 @@ PreToolUse, PostToolUse, SessionStart and PreCompact, which Claude Code ignores 
 sends Notification only while a permission ask waits). A hook Warren
 does not run (another `type`, such as `prompt`; an event Warren does not have; a file with
 `disableAllHooks`; a matcher Python cannot compile) is an `UnsupportedHook`, listed by
-`warren policy show`, never dropped silently. The other keys (`permissions`, `env`, ...) are
-kept in `ClaudeSettings.data` for the readers to come (the Claude Code permission dialect).
+`warren policy show`, never dropped silently.
+
+Its `permissions` map to Warren's policy at the file's level (`ClaudePermissions`): `allow`,
+`ask` and `deny` rules (the same `Tool(specifier)` syntax, `policies.rules`; Claude Code's
+`Task(name)` and `Agent(name)` are `dispatch_agent(name)`), `defaultMode` (Claude Code's
+spellings `acceptEdits`, `dontAsk`, `bypassPermissions` or Warren's) and
+`additionalDirectories` (more writable roots, under the floor). A rule that does not parse
+is an error at its JSON path; a permission key Warren does not have is listed in
+`ClaudePermissions.unsupported` (shown, never silently taken). The other top-level keys
+(`env`, `model`, ...) stay in `ClaudeSettings.data`.
 
 A file that is not JSON, or whose hooks have the wrong shape, is one `PolicyError` naming the
 file and the JSON path (`hooks.PreToolUse[0].hooks[1].timeout`); nothing runs on it.
@@ -44,11 +52,13 @@ from pydantic import ValidationError
 
 from policies.atomic import read_regular
 from policies.hooks import HOOK_EVENTS, MATCHER_EVENTS, Hook, UnsupportedHook
+from policies.rules import RuleSyntaxError, parse_rule
 from policies.sources import MAX_SOURCE_BYTES, PolicyError, read_source_text
 
 __all__ = [
     "CLAUDE_LOCAL_SETTINGS",
     "CLAUDE_SETTINGS",
+    "ClaudePermissions",
     "ClaudeSettings",
     "claude_settings_files",
     "count_declared_hooks",
@@ -78,6 +88,39 @@ def user_claude_settings(env: Mapping[str, str] | None = None) -> Path:
     return Path(env.get("HOME") or Path.home()) / ".claude" / "settings.json"
 
 
+_CLAUDE_MODES: Final[Mapping[str, str]] = MappingProxyType(
+    {
+        "default": "default",
+        "acceptEdits": "accept-edits",
+        "plan": "plan",
+        "dontAsk": "dont-ask",
+        "bypassPermissions": "bypass",
+        "accept-edits": "accept-edits",
+        "dont-ask": "dont-ask",
+        "bypass": "bypass",
+    }
+)
+"""`defaultMode` values and the Warren mode each is."""
+_AGENT_RULE = re.compile(r"(?:Task|Agent)\((?P<name>.*)\)", re.DOTALL)
+_PERMISSION_KEYS: Final = ("allow", "ask", "deny", "defaultMode", "additionalDirectories")
+
+
+@dataclass(frozen=True)
+class ClaudePermissions:
+    """A settings file's `permissions`, in Warren's terms."""
+
+    allow: tuple[str, ...] = ()
+    ask: tuple[str, ...] = ()
+    deny: tuple[str, ...] = ()
+    """Rules in Warren's syntax (each parsed; `Task(x)` written `dispatch_agent(x)`)."""
+    mode: str | None = None
+    """`defaultMode` as Warren spells it (`accept-edits`, ...); None when unset."""
+    additional_directories: tuple[str, ...] = ()
+    """More writable roots, as written (relative to the workspace, `~/`, or absolute)."""
+    unsupported: tuple[str, ...] = ()
+    """Keys of `permissions` Warren does not have (`disableBypassPermissionsMode`, ...)."""
+
+
 @dataclass(frozen=True)
 class ClaudeSettings:
     """One Claude Code settings file, parsed."""
@@ -91,12 +134,8 @@ class ClaudeSettings:
     """Its `type: "command"` hooks for the events Warren has, in file order."""
     unsupported: tuple[UnsupportedHook, ...] = ()
     """The hooks it declares that Warren does not run, with why."""
-
-    @property
-    def permissions(self) -> Mapping[str, Any] | None:
-        """The `permissions` object, unread (the Claude Code dialect issue maps it)."""
-        value = self.data.get("permissions")
-        return value if isinstance(value, Mapping) else None
+    permissions: ClaudePermissions = ClaudePermissions()
+    """Its `permissions`, mapped."""
 
 
 def read_claude_settings(path: Path, *, beneath: Path | None = None) -> ClaudeSettings | None:
@@ -126,7 +165,77 @@ def parse_claude_settings(text: str, *, file: str) -> ClaudeSettings:
     if not isinstance(data, dict):
         raise PolicyError("the settings must be a JSON object", file=file)
     hooks, unsupported = _map_hooks(data, file)
-    return ClaudeSettings(file, MappingProxyType(data), hooks, unsupported)
+    permissions = _map_permissions(data, file)
+    return ClaudeSettings(file, MappingProxyType(data), hooks, unsupported, permissions)
+
+
+def claude_rule(text: str) -> str:
+    """A Claude Code rule as Warren writes it: `Task(x)` / `Agent(x)` are `dispatch_agent(x)`,
+    a bare `Task` / `Agent` is `dispatch_agent`; everything else is the same syntax."""
+    stripped = text.strip()
+    if stripped in ("Task", "Agent"):
+        return "dispatch_agent"
+    if match := _AGENT_RULE.fullmatch(stripped):
+        return f"dispatch_agent({match['name']})"
+    return stripped
+
+
+def _map_permissions(data: Mapping[str, Any], file: str) -> ClaudePermissions:
+    value = data.get("permissions")
+    if value is None:
+        return ClaudePermissions()
+    if not isinstance(value, dict):
+        raise PolicyError(
+            'must be an object such as {"allow": [...], "deny": [...]}',
+            file=file,
+            key="permissions",
+        )
+    rules: dict[str, tuple[str, ...]] = {}
+    for kind in ("allow", "ask", "deny"):
+        texts = value.get(kind, [])
+        if not isinstance(texts, list):
+            raise PolicyError(
+                'must be a list of rules such as "Bash(make:*)"',
+                file=file,
+                key=_key("permissions", kind),
+            )
+        out: list[str] = []
+        for index, text in enumerate(texts):
+            where = _key("permissions", kind, index)
+            if not isinstance(text, str):
+                raise PolicyError("must be a rule string", file=file, key=where)
+            rule = claude_rule(text)
+            try:
+                parse_rule(rule)
+            except RuleSyntaxError as exc:
+                raise PolicyError(str(exc), file=file, key=where) from None
+            out.append(rule)
+        rules[kind] = tuple(out)
+    mode = value.get("defaultMode")
+    if mode is not None and (not isinstance(mode, str) or mode not in _CLAUDE_MODES):
+        raise PolicyError(
+            f"{json.dumps(mode)} is not a mode Warren has; write one of "
+            f"{', '.join(list(_CLAUDE_MODES)[:5])}",
+            file=file,
+            key="permissions.defaultMode",
+        )
+    directories = value.get("additionalDirectories", [])
+    if not isinstance(directories, list) or not all(
+        isinstance(d, str) and d.strip() for d in directories
+    ):
+        raise PolicyError(
+            "must be a list of directory paths",
+            file=file,
+            key="permissions.additionalDirectories",
+        )
+    return ClaudePermissions(
+        allow=rules["allow"],
+        ask=rules["ask"],
+        deny=rules["deny"],
+        mode=None if mode is None else _CLAUDE_MODES[mode],
+        additional_directories=tuple(directories),
+        unsupported=tuple(sorted(k for k in value if k not in _PERMISSION_KEYS)),
+    )
 
 
 def _no_constant(name: str) -> Any:

@@ -284,6 +284,41 @@ def _print_decision(decision: PolicyDecision, out: TextIO) -> None:
         print(f"{name + ':':<18}{_fmt(value)}", file=out)
 
 
+# -- import --
+
+
+@_reported
+def import_cmd(out: TextIO, cwd: Path, *, dry_run: bool = False) -> int:
+    """`warren policy import`: the repository's Claude Code settings files written into its
+    Warren policy files (`policies.claude_import`)."""
+    from policies.claude_import import import_claude_settings
+
+    try:
+        results = import_claude_settings(cwd, dry_run=dry_run)
+    except PolicyError as err:
+        return _error(err, out)
+    if not results:
+        print("no Claude Code settings in this repository (.claude/settings*.json)", file=out)
+        return EXIT_OK
+    for result in results:
+        verb = "would add" if dry_run else "added"
+        print(f"{result.source} -> {result.target}:", file=out)
+        for line in result.written:
+            print(f"  {verb} {line}", file=out)
+        if not result.written:
+            print("  nothing new", file=out)
+        for line in result.skipped:
+            print(f"  not imported: {line}", file=out)
+    if not dry_run and any(result.written for result in results):
+        print(
+            "the project's policy changed: review it, then run `warren trust` for its allow "
+            "rules and hooks to count (the .claude files are still read; remove them if the "
+            "Warren files should be the only source)",
+            file=out,
+        )
+    return EXIT_OK
+
+
 # -- show --
 
 
@@ -344,6 +379,11 @@ def show(out: TextIO, cwd: Path, *, environment: CommandEnvironment = _DEFAULT_E
         print("mcp servers:", file=out)
         for line in server_lines(policy):
             print(f"  {line}", file=out)
+    unsupported = [(key, layer.source) for layer in policy.layers for key in layer.unsupported_keys]
+    if unsupported:
+        print("not supported (Claude Code settings Warren does not have):", file=out)
+        for key, source in unsupported:
+            print(f"  {key:<40} {source}", file=out)
     if policy.examples:
         print(f"examples: {len(policy.examples)} (check them with `warren policy test`)", file=out)
     return EXIT_OK

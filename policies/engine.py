@@ -496,7 +496,7 @@ class PolicyEngine:
             case "agent":
                 name = call.input.get("subagent_type") or "general"
                 return name == parsed.specifier
-            case "exact" | "prefix":
+            case "exact" | "prefix" | "wildcard":
                 assert parsed.specifier is not None and call.command is not None
                 if bash_rule_matches(parsed.kind, parsed.specifier, call.command):
                     return True
@@ -566,7 +566,7 @@ class PolicyEngine:
                 (
                     rule
                     for rule in rules
-                    if rule.compiled.parsed.kind in ("exact", "prefix")
+                    if rule.compiled.parsed.kind in ("exact", "prefix", "wildcard")
                     and _part_allowed(rule.compiled, part)
                 ),
                 None,
@@ -721,7 +721,9 @@ _WRAPPERS: Final = frozenset(
 )
 
 
-def _part_matches(kind: Literal["exact", "prefix"], specifier: str, part: CommandPart) -> bool:
+def _part_matches(
+    kind: Literal["exact", "prefix", "wildcard"], specifier: str, part: CommandPart
+) -> bool:
     """Deny and ask: any spelling of the simple command, or its program, matches.
 
     When the analyser could not see through a wrapper (`env A=1 curl x` keeps `env` as the
@@ -754,7 +756,7 @@ def _named_paths(word: str | None) -> tuple[str, ...]:
 
 
 def _view_matches(
-    kind: Literal["exact", "prefix"], specifier: str, view: tuple[str | None, ...]
+    kind: Literal["exact", "prefix", "wildcard"], specifier: str, view: tuple[str | None, ...]
 ) -> bool:
     """Deny and ask: could the command `view` (`policies.command_views`) be the rule's?
 
@@ -766,6 +768,9 @@ def _view_matches(
     for word in view:
         if word is None:
             text = " ".join(known)
+            if kind == "wildcard":  # the known words agree with the rule's text up to a `*`
+                literal = specifier.split("*", 1)[0].replace("\\", "")
+                return not known or (text + " ").startswith(literal) or literal.startswith(text)
             return (
                 not known
                 or bash_rule_matches(kind, specifier, text)

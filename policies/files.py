@@ -21,11 +21,12 @@ on it: `load_effective_policy` either returns a whole policy or raises.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
 import tomllib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -45,6 +46,7 @@ from pydantic import (
 
 from policies.atomic import read_regular, write_atomic
 from policies.claude_settings import (
+    ClaudeSettings,
     claude_settings_files,
     count_declared_hooks,
     read_claude_settings,
@@ -53,6 +55,7 @@ from policies.claude_settings import (
 from policies.hooks import Hook, HookEvent, UnsupportedHook
 from policies.mcp import (
     MCP_JSON,
+    McpJson,
     McpJsonError,
     McpSection,
     McpServer,
@@ -77,6 +80,7 @@ __all__ = [
     "LEVELS",
     "MANAGED_POLICY_PATH",
     "MODES",
+    "MODE_ALIASES",
     "EffectivePolicy",
     "Example",
     "Hook",
@@ -95,11 +99,13 @@ __all__ = [
     "SandboxAdditions",
     "UnsupportedHook",
     "append_allow_rule",
+    "claude_policy",
     "command_line_policy",
     "load_effective_policy",
     "load_policy_file",
     "merge_policy",
     "parse_policy_text",
+    "read_for_edit",
     "save_remembered_rule",
     "set_mcp_server",
     "split_tool_list",
@@ -124,9 +130,10 @@ RuleKindName = Literal["allow", "ask", "deny"]
 MANAGED_POLICY_PATH: Final = Path("/etc/warren/policy.toml")
 _MAX_POLICY_BYTES: Final = MAX_SOURCE_BYTES
 """A policy file larger than this is refused unread."""
-_MODE_ALIASES: Final[Mapping[str, str]] = MappingProxyType(
+MODE_ALIASES: Final[Mapping[str, Mode]] = MappingProxyType(
     {"acceptEdits": "accept-edits", "bypassPermissions": "bypass", "dontAsk": "dont-ask"}
 )
+"""Claude Code's spellings of Warren's modes (`--permission-mode`, `defaultMode`)."""
 
 
 # -- schema --
@@ -501,8 +508,10 @@ def command_line_policy(
     allowed_tools: Iterable[str] = (),
     disallowed_tools: Iterable[str] = (),
     permission_mode: str | None = None,
+    writable_roots: Iterable[Path] = (),
 ) -> PolicyFile:
-    """The command line's flags as the `command line` level's policy.
+    """The command line's flags as the `command line` level's policy (`--add-dir`: the
+    absolute `writable_roots`).
 
     Each value may hold several rules (see `split_tool_list`). A bad value raises a
     `PolicyError` whose file is `command line` and whose key is the flag.
@@ -515,14 +524,20 @@ def command_line_policy(
                 parse_rule(rule)
             except RuleSyntaxError as exc:
                 raise PolicyError(str(exc), file="command line", key=flag) from None
-    mode = _MODE_ALIASES.get(permission_mode, permission_mode) if permission_mode else None
+    mode = MODE_ALIASES.get(permission_mode, permission_mode) if permission_mode else None
     if mode is not None and mode not in MODES:
         raise PolicyError(
             f"unknown mode `{permission_mode}`; choose one of {', '.join(MODES)}",
             file="command line",
             key="--permission-mode",
         )
-    return PolicyFile.model_validate({"mode": mode, "permissions": {"allow": allow, "deny": deny}})
+    return PolicyFile.model_validate(
+        {
+            "mode": mode,
+            "permissions": {"allow": allow, "deny": deny},
+            "sandbox": {"writable_roots": tuple(str(root) for root in writable_roots)},
+        }
+    )
 
 
 # -- the merge --
@@ -549,6 +564,8 @@ class PolicyLayer:
     """MCP servers a `.mcp.json` declares that Warren does not run (listed)."""
     unread_servers: int = 0
     """MCP servers an untrusted repository's `.mcp.json` declares: counted, never started."""
+    unsupported_keys: tuple[str, ...] = ()
+    """Keys of a Claude Code settings file Warren does not have (`permissions.X`): shown."""
 
 
 @dataclass(frozen=True)
@@ -672,8 +689,16 @@ def load_effective_policy(
     env: Mapping[str, str] | None = None,
     home: Path | None = None,
     defaults: str | None = None,
+    command_line_settings: ClaudeSettings | None = None,
+    setting_sources: Collection[str] | None = None,
+    command_line_mcp: Sequence[tuple[str, McpJson]] = (),
 ) -> EffectivePolicy:
     """Load every level for `workspace` and merge them. Raises one located `PolicyError`.
+
+    `command_line_settings` (`--settings`) and `command_line_mcp` ((source, servers) of each
+    `--mcp-config`) join the command line's level, below its flags;
+    `setting_sources` (`--setting-sources`: `user`, `project`, `local`) names the Claude Code
+    settings files read (default: all three).
 
     `paths`, `trust_store`, `env`, `home` and `defaults` (the built-in file's text) are seams
     for tests; by default they come from the environment and the package.
@@ -682,6 +707,13 @@ def load_effective_policy(
     workspace = workspace.resolve()
     home = (home or Path(env.get("HOME") or Path.home())).resolve()
     paths = paths or PolicyPaths.for_workspace(workspace, env=env)
+    if setting_sources is not None:
+        paths = dataclasses.replace(
+            paths,
+            claude_user=paths.claude_user if "user" in setting_sources else None,
+            claude_project=paths.claude_project if "project" in setting_sources else None,
+            claude_local=paths.claude_local if "local" in setting_sources else None,
+        )
     trust_store = trust_store or TrustStore.from_env(env)
     project_hash = project_policy_hash(workspace, policy_files=(paths.project, paths.local))
     trust = trust_store.state(workspace, project_hash)
@@ -705,6 +737,11 @@ def load_effective_policy(
             mcp_layer = _mcp_json_layer(workspace, trusted=trusted)
             if mcp_layer is not None:
                 layers.append(mcp_layer)
+        # Claude Code's file first: within a level Warren's own file wins (its mode, limits).
+        if claude is not None:
+            layer = _claude_layer(level, claude, workspace, trusted=trusted or level == "user")
+            if layer is not None:
+                layers.append(layer)
         if path is not None:
             in_repository = level in ("project", "local") and path.is_relative_to(workspace)
             loaded = load_policy_file(path, beneath=workspace if in_repository else None)
@@ -712,10 +749,29 @@ def load_effective_policy(
                 anchor = workspace if level in ("project", "local") else path.parent.resolve()
                 trust_layer = trusted or level == "user"
                 layers.append(PolicyLayer(level, str(path), loaded, anchor, trusted=trust_layer))
-        if claude is not None:
-            layer = _claude_layer(level, claude, workspace, trusted=trusted or level == "user")
-            if layer is not None:
-                layers.append(layer)
+    if command_line_settings is not None:
+        layers.append(
+            PolicyLayer(
+                "command line",
+                command_line_settings.file,
+                claude_policy(command_line_settings),
+                workspace,
+                unsupported_hooks=command_line_settings.unsupported,
+                unsupported_keys=tuple(
+                    f"permissions.{k}" for k in command_line_settings.permissions.unsupported
+                ),
+            )
+        )
+    for source, declared in command_line_mcp:
+        layers.append(
+            PolicyLayer(
+                "command line",
+                source,
+                PolicyFile(mcp=McpSection(servers=declared.servers)),
+                workspace,
+                unsupported_servers=declared.unsupported,
+            )
+        )
     if command_line is not None:
         layers.append(PolicyLayer("command line", "command line", command_line, workspace))
     if paths.managed is not None:
@@ -788,22 +844,53 @@ def _claude_layer(
     in_repository = level != "user" and path.is_relative_to(workspace)
     anchor = workspace if level != "user" else path.parent.resolve()
     if not trusted:
+        # As for Warren's own project files: deny and ask rules hold at once; the merge
+        # shows its allow rules inactive and takes no mode or roots from it. A file that
+        # does not parse gives no rules here; trusting it shows the error.
         count = count_declared_hooks(path, beneath=workspace)
         if count is None:
             return None
-        return PolicyLayer(
-            level, str(path), PolicyFile(), anchor, trusted=False, unread_hooks=count
-        )
+        try:
+            settings = read_claude_settings(path, beneath=workspace)
+        except PolicyError:
+            settings = None
+        policy = PolicyFile()
+        if settings is not None:  # its hooks only counted, never taken
+            policy = claude_policy(dataclasses.replace(settings, hooks=()))
+        return PolicyLayer(level, str(path), policy, anchor, trusted=False, unread_hooks=count)
     settings = read_claude_settings(path, beneath=workspace if in_repository else None)
     if settings is None:
         return None
     return PolicyLayer(
         level,
         str(path),
-        PolicyFile(hooks=settings.hooks),
+        claude_policy(settings),
         anchor,
         unsupported_hooks=settings.unsupported,
+        unsupported_keys=tuple(f"permissions.{k}" for k in settings.permissions.unsupported),
     )
+
+
+def claude_policy(settings: ClaudeSettings) -> PolicyFile:
+    """A Claude Code settings file as a Warren policy: its permissions (rules, mode,
+    writable roots) and its hooks."""
+    permissions = settings.permissions
+    try:
+        return PolicyFile.model_validate(
+            {
+                "mode": permissions.mode,
+                "permissions": {
+                    "allow": permissions.allow,
+                    "ask": permissions.ask,
+                    "deny": permissions.deny,
+                },
+                "sandbox": {"writable_roots": permissions.additional_directories},
+                "hooks": settings.hooks,
+            }
+        )
+    except ValidationError as exc:  # checked field by field when read; kept as a located error
+        problem = exc.errors(include_url=False)[0]
+        raise PolicyError(problem["msg"], file=settings.file, key="permissions") from None
 
 
 def merge_policy(
@@ -958,7 +1045,7 @@ def append_allow_rule(path: Path, rule: str, *, beneath: Path | None = None) -> 
         parse_rule(rule)
     except RuleSyntaxError as exc:
         raise PolicyError(str(exc), file=str(path), key="permissions.allow") from None
-    text = _read_for_edit(path, beneath)
+    text = read_for_edit(path, beneath)
     before = parse_policy_text(text, file=str(path)) if text else PolicyFile()
     if rule in before.permissions.allow:
         return False
@@ -983,7 +1070,11 @@ def append_allow_rule(path: Path, rule: str, *, beneath: Path | None = None) -> 
     return True
 
 
-def _read_for_edit(path: Path, beneath: Path | None) -> str:
+def read_for_edit(path: Path, beneath: Path | None) -> str:
+    """A policy file's text before an edit (`""` when it does not exist).
+
+    **Errors:** `PolicyError` for a link, a FIFO, a file too large or not UTF-8.
+    """
     try:
         found = read_regular(path, limit=_MAX_POLICY_BYTES, beneath=beneath)
     except OSError as exc:
@@ -1103,7 +1194,7 @@ def set_mcp_server(
             file=str(path),
             key="mcp.servers",
         )
-    text = _read_for_edit(path, beneath)
+    text = read_for_edit(path, beneath)
     before = parse_policy_text(text, file=str(path)) if text else PolicyFile()
     document = tomlkit.parse(text)
     servers = document.setdefault("mcp", tomlkit.table()).setdefault("servers", tomlkit.table())

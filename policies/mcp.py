@@ -44,6 +44,7 @@ __all__ = [
     "McpSection",
     "McpServer",
     "UnsupportedServer",
+    "parse_mcp_json",
     "read_mcp_json",
 ]
 
@@ -168,9 +169,16 @@ def read_mcp_json(path: Path, *, beneath: Path | None = None) -> McpJson | None:
         return None
     if found.state != "file":
         raise McpJsonError(f"{path}: {found.state}; Warren reads it only as a regular file")
+    return parse_mcp_json(found.content, source=str(path))
+
+
+def parse_mcp_json(content: bytes | str, *, source: str) -> McpJson:
+    """The servers a `.mcp.json` text declares (`--mcp-config` passes JSON text too); errors
+    name `source`. **Errors:** `McpJsonError`."""
+    path = source
     try:
-        data = json.loads(found.content)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        data = json.loads(content)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise McpJsonError(f"{path}: not valid JSON ({exc})") from None
     declared = data.get("mcpServers") if isinstance(data, dict) else None
     if declared is None:

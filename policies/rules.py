@@ -12,6 +12,14 @@ Forms:
 - `Bash(make check)`: exactly that command line (surrounding blanks ignored).
 - `Bash(npm run test:*)`: the prefix `npm run test`, then the end or a blank (when the
   prefix ends with a letter, digit or `_`; after any other character anything may follow).
+- `Bash(npm test *)`, `Bash(git * main)`, `Bash(* --version)`: Claude Code's wildcard form.
+  Each `*` stands for any text, blanks included (`\\*` is a literal star, `\\\\` a
+  backslash); a pattern whose only `*` ends it after a blank (`npm test *`) also matches the
+  bare command (`npm test`), and the blank matters (`ls *` matches `ls -la`, not `lsof`). A
+  `*` early in a rule makes it wide (`git * main` allows `git push origin main`), as in
+  Claude Code. Allow rules match each simple command of a line on its own, so a `*` never
+  reaches past `&&`, `;` or `|` into another command.
+- `Bash(*)` is `Bash`, as in Claude Code.
 - Path rules, for every tool that declares path fields (`ToolFacts.path_fields`), with
   gitignore-style globs (`*`, `?`, `[abc]`, `[!abc]`, `[[:digit:]]`, `**`; `*` and `**` see
   dotfiles; `{`, `!` first, `+(` are plain characters; a reversed range `[z-a]` and `..` are
@@ -26,6 +34,9 @@ Forms:
   new one that declares it); `Edit(...)` every `edit` tool (Edit, Write, MultiEdit,
   NotebookEdit). `Write(...)`, `Glob(...)` and the others cover only their tool.
 - `dispatch_agent(name)`: a subagent of that type.
+- `WebFetch(domain:example.com)`: Claude Code's network rule, parsed and checked (a host
+  name, `*.` in front for its subdomains); Warren has no network tool, so it matches no call
+  (and every network call is denied by the floor).
 - `mcp__server__tool` (one MCP tool) and `mcp__server` (every tool of that server).
 
 Matching is string work on absolute paths that the engine resolved; it never touches disk.
@@ -54,6 +65,7 @@ __all__ = [
     "compile_path_pattern",
     "compile_rule",
     "parse_rule",
+    "wildcard_regex",
 ]
 
 FAMILY_KEYWORDS: Final[Mapping[str, Family]] = MappingProxyType({"Read": "read", "Edit": "edit"})
@@ -61,7 +73,7 @@ FAMILY_KEYWORDS: Final[Mapping[str, Family]] = MappingProxyType({"Read": "read",
 that declares the `read` family, `Edit(...)` every `edit` tool. Any other keyword names one
 tool; which input field holds a tool's path is the tool's own fact, never a table here."""
 
-RuleKind = Literal["tool", "exact", "prefix", "path", "agent", "mcp_server"]
+RuleKind = Literal["tool", "exact", "prefix", "wildcard", "path", "agent", "mcp_server", "domain"]
 
 _RULE = re.compile(
     r"(?P<tool>mcp__[A-Za-z0-9_-]*__\*|[A-Za-z_][A-Za-z0-9_-]*)(?:\((?P<spec>.*)\))?", re.DOTALL
@@ -69,6 +81,11 @@ _RULE = re.compile(
 _AGENT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]*")
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 _WORD_END = re.compile(r"[A-Za-z0-9_]")
+_DOMAIN = re.compile(
+    r"(?:\*\.)?(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)*"
+    r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+)
+_UNESCAPED_STAR = re.compile(r"(?<!\\)(?:\\\\)*\*")
 
 
 class RuleSyntaxError(ValueError):
@@ -111,6 +128,14 @@ def parse_rule(text: str) -> ParsedRule:
         )
     if tool == "Bash":
         return _parse_bash(stripped, spec.strip())
+    if tool == "WebFetch" and spec.strip().startswith("domain:"):
+        domain = spec.strip().removeprefix("domain:")
+        if _DOMAIN.fullmatch(domain) is None:
+            raise RuleSyntaxError(
+                f"`{stripped}`: `{domain}` is not a host name (write `domain:example.com`, "
+                "or `domain:*.example.com` for its subdomains)"
+            )
+        return ParsedRule(stripped, tool, "domain", domain.lower())
     if tool == "dispatch_agent":
         name = spec.strip()
         if _AGENT_NAME.fullmatch(name) is None:
@@ -150,12 +175,50 @@ def _parse_bash(text: str, spec: str) -> ParsedRule:
             )
         if ":*" in prefix:
             raise RuleSyntaxError(f"`{text}`: `:*` may only end a Bash rule")
+        if _has_wildcard(prefix):
+            raise RuleSyntaxError(
+                f"`{text}`: `*` and `:*` cannot be mixed; write `Bash({prefix} *)`"
+            )
         return ParsedRule(text, "Bash", "prefix", prefix)
     if spec == "*":
-        raise RuleSyntaxError(f"`{text}`: write `Bash` to match every command")
+        return ParsedRule(text, "Bash", "tool")  # Claude Code: `Bash(*)` is `Bash`
     if ":*" in spec:
         raise RuleSyntaxError(f"`{text}`: `:*` may only end a Bash rule (`Bash(npm test:*)`)")
+    if _has_wildcard(spec):
+        return ParsedRule(text, "Bash", "wildcard", spec)
     return ParsedRule(text, "Bash", "exact", spec)
+
+
+def _has_wildcard(spec: str) -> bool:
+    """Does `spec` hold a `*` that no backslash escapes (Claude Code's wildcard form)?"""
+    return _UNESCAPED_STAR.search(spec) is not None
+
+
+def wildcard_regex(spec: str) -> str:
+    """Claude Code's wildcard Bash specifier as a regular expression for `re.fullmatch`.
+
+    `*` is any text (blanks and newlines included), `\\*` a star, `\\\\` a backslash; when the
+    only `*` ends the pattern after a blank, the blank and what follows are optional
+    (`git *` matches `git`), as Claude Code's `matchWildcardPattern` has it.
+    """
+    out: list[str] = []
+    stars = 0
+    index = 0
+    while index < len(spec):
+        char = spec[index]
+        if char == "\\" and index + 1 < len(spec) and spec[index + 1] in "*\\":
+            out.append(re.escape(spec[index + 1]))
+            index += 2
+            continue
+        if char == "*":
+            stars += 1
+            out.append("(?s:.*)")
+        else:
+            out.append(re.escape(char))
+        index += 1
+    if stars == 1 and out[-1] == "(?s:.*)" and out[-2:-1] == [re.escape(" ")]:
+        out[-2:] = ["(?s: .*)?"]
+    return "".join(out)
 
 
 def _check_path_spec(text: str, spec: str) -> str:
@@ -421,6 +484,8 @@ def bash_rule_matches(kind: RuleKind, specifier: str, command: str) -> bool:
     text = command.strip()
     if kind == "exact":
         return text == specifier
+    if kind == "wildcard":
+        return re.fullmatch(wildcard_regex(specifier), text) is not None
     if kind != "prefix" or not text.startswith(specifier):
         return False
     if len(text) == len(specifier):

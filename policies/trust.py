@@ -10,7 +10,8 @@ Trust is stored per resolved repository path in the user's state directory
 (`$XDG_STATE_HOME/warren/trust.json`), together with a hash of everything the repository
 contributes (`repository_files`): the project and local policy files (rules, mode, limits,
 hooks), Claude Code's settings files (`.claude/settings.json`, `.claude/settings.local.json`:
-hooks, and permissions to come), agent definitions (`.warren/agents/*.md`), MCP configuration
+permissions and hooks), agent definitions (`.warren/agents/*.md`, `.claude/agents/*.md`),
+MCP configuration
 (`.mcp.json`, `.warren/mcp.json`) and memory files: the root's `MEMORY_FILES`, and every other
 file `orchestrator.context` puts in the system prompt from the repository (`_memory_files`:
 memory files in the directories from the repository root down, the targets of links among them,
@@ -40,6 +41,7 @@ from policies.claude_settings import claude_settings_files
 
 __all__ = [
     "AGENTS_DIR",
+    "CLAUDE_AGENTS_DIR",
     "CURRENT",
     "LOCAL_POLICY",
     "MAX_HASHED_BYTES",
@@ -63,6 +65,8 @@ LOCAL_POLICY = Path(".warren/policy.local.toml")
 """The user's own policy for one repository, ignored by git (relative to its root)."""
 AGENTS_DIR = Path(".warren/agents")
 """Project agent definitions, `*.md` (`orchestrator.subagents.load_agent_types`)."""
+CLAUDE_AGENTS_DIR = Path(".claude/agents")
+"""Claude Code's agent definitions in a repository, read as Warren's are."""
 MCP_FILES: Final = (Path(".mcp.json"), Path(".warren/mcp.json"))
 """MCP server configuration. Hashed before Warren reads them, so a file planted today is not
 trusted unseen on the day MCP support reads it."""
@@ -163,9 +167,14 @@ def _memory_files(root: Path) -> list[Path]:
 
 
 def _agent_files(root: Path) -> list[Path]:
-    """`*.md` files of the agents directory, listed without following a link to it. A link
-    (or anything else) where the directory should be is itself an entry, hashed as such."""
-    directory = root / AGENTS_DIR
+    """`*.md` files of the agents directories (Warren's, then Claude Code's), listed without
+    following a link to them. A link (or anything else) where a directory should be is itself
+    an entry, hashed as such."""
+    return _agents_in(root, AGENTS_DIR) + _agents_in(root, CLAUDE_AGENTS_DIR)
+
+
+def _agents_in(root: Path, relative: Path) -> list[Path]:
+    directory = root / relative
     try:
         fd = open_directory(directory, beneath=root)
     except FileNotFoundError:

@@ -45,7 +45,7 @@ COMMANDS: dict[str, str] = {
     "demo": "run the offline demo: a scripted multi-agent refactor on a sample repository",
     "doctor": "prove the sandbox floor on this machine, or say how to fix it",
     "sandbox": "run one command under Warren's sandbox floor",
-    "policy": "explain and tune the permission policy (check, show, test, init, trust)",
+    "policy": "explain and tune the permission policy (check, show, test, init, trust, import)",
     "trust": "let a repository's policy allow things",
     "untrust": "stop trusting a repository's policy",
     "hooks": "the hooks in force: list them with their files, run them against a sample "
@@ -136,12 +136,13 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--permission-mode",
-        choices=["default", "accept-edits", "plan", "dont-ask", "bypass"],
+        choices=["default", "accept-edits", "plan", "dont-ask", "bypass", *_CLAUDE_CODE_MODES],
         default=None,
         help="default: read-only calls run, others ask (denied when headless); accept-edits: "
         "edits in the workspace run too; plan: read-only tools only; dont-ask: asks become "
         "denials; bypass: everything except deny rules, protected paths and critical deletes "
-        "(default: the policy files' mode)",
+        "(default: the policy files' mode; Claude Code's spellings acceptEdits, dontAsk, "
+        "bypassPermissions are the same modes)",
     )
     parser.add_argument(
         "--i-know-there-is-no-sandbox",
@@ -194,7 +195,149 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
         help="no progress on stderr (shown only when stderr is a terminal)",
     )
     parser.add_argument(
-        "-v", "--verbose", action="store_true", help="logs on stderr, readable (structlog)"
+        "--verbose", action="store_true", help="logs on stderr, readable (structlog)"
+    )
+    parser.add_argument("-v", "--version", action="version", version=f"warren {_version()}")
+
+
+# -- Claude Code compatibility (issue 16) ------------------------------------------------------
+# Claude Code's spellings of Warren's options, and every flag the pinned `claude-agent-sdk`
+# (0.2.184, `SubprocessCLITransport._build_command`) can put on a command line: each one works,
+# or is an error that names it; none is accepted and then ignored
+# (tests/orchestrator/test_cli_claude_code.py holds the list against the SDK's builder).
+
+_CLAUDE_CODE_MODES = ("acceptEdits", "dontAsk", "bypassPermissions")
+"""Claude Code's spellings of `accept-edits`, `dont-ask`, `bypass` (`policies.files`)."""
+
+UNSUPPORTED_CLAUDE_CODE_FLAGS: dict[str, tuple[bool, str]] = {
+    "--strict-mcp-config": (False, "MCP servers from --mcp-config only"),
+    "--betas": (True, "API beta headers"),
+    "--task-budget": (True, "task budgets; --max-budget-usd limits the spend"),
+    "--include-hook-events": (False, "hook events in stream-json"),
+    "--resume-session-at": (True, "resuming at a message"),
+    "--resume-drops-turn": (True, "dropping a turn on resume"),
+    "--session-mirror": (False, "an external session store"),
+    "--plugin-dir": (True, "plugins"),
+    "--thinking": (True, "adaptive thinking; --max-thinking-tokens N turns extended thinking on"),
+    "--thinking-display": (True, "thinking display options"),
+    "--effort": (True, "effort levels"),
+    "--json-schema": (True, "structured output"),
+}
+"""Claude Code flags Warren does not support: (takes a value, what it would do). Each is an
+error naming it (`_Unsupported`); one Warren learns moves out of this table."""
+
+
+class _Unsupported(argparse.Action):
+    """A Claude Code flag Warren does not support: a usage error that names it."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        _, what = UNSUPPORTED_CLAUDE_CODE_FLAGS[self.option_strings[0]]
+        parser.error(f"{option_string} is a Claude Code flag Warren does not support ({what})")
+
+
+def _claude_code_options(parser: argparse.ArgumentParser) -> None:
+    """Claude Code's flags, under their own heading in `--help`."""
+    group = parser.add_argument_group(
+        "Claude Code compatibility",
+        "Claude Code's spellings, for scripts and SDKs written for it (`-v` is --version, as "
+        "in Claude Code; logs are --verbose).",
+    )
+    group.add_argument(
+        "--allowedTools", dest="allowed_tools", action="append", metavar="TOOLS",
+        help="= --allowed-tools",
+    )  # fmt: skip
+    group.add_argument(
+        "--disallowedTools", dest="disallowed_tools", action="append", metavar="TOOLS",
+        help="= --disallowed-tools",
+    )  # fmt: skip
+    group.add_argument(
+        "--dangerously-skip-permissions",
+        action="store_true",
+        help="= --permission-mode bypass (the same floor gate: refused without a proven "
+        "sandbox unless --i-know-there-is-no-sandbox)",
+    )
+    group.add_argument(
+        "--system-prompt",
+        metavar="TEXT",
+        help="replaces Warren's base system prompt (empty: none); the workspace context "
+        "(git state, memory files) still follows",
+    )
+    group.add_argument(
+        "--system-prompt-file", type=Path, metavar="FILE", help="--system-prompt from a file"
+    )
+    group.add_argument(
+        "--append-system-prompt", metavar="TEXT", help="added after the base system prompt"
+    )
+    group.add_argument(
+        "--add-dir",
+        dest="add_dirs",
+        action="append",
+        type=Path,
+        metavar="DIR",
+        help="another directory tools may write (under the floor, as [sandbox] "
+        "writable_roots; protected paths inside stay read-only)",
+    )
+    group.add_argument(
+        "--mcp-config",
+        dest="mcp_configs",
+        action="append",
+        metavar="FILE_OR_JSON",
+        help="MCP servers in .mcp.json's format (a file, or its JSON text), at the command "
+        "line's level; repeatable",
+    )
+    group.add_argument(
+        "--fallback-model",
+        metavar="MODEL",
+        help="the model that answers once the model is overloaded (529, after retries), for "
+        "the rest of the session",
+    )
+    group.add_argument(
+        "--session-id", metavar="UUID", help="the id of the new session (a UUID not in use)"
+    )
+    group.add_argument(
+        "--fork-session",
+        action="store_true",
+        help="with --resume/--continue: continue in a new session, the old one unchanged",
+    )
+    group.add_argument(
+        "--tools",
+        metavar="TOOLS",
+        help="the built-in tools offered to the model (comma separated; `default`: all; "
+        "empty: none)",
+    )
+    group.add_argument(
+        "--settings",
+        metavar="FILE_OR_JSON",
+        help="a Claude Code settings file (or its JSON text) at the command line's level: "
+        "its permissions and hooks",
+    )
+    group.add_argument(
+        "--setting-sources",
+        metavar="SOURCES",
+        help="which Claude Code settings and agents are read: user, project, local (comma "
+        "separated; default all three; empty: none)",
+    )
+    unsupported: list[str] = []
+    for flag, (takes_value, _) in UNSUPPORTED_CLAUDE_CODE_FLAGS.items():
+        try:
+            group.add_argument(
+                flag,
+                action=_Unsupported,
+                nargs="?" if takes_value else 0,
+                default=argparse.SUPPRESS,
+                help=argparse.SUPPRESS,
+            )
+        except argparse.ArgumentError:  # Warren supports it now, declared above
+            continue
+        unsupported.append(flag)
+    group.description = (
+        f"{group.description} Not supported, an error naming the flag: {', '.join(unsupported)}."
     )
     parser.add_argument(
         "--no-server",
@@ -255,10 +398,13 @@ def build_parser() -> argparse.ArgumentParser:
         description="Warren: a sandboxed multi-agent coding orchestrator. "
         "`warren PROMPT` (or `-p PROMPT`, or the prompt on stdin) runs headless.",
         epilog=EXIT_CODES,
+        # A subcommand's option must never read as an abbreviation of a run option: `sessions
+        # --all` is not `--allowed-tools` / `--allowedTools` (test_cli_sessions_e2e).
+        allow_abbrev=False,
     )
-    parser.add_argument("--version", action="version", version=f"warren {_version()}")
     _run_options(parser)
     _sdk_options(parser)
+    _claude_code_options(parser)  # after the SDK host's flags: it skips what is declared
     _sdk_fallbacks(parser)
     sub = parser.add_subparsers(dest="command", title="commands", metavar="COMMAND")
     demo = sub.add_parser(
@@ -283,6 +429,7 @@ def _prompt_parser() -> argparse.ArgumentParser:
     )
     _run_options(parser)
     _sdk_options(parser)
+    _claude_code_options(parser)  # after the SDK host's flags: it skips what is declared
     _sdk_fallbacks(parser)
     parser.add_argument("words", nargs="?", metavar="PROMPT", help="the prompt")
     return parser
@@ -320,9 +467,7 @@ def run_and_exit() -> NoReturn:
 
 
 def _is_command(argv: list[str]) -> bool:
-    return bool(argv[:1] and argv[0] in COMMANDS) or bool(
-        {"-h", "--help", "--version"} & set(argv[:1])
-    )
+    return bool(set(argv[:1]) & {*COMMANDS, "-h", "--help", "-v", "--version"})
 
 
 def run_in_process(argv: list[str], terminal: Path | None = None) -> int:
@@ -381,6 +526,7 @@ def _interactive_terminal() -> bool:
 
 def _prompt(args: argparse.Namespace, terminal: Path | None = None) -> int:
     import dataclasses
+    import os
 
     import trio
     from pydantic import ValidationError
@@ -423,17 +569,20 @@ def _prompt(args: argparse.Namespace, terminal: Path | None = None) -> int:
             print("warren: the prompt is empty", file=sys.stderr)
             return EXIT_USAGE
         prompt = None
+    claude_code = _claude_code_config(args)
+    if isinstance(claude_code, int):
+        return claude_code
     try:
         config = SessionConfig(
+            **claude_code,
             cwd=(args.cwd or Path.cwd()).absolute(),
-            model=args.model or DEFAULT_MODEL,
+            model=args.model or os.environ.get("ANTHROPIC_MODEL") or DEFAULT_MODEL,
             output_format=args.output_format,
             max_turns=args.max_turns,
             max_concurrency=args.max_concurrency,
             max_budget_usd=args.max_budget_usd,
             compact_threshold=args.compact_threshold,
             max_thinking_tokens=args.max_thinking_tokens,
-            permission_mode=args.permission_mode,
             allowed_tools=_tool_list(args.allowed_tools),
             disallowed_tools=_tool_list(args.disallowed_tools),
             resume=args.resume,
@@ -512,6 +661,66 @@ def _sdk_refusal(args: argparse.Namespace) -> str | None:
     if getattr(args, "sdk_system_prompt", None):
         return "--system-prompt with a text is not supported on this build; leave it empty"
     return None
+
+
+def _claude_code_config(args: argparse.Namespace) -> dict[str, object] | int:
+    """The session settings Claude Code's flags (and `--permission-mode`) give, or the exit
+    code of a one-line error."""
+    from orchestrator.outcome import EXIT_USAGE
+    from orchestrator.session import tool_names
+    from policies.files import MODE_ALIASES
+
+    def fail(message: str) -> int:
+        print(f"warren: {message}", file=sys.stderr)
+        return EXIT_USAGE
+
+    mode = MODE_ALIASES.get(args.permission_mode, args.permission_mode)
+    if args.dangerously_skip_permissions:
+        if mode not in (None, "bypass"):
+            return fail(
+                f"--dangerously-skip-permissions is --permission-mode bypass; it cannot be "
+                f"used with --permission-mode {args.permission_mode}"
+            )
+        mode = "bypass"
+    system = args.system_prompt
+    if args.system_prompt_file is not None:
+        if system is not None:
+            return fail("give --system-prompt or --system-prompt-file, not both")
+        try:
+            system = args.system_prompt_file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            return fail(f"--system-prompt-file {args.system_prompt_file}: {exc}")
+    add_dirs: list[Path] = []
+    for directory in args.add_dirs or ():
+        resolved = directory.expanduser().resolve()
+        if not resolved.is_dir():
+            return fail(f"--add-dir {directory}: not a directory")
+        add_dirs.append(resolved)
+    tools = None
+    if args.tools is not None and args.tools.strip() != "default":
+        tools = tool_names(tuple(t.strip() for t in args.tools.split(",") if t.strip()))
+    sources = None
+    if args.setting_sources is not None:
+        names = {s.strip() for s in args.setting_sources.split(",") if s.strip()}
+        unknown = sorted(names - {"user", "project", "local"})
+        if unknown:
+            return fail(
+                f"--setting-sources: unknown source {', '.join(unknown)} (user, project, local)"
+            )
+        sources = frozenset(names)
+    return {
+        "permission_mode": mode,
+        "system_prompt": system,
+        "append_system_prompt": args.append_system_prompt,
+        "add_dirs": tuple(add_dirs),
+        "session_id": args.session_id,
+        "fork_session": args.fork_session,
+        "tools": tools,
+        "settings": args.settings,
+        "setting_sources": sources,
+        "fallback_model": args.fallback_model,
+        "mcp_configs": tuple(args.mcp_configs or ()),
+    }
 
 
 def _pick_session(args: argparse.Namespace) -> str | int | None:

@@ -36,9 +36,19 @@ def add_commands(sub: Any, summaries: dict[str, str]) -> None:
         ("init", "write a commented starter .warren/policy.toml"),
         ("trust", "let this repository's policy allow things (same as `warren trust`)"),
         ("untrust", "stop trusting this repository's policy (same as `warren untrust`)"),
+        (
+            "import",
+            "write the repository's Claude Code settings (.claude/settings.json, "
+            ".claude/settings.local.json) into .warren/policy.toml and policy.local.toml, "
+            "comments kept",
+        ),
     ):
         command = commands.add_parser(name, help=text, description=text)
         command.add_argument("--cwd", type=Path, default=None, help="the workspace")
+        if name == "import":
+            command.add_argument(
+                "--dry-run", action="store_true", help="say what would be added, change nothing"
+            )
         command.set_defaults(handler=_policy_command)
 
     for verb, trust in (("trust", True), ("untrust", False)):
@@ -99,6 +109,8 @@ def _policy_command(args: argparse.Namespace) -> int:
             return printed(commands.trust_cmd(cwd))
         case "untrust":
             return printed(commands.untrust_cmd(cwd))
+        case "import":
+            return printed(commands.import_cmd(cwd, dry_run=args.dry_run))
         case _:
             return printed(commands.init(cwd))
 

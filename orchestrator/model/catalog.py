@@ -16,7 +16,9 @@ and prices.
 Rows are matched by longest prefix, so dated ids (`claude-sonnet-4-5-20250929`) share a row and
 `claude-opus-4-5` does not fall back to the older `claude-opus-4` row. Aliases (`sonnet`,
 `opus`, `haiku`, as Claude Code spells them) name the current model of each family:
-`resolve_model` turns them into the real id, which is what requests carry.
+`resolve_model` turns them into the real id, which is what requests carry (Claude Code's
+`ANTHROPIC_DEFAULT_SONNET_MODEL`, `..._OPUS_MODEL`, `..._HAIKU_MODEL` and
+`ANTHROPIC_SMALL_FAST_MODEL` repoint them, as they do there).
 
 A model the table does not know (a newer id, another provider behind `ANTHROPIC_BASE_URL`,
 `scripted`) gets `UNKNOWN_MODEL`: a 200,000-token window and 32,000 output tokens, what every
@@ -26,6 +28,7 @@ costs 0 rather than failing a run.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -33,6 +36,7 @@ from orchestrator.messages import Usage
 
 __all__ = [
     "ALIASES",
+    "ALIAS_ENV",
     "DEFAULT_CONTEXT_WINDOW",
     "DEFAULT_OUTPUT_LIMIT",
     "MAX_DEFAULT_OUTPUT_TOKENS",
@@ -121,9 +125,27 @@ _MODELS: Mapping[str, ModelInfo] = {
 }
 
 
-def resolve_model(name: str) -> str:
-    """The model id `name` stands for: an alias's id (any case), else `name` unchanged."""
-    return ALIASES.get(name.strip().lower(), name)
+ALIAS_ENV: Mapping[str, tuple[str, ...]] = {
+    "sonnet": ("ANTHROPIC_DEFAULT_SONNET_MODEL",),
+    "opus": ("ANTHROPIC_DEFAULT_OPUS_MODEL",),
+    "haiku": ("ANTHROPIC_DEFAULT_HAIKU_MODEL", "ANTHROPIC_SMALL_FAST_MODEL"),
+}
+"""Claude Code's environment variables that repoint an alias (first set wins): a gateway or
+another provider names its models differently. `ANTHROPIC_SMALL_FAST_MODEL`, Claude Code's
+older name for its cheap model, is what `haiku` (the cheap agent types' model) stands for."""
+
+
+def resolve_model(name: str, env: Mapping[str, str] | None = None) -> str:
+    """The model id `name` stands for: an alias's id (any case; `ALIAS_ENV` may repoint it),
+    else `name` unchanged. `env` defaults to the process environment."""
+    alias = name.strip().lower()
+    if alias not in ALIASES:
+        return name
+    env = os.environ if env is None else env
+    for variable in ALIAS_ENV[alias]:
+        if value := env.get(variable, "").strip():
+            return value
+    return ALIASES[alias]
 
 
 def model_info(model: str) -> ModelInfo:

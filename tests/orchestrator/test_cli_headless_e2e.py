@@ -313,7 +313,8 @@ def test_no_color_quiet_and_a_piped_stdout(
 def test_verbose_is_readable_logs_without_tool_lines(workspace: Path, env: dict[str, str]) -> None:
     with FakeMessagesAPI([Reply.tool_use("Bash", {"command": "echo hi"}), Reply.text("ok")]) as api:
         done = warren(
-            ["-p", "hi", "--cwd", str(workspace), "-v"], {**env, "ANTHROPIC_BASE_URL": api.base_url}
+            ["-p", "hi", "--cwd", str(workspace), "--verbose"],
+            {**env, "ANTHROPIC_BASE_URL": api.base_url},
         )
     assert done.returncode == 0, done.stderr
     lines = done.stderr.splitlines()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 import trio
 
+from orchestrator.errors import ConfigError
 from orchestrator.events import Event, ToolStarted
 from orchestrator.limits import Limits
 from orchestrator.loop import RunResult
@@ -333,3 +335,39 @@ async def test_manual_compaction_with_instructions_then_the_next_run_continues_f
     assert [r["trigger"] for r in records if r["type"] == "compact_boundary"] == ["manual"]
     loaded = store.load(session.session_id).messages
     assert "SUMMARY-1" in loaded[0].text() and loaded[-1].text() == "two"
+
+
+async def test_session_id_and_fork_session(
+    tmp_path: Path, dirs: WarrenDirs, workspace: Path
+) -> None:
+    """Claude Code's `--session-id` names the new session; `--fork-session` continues a
+    resumed conversation in a new one and leaves the old transcript as it was."""
+    chosen = "0b5f3a3e-6a43-4a8e-9d55-1c2b3d4e5f60"
+    model = write_script(tmp_path / "s.json", [{"content": [{"type": "text", "text": "one"}]}])
+    first, _ = await headless(
+        SessionConfig(cwd=workspace, model=model, session_id=chosen), dirs, prompt="a"
+    )
+    assert first.session_id == chosen
+    with pytest.raises(ConfigError, match="already in use"):
+        await headless(SessionConfig(cwd=workspace, model=model, session_id=chosen), dirs)
+    old = first.transcript.read_text()
+    model2 = write_script(tmp_path / "s2.json", [{"content": [{"type": "text", "text": "two"}]}])
+    forked, _ = await headless(
+        SessionConfig(cwd=workspace, model=model2, resume=chosen, fork_session=True),
+        dirs,
+        prompt="b",
+    )
+    assert forked.session_id != chosen
+    assert [m.role for m in forked.result.messages] == ["user", "assistant", "user", "assistant"]
+    assert first.transcript.read_text() == old
+    loaded = SessionStore(dirs.sessions).load(forked.session_id)
+    assert len(loaded.messages) == 4
+
+
+def test_claude_code_session_options_are_checked(workspace: Path) -> None:
+    with pytest.raises(ValueError, match="--fork-session needs --resume or --continue"):
+        SessionConfig(cwd=workspace, fork_session=True)
+    with pytest.raises(ValueError, match="is not a UUID"):
+        SessionConfig(cwd=workspace, session_id="../../etc")
+    with pytest.raises(ValueError, match="needs --fork-session"):
+        SessionConfig(cwd=workspace, continue_last=True, session_id=str(uuid.uuid4()))

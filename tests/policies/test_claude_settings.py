@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from policies.claude_settings import (
+    ClaudePermissions,
     count_declared_hooks,
     parse_claude_settings,
     read_claude_settings,
@@ -139,12 +140,12 @@ def test_disable_all_hooks_lists_them_as_not_running() -> None:
     assert "disableAllHooks" in parsed.unsupported[0].reason
 
 
-def test_no_hooks_and_the_rest_of_the_file_is_kept_for_later_readers() -> None:
+def test_no_hooks_the_permissions_mapped_and_the_rest_of_the_file_kept() -> None:
     parsed = parse_claude_settings(
         '{"permissions": {"allow": ["Bash(npm test)"]}, "env": {"A": "1"}}', file=FILE
     )
     assert parsed.hooks == () and parsed.unsupported == ()
-    assert parsed.permissions == {"allow": ["Bash(npm test)"]}
+    assert parsed.permissions == ClaudePermissions(allow=("Bash(npm test)",))
     assert parsed.data["env"] == {"A": "1"}
 
 
@@ -355,14 +356,15 @@ def test_a_trusted_repository_s_hooks_are_in_force_with_their_files(ws: Workspac
     policy = ws.load()
     assert [(h.event, h.command, h.matcher_kind, Path(s).name) for h, s in policy.hooks] == [
         ("Notification", "notify-send hi", "regex", "settings.json"),
-        ("PreToolUse", "exit 2", None, "policy.toml"),  # the text decides: a rule
+        # Within a level Claude Code's file comes first, so Warren's own wins a conflict.
         ("PreToolUse", "./guard.sh", "regex", "settings.json"),
+        ("PreToolUse", "exit 2", None, "policy.toml"),  # the text decides: a rule
         ("PostToolUse", "fmt", "regex", "settings.local.json"),
     ]
     assert policy.hooks[0][1] == str(ws.home / ".claude/settings.json")
-    assert policy.hooks[2][1] == str(ws.repo / ".claude/settings.json")
+    assert policy.hooks[1][1] == str(ws.repo / ".claude/settings.json")
     assert [(u.event, u.type) for u in policy.unsupported_hooks] == [("Stop", "prompt")]
-    assert [h.command for h, _ in policy.hooks_for("PreToolUse")] == ["exit 2", "./guard.sh"]
+    assert [h.command for h, _ in policy.hooks_for("PreToolUse")] == ["./guard.sh", "exit 2"]
     assert policy.untrusted_hooks == () and policy.untrusted_hooks_notice() is None
 
 
@@ -377,12 +379,12 @@ def test_an_untrusted_repository_s_settings_are_not_read_and_its_hooks_not_in_fo
     assert policy.trust == "untrusted"
     assert policy.hooks == () and policy.unsupported_hooks == ()
     assert policy.untrusted_hooks == (
-        (str(ws.repo / ".warren/policy.toml"), 1),
         (str(ws.repo / ".claude/settings.json"), 2),
+        (str(ws.repo / ".warren/policy.toml"), 1),
     )
     notice = policy.untrusted_hooks_notice()
     assert notice is not None and "\n" not in notice
-    assert "1 in .warren/policy.toml, 2 in .claude/settings.json" in notice
+    assert "2 in .claude/settings.json, 1 in .warren/policy.toml" in notice
     assert "`warren trust`" in notice
     ws.trust()
     with pytest.raises(PolicyError, match=r"settings\.local\.json:1: JSON syntax error"):

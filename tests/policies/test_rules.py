@@ -43,6 +43,14 @@ ANCHOR = Path("/home/ann/.config/warren")
         ("mcp__github", "mcp__github", "mcp_server", None),
         ("mcp__github__*", "mcp__github", "mcp_server", None),
         ("Think", "Think", "tool", None),
+        ("Bash(*)", "Bash", "tool", None),
+        ("Bash(npm test *)", "Bash", "wildcard", "npm test *"),
+        ("Bash(git * main)", "Bash", "wildcard", "git * main"),
+        ("Bash(python3 -m pytest *)", "Bash", "wildcard", "python3 -m pytest *"),
+        ("Bash(a\\*b)", "Bash", "exact", "a\\*b"),
+        ("Read(./src/**)", "Read", "path", "./src/**"),
+        ("WebFetch(domain:Example.com)", "WebFetch", "domain", "example.com"),
+        ("WebFetch(domain:*.example.com)", "WebFetch", "domain", "*.example.com"),
     ],
 )
 def test_parse(text: str, tool: str, kind: str, specifier: str | None) -> None:
@@ -60,7 +68,9 @@ def test_parse(text: str, tool: str, kind: str, specifier: str | None) -> None:
         ("Bash()", "empty specifier"),
         ("Bash(  )", "empty specifier"),
         ("Bash(:*)", "empty prefix"),
-        ("Bash(*)", "write `Bash`"),
+        ("Bash(git * main:*)", "cannot be mixed"),
+        ("WebFetch(domain:exa mple.com)", "not a host name"),
+        ("WebFetch(domain:)", "not a host name"),
         ("Bash(a:* b)", "may only end"),
         ("Bash(a:*:*)", "may only end"),
         ("mcp__srv__tool(x)", "MCP rules take no specifier"),
@@ -171,10 +181,61 @@ def test_anchor_of_a_project_file_is_the_project_root() -> None:
         ("prefix", "git log --format=", "git log --format=oneline", True),
         ("prefix", "rm", "rm -rf x", True),
         ("prefix", "rm", "rmdir x", False),
+        # Claude Code's wildcard form (code.claude.com/docs/en/permissions)
+        ("wildcard", "npm test *", "npm test", True),
+        ("wildcard", "npm test *", "npm test --watch a", True),
+        ("wildcard", "npm test *", "npm testing", False),
+        ("wildcard", "ls *", "ls -la", True),
+        ("wildcard", "ls *", "lsof", False),
+        ("wildcard", "ls*", "lsof", True),
+        ("wildcard", "git * main", "git push origin main", True),
+        ("wildcard", "git * main", "git checkout main", True),
+        ("wildcard", "git * main", "git main", False),
+        ("wildcard", "git * main", "git push origin main2", False),
+        ("wildcard", "* --version", "node --version", True),
+        ("wildcard", "python3 -m pytest *", "python3 -m pytest -q tests/x.py", True),
+        ("wildcard", "python3 -m pytest *", "python3 -m pytestx", False),
+        ("wildcard", "echo \\* *", "echo * a", True),
+        ("wildcard", "echo \\* *", "echo x a", False),
+        ("wildcard", "a * b *", "a x b", False),  # two stars: the trailing blank is required
+        ("wildcard", "a * b *", "a x b y", True),
     ],
 )
 def test_bash_specifiers(kind: str, spec: str, command: str, expected: bool) -> None:
     assert bash_rule_matches(kind, spec, command) is expected  # type: ignore[arg-type]
+
+
+def _claude_code_wildcard(pattern: str, command: str) -> bool:
+    """Claude Code's `matchWildcardPattern`, restated: escapes, `*` as `.*` with DOTALL, the
+    lone trailing ` *` optional. The oracle for the property below."""
+    import re
+
+    star, slash = "\x00S\x00", "\x00B\x00"
+    text = pattern.strip().replace("\\\\", slash).replace("\\*", star)
+    regex = re.escape(text).replace("\\*", ".*")
+    regex = regex.replace(re.escape(star), "\\*").replace(re.escape(slash), "\\\\")
+    if regex.endswith("\\ .*") and text.count("*") == 1:
+        regex = regex[: -len("\\ .*")] + "( .*)?"
+    return re.fullmatch(regex, command, re.DOTALL) is not None
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.text(alphabet="ab *\\", min_size=1, max_size=10),
+    st.text(alphabet="ab *\\", max_size=10),
+)
+@example("a *", "a")
+@example("a\\**", "a*")
+def test_wildcards_mean_what_claude_code_means(pattern: str, command: str) -> None:
+    try:
+        parsed = parse_rule(f"Bash({pattern})")
+    except RuleSyntaxError:
+        return
+    if parsed.kind != "wildcard":
+        return
+    assert parsed.specifier is not None
+    expected = _claude_code_wildcard(parsed.specifier, command.strip())
+    assert bash_rule_matches("wildcard", parsed.specifier, command) is expected
 
 
 @settings(max_examples=300, deadline=None)

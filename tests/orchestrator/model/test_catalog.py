@@ -110,3 +110,13 @@ def test_an_unknown_model_gets_the_conservative_defaults(model: str) -> None:
     assert output_limit(model) == DEFAULT_OUTPUT_LIMIT == 32_000
     assert default_max_tokens(model) == 32_000
     assert price_for(model) is None
+
+
+def test_claude_codes_environment_repoints_the_aliases() -> None:
+    env = {"ANTHROPIC_SMALL_FAST_MODEL": "small-1", "ANTHROPIC_DEFAULT_OPUS_MODEL": " big-2 "}
+    assert resolve_model("haiku", env) == "small-1"
+    assert resolve_model("Opus", env) == "big-2"
+    assert resolve_model("sonnet", env) == "claude-sonnet-4-6"
+    assert resolve_model("claude-haiku-4-5", env) == "claude-haiku-4-5"  # ids stay as given
+    env["ANTHROPIC_DEFAULT_HAIKU_MODEL"] = "haiku-3"  # the newer name wins
+    assert resolve_model("haiku", env) == "haiku-3"
