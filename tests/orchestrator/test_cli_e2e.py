@@ -256,6 +256,7 @@ def test_a_session_keeps_one_api_connection(sample: Path, env: dict[str, str]) -
     assert len({r.connection for r in requests[1:]}) == 1
 
 
+@pytest.mark.in_process  # watches the process tree of the warren it started
 def test_ctrl_c_interrupts_and_the_session_resumes(sample: Path, env: dict[str, str]) -> None:
     """SIGINT mid-tool: exit 130, no process left, the transcript closes the dangling call,
     and `--continue` carries on without an API protocol error."""

@@ -22,6 +22,9 @@ from tests.orchestrator.test_cli_e2e import WARREN, run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 
+# Each test watches the process tree of the warren it started: no server in between.
+pytestmark = pytest.mark.in_process
+
 
 @pytest.fixture
 def env(tmp_path: Path) -> dict[str, str]:

@@ -9,7 +9,6 @@ when the run ends, and what the hostile server tried did not happen.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -127,12 +126,29 @@ def _results(stdout: str) -> list[dict[str, Any]]:
     ]
 
 
-def _servers_named(word: str) -> list[psutil.Process]:
+def _servers_named(word: str, workspace: Path | None = None) -> list[psutil.Process]:
+    """Processes whose command line has `word`; with a `workspace`, only those of sandboxes
+    that mount it (another test may run the same server at the same time, and a run may go
+    through a warm server, so they are not our children)."""
     found = []
     for proc in psutil.process_iter(["cmdline"]):
-        if any(word in part for part in proc.info["cmdline"] or ()):
-            found.append(proc)
+        cmdline = proc.info["cmdline"] or ()
+        if not any(word in part for part in cmdline):
+            continue
+        if workspace is not None and not _in_sandbox_of(proc, str(workspace)):
+            continue
+        found.append(proc)
     return found
+
+
+def _in_sandbox_of(proc: psutil.Process, workspace: str) -> bool:
+    try:
+        for one in [proc, *proc.parents()]:
+            if one.name() == "bwrap" and workspace in one.cmdline():
+                return True
+    except psutil.Error:
+        pass
+    return False
 
 
 def _namespaces(pid: int) -> dict[str, str]:
@@ -163,13 +179,10 @@ args = ["--repository", "{ws}"]
 
     def route(request: RecordedRequest) -> FakeResponse | None:
         if len(request.messages) == 1:  # nothing of MCP runs before the first request is out
-            for proc in psutil.Process().children(recursive=True):  # ours: not other tests'
-                with contextlib.suppress(psutil.Error):
-                    if any("mcp-server-" in part for part in proc.cmdline()):
-                        before_first.append(proc)
+            before_first.extend(_servers_named("mcp-server-", ws))
         if len(request.messages) >= 3 and not seen:  # the first tool result is in: both up
             for word in ("mcp-server-time", "mcp-server-git"):
-                for proc in _servers_named(word):
+                for proc in _servers_named(word, ws):
                     if proc.name() != "bwrap":
                         seen[word] = _namespaces(proc.pid)
         return None
@@ -198,8 +211,8 @@ args = ["--repository", "{ws}"]
     for word, namespaces in seen.items():
         for ns in ("net", "pid", "mnt", "user"):
             assert namespaces[ns] != ours[ns], f"{word} shares our {ns} namespace"
-    assert not _servers_named(str(BIN / "mcp-server-time"))
-    assert not _servers_named(str(BIN / "mcp-server-git"))
+    assert not _servers_named(str(BIN / "mcp-server-time"), ws)
+    assert not _servers_named(str(BIN / "mcp-server-git"), ws)
 
 
 def test_a_hostile_server_cannot_read_secrets_write_outside_or_reach_the_network(
@@ -449,7 +462,7 @@ args = ["--local-timezone", "UTC"]
                     {"description": "tell the time", "prompt": "time?", "subagent_type": "clock"},
                 )
             return Reply.text("done")
-        named = _servers_named(str(BIN / "mcp-server-time"))
+        named = _servers_named(str(BIN / "mcp-server-time"), ws)
         servers.append(sum(1 for proc in named if proc.name() != "bwrap"))
         turn = len(request.messages)
         if turn == 1:
@@ -474,4 +487,4 @@ args = ["--local-timezone", "UTC"]
     assert refused["is_error"] and "mcp__time__convert_time" in json.dumps(refused["content"])
     assert any("TIME-REPORT" in json.dumps(r["content"]) for r in _results(done.stdout))
     assert servers and max(servers) == 1  # the coordinator's one server, none per worker
-    assert not _servers_named(str(BIN / "mcp-server-time"))
+    assert not _servers_named(str(BIN / "mcp-server-time"), ws)
