@@ -141,6 +141,7 @@ class ToolPipeline:
         output_cap: int = DEFAULT_OUTPUT_CAP,
         default_timeout_s: float = DEFAULT_TOOL_TIMEOUT_S,
         hooks: HookRunner | None = None,
+        recheck_rewrites: bool = True,
     ) -> None:
         self.tools = tools
         self.ctx = ctx
@@ -155,6 +156,10 @@ class ToolPipeline:
         """The time limit of a tool that sets none of its own (Bash has its own rule)."""
         self.hooks = hooks
         """The session's hooks; None: no hook code path at all (tests, benchmarks)."""
+        self.recheck_rewrites = recheck_rewrites
+        """Whether an input rewritten by whoever allowed it is decided by `permission` again
+        (deny rules win). False where `permission`'s answer is final and was checked so
+        already: a subagent's, which the coordinator decides (`DispatchAgentTool`)."""
 
     def prepare(self, block: ToolUseBlock) -> CallPlan:
         """The call's plan: unknown tool, unparsable JSON and schema checks, then the read-only
@@ -241,7 +246,7 @@ class ToolPipeline:
             decision, original = plan.decision, plan.input
             plan = plan_call(block, tool, rewritten, self.assessor)
             plan = plan if decision is None else plan.decided(decision)
-            if rewritten != original:
+            if rewritten != original and self.recheck_rewrites:
                 try:
                     again = await self.permission(plan, self.ctx)
                 except Exception as exc:

@@ -324,6 +324,7 @@ class AgentWorker:
                     asker=_unresolved_ask,
                     emit=emit,
                     hooks=self._hooks(message, ctx) if message.hook_events else None,
+                    recheck_rewrites=False,  # the coordinator's answer is final and checked
                 ),
                 config=LoopConfig(
                     system=message.system,

@@ -295,6 +295,18 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
                 mcp.grant(name, raw if answer.updated_input is None else answer.updated_input)
             return answer
 
+        async def recheck(
+            answer: Allow | Deny, tool: Tool[Any], block: ToolUseBlock
+        ) -> Allow | Deny:
+            """An input the asker rewrote is another call: the policy decides it again, so
+            the rewrite cannot take it past a deny rule (as `ToolPipeline` does for the main
+            agent; the worker takes this answer as final)."""
+            if not isinstance(answer, Allow) or answer.updated_input in (None, block.input):
+                return answer
+            rewritten = tool.parse_input(answer.updated_input)
+            again = await self._permission(plan_call(block, tool, rewritten, self._assessor), ctx)
+            return again if isinstance(again, Deny) else answer
+
         async def decide_only(name: str, raw: dict[str, Any]) -> Allow | Deny:
             tool = self._tools.get(name) if agent_type.allows(name) else None
             if tool is None:
@@ -322,7 +334,8 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
                         return Allow(rule="PreToolUse hook: allow")
                 if isinstance(result, Ask):
                     async with self._ask_lock:
-                        return await self._asker(tool, parsed, replace(result, agent=who))
+                        answer = await self._asker(tool, parsed, replace(result, agent=who))
+                    return await recheck(answer, tool, block)
                 return result
             except pydantic.ValidationError:
                 return Deny(f"The input of this {name} call is invalid; it was not run.")

@@ -205,6 +205,7 @@ def _env(tmp: Path, api: FakeMessagesAPI, mode: str) -> dict[str, str]:
         "ANTHROPIC_API_KEY": "sk-bench",
         "ANTHROPIC_BASE_URL": api.base_url,
         "PYTHONPATH": str(ROOT),
+        "WARREN_NO_SERVER": "1",  # no warm server started for next time
     }
 
 

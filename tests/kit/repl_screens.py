@@ -35,6 +35,7 @@ def _terminal(tmp: Path, api: FakeMessagesAPI, cwd: Path) -> Terminal:
         "ANTHROPIC_API_KEY": "sk-demo",
         "ANTHROPIC_BASE_URL": api.base_url,
         "PYTHONPATH": str(ROOT),
+        "WARREN_NO_SERVER": "1",  # no warm server started for next time
     }
     terminal = Terminal.start(
         [sys.executable, "-m", "orchestrator.cli"], env=env, cwd=cwd, socket_dir=tmp, width=100

@@ -83,10 +83,10 @@ def test_hooks_list_and_policy_show_name_each_hook_s_file(repo: Path, env: dict[
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [
         f"Notification: n  ({user})",
-        f"not trusted: 1 hook in {repo}/.warren/policy.toml will not run until you trust the "
-        "repository (`warren trust`)",
         f"not trusted: 3 hooks in {repo}/.claude/settings.json will not run until you trust "
         "the repository (`warren trust`)",
+        f"not trusted: 1 hook in {repo}/.warren/policy.toml will not run until you trust the "
+        "repository (`warren trust`)",
     ]
 
     assert warren(["trust", str(repo)], env).returncode == 0
@@ -94,10 +94,10 @@ def test_hooks_list_and_policy_show_name_each_hook_s_file(repo: Path, env: dict[
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [
         f"Notification: n  ({user})",
-        f"PreToolUse [Bash(git push:*)]: echo 'no pushing' >&2; exit 2  "
-        f"({repo}/.warren/policy.toml)",
         f"PreToolUse [regex Edit|Write]: ./fmt.sh  timeout 30s  ({repo}/.claude/settings.json)",
         f"Stop: echo done  ({repo}/.claude/settings.json)",
+        f"PreToolUse [Bash(git push:*)]: echo 'no pushing' >&2; exit 2  "
+        f"({repo}/.warren/policy.toml)",
         f'unsupported: Stop prompt "Are the tests green?"  ({repo}/.claude/settings.json: '
         'hooks.Stop[0].hooks[0]): type "prompt" hooks are not supported (only "command")',
     ]
@@ -163,7 +163,7 @@ def test_an_untrusted_repository_s_hooks_are_announced_once_at_start_up(
         assert done.returncode == 0, done.stderr
         assert done.stderr.count(NOTICE) == 1, done.stderr
         [line] = [line for line in done.stderr.splitlines() if NOTICE in line]
-        assert "(1 in .warren/policy.toml, 3 in .claude/settings.json)" in line
+        assert "(3 in .claude/settings.json, 1 in .warren/policy.toml)" in line
         assert "`warren trust`" in line
         assert warren(["trust", str(repo)], env).returncode == 0
         done = warren(["-p", "hi", "--cwd", str(repo)], env)

@@ -43,6 +43,8 @@ def _env(tmp_path: Path, api: FakeMessagesAPI) -> dict[str, str]:
         "ANTHROPIC_API_KEY": "sk-test-e2e",
         "ANTHROPIC_BASE_URL": api.base_url,
         "PYTHONPATH": str(ROOT),
+        # An interactive session starts a warm server for next time: not from the tests.
+        "WARREN_NO_SERVER": "1",
     }
 
 

@@ -33,7 +33,8 @@ from orchestrator.sdk_control import SdkControl
 from tests.kit.fake_api import FakeMessagesAPI, Reply
 from tests.kit.floor import needs_sandbox
 
-pytestmark = needs_sandbox
+# main() is called in this process too: never a server in between.
+pytestmark = [needs_sandbox, pytest.mark.in_process]
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 from tests.kit.fake_api import FakeMessagesAPI, Reply
 from tests.orchestrator.server.conftest import ROOT, WARREN
@@ -46,6 +47,7 @@ def _name(process: psutil.Process) -> str:
         return ""
 
 
+@pytest.mark.in_process  # the run's own process tree is watched
 def test_in_process_run_exits_leaving_nothing(tmp_path: Path) -> None:
     workspace = tmp_path / "ws"
     workspace.mkdir()
