@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 
@@ -46,21 +47,24 @@ def session(argv: list[str], terminal: Path | None) -> int:
         return int(argv[1])
     if mode == "signals":
         log = Path(argv[1])
-        ended: list[int] = []
+        pending: list[int] = []
 
         def got(signum: int, frame: object) -> None:
-            print(f"got {signum}", flush=True)
-            with log.open("a") as file:
-                file.write(f"got {signum}\n")
-            if signum in (signal.SIGTERM, signal.SIGHUP):
-                ended.append(signum)
+            pending.append(signum)  # reported below: a handler that prints can interrupt
+            # another print in progress (a reentrant write raises)
 
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGWINCH):
             signal.signal(sig, got)
         print("ready", flush=True)
-        while not ended:
-            signal.pause()
-        return 128 + ended[0]
+        while True:
+            while not pending:
+                time.sleep(0.01)  # not pause(): the signal may be delivered to another thread
+            signum = pending.pop(0)
+            print(f"got {signum}", flush=True)
+            with log.open("a") as file:
+                file.write(f"got {signum}\n")
+            if signum in (signal.SIGTERM, signal.SIGHUP):
+                return 128 + signum
     if mode == "wait":
         print(json.dumps({"pid": os.getpid(), "mark": os.environ.get("MARK")}), flush=True)
         sys.stdin.readline()

@@ -94,6 +94,14 @@ def test_session_sees_its_own_terminal(server: Server, tmp_path: Path) -> None:
     assert report["terminal"] == pane_tty.strip()
 
 
+def _reap(process: subprocess.Popen[str]) -> None:
+    """A client a failed assertion left running is not left to the next tests (a zombie
+    child of this test process, or its pipes closed by the garbage collector)."""
+    if process.poll() is None:
+        process.kill()
+    process.communicate(timeout=60)
+
+
 def _line(process: subprocess.Popen[str]) -> str:
     assert process.stdout is not None
     return process.stdout.readline().strip()
@@ -105,20 +113,25 @@ def test_signals_reach_the_session(server: Server, tmp_path: Path) -> None:
     server.start()
     log = tmp_path / "signals.log"
     client = _client(server, ["signals", str(log)])
-    assert _line(client) == "ready"
-    for sig in (signal.SIGWINCH, signal.SIGINT):
-        client.send_signal(sig)
-        assert _line(client) == f"got {int(sig)}"
-    client.send_signal(signal.SIGTERM)
-    assert _line(client) == "got 15"
-    client.communicate(timeout=60)
-    assert client.returncode == 143
+    try:
+        assert _line(client) == "ready"
+        for sig in (signal.SIGWINCH, signal.SIGINT):
+            client.send_signal(sig)
+            assert _line(client) == f"got {int(sig)}"
+        client.send_signal(signal.SIGTERM)
+        assert _line(client) == "got 15"
+        client.communicate(timeout=60)
+        assert client.returncode == 143
+    finally:
+        _reap(client)
 
     log.unlink()
     orphaned = _client(server, ["signals", str(log)])
-    assert _line(orphaned) == "ready"
-    orphaned.kill()
-    orphaned.communicate(timeout=60)
+    try:
+        assert _line(orphaned) == "ready"
+    finally:
+        orphaned.kill()
+        orphaned.communicate(timeout=60)
     deadline = time.monotonic() + 60
     while not (log.exists() and "got 1" in log.read_text()):
         assert time.monotonic() < deadline, "the session never got SIGHUP"
