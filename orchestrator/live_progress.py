@@ -41,7 +41,7 @@ from orchestrator.events import (
 )
 from orchestrator.messages import Usage
 from orchestrator.subagents import SubagentEvent, SubagentFinished, SubagentStarted, SubagentUpdate
-from orchestrator.text import escape_controls
+from orchestrator.text import duration, escape_controls
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
@@ -124,7 +124,7 @@ class TerminalProgress:
                     (f"  {mark} ", style),
                     (shown, "bold"),
                     (f"  {escape_controls(summary)[:160]}", ""),
-                    (f"  {_duration(event.duration_s)}", "dim"),
+                    (f"  {duration(event.duration_s)}", "dim"),
                 )
             case PermissionDecided():
                 self._permission(event, None)
@@ -181,7 +181,7 @@ class TerminalProgress:
                     (
                         f"  {outcome.reason} · {outcome.num_turns} turns · "
                         f"{_count(_tokens(outcome.usage))} tokens · "
-                        f"{_duration(outcome.duration_s)}{pid}",
+                        f"{duration(outcome.duration_s)}{pid}",
                         "dim",
                     ),
                 )
@@ -234,7 +234,7 @@ class TerminalProgress:
         now = self.clock()
         status = Text.assemble(
             (self._phase, "bold"),
-            (f" · {_duration(now - self._since)}", ""),
+            (f" · {duration(now - self._since)}", ""),
             (f" · {_count(self._tokens)} tokens" if self._tokens else "", "dim"),
         )
         if self._spinner is None:  # one spinner, so its frames move on between redraws
@@ -242,7 +242,7 @@ class TerminalProgress:
         self._spinner.update(text=status)
         parts: list[RenderableType] = [self._spinner]
         for shown, started in list(self._running.values())[-8:]:
-            parts.append(Text.assemble(("    ▸ ", "cyan"), shown, (f"  {_duration(now - started)}",
+            parts.append(Text.assemble(("    ▸ ", "cyan"), shown, (f"  {duration(now - started)}",
                                                                    "dim")))  # fmt: skip
         if len(self._running) > 8:
             parts.append(Text(f"    … {len(self._running) - 8} more running", style="dim"))
@@ -254,7 +254,7 @@ class TerminalProgress:
                     (agent.tool or "thinking", "" if agent.tool else "dim"),
                     str(agent.turns),
                     _count(agent.tokens),
-                    _duration(now - agent.started),
+                    duration(now - agent.started),
                 )
                 for agent_id, agent in self._agents.items()
             ]
@@ -325,9 +325,3 @@ def _count(n: int) -> str:
     return f"{n / 1000:.1f}k" if n >= 10_000 else f"{n:,}"
 
 
-def _duration(seconds: float) -> str:
-    if seconds < 1:
-        return f"{seconds * 1000:.0f} ms"
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["escape_controls", "join_elided", "truncate_middle"]
+__all__ = ["duration", "escape_controls", "join_elided", "truncate_middle"]
 
 
 def _escapes() -> dict[int, str]:
@@ -59,3 +59,12 @@ def join_elided(
         f"{head}\n\n[... {removed} {what} ({removed_lines} lines) removed from the "
         f"middle of this output ...]\n\n{tail}"
     )
+
+
+def duration(seconds: float) -> str:
+    """A duration as the terminal displays show it: `340 ms`, `4.2 s`, `3m07s`."""
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"

@@ -48,7 +48,7 @@ from orchestrator.subagents import (
     SubagentStarted,
     SubagentUpdate,
 )
-from orchestrator.text import escape_controls
+from orchestrator.text import duration, escape_controls
 
 __all__ = ["TurnView", "human_tokens", "tool_line"]
 
@@ -64,14 +64,6 @@ def human_tokens(count: int) -> str:
     return f"{count / 1000:.1f}k" if count >= 1000 else str(count)
 
 
-def _duration(seconds: float) -> str:
-    if seconds < 1:
-        return f"{seconds * 1000:.0f} ms"
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
-
-
 def tool_line(
     display: str, summary: str, *, is_error: bool, duration_s: float, number: int | None = None
 ) -> Text:
@@ -80,7 +72,7 @@ def tool_line(
     line = Text()
     line.append("✗ " if is_error else "✓ ", style="red" if is_error else "green")
     line.append(escape_controls(display), style="bold")
-    line.append(f"  {_duration(duration_s)}", style="dim")
+    line.append(f"  {duration(duration_s)}", style="dim")
     first = escape_controls(summary.split("\n")[0])[:200]
     if first:
         line.append("\n  ⎿ ")
@@ -160,7 +152,7 @@ class TurnView:
         for running in self._running.values():
             line = Text("⏹ ", "yellow")
             line.append(escape_controls(running.display), style="bold")
-            line.append(f"  stopped after {_duration(now - running.started)}", style="dim")
+            line.append(f"  stopped after {duration(now - running.started)}", style="dim")
             self.print(line)
         self._running.clear()
         self._summarise_agents()
@@ -307,7 +299,7 @@ class TurnView:
                 (
                     (frame, "cyan"),
                     escape_controls(r.display) + " ",
-                    (_duration(now - r.started), "dim"),
+                    (duration(now - r.started), "dim"),
                 )
                 for r in list(self._running.values())
             ]
@@ -317,7 +309,7 @@ class TurnView:
         tokens = self._output_tokens + self._stream_chars // 4
         what = "Interrupting" if self.interrupting else self.status
         status = Text(f" {what}… ", style="bold")
-        status.append(f"{_duration(now - self._started)}", style="dim")
+        status.append(f"{duration(now - self._started)}", style="dim")
         if tokens:
             status.append(f" · ↓ {human_tokens(tokens)} tokens", style="dim")
         status.append(" · esc to interrupt", style="dim")
@@ -338,7 +330,7 @@ def _agents_rows(rows: Iterable[_AgentRow], now: float) -> Columns:
                 (escape_controls(row.tool)[:40] or "thinking…", "dim"),
                 str(row.turns),
                 human_tokens(row.tokens),
-                _duration(now - row.started),
+                duration(now - row.started),
                 "" if row.pid is None else str(row.pid),
             )
             for row in rows
@@ -360,7 +352,7 @@ def _agents_summary(done: list[tuple[_AgentRow, SubagentOutcome]]) -> Text:
     noun = "subagent" if len(done) == 1 else "subagents"
     line.append(f"{len(done)} {noun} done ({said})", style="bold")
     line.append(
-        f" · {turns} turns · {human_tokens(tokens)} tokens · {_duration(longest)}"
+        f" · {turns} turns · {human_tokens(tokens)} tokens · {duration(longest)}"
         + (f" · workers {pids}" if pids else ""),
         style="dim",
     )
