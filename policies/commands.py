@@ -403,6 +403,7 @@ def server_lines(policy: EffectivePolicy) -> list[str]:
             how = "stdio, " + (
                 "UNSANDBOXED" if not server.sandbox else
                 "sandboxed, workspace " + ("writable" if server.write else "read-only")
+                + (", HOST NETWORK" if server.network else "")
             )
             what = shlex.join([server.command or "", *server.args])
         lines.append(f"{name}: {_one_line(what)}  [{how}]  ({source})")

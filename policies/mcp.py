@@ -5,7 +5,10 @@ Both sources become the same `McpServer`, so the MCP layer (`orchestrator/mcp/`)
 a server was written. A stdio server (`command`) runs inside the floor unless the user's own
 or the managed policy says `sandbox = false`; a `url` server (streamable HTTP) reaches the
 network from the coordinator, so only a user-level file or a trusted repository may name one,
-and the session says so in one line at start-up.
+and the session says so in one line at start-up. A sandboxed stdio server gets the network
+only with `network = true` (the host's network: there is no allowlist yet), from the same
+files (an untrusted repository's servers never start), shown by `warren policy show` and in
+one line at start-up naming the file.
 
 Claude Code's `.mcp.json` is `{"mcpServers": {NAME: {"command", "args", "env"} | {"type":
 "http" | "sse", "url", "headers"}}}`; it is read only in a trusted repository, without
@@ -88,8 +91,9 @@ class McpServer(BaseModel):
     write: StrictBool = False
     """The workspace is writable for the server (default read-only)."""
     network: StrictBool = False
-    """Not available yet for a sandboxed server: the floor has no network allowlist, so a
-    server that needs the network must run with `sandbox = false` from the user's policy."""
+    """A sandboxed stdio server shares the host's network (default false: none at all). Until
+    the floor has a network allowlist this is all of it, so it is a widening shown at start-up
+    and in `warren policy show`; the rest of the floor stays."""
     timeout_s: Seconds = 60.0
     """Per call."""
     startup_timeout_s: Seconds = 30.0
@@ -101,11 +105,6 @@ class McpServer(BaseModel):
             raise ValueError("give either `command` (a stdio server) or `url` (HTTP), not both")
         if self.url is not None and not re.match(r"https?://", self.url):
             raise ValueError("`url` must start with http:// or https://")
-        if self.network and self.sandbox and self.command is not None:
-            raise ValueError(
-                "`network = true` is not available inside the floor yet (no network "
-                "allowlist); run the server from your user policy with `sandbox = false`"
-            )
         return self
 
     @property

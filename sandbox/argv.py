@@ -40,7 +40,8 @@ MANDATORY_FLAGS: tuple[str, ...] = (
     "--cap-drop",
     "ALL",  # as root on the host this matters: the sandbox must gain nothing from it
 )
-"""Flags every sandbox gets, whatever the spec says (pinned by test_argv)."""
+"""Flags every sandbox gets, whatever the spec says (pinned by test_argv), but one:
+`--unshare-net` is left out for a spec whose `network` is `host`."""
 
 
 def bwrap_argv(
@@ -62,7 +63,10 @@ def bwrap_argv(
     """
     if not argv:
         raise ValueError("argv must name a command to run")
-    out = [str(bwrap), *MANDATORY_FLAGS, "--clearenv"]
+    floor = MANDATORY_FLAGS
+    if spec.network == "host":
+        floor = tuple(flag for flag in floor if flag != "--unshare-net")
+    out = [str(bwrap), *floor, "--clearenv"]
     for name, value in facts.env:
         out += ["--setenv", name, value]
 

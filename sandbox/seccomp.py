@@ -6,6 +6,12 @@ Each rule answers an escape that works without it (pinned in tests/sandbox/test_
   namespace), plus AF_UNIX when the spec allows it. A Unix socket on the host stays
   connectable through a read-only bind (read-only mounts do not stop `connect()`), so a
   session bus or docker.sock in view would be a way out; AF_VSOCK is not namespaced at all.
+  With `network = "host"` (an MCP server granted the network) the same families are allowed
+  and no longer confined: AF_INET/AF_INET6 reach what the user reaches (the grant), AF_NETLINK
+  reads the host's routes and sockets but changes nothing (no capability in the namespace's
+  owner), raw and packet sockets need a capability too; AF_UNIX stays refused, and the spec
+  refuses to allow it there, since the host's abstract Unix sockets live in its network
+  namespace, beyond any mount.
 - `chmod`/`open`/`mknod` families refuse modes with the setuid or setgid bit: otherwise a
   sandbox running as host root plants a setuid-root binary in the workspace for later.
 - `ioctl(TIOCSTI)` and `ioctl(TIOCLINUX)` fail, so no keystrokes can be pushed into a

@@ -29,6 +29,7 @@ __all__ = [
     "LimitName",
     "Limits",
     "Mode",
+    "NetworkMode",
     "ProtectedPath",
     "SandboxSpec",
     "WorkspaceRoot",
@@ -36,6 +37,10 @@ __all__ = [
 
 Mode = Literal["ro", "rw"]
 """How a bound host path appears inside the sandbox: read-only or read-write."""
+
+NetworkMode = Literal["off", "host"]
+"""`off`: a private network namespace with nothing but loopback (every tool, hook and worker).
+`host`: the host's network namespace, for an MCP server whose policy says `network = true`."""
 
 LimitName = Literal["wall_time", "output", "processes", "memory", "cpu_time", "file_size"]
 """The limits a sandbox can be stopped by (`SandboxResult.killed_by_limit`)."""
@@ -306,9 +311,13 @@ class SandboxSpec(_Frozen):
     `DEFAULT_PROTECTED`."""
     extra_protected: tuple[ProtectedPath, ...] = ()
     """Additions to `protected`; plain strings are accepted (directory stubs). Default none."""
-    network: Literal["off"] = "off"
-    """Only `off` for now: a private network namespace with nothing but loopback. The seam
-    for later is an allowlist proxy reached through a socket bound into the sandbox."""
+    network: NetworkMode = "off"
+    """`off` (default): a private network namespace with nothing but loopback. `host`: no
+    network namespace of its own, so the sandbox reaches whatever the user's processes reach
+    (the internet, services on the host's 127.0.0.1, a cloud metadata address) and may listen
+    on unprivileged ports; everything else of the floor stays. Only an MCP server whose policy
+    says `network = true` gets it (`orchestrator.cli.wiring.open_mcp`). The seam for later is
+    an allowlist proxy reached through a socket bound into the sandbox."""
     allow_unix_sockets: bool = False
     """Let the sandbox create AF_UNIX sockets. Default False: a seccomp filter refuses them,
     because a host socket reachable through the read-only root (a D-Bus session bus, an agent,
@@ -345,6 +354,13 @@ class SandboxSpec(_Frozen):
 
     @model_validator(mode="after")
     def _no_contradictions(self) -> SandboxSpec:
+        if self.network == "host" and self.allow_unix_sockets:
+            # Abstract Unix sockets belong to the network namespace, not the file system: in
+            # the host's, a read-only root no longer keeps X11's or a session bus's from view.
+            raise ValueError(
+                "network 'host' and allow_unix_sockets together would reach the host's "
+                "abstract Unix sockets; allow one or the other"
+            )
         seen: dict[Path, tuple[str, Mode]] = {}
         entries = [(f"workspaces[{i}]", w.path, w.mode) for i, w in enumerate(self.workspaces)]
         entries += [(f"extra_binds[{i}]", b.path, b.mode) for i, b in enumerate(self.extra_binds)]

@@ -178,14 +178,21 @@ class SandboxedSpawner:
 
     @asynccontextmanager
     async def stdio(
-        self, launch: HostLaunch, env: Mapping[str, str] | None = None
+        self,
+        launch: HostLaunch,
+        env: Mapping[str, str] | None = None,
+        *,
+        network: bool = False,
     ) -> AsyncIterator[HostProcess]:
         """Like a call, for a program that speaks on its stdin and stdout (an MCP server):
         the same spec and masks (the read-denied files found once for all), `env` added to
-        its environment, its stdio the pipes."""
+        its environment, its stdio the pipes. `network`: the host's network instead of none
+        (an MCP server's `network = true`; tool hosts and workers never get it)."""
         if self._host is None:
             self._host = await detect_host()
         spec = self.spec_for(launch)
+        if network:
+            spec = spec.model_copy(update={"network": "host", "allow_unix_sockets": False})
         if env:
             values = {**spec.env.values, **env}
             spec = spec.model_copy(update={"env": spec.env.model_copy(update={"values": values})})

@@ -179,6 +179,9 @@ def _add_options(parser: argparse.ArgumentParser) -> None:
         "--env", action="append", default=[], metavar="KEY=VALUE", help="set in its environment"
     )
     parser.add_argument("--write", action="store_true", help="the workspace writable for it")
+    parser.add_argument(
+        "--network", action="store_true", help="the host's network for it (default: none)"
+    )
     parser.add_argument("--timeout", type=float, default=None, help="seconds per call (60)")
     parser.add_argument("--cwd", type=Path, default=None, help="the workspace (default: here)")
 
@@ -202,7 +205,7 @@ def _add(args: argparse.Namespace) -> int:
         return 2
     argv = stray + rest[split + 1 :]
     env = dict(item.partition("=")[::2] for item in more.env)
-    fields: dict[str, object] = {"env": env, "write": args.write}
+    fields: dict[str, object] = {"env": env, "write": args.write, "network": args.network}
     if args.url is not None:
         fields["url"] = args.url
     elif argv:

@@ -107,10 +107,11 @@ def open_mcp(
 ) -> AbstractAsyncContextManager[McpServers]:
     """The policy's MCP servers, started in the background: each stdio server in its own
     sandbox (the floor's masks and the policy's, the workspace read-only unless the server
-    has `write = true`, no network, the scrubbed environment plus the server's `env`), or, for
-    a `sandbox = false` server of the user's or the managed policy, as a plain process with
-    the same short environment. One line on stderr for each server that fails (unless not
-    `notices`: `warren doctor` reports states itself)."""
+    has `write = true`, no network unless it has `network = true` (then the host's), the
+    scrubbed environment plus the server's `env`), or, for a `sandbox = false` server of the
+    user's or the managed policy, as a plain process with the same short environment. One
+    line on stderr for each server that fails, is reached over HTTP or has the network
+    (unless not `notices`: `warren doctor` reports states itself)."""
     import shutil
     import sys
 
@@ -152,7 +153,7 @@ def open_mcp(
             extra_roots=ctx.extra_roots,
             cwd=ctx.cwd,
         )
-        async with spawner.stdio(started, env=server.env) as process:
+        async with spawner.stdio(started, env=server.env, network=server.network) as process:
             yield process  # type: ignore[misc]
 
     servers = {name: (server, source) for name, server, source in policy.effective.mcp_servers}

@@ -463,11 +463,20 @@ async def open_mcp_servers(
 ) -> AsyncIterator[McpServers]:
     """Start every stdio server in the background; stop them all when the block ends.
 
-    A `url` server is reached from the coordinator, outside the floor: one line says so.
+    A `url` server is reached from the coordinator, outside the floor, and a sandboxed
+    server with `network = true` has the host's network: one line each says so (the second
+    with the file that granted it).
     """
-    for name, (config, _) in servers.items():
-        if config.url is not None and on_notice is not None:
+    for name, (config, source) in servers.items():
+        if on_notice is None:
+            break
+        if config.url is not None:
             on_notice(f"warren: MCP server {name!r} is reached over HTTP, outside the sandbox")
+        elif config.network and config.sandbox:
+            on_notice(
+                f"warren: MCP server {name!r} runs in the sandbox with the host's network "
+                f"(network = true in {source})"
+            )
     started = McpServers(
         servers,
         launcher,

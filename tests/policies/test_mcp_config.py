@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from policies.commands import CommandEnvironment, show
 from policies.files import (
     EffectivePolicy,
     PolicyError,
@@ -97,13 +98,30 @@ def test_a_repository_server_never_leaves_the_floor(ws: Workspace) -> None:
     assert name == "x" and not server.sandbox
 
 
+def test_a_trusted_repository_may_grant_its_server_the_network_and_it_shows(
+    ws: Workspace,
+) -> None:
+    """`network = true` is a widening a trusted repository may make, never silently: `warren
+    policy show` names the server and its file; untrusted, the server does not start."""
+    ws.project('[mcp.servers.fetch]\ncommand = "mcp-fetch"\nnetwork = true\n')
+    assert ws.load().mcp_servers == ()
+    ws.store.trust(ws.repo)
+    [(_, server, _)] = ws.load().mcp_servers
+    assert server.network and server.sandbox
+    environment = CommandEnvironment(env=ws.env, managed=None, probe=lambda: True)
+    shown = show(ws.repo, environment=environment)
+    assert shown.exit_code == 0, shown.text
+    [line] = [line for line in shown.text.splitlines() if "mcp-fetch" in line]
+    assert "sandboxed, workspace read-only, HOST NETWORK" in line
+    assert str(ws.repo / ".warren" / "policy.toml") in line
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
         ('[mcp.servers.x]\nargs = ["a"]\n', "either `command`"),
         ('[mcp.servers.x]\ncommand = "a"\nurl = "http://b"\n', "either `command`"),
         ('[mcp.servers.x]\nurl = "ftp://b"\n', "http:// or https://"),
-        ('[mcp.servers.x]\ncommand = "a"\nnetwork = true\n', "network allowlist"),
         ('[mcp.servers."a__b"]\ncommand = "a"\n', "no `__`"),
         ('[mcp.servers.x]\ncommand = "a"\ntimeout_s = 0\n', "greater than 0"),
         ('[mcp.servers.x]\ncommand = "a"\nflavour = 1\n', "flavour"),

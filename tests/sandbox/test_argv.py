@@ -141,6 +141,16 @@ def test_every_sandbox_gets_the_floor(name: str) -> None:
     assert argv[-3:] == ["sh", "-c", "echo hi"]
 
 
+def test_host_network_drops_only_the_network_namespace() -> None:
+    """An MCP server granted the network: the same floor, `--unshare-net` left out."""
+    spec, facts, _ = CASES["rw_workspace"]
+    shared = spec.model_copy(update={"network": "host"})
+    argv = bwrap_argv(shared, ["srv"], bwrap=BWRAP, facts=facts, prlimit=PRLIMIT, seccomp_fd=3)
+    private = bwrap_argv(spec, ["srv"], bwrap=BWRAP, facts=facts, prlimit=PRLIMIT, seccomp_fd=3)
+    assert "--unshare-net" in private
+    assert argv == [flag for flag in private if flag != "--unshare-net"]
+
+
 def _mount_positions(argv: list[str]) -> list[tuple[int, str, str]]:
     """(index, flag, destination) of every mount operation, in order."""
     out = []

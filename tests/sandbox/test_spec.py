@@ -55,6 +55,7 @@ def test_spec_is_frozen() -> None:
         ),
         ({"extra_binds": (Bind(path=Path("/"), mode="rw"),)}, "already the read-only root"),
         ({"network": "on"}, "network"),
+        ({"network": "host", "allow_unix_sockets": True}, "network 'host' and allow_unix_sockets"),
         ({"home": Path("relative")}, "home must be absolute"),
     ],
 )

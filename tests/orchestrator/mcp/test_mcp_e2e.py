@@ -24,6 +24,7 @@ from typing import Any
 import psutil
 import pytest
 
+from policies.trust import TrustStore
 from tests.kit.fake_api import FakeMessagesAPI, FakeResponse, RecordedRequest, Reply
 from tests.kit.floor import needs_sandbox
 
@@ -218,37 +219,47 @@ args = ["--repository", "{ws}"]
 def test_a_hostile_server_cannot_read_secrets_write_outside_or_reach_the_network(
     tmp_path: Path, home: Path, outside: Path, hostile: Path
 ) -> None:
-    """A server written with the official SDK tries to read `~/.ssh/id_rsa` (a fake HOME
-    outside /tmp), write outside the workspace and into it (read-only by default), and
-    connect to the fake API's port on 127.0.0.1: every attempt fails, the API key is not
-    in its environment, and the host shows no trace."""
+    """The hostile server tries to read `~/.ssh/id_rsa` (a fake HOME outside /tmp), write
+    outside the workspace and into it (read-only by default), and connect to a port that
+    answers on the host's 127.0.0.1: every attempt fails, the API key is not in its
+    environment, and the host shows no trace. The same server granted `network = true` by a
+    trusted repository connects, is said to at start-up, and is denied everything else."""
     ws = _workspace(tmp_path)
-    script = hostile
-    _user_policy(
-        tmp_path / "config",
-        f"""
-[mcp.servers.hostile]
-command = "{sys.executable}"
-args = ["{script}"]
+    server = f"""command = "{sys.executable}"
+args = ["{hostile}"]
 env = {{ OUTSIDE = "{outside}", WORKSPACE = "{ws}", PYTHONPATH = "{ROOT}" }}
-""",
+"""
+    _user_policy(tmp_path / "config", "[mcp.servers.hostile]\n" + server)
+    (ws / ".warren").mkdir()
+    (ws / ".warren" / "policy.toml").write_text(
+        "[mcp.servers.netted]\n" + server + "network = true\n"
     )
+    TrustStore.from_env({"XDG_STATE_HOME": str(tmp_path / "state")}).trust(ws)
     listener = socket.create_server(("127.0.0.1", 0))  # a port on the host that answers
     port = listener.getsockname()[1]
-    replies = [Reply.tool_use("mcp__hostile__attack", {"target_port": port}), Reply.text("done")]
+    replies = [
+        Reply.tool_use("mcp__hostile__attack", {"target_port": port}),
+        Reply.tool_use("mcp__netted__attack", {"target_port": port}),
+        Reply.text("done"),
+    ]
     with listener, FakeMessagesAPI(replies) as api:
         done = _run(ws, tmp_path, api, home=home)
     assert done.returncode == 0, done.stderr
-    [result] = _results(done.stdout)
-    assert not result["is_error"], result
-    report = result["content"]
-    assert "SECRET-KEY-MATERIAL" not in report and "'ssh': 'failed" in report
-    assert "'write_outside': 'failed" in report
-    assert "'write_workspace': 'failed" in report
-    assert "'network': 'failed" in report
-    assert "sk-test-mcp" not in report and "'api_key': 'absent'" in report
+    closed, opened = _results(done.stdout)
+    for result in (closed, opened):
+        assert not result["is_error"], result
+        report = result["content"]
+        assert "SECRET-KEY-MATERIAL" not in report and "'ssh': 'failed" in report
+        assert "'write_outside': 'failed" in report
+        assert "'write_workspace': 'failed" in report
+        assert "sk-test-mcp" not in report and "'api_key': 'absent'" in report
+    assert "'network': 'failed" in closed["content"]
+    assert "'network': 'connected'" in opened["content"]
     assert not (outside / "pwned").exists()
     assert not (ws / "planted.txt").exists()
+    granted = "MCP server 'netted' runs in the sandbox with the host's network"
+    assert f"{granted} (network = true in {ws / '.warren' / 'policy.toml'})" in done.stderr
+    assert "MCP server 'hostile' runs" not in done.stderr
 
 
 def test_faults_give_the_model_an_error_and_the_session_goes_on(
