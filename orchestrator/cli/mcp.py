@@ -19,7 +19,8 @@ def add_commands(sub: Any, summaries: dict[str, str]) -> None:
         "list",
         help="the MCP servers in force with their files, and those that do not start",
         description="warren mcp list [--cwd DIR]: each server in force (how it runs: sandboxed "
-        "with the workspace read-only or writable, unsandboxed, or HTTP outside the floor) with "
+        "with the workspace read-only or writable, with the host's network or none, unsandboxed, "
+        "or HTTP outside the floor) with "
         "its file, then unsupported ones and an untrusted repository's (which do not start)",
     )
     listing.add_argument("--cwd", type=Path, default=None, help="the workspace (default: here)")

@@ -41,7 +41,8 @@ def test_add_get_list_remove(tmp_path: Path) -> None:
     assert trusted.returncode == 0, trusted.stderr + trusted.stdout
 
     added = _warren(
-        "mcp", "add", "git", "--env", "A=b", "--timeout", "5", "--", "mcp-server-git", "-r", ".",
+        "mcp", "add", "git", "--env", "A=b", "--timeout", "5", "--network", "--",
+        "mcp-server-git", "-r", ".",
         env=env, cwd=ws,
     )  # fmt: skip
     assert added.returncode == 0, added.stdout + added.stderr
@@ -51,10 +52,11 @@ def test_add_get_list_remove(tmp_path: Path) -> None:
 
     listed = _warren("mcp", "list", env=env, cwd=ws)
     assert "git: mcp-server-git -r ." in listed.stdout, listed.stdout + listed.stderr
-    assert "sandboxed, workspace read-only" in listed.stdout
+    assert "sandboxed, workspace read-only, HOST NETWORK" in listed.stdout
     got = _warren("mcp", "get", "git", env=env, cwd=ws)
     assert 'command = "mcp-server-git"' in got.stdout and "timeout_s = 5.0" in got.stdout
     assert 'A = "b"' in got.stdout and str(local) in got.stdout
+    assert "network = true" in got.stdout
 
     bad = _warren("mcp", "add", "x__y", "--", "srv", env=env, cwd=ws)
     assert bad.returncode != 0 and "no `__`" in bad.stdout + bad.stderr
