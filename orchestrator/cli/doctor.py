@@ -92,13 +92,19 @@ def _mcp_servers_here(floor_proven: bool) -> list[str]:
             await servers.wait_started(wait)
             for name in servers.names():
                 status, error, _ = servers.status(name)
+                # The widening `network = true` grants is shown wherever the server is.
+                config = servers.config(name)
+                widened = ", HOST NETWORK" if config is not None and config.network else ""
                 if status == "ready":
                     tools = sum(1 for server, _ in servers.tools() if server == name)
                     prompts = [p.name for server, p in servers.prompts() if server == name]
                     listed = f"; prompts: {', '.join(prompts)}" if prompts else ""
-                    lines.append(f"  {name}: ready, {tools} tools{escape_controls(listed)}")
+                    shown = f"{tools} tools{widened}{escape_controls(listed)}"
+                    lines.append(f"  {name}: ready, {shown}")
                 else:
-                    lines.append(f"  {name}: {status}: {escape_controls(error or 'starting')}")
+                    lines.append(
+                        f"  {name}: {status}{widened}: {escape_controls(error or 'starting')}"
+                    )
         return lines
 
     return trio.run(states)

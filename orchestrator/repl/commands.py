@@ -330,9 +330,12 @@ async def _mcp(repl: Repl, session: Session, arg: str) -> Action | None:
         table.add_column(column)
     for name in servers.names():
         status, error, pid = servers.status(name)
+        config = servers.config(name)
+        # `network = true` is a widening of the floor: shown wherever the server is.
+        widened = " (host network)" if config is not None and config.network else ""
         table.add_row(
             Text(escape_controls(name), "bold cyan"),
-            Text(status, "green" if status == "ready" else "yellow"),
+            Text(status + widened, "green" if status == "ready" else "yellow"),
             "" if pid is None else str(pid),
             str(tools.count(name)),
             str(prompts.count(name)),

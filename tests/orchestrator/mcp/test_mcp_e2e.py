@@ -281,6 +281,7 @@ env = {{ PYTHONPATH = "{ROOT}" }}
 
 [mcp.servers.missing]
 command = "/nonexistent/mcp-server"
+network = true
 """,
     )
     replies = [
@@ -379,6 +380,7 @@ env = {{ PYTHONPATH = "{ROOT}" }}
 
 [mcp.servers.missing]
 command = "/nonexistent/mcp-server"
+network = true
 """,
     )
     env = {
@@ -392,7 +394,7 @@ command = "/nonexistent/mcp-server"
     )
     assert "mcp servers:" in done.stdout, done.stdout + done.stderr
     assert "flaky: ready, 4 tools; prompts: review" in done.stdout
-    assert "missing: failed:" in done.stdout
+    assert "missing: failed, HOST NETWORK:" in done.stdout
     assert "Traceback" not in done.stderr
     assert not _servers_named(str(hostile))
 
