@@ -33,5 +33,10 @@ class WarrenDirs:
         return self.state / "sessions"
 
     @property
+    def objects(self) -> Path:
+        """File contents kept for undoing writing turns (orchestrator/changes.py)."""
+        return self.state / "objects"
+
+    @property
     def logs(self) -> Path:
         return self.state / "logs"

@@ -35,6 +35,7 @@ import trio
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from orchestrator.audit import AuditLog
+from orchestrator.changes import ChangeRecorder, ContentStore, RecordingRunner, change_log_path
 from orchestrator.compaction import Compaction, Compactor
 from orchestrator.context import (
     ContextSandbox,
@@ -383,6 +384,8 @@ class Session:
         self.mcp_source: DeferredMcp | None = None
         """The session's MCP servers, started once the first model request is answered
         (orchestrator/mcp/deferred.py); None without servers."""
+        self.changes: ChangeRecorder | None = None
+        """The per-turn change sets (orchestrator/changes.py) behind `/undo`."""
         self.compactor = Compactor(
             window=limits.context_window or context_window(model.model),
             threshold=limits.compact_threshold,
@@ -674,8 +677,16 @@ async def open_session(
         )
         denials = DenialLog()
         subagent_spend: dict[str, ModelUsage] = {}
+        changes = ChangeRecorder(
+            (cwd, *policy.writable_roots()),
+            ContentStore(dirs.objects),
+            change_log_path(transcript.path),
+            write=lambda step: io_guard.write(step, "change log"),
+        )
+        stack.callback(changes.end_turn)  # a turn cut short by the session's end
         sinks: list[EventSink] = [
             denials,
+            changes,
             io_guard.sink(_transcript_sink(transcript)),
             io_guard.sink(audit),
             printer,
@@ -773,7 +784,7 @@ async def open_session(
             sandbox=floor_state,
         )
         pipeline = ToolPipeline(
-            runner=runner,
+            runner=RecordingRunner(runner, changes),
             tools=registry,
             ctx=ctx,
             permission=permission,
@@ -810,6 +821,7 @@ async def open_session(
             denials=denials,
         )
         session.subagent_spend = subagent_spend
+        session.changes = changes
         session.mcp_source = servers
         if hooks.has("SessionEnd"):
             stack.push_async_callback(_shielded, _session_end(hooks))

@@ -12,6 +12,7 @@
     warren mcp list        the MCP servers in force with their files (get, add, remove)
     warren mcp serve       Warren's tools as an MCP server on stdio
     warren sessions        past sessions of this directory, newest first
+    warren undo [SESSION]  put back the files of a session's last writing turn
     warren server ...      the warm per-user server: start, stop, status, run
 
 A first argument that is not a subcommand is a prompt: with stdin and stdout at a terminal
@@ -53,6 +54,8 @@ COMMANDS: dict[str, str] = {
     "mcp": "MCP servers: list, get, add, remove the servers in force; serve Warren's tools",
     "sessions": "past sessions of this directory, newest first: id, start, turns, cost, "
     "first prompt",
+    "undo": "put back the files the last writing turn of a session changed (the newest "
+    "session of this directory by default)",
     "server": "the warm per-user server that starts sessions fast (start, stop, status, run)",
 }
 """Every subcommand with its one-line summary (`warren --help` lists them)."""
@@ -390,7 +393,7 @@ def _sdk_fallbacks(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line: run options, and a subparser per command."""
-    from orchestrator.cli import doctor, hooks, mcp, policy, server, sessions
+    from orchestrator.cli import doctor, hooks, mcp, policy, server, sessions, undo
 
     parser = argparse.ArgumentParser(
         prog="warren",
@@ -418,6 +421,7 @@ def build_parser() -> argparse.ArgumentParser:
     hooks.add_commands(sub, COMMANDS)
     mcp.add_commands(sub, COMMANDS)
     sessions.add_commands(sub, COMMANDS)
+    undo.add_commands(sub, COMMANDS)
     server.add_commands(sub, COMMANDS)
     return parser
 

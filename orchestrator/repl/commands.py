@@ -291,6 +291,19 @@ async def _sessions(repl: Repl, session: Session, arg: str) -> Action | None:
     return None
 
 
+async def _undo(repl: Repl, session: Session, arg: str) -> Action | None:
+    from orchestrator.undo import undo_last_turn
+
+    recorder = session.changes
+    if recorder is None:
+        _say(repl, "This session records no changes.", "yellow")
+        return None
+    outcome = await trio.to_thread.run_sync(undo_last_turn, recorder.log, recorder.store)
+    _say(repl, outcome.message[:1].upper() + outcome.message[1:] + ".",
+         "green" if outcome.undone else "yellow")  # fmt: skip
+    return None
+
+
 async def _expand(repl: Repl, session: Session, arg: str) -> Action | None:
     outputs = repl.outputs
     wanted = arg.strip()
@@ -360,6 +373,7 @@ COMMANDS: dict[str, Command] = {
     "init": Command("write a starter WARREN.md and .warren/policy.toml", _init),
     "resume": Command("continue an earlier conversation: /resume [ID]", _resume),
     "sessions": Command("earlier sessions in this repository", _sessions),
+    "undo": Command("put back the files the last writing turn changed", _undo),
     "expand": Command("a tool result in full: /expand [N] (default: the last)", _expand),
     "mcp": Command("the MCP servers of this session: status, pid, tools", _mcp),
     "exit": Command("leave (the session stays resumable)", _exit),

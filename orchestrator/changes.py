@@ -1,0 +1,570 @@
+"""Per-turn change sets: what each writing turn changed, seen from the sandbox's side.
+
+The model's word about what it changed is not evidence (a Bash command names no files), so
+the coordinator looks at the writable roots itself: a scan before the first read-write call
+of a turn and after each one, the turn's change set being the difference. `warren undo`
+(orchestrator/undo.py) restores a turn from it.
+
+Restoring needs each changed file's content from before the turn, and which files a Bash
+command will change is not known in advance. So every scan keeps the content of each regular
+file it has not seen with this stat (size, mtime, ctime, inode, mode) in a content-addressed
+store (`ContentStore`, `~/.local/state/warren/objects`): the first scan of a session reads the
+whole tree once; later scans read only what changed since the previous one, and a file whose
+stat did not change is not opened. Measured on a 10,000-file tree (tests/bench/bench_changes.py;
+the README has the numbers).
+
+Why not bwrap's `--overlay` (works here, ~1 ms per sandbox): the main agent's tools run in a
+long-lived tool host with a persistent shell, and the read-only host, the user and writable
+subagents must see a write at once, not when an upper layer is merged at the end of a turn.
+
+Nothing in a workspace is trusted: the scan never follows a symlink (directories are opened
+from the root down with `O_NOFOLLOW`, files with `O_NOFOLLOW | O_NONBLOCK` and checked to be
+regular on the open descriptor, read up to `MAX_KEPT_BYTES`); a link is recorded by its target
+text, a FIFO or device by its kind only. `.git` directories are not scanned (git's own state is
+not restored by an undo).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import stat
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import structlog
+import trio
+
+from orchestrator.events import Event, ToolResultsMessage
+from orchestrator.plan import CallPlan
+from orchestrator.tools.base import ToolContext, ToolOutput, ToolProgress
+
+__all__ = [
+    "MAX_KEPT_BYTES",
+    "MAX_SCAN_ENTRIES",
+    "Change",
+    "ChangeRecorder",
+    "ContentStore",
+    "Entry",
+    "Key",
+    "RecordingRunner",
+    "Scan",
+    "TurnRecord",
+    "append_record",
+    "change_log_path",
+    "diff",
+    "read_turns",
+    "scan",
+]
+
+MAX_KEPT_BYTES = 16 * 1024 * 1024
+"""Files larger than this (bytes) are tracked by their stat only: an undo refuses them."""
+
+MAX_SCAN_ENTRIES = 200_000
+"""Entries one scan looks at, at most (the rest is not tracked; the record says so)."""
+
+MAX_NEW_BYTES_PER_SCAN = 1 << 30
+"""Bytes one scan adds to the store at most (the first scan of a large tree); past it,
+files are tracked by stat only."""
+
+SKIPPED_DIRS = frozenset({".git"})
+
+Kind = Literal["file", "link", "dir", "other"]
+Key = tuple[str, str]
+"""(root, path relative to it with `/` between parts)."""
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One name in a writable root as a scan saw it."""
+
+    kind: Kind
+    mode: int
+    """Permission bits (`st_mode & 0o7777`)."""
+    sha: str | None = None
+    """A file's SHA-256, its content kept in the store; None: not kept (too large, raced)."""
+    target: str | None = None
+    """A link's target text (never followed)."""
+    stamp: tuple[int, int, int, int] = field(default=(0, 0, 0, 0), compare=False)
+    """(size, mtime_ns, ctime_ns, inode): a later scan with the same stamp does not reopen it."""
+
+    def same_content(self, other: Entry | None) -> bool:
+        """Whether `other` holds what this does (a touch that changes only times does not
+        count; a file whose content was not kept never equals anything)."""
+        if other is None or other.kind != self.kind:
+            return False
+        match self.kind:
+            case "file":
+                return self.sha is not None and self.sha == other.sha and self.mode == other.mode
+            case "link":
+                return self.target == other.target
+            case "dir":
+                return True
+            case _:
+                return self.stamp == other.stamp
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"kind": self.kind, "mode": self.mode}
+        if self.kind == "file":
+            data["sha"] = self.sha
+            data["size"] = self.stamp[0]
+        if self.target is not None:
+            data["target"] = self.target
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any] | None) -> Entry | None:
+        if data is None:
+            return None
+        kind = data["kind"]
+        if kind not in ("file", "link", "dir", "other"):
+            raise ValueError(f"unknown kind {kind!r}")
+        return cls(
+            kind=kind,
+            mode=int(data["mode"]),
+            sha=data.get("sha"),
+            target=data.get("target"),
+            stamp=(int(data.get("size", 0)), 0, 0, 0),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    key: Key
+    before: Entry | None
+    """None: the turn created it."""
+    after: Entry | None
+    """None: the turn removed it."""
+
+    @property
+    def path(self) -> Path:
+        return Path(self.key[0], self.key[1])
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "root": self.key[0],
+            "path": self.key[1],
+            "before": None if self.before is None else self.before.to_json(),
+            "after": None if self.after is None else self.after.to_json(),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Change:
+        root, path = str(data["root"]), str(data["path"])
+        if not Path(root).is_absolute() or not _is_plain_relative(path):
+            raise ValueError(f"not a path inside a root: {root!r} {path!r}")
+        return cls((root, path), Entry.from_json(data["before"]), Entry.from_json(data["after"]))
+
+
+def _is_plain_relative(path: str) -> bool:
+    parts = path.split("/")
+    return bool(path) and all(part not in ("", ".", "..") for part in parts) and "\0" not in path
+
+
+class ContentStore:
+    """File contents by SHA-256 under one directory (`objects/ab/cdef...`), shared by sessions.
+
+    A blob is written to a temporary name and renamed into place; it is not fsynced (thousands
+    of files on a first scan), so `get` checks the hash: a blob torn by a crash reads as
+    missing, and an undo that needs it refuses instead of restoring wrong bytes.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def _path(self, sha: str) -> Path:
+        return self.root / sha[:2] / sha[2:]
+
+    def has(self, sha: str) -> bool:
+        return self._path(sha).is_file()
+
+    def put(self, data: bytes) -> tuple[str, bool]:
+        """Keep `data`; its hash and whether it was new to the store."""
+        sha = hashlib.sha256(data).hexdigest()
+        path = self._path(sha)
+        if path.is_file():
+            return sha, False
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as out:
+                out.write(data)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        return sha, True
+
+    def get(self, sha: str) -> bytes | None:
+        """The content with hash `sha`, or None when missing or damaged."""
+        try:
+            data = self._path(sha).read_bytes()
+        except OSError:
+            return None
+        return data if hashlib.sha256(data).hexdigest() == sha else None
+
+
+# -- scanning --------------------------------------------------------------------------------
+
+
+@dataclass
+class Scan:
+    """The writable roots at one moment: every name (below `.git` excepted) with its entry."""
+
+    entries: dict[Key, Entry]
+    complete: bool = True
+    """False when `MAX_SCAN_ENTRIES` stopped the walk (changes past it are not seen)."""
+
+
+def scan(
+    roots: Sequence[Path],
+    store: ContentStore,
+    known: Mapping[Key, Entry] | None = None,
+    *,
+    max_entries: int = MAX_SCAN_ENTRIES,
+) -> Scan:
+    """Scan `roots` (absolute directories) without following any link; the content of a
+    regular file is read (and kept in `store`) only when `known` has no entry with the same
+    stamp. Blocking: run it in a thread.
+    """
+    known = known or {}
+    entries: dict[Key, Entry] = {}
+    budget = [MAX_NEW_BYTES_PER_SCAN]
+    complete = True
+    for root in _distinct(roots):
+        try:
+            root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            continue  # a root that is gone has nothing to record
+        try:
+            for rel, fd_name, info, parent_fd in _walk(root_fd):
+                if len(entries) >= max_entries:
+                    complete = False
+                    break
+                key = (str(root), rel)
+                old = known.get(key)
+                entries[key] = _entry(parent_fd, fd_name, info, old, store, budget)
+        finally:
+            os.close(root_fd)
+    return Scan(entries, complete)
+
+
+def _distinct(roots: Sequence[Path]) -> list[Path]:
+    """The roots, each once, leaving out one that lies inside another (scanned with it)."""
+    unique = sorted({Path(os.path.abspath(root)) for root in roots}, key=lambda p: len(p.parts))
+    kept: list[Path] = []
+    for root in unique:
+        if not any(root.is_relative_to(other) for other in kept):
+            kept.append(root)
+    return kept
+
+
+def _walk(root_fd: int) -> Iterator[tuple[str, str, os.stat_result, int]]:
+    """(relative path, name, lstat, parent directory fd) for every name below `root_fd`,
+    directories opened with `O_NOFOLLOW` from their parent's descriptor. The parent fd is
+    valid only until the next item."""
+    stack: list[tuple[str, int]] = [("", os.dup(root_fd))]
+    try:
+        while stack:
+            prefix, dir_fd = stack.pop()
+            try:
+                with os.scandir(dir_fd) as names:
+                    listed = list(names)
+                for item in listed:
+                    if item.name in SKIPPED_DIRS and item.is_dir(follow_symlinks=False):
+                        continue
+                    try:
+                        info = os.stat(item.name, dir_fd=dir_fd, follow_symlinks=False)
+                    except OSError:
+                        continue  # gone since the listing
+                    rel = f"{prefix}{item.name}"
+                    if stat.S_ISDIR(info.st_mode):
+                        try:
+                            child = os.open(item.name, _DIR_FLAGS, dir_fd=dir_fd)
+                        except OSError:
+                            child = -1
+                        if child >= 0:
+                            stack.append((rel + "/", child))
+                    yield rel, item.name, info, dir_fd
+            except OSError:
+                pass  # unreadable directory: its names are not tracked
+            finally:
+                os.close(dir_fd)
+    finally:
+        for _, fd in stack:
+            os.close(fd)
+
+
+def _stamp(info: os.stat_result) -> tuple[int, int, int, int]:
+    return (info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino)
+
+
+def _entry(
+    dir_fd: int,
+    name: str,
+    info: os.stat_result,
+    old: Entry | None,
+    store: ContentStore,
+    budget: list[int],
+) -> Entry:
+    mode = stat.S_IMODE(info.st_mode)
+    stamp = _stamp(info)
+    if stat.S_ISDIR(info.st_mode):
+        return Entry("dir", mode, stamp=stamp)
+    if stat.S_ISLNK(info.st_mode):
+        if old is not None and old.kind == "link" and old.stamp == stamp:
+            return old
+        try:
+            target = os.readlink(name, dir_fd=dir_fd)
+        except OSError:
+            target = "?"
+        return Entry("link", mode, target=target, stamp=stamp)
+    if not stat.S_ISREG(info.st_mode):
+        return Entry("other", mode, stamp=stamp)
+    if old is not None and old.kind == "file" and old.stamp == stamp and old.mode == mode:
+        return old
+    return Entry("file", mode, sha=_keep(dir_fd, name, info, store, budget), stamp=stamp)
+
+
+def _keep(
+    dir_fd: int, name: str, info: os.stat_result, store: ContentStore, budget: list[int]
+) -> str | None:
+    """Read the regular file `name` (never a link, FIFO or device) and keep its content; its
+    hash, or None when too large, over the budget, or changed while read."""
+    if info.st_size > MAX_KEPT_BYTES or info.st_size > budget[0]:
+        return None
+    try:
+        fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
+    except OSError:
+        return None
+    try:
+        before = os.fstat(fd)
+        if not stat.S_ISREG(before.st_mode) or _stamp(before) != _stamp(info):
+            return None  # swapped or changed since the stat
+        data = _read_at_most(fd, MAX_KEPT_BYTES + 1)
+        if len(data) > MAX_KEPT_BYTES or _stamp(os.fstat(fd)) != _stamp(info):
+            return None
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    try:
+        sha, new = store.put(data)
+    except OSError:
+        return None  # a full state directory: tracked by stat, an undo refuses it
+    if new:
+        budget[0] -= len(data)
+    return sha
+
+
+def _read_at_most(fd: int, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    want = limit
+    while want > 0:
+        chunk = os.read(fd, min(want, 1 << 20))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        want -= len(chunk)
+    return b"".join(chunks)
+
+
+def diff(before: Mapping[Key, Entry], after: Mapping[Key, Entry]) -> list[Change]:
+    """What changed from `before` to `after`, sorted by root and path."""
+    changes = []
+    for key in before.keys() | after.keys():
+        old, new = before.get(key), after.get(key)
+        if old is new:
+            continue  # the scan reused the entry: same stamp, same content
+        if old is None or new is None or not old.same_content(new):
+            changes.append(Change(key, old, new))
+    changes.sort(key=lambda change: change.key)
+    return changes
+
+
+# -- recording -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TurnRecord:
+    """One writing turn's change set as the change log holds it."""
+
+    number: int
+    changes: list[Change]
+    tool_use_ids: list[str]
+    complete: bool
+    undone: bool = False
+
+
+def change_log_path(transcript: Path) -> Path:
+    """The change log beside a session's transcript (`<id>.changes.jsonl`)."""
+    return transcript.with_suffix(".changes.jsonl")
+
+
+def read_turns(log: Path) -> list[TurnRecord]:
+    """The turns of a change log, oldest first, each marked undone or not.
+
+    **Errors:** `OSError` when the log cannot be read; `ValueError` for a damaged record.
+    """
+    turns: dict[int, TurnRecord] = {}
+    with log.open(encoding="utf-8") as lines:
+        for line in lines:
+            if not line.strip():
+                continue
+            record = json.loads(line)
+            if record.get("type") == "turn":
+                number = int(record["turn"])
+                turns[number] = TurnRecord(
+                    number,
+                    [Change.from_json(change) for change in record["changes"]],
+                    [str(tool_use_id) for tool_use_id in record.get("tool_use_ids", [])],
+                    bool(record.get("complete", True)),
+                )
+            elif record.get("type") == "undone":
+                number = int(record["turn"])
+                if number in turns:
+                    done = turns[number]
+                    turns[number] = TurnRecord(
+                        done.number, done.changes, done.tool_use_ids, done.complete, undone=True
+                    )
+    return [turns[number] for number in sorted(turns)]
+
+
+class ChangeRecorder:
+    """The session's recorder: scans around read-write calls, one record per writing turn.
+
+    `before_call` scans when a turn's first read-write call is about to run (catching what
+    the user changed since); `after_call` scans after each read-write call. When the turn's
+    results are in (`ToolResultsMessage`, this object is an event sink), the difference
+    between the turn's first and last scan is appended to the change log, when not empty.
+    """
+
+    def __init__(
+        self,
+        roots: Sequence[Path],
+        store: ContentStore,
+        log: Path,
+        write: Callable[[Callable[[], None]], None] | None = None,
+    ) -> None:
+        """`write` runs a state write (the session's I/O guard; by default, directly)."""
+        self.roots = tuple(roots)
+        self.store = store
+        self.log = log
+        self._write = write or (lambda step: step())
+        self._lock = trio.Lock()
+        self._last: Scan | None = None
+        self._turn_start: Scan | None = None
+        self._tool_use_ids: list[str] = []
+        self._turns = 0
+        self.scan_seconds = 0.0
+        """Time spent scanning, summed (tests/bench/bench_changes.py reads it)."""
+
+    async def _scan(self) -> Scan:
+        known = None if self._last is None else self._last.entries
+        started = time.perf_counter()
+        result = await trio.to_thread.run_sync(scan, self.roots, self.store, known)
+        self.scan_seconds += time.perf_counter() - started
+        self._last = result
+        return result
+
+    async def before_call(self, tool_use_id: str) -> None:
+        async with self._lock:
+            self._tool_use_ids.append(tool_use_id)
+            if self._turn_start is None:
+                try:
+                    self._turn_start = await self._scan()
+                except OSError as exc:  # a root gone unreadable: this turn is not recorded
+                    structlog.get_logger().warning("change scan failed", error=str(exc))
+
+    async def after_call(self) -> None:
+        async with self._lock:
+            try:
+                await self._scan()
+            except OSError as exc:
+                structlog.get_logger().warning("change scan failed", error=str(exc))
+                self._turn_start = None
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, ToolResultsMessage):
+            self.end_turn()
+
+    def end_turn(self) -> None:
+        """Append the current turn's change set to the log (if anything changed)."""
+        start, end, ids = self._turn_start, self._last, self._tool_use_ids
+        self._turn_start, self._tool_use_ids = None, []
+        if start is None or end is None:
+            return
+        changes = diff(start.entries, end.entries)
+        if not changes:
+            return
+        if self._turns == 0 and self.log.exists():  # a resumed session continues its numbers
+            with contextlib.suppress(OSError, ValueError):
+                self._turns = max((turn.number for turn in read_turns(self.log)), default=0)
+        self._turns += 1
+        record = {
+            "type": "turn",
+            "turn": self._turns,
+            "ts": round(time.time(), 3),
+            "tool_use_ids": ids,
+            "complete": start.complete and end.complete,
+            "changes": [change.to_json() for change in changes],
+        }
+        self._write(lambda: append_record(self.log, record))
+
+
+def append_record(log: Path, record: Mapping[str, Any]) -> None:
+    """One JSON line, appended and fsynced (an undo must find the record after a crash)."""
+    log.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        data = (json.dumps(record, separators=(",", ":")) + "\n").encode()
+        while data:
+            written = os.write(fd, data)
+            data = data[written:]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class RecordingRunner:
+    """A `ToolRunner` that hands every call to `inner`, with read-write ones recorded."""
+
+    def __init__(self, inner: Any, recorder: ChangeRecorder) -> None:
+        self.inner = inner
+        self.recorder = recorder
+
+    async def validate(self, plan: CallPlan, ctx: ToolContext) -> str | None:
+        result: str | None = await self.inner.validate(plan, ctx)
+        return result
+
+    async def call(
+        self, plan: CallPlan, ctx: ToolContext
+    ) -> AsyncIterator[ToolProgress | ToolOutput]:
+        if plan.sandbox != "rw":
+            async for item in self.inner.call(plan, ctx):
+                yield item
+            return
+        await self.recorder.before_call(plan.block.id)
+        try:
+            iterator = self.inner.call(plan, ctx)
+            try:
+                async for item in iterator:
+                    yield item
+            finally:
+                aclose = getattr(iterator, "aclose", None)
+                if aclose is not None:
+                    await aclose()
+        finally:
+            # Cancelled or not, what the call changed is recorded (bounded: one scan).
+            with trio.CancelScope(shield=True), trio.move_on_after(60):
+                await self.recorder.after_call()

@@ -1,0 +1,76 @@
+"""`warren undo [SESSION]`: put back the files of a session's last writing turn.
+
+    warren undo [SESSION] [--cwd DIR]
+
+Without an id, the newest session of the directory that recorded a writing turn. One line
+says what happened; exit 0 when the turn was undone, 1 when it was not (nothing changed),
+2 for a bad session id.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from orchestrator.changes import ContentStore, change_log_path
+from orchestrator.errors import SessionError
+from orchestrator.text import escape_controls
+from orchestrator.transcripts import SessionStore
+from orchestrator.undo import undo_last_turn
+
+__all__ = ["add_commands"]
+
+
+def add_commands(sub: Any, summaries: dict[str, str]) -> None:
+    """Add `undo` to the `warren` subparsers."""
+    undo = sub.add_parser(
+        "undo",
+        prog="warren undo",
+        help=summaries["undo"],
+        description=summaries["undo"]
+        + ". Refuses, changing nothing, when a file was touched after that turn.",
+    )
+    undo.add_argument(
+        "session", nargs="?", default=None, metavar="SESSION",
+        help="the session id (default: the newest of this directory with a writing turn)",
+    )  # fmt: skip
+    undo.add_argument("--cwd", type=Path, default=None, help="the directory (default: here)")
+    undo.set_defaults(handler=_undo)
+
+
+def _undo(args: argparse.Namespace) -> int:
+    from orchestrator.paths import WarrenDirs
+
+    dirs = WarrenDirs.from_env()
+    store = SessionStore(dirs.sessions)
+    if args.session is not None:
+        try:
+            log = change_log_path(store.path_for(args.session))
+        except SessionError as exc:
+            print(f"warren undo: {exc}", file=sys.stderr)
+            return 2
+        session_id = args.session
+    else:
+        cwd = (args.cwd or Path.cwd()).resolve()
+        found = next(
+            (
+                summary.session_id
+                for summary in store.summaries(cwd)
+                if change_log_path(store.path_for(summary.session_id)).is_file()
+            ),
+            None,
+        )
+        if found is None:
+            where = escape_controls(str(cwd))
+            print(f"warren undo: no session in {where} recorded a writing turn", file=sys.stderr)
+            return 1
+        session_id, log = found, change_log_path(store.path_for(found))
+    outcome = undo_last_turn(log, ContentStore(dirs.objects))
+    line = escape_controls(f"session {session_id}: {outcome.message}")
+    if outcome.undone:
+        print(f"warren undo: {line}")
+        return 0
+    print(f"warren undo: {line}", file=sys.stderr)
+    return 1
