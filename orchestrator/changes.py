@@ -27,14 +27,20 @@ not restored by an undo).
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
+import functools
 import hashlib
 import json
 import os
 import stat
+import struct
 import tempfile
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -55,10 +61,12 @@ __all__ = [
     "Key",
     "RecordingRunner",
     "Scan",
+    "TreeState",
     "TurnRecord",
     "append_record",
     "change_log_path",
     "diff",
+    "open_parent",
     "read_turns",
     "scan",
 ]
@@ -232,10 +240,11 @@ def scan(
     known: Mapping[Key, Entry] | None = None,
     *,
     max_entries: int = MAX_SCAN_ENTRIES,
+    on_dir: Callable[[Path, str, int], None] | None = None,
 ) -> Scan:
     """Scan `roots` (absolute directories) without following any link; the content of a
     regular file is read (and kept in `store`) only when `known` has no entry with the same
-    stamp. Blocking: run it in a thread.
+    stamp; `on_dir(root, prefix, fd)` sees each directory. Blocking: run it in a thread.
     """
     known = known or {}
     entries: dict[Key, Entry] = {}
@@ -247,7 +256,8 @@ def scan(
         except OSError:
             continue  # a root that is gone has nothing to record
         try:
-            for rel, fd_name, info, parent_fd in _walk(root_fd):
+            seen = None if on_dir is None else partial(on_dir, root)
+            for rel, fd_name, info, parent_fd in _walk(root_fd, "", seen):
                 if len(entries) >= max_entries:
                     complete = False
                     break
@@ -269,15 +279,20 @@ def _distinct(roots: Sequence[Path]) -> list[Path]:
     return kept
 
 
-def _walk(root_fd: int) -> Iterator[tuple[str, str, os.stat_result, int]]:
-    """(relative path, name, lstat, parent directory fd) for every name below `root_fd`,
-    directories opened with `O_NOFOLLOW` from their parent's descriptor. The parent fd is
-    valid only until the next item."""
-    stack: list[tuple[str, int]] = [("", os.dup(root_fd))]
+def _walk(
+    root_fd: int, prefix: str = "", on_dir: Callable[[str, int], None] | None = None
+) -> Iterator[tuple[str, str, os.stat_result, int]]:
+    """(relative path, name, lstat, parent directory fd) for every name below `root_fd`
+    (whose own path is `prefix`, empty or ending in `/`), directories opened with
+    `O_NOFOLLOW` from their parent's descriptor; `on_dir(prefix, fd)` for each directory
+    before it is listed. The parent fd is valid only until the next item."""
+    stack: list[tuple[str, int]] = [(prefix, os.dup(root_fd))]
     try:
         while stack:
             prefix, dir_fd = stack.pop()
             try:
+                if on_dir is not None:
+                    on_dir(prefix, dir_fd)
                 with os.scandir(dir_fd) as names:
                     listed = list(names)
                 for item in listed:
@@ -392,6 +407,197 @@ def diff(before: Mapping[Key, Entry], after: Mapping[Key, Entry]) -> list[Change
     return changes
 
 
+# -- watching --------------------------------------------------------------------------------
+
+_IN_MODIFY = 0x002
+_IN_ATTRIB = 0x004
+_IN_CLOSE_WRITE = 0x008
+_IN_MOVED_FROM = 0x040
+_IN_MOVED_TO = 0x080
+_IN_CREATE = 0x100
+_IN_DELETE = 0x200
+_IN_Q_OVERFLOW = 0x4000
+_IN_IGNORED = 0x8000
+_IN_ONLYDIR = 0x01000000
+_IN_EXCL_UNLINK = 0x04000000
+_WATCHED = (
+    _IN_MODIFY | _IN_ATTRIB | _IN_CLOSE_WRITE | _IN_MOVED_FROM | _IN_MOVED_TO | _IN_CREATE
+    | _IN_DELETE | _IN_ONLYDIR | _IN_EXCL_UNLINK
+)  # fmt: skip
+_EVENT = struct.Struct("iIII")
+
+
+class TreeState:
+    """The writable roots as last seen, kept current by inotify instead of rescanning.
+
+    The first `refresh` scans everything and puts a watch on every directory; later ones read
+    the queued events and look again only at the names they mention (a new or replaced
+    directory is scanned whole). Where inotify is unavailable, its watch limit is reached or
+    its queue overflowed, `refresh` scans everything again (what `scan` alone costs).
+    Not thread-safe: one refresher at a time.
+
+    What inotify does not report: writes through a shared `mmap` (no event is generated).
+    """
+
+    def __init__(self, roots: Sequence[Path], store: ContentStore) -> None:
+        self.roots = _distinct(roots)
+        self.store = store
+        self.entries: dict[Key, Entry] = {}
+        self.complete = True
+        self.full_scans = 0
+        """How many whole scans ran (tests/bench/bench_changes.py reports it)."""
+        self._fd = -1
+        self._watches: dict[int, tuple[Path, str]] = {}
+        self._degraded = False
+
+    def refresh(self) -> Scan:
+        """The roots now (a copy: later refreshes do not change it). Blocking."""
+        if self._fd < 0 or self._degraded or not self._drain():
+            self._full()
+        return Scan(dict(self.entries), self.complete)
+
+    def close(self) -> None:
+        """Stop watching (closing an inotify fd waits for the kernel: done in a thread)."""
+        if self._fd >= 0:
+            fd, self._fd = self._fd, -1
+            threading.Thread(target=os.close, args=(fd,), name="inotify-close", daemon=True).start()
+
+    def _full(self) -> None:
+        self.full_scans += 1
+        self.close()
+        self._watches.clear()
+        self._degraded = False
+        self._fd = _inotify().inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+        on_dir = self._watch if self._fd >= 0 else None
+        result = scan(self.roots, self.store, self.entries, on_dir=on_dir)
+        self.entries, self.complete = result.entries, result.complete
+
+    def _watch(self, root: Path, prefix: str, dir_fd: int) -> None:
+        if self._fd < 0 or self._degraded:
+            return
+        # The descriptor's own directory, whatever its path became since it was opened.
+        wd = _inotify().inotify_add_watch(self._fd, f"/proc/self/fd/{dir_fd}".encode(), _WATCHED)
+        if wd < 0:
+            self._degraded = True  # ENOSPC (the watch limit) or worse: scan every time
+            return
+        self._watches[wd] = (root, prefix)
+
+    def _drain(self) -> bool:
+        """Apply the queued events; False when they cannot be trusted (overflow)."""
+        dirty: set[Key] = set()
+        while True:
+            try:
+                data = os.read(self._fd, 65536)
+            except BlockingIOError:
+                break
+            except OSError:
+                return False
+            offset = 0
+            while offset < len(data):
+                wd, mask, _cookie, size = _EVENT.unpack_from(data, offset)
+                name = data[offset + 16 : offset + 16 + size].rstrip(b"\0")
+                offset += 16 + size
+                if mask & _IN_Q_OVERFLOW:
+                    return False
+                if mask & _IN_IGNORED:
+                    self._watches.pop(wd, None)
+                    continue
+                where = self._watches.get(wd)
+                if where is not None and name:
+                    dirty.add((str(where[0]), where[1] + os.fsdecode(name)))
+        if len(self.entries) + len(dirty) > MAX_SCAN_ENTRIES:
+            return False
+        budget = [MAX_NEW_BYTES_PER_SCAN]
+        for key in sorted(dirty, key=lambda key: key[1].count("/")):
+            self._look_again(key, budget)
+        return not self._degraded
+
+    def _look_again(self, key: Key, budget: list[int]) -> None:
+        root, rel = key
+        old = self.entries.get(key)
+        try:
+            parent = open_parent(Path(root), rel)
+        except OSError:
+            parent = None  # a directory on the way was removed or replaced by a link
+        if parent is None:
+            self._forget(key)
+            return
+        dir_fd, name = parent
+        try:
+            try:
+                info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            except OSError:
+                self._forget(key)
+                return
+            if name in SKIPPED_DIRS and stat.S_ISDIR(info.st_mode):
+                return
+            entry = _entry(dir_fd, name, info, old, self.store, budget)
+            if entry.kind == "dir" and (
+                old is None or old.kind != "dir" or old.stamp[3] != entry.stamp[3]
+            ):
+                self._forget(key)  # a directory new here: what is below it is new too
+                self._scan_below(key, dir_fd, name, budget)
+            elif entry.kind != "dir" and old is not None and old.kind == "dir":
+                self._forget(key)
+            self.entries[key] = entry
+        finally:
+            os.close(dir_fd)
+
+    def _scan_below(self, key: Key, parent_fd: int, name: str, budget: list[int]) -> None:
+        root, rel = key
+        try:
+            fd = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
+        except OSError:
+            return
+        try:
+            on_dir = partial(self._watch, Path(root))
+            for sub, sub_name, info, sub_parent in _walk(fd, rel + "/", on_dir):
+                sub_key = (root, sub)
+                self.entries[sub_key] = _entry(
+                    sub_parent, sub_name, info, self.entries.get(sub_key), self.store, budget
+                )
+        finally:
+            os.close(fd)
+
+    def _forget(self, key: Key) -> None:
+        """Drop `key` and, when it was a directory, everything below it."""
+        if self.entries.pop(key, None) is not None:
+            below = key[1] + "/"
+            for other in [k for k in self.entries if k[0] == key[0] and k[1].startswith(below)]:
+                del self.entries[other]
+
+
+def open_parent(root: Path, rel: str, *, create: bool = False) -> tuple[int, str] | None:
+    """A descriptor of `rel`'s directory, opened from `root` down without following links
+    (and made, when `create`), with the last name; None when a directory on the way is absent.
+
+    **Errors:** `OSError` when a name on the way is a link or not a directory.
+    """
+    *dirs, name = rel.split("/")
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in dirs:
+            try:
+                child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                if not create:
+                    os.close(fd)
+                    return None
+                os.mkdir(part, 0o755, dir_fd=fd)
+                child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = child
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, name
+
+
+@functools.cache
+def _inotify() -> ctypes.CDLL:
+    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+
+
 # -- recording -------------------------------------------------------------------------------
 
 
@@ -462,6 +668,7 @@ class ChangeRecorder:
         self.log = log
         self._write = write or (lambda step: step())
         self._lock = trio.Lock()
+        self.tree = TreeState(roots, store)
         self._last: Scan | None = None
         self._turn_start: Scan | None = None
         self._tool_use_ids: list[str] = []
@@ -469,10 +676,12 @@ class ChangeRecorder:
         self.scan_seconds = 0.0
         """Time spent scanning, summed (tests/bench/bench_changes.py reads it)."""
 
+    def close(self) -> None:
+        self.tree.close()
+
     async def _scan(self) -> Scan:
-        known = None if self._last is None else self._last.entries
         started = time.perf_counter()
-        result = await trio.to_thread.run_sync(scan, self.roots, self.store, known)
+        result = await trio.to_thread.run_sync(self.tree.refresh)
         self.scan_seconds += time.perf_counter() - started
         self._last = result
         return result

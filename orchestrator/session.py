@@ -552,7 +552,15 @@ class Session:
         floor); an ask is answered by the session's asker (a denial when headless).
         Never raises for a bad call: the result says what went wrong."""
         block = ToolUseBlock(id=f"toolu_ext_{uuid.uuid4().hex[:20]}", name=name, input=input)
-        return await self._pipeline.execute(self._pipeline.prepare(block))
+        try:
+            return await self._pipeline.execute(self._pipeline.prepare(block))
+        finally:
+            self._end_turn()
+
+    def _end_turn(self) -> None:
+        """A call from outside the loop is a turn of its own in the change log."""
+        if self.changes is not None:
+            self.changes.end_turn()
 
     def context_usage(self) -> tuple[int, int]:
         """Tokens the next request would hold (the last reported count plus what was added
@@ -571,7 +579,10 @@ class Session:
         block = ToolUseBlock(id=f"user_{uuid.uuid4().hex[:12]}", name="Bash", input={
             "command": command, "description": "typed by the user"
         })  # fmt: skip
-        result = await self._pipeline.run_typed(block)
+        try:
+            result = await self._pipeline.run_typed(block)
+        finally:
+            self._end_turn()
         output = result.content if isinstance(result.content, str) else "\n".join(
             b.text for b in result.content if isinstance(b, TextBlock)
         )  # fmt: skip
@@ -683,6 +694,7 @@ async def open_session(
             change_log_path(transcript.path),
             write=lambda step: io_guard.write(step, "change log"),
         )
+        stack.callback(changes.close)
         stack.callback(changes.end_turn)  # a turn cut short by the session's end
         sinks: list[EventSink] = [
             denials,

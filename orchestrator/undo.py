@@ -34,6 +34,7 @@ from orchestrator.changes import (
     Entry,
     TurnRecord,
     append_record,
+    open_parent,
     read_turns,
 )
 
@@ -156,7 +157,7 @@ def _still_after(change: Change) -> bool:
 
 def _observe(root: Path, rel: str) -> Entry | None:
     """The entry at `rel` now, links never followed; None when absent."""
-    parent = _open_parent(root, rel, create=False)
+    parent = open_parent(root, rel, create=False)
     if parent is None:
         return None
     dir_fd, name = parent
@@ -186,32 +187,6 @@ def _observe(root: Path, rel: str) -> Entry | None:
         return Entry("file", mode, sha=digest.hexdigest())
     finally:
         os.close(dir_fd)
-
-
-def _open_parent(root: Path, rel: str, *, create: bool) -> tuple[int, str] | None:
-    """A descriptor of `rel`'s directory, opened from `root` down without following links
-    (and made, when `create`), with the last name; None when a directory on the way is absent.
-
-    **Errors:** `OSError` when a name on the way is a link or not a directory.
-    """
-    *dirs, name = rel.split("/")
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        for part in dirs:
-            try:
-                child = os.open(part, _DIR_FLAGS, dir_fd=fd)
-            except FileNotFoundError:
-                if not create:
-                    os.close(fd)
-                    return None
-                os.mkdir(part, 0o755, dir_fd=fd)
-                child = os.open(part, _DIR_FLAGS, dir_fd=fd)
-            os.close(fd)
-            fd = child
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd, name
 
 
 # -- applying --------------------------------------------------------------------------------
@@ -271,7 +246,7 @@ def _prepare(turn: TurnRecord, undo: _Undo) -> None:
         before, after = change.before, change.after
         if before is not None and before.kind == "dir" and (after is None or after.kind != "dir"):
             root, rel = Path(change.key[0]), change.key[1]
-            parent = _open_parent(root, rel, create=True)
+            parent = open_parent(root, rel, create=True)
             assert parent is not None
             dir_fd, name = parent
             try:
@@ -284,7 +259,7 @@ def _prepare(turn: TurnRecord, undo: _Undo) -> None:
         before, after = change.before, change.after
         if (before is None or before.kind == "dir") and (after is None or after.kind == "dir"):
             continue  # directories only: made above, or removed at the end
-        parent = _open_parent(Path(change.key[0]), change.key[1], create=True)
+        parent = open_parent(Path(change.key[0]), change.key[1], create=True)
         assert parent is not None
         step = _Step(parent[0], parent[1], _shown(change))
         undo.steps.append(step)
@@ -342,7 +317,7 @@ def _roll_back(undo: _Undo) -> None:
     for root, rel in reversed(undo.made_dirs):
         parent = None
         with contextlib.suppress(OSError):
-            parent = _open_parent(root, rel, create=False)
+            parent = open_parent(root, rel, create=False)
         if parent is not None:
             with contextlib.suppress(OSError):
                 os.rmdir(parent[1], dir_fd=parent[0])
@@ -365,7 +340,7 @@ def _finish(undo: _Undo, turn: TurnRecord) -> None:
     for change in sorted(made, key=lambda c: -c.key[1].count("/")):
         parent = None
         with contextlib.suppress(OSError):
-            parent = _open_parent(Path(change.key[0]), change.key[1], create=False)
+            parent = open_parent(Path(change.key[0]), change.key[1], create=False)
         if parent is not None:
             with contextlib.suppress(OSError):  # not empty: something later lives there
                 os.rmdir(parent[1], dir_fd=parent[0])

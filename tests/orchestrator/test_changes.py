@@ -1,0 +1,139 @@
+"""The scans behind per-turn change sets (orchestrator/changes.py) and the undo's refusals,
+in process on real files: the inotify-kept tree equals a fresh whole scan after every kind of
+change; links and FIFOs are recorded without being followed or opened; an undo whose old
+content is damaged in the store refuses and changes nothing."""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+from orchestrator.changes import (
+    ChangeRecorder,
+    ContentStore,
+    Entry,
+    Key,
+    TreeState,
+    change_log_path,
+    diff,
+    scan,
+)
+from orchestrator.undo import undo_last_turn
+
+
+def _content(entries: dict[Key, Entry]) -> dict[Key, tuple[str, str | None, str | None, int]]:
+    return {key: (e.kind, e.sha, e.target, e.mode if e.kind == "file" else 0)
+            for key, e in entries.items()}  # fmt: skip
+
+
+def _mutate(ws: Path, rng: random.Random) -> None:
+    """One random change of the kinds tools and shells make."""
+    files = [
+        p for p in ws.rglob("*") if p.is_file() and not p.is_symlink() and ".git" not in p.parts
+    ]
+    dirs = [
+        ws,
+        *(p for p in ws.rglob("*") if p.is_dir() and not p.is_symlink() and ".git" not in p.parts),
+    ]
+    action = rng.choice(["new", "append", "replace", "rename", "delete", "mkdirs", "movedir",
+                         "rmtree", "chmod", "link", "git"])  # fmt: skip
+    target = rng.choice(dirs)
+    if action == "new" or not files:
+        (target / f"f{rng.randrange(10**6)}.txt").write_text("x" * rng.randrange(50))
+    elif action == "append":
+        with rng.choice(files).open("a") as f:
+            f.write("more\n")
+    elif action == "replace":  # temp + rename, as editors and sed -i do
+        victim = rng.choice(files)
+        (victim.parent / ".tmp").write_text("replaced")
+        os.replace(victim.parent / ".tmp", victim)
+    elif action == "rename":
+        os.rename(rng.choice(files), target / f"r{rng.randrange(10**6)}")
+    elif action == "delete":
+        rng.choice(files).unlink()
+    elif action == "mkdirs":
+        deep = target / f"d{rng.randrange(10**6)}" / "sub"
+        deep.mkdir(parents=True)
+        (deep / "inside.txt").write_text("inside")
+    elif action == "movedir" and target != ws:
+        os.rename(target, ws / f"moved{rng.randrange(10**6)}")
+    elif action == "rmtree" and target != ws:
+        for sub in sorted(target.rglob("*"), key=lambda p: -len(p.parts)):
+            sub.rmdir() if sub.is_dir() and not sub.is_symlink() else sub.unlink()
+        target.rmdir()
+    elif action == "chmod":
+        rng.choice(files).chmod(0o700)
+    elif action == "link":
+        (target / f"l{rng.randrange(10**6)}").symlink_to(rng.choice(files))
+    elif action == "git":
+        (ws / ".git").mkdir(exist_ok=True)
+        (ws / ".git" / "index").write_text(str(rng.random()))
+
+
+def test_the_watched_tree_equals_a_whole_scan_after_every_kind_of_change(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    (ws / "a" / "b").mkdir(parents=True)
+    for i in range(20):
+        (ws / ("a" if i % 2 else "a/b") / f"{i}.txt").write_text(str(i))
+    store = ContentStore(tmp_path / "objects")
+    tree = TreeState([ws], store)
+    rng = random.Random(17)
+    try:
+        tree.refresh()
+        for _ in range(40):
+            for _ in range(rng.randrange(1, 4)):
+                _mutate(ws, rng)
+            kept = tree.refresh()
+            assert _content(kept.entries) == _content(scan([ws], store).entries)
+        assert tree.full_scans == 1  # every later refresh came from the events
+    finally:
+        tree.close()
+
+
+def test_links_and_fifos_are_recorded_never_followed_or_opened(tmp_path: Path) -> None:
+    ws, outside = tmp_path / "ws", tmp_path / "outside"
+    ws.mkdir()
+    outside.mkdir()
+    (outside / "secret").write_bytes(b"outside secret")
+    (ws / "link").symlink_to(outside / "secret")
+    (ws / "dirlink").symlink_to(outside)
+    os.mkfifo(ws / "fifo")  # opened for reading without O_NONBLOCK, the scan would hang
+    store = ContentStore(tmp_path / "objects")
+    entries = scan([ws], store).entries
+    assert entries[(str(ws), "link")] == Entry("link", 0o777, target=str(outside / "secret"))
+    assert entries[(str(ws), "fifo")].kind == "other"
+    assert not any(key[1].startswith("dirlink/") for key in entries)
+    assert not store.root.exists()  # nothing was read, so nothing kept
+
+
+def test_an_undo_whose_old_content_is_damaged_refuses_and_changes_nothing(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "kept.txt").write_text("before")
+    (ws / "lost.txt").write_text("before too")
+    store = ContentStore(tmp_path / "objects")
+    log = change_log_path(tmp_path / "s.jsonl")
+    recorder = ChangeRecorder([ws], store, log)
+    before = recorder.tree.refresh()
+    (ws / "kept.txt").write_text("after")
+    (ws / "lost.txt").write_text("after too")
+    (ws / "new.txt").write_text("new")
+    after = recorder.tree.refresh()
+    recorder._turn_start, recorder._last = before, after
+    recorder.end_turn()
+    recorder.close()
+    assert [c.key[1] for c in diff(before.entries, after.entries)] == [
+        "kept.txt", "lost.txt", "new.txt"
+    ]  # fmt: skip
+    lost = before.entries[(str(ws), "lost.txt")].sha
+    assert lost is not None
+    (store.root / lost[:2] / lost[2:]).write_bytes(b"torn")
+
+    outcome = undo_last_turn(log, store)
+    assert not outcome.undone
+    assert outcome.message == (
+        "turn 1 not undone, nothing changed: the content before that turn was not kept for lost.txt"
+    )
+    assert sorted(p.name for p in ws.iterdir()) == ["kept.txt", "lost.txt", "new.txt"]
+    assert (ws / "kept.txt").read_text() == "after"
