@@ -42,7 +42,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, BinaryIO, Literal
 
 import structlog
 import trio
@@ -61,6 +61,7 @@ __all__ = [
     "Key",
     "RecordingRunner",
     "Scan",
+    "ScanStopped",
     "TreeState",
     "TurnRecord",
     "append_record",
@@ -77,7 +78,7 @@ MAX_KEPT_BYTES = 16 * 1024 * 1024
 MAX_SCAN_ENTRIES = 200_000
 """Entries one scan looks at, at most (the rest is not tracked; the record says so)."""
 
-MAX_NEW_BYTES_PER_SCAN = 1 << 30
+MAX_NEW_BYTES_PER_SCAN = 256 << 20
 """Bytes one scan adds to the store at most (the first scan of a large tree); past it,
 files are tracked by stat only."""
 
@@ -179,28 +180,84 @@ def _is_plain_relative(path: str) -> bool:
 
 
 class ContentStore:
-    """File contents by SHA-256 under one directory (`objects/ab/cdef...`), shared by sessions.
+    """File contents by SHA-256 under one directory, shared by sessions: one file per blob
+    (`ab/cdef...`), and packs (`packs/<name>.pack` with a JSON index beside it) for the
+    thousands of files a whole scan keeps at once (creating one file per blob cost 1.2 ms a
+    file on the dev box; appending to one pack costs what writing the bytes costs).
 
-    A blob is written to a temporary name and renamed into place; it is not fsynced (thousands
-    of files on a first scan), so `get` checks the hash: a blob torn by a crash reads as
-    missing, and an undo that needs it refuses instead of restoring wrong bytes.
+    Nothing is fsynced (a first scan keeps a whole tree); `get` checks the hash instead, so a
+    blob torn by a crash reads as missing and an undo that needs it refuses instead of
+    restoring wrong bytes. A pack whose index was never written (a crash mid-scan) is ignored.
     """
 
     def __init__(self, root: Path) -> None:
         self.root = root
+        self._packed: dict[str, tuple[Path, int, int]] | None = None
+        self._pack: tuple[Path, BinaryIO, dict[str, tuple[Path, int, int]]] | None = None
 
     def _path(self, sha: str) -> Path:
         return self.root / sha[:2] / sha[2:]
 
+    def _index(self) -> dict[str, tuple[Path, int, int]]:
+        if self._packed is None:
+            self._packed = {}
+            for idx in sorted((self.root / "packs").glob("*.idx")):
+                with contextlib.suppress(OSError, ValueError, TypeError):
+                    pack = idx.with_suffix(".pack")
+                    for sha, (offset, size) in json.loads(idx.read_bytes()).items():
+                        self._packed[sha] = (pack, int(offset), int(size))
+        return self._packed
+
     def has(self, sha: str) -> bool:
-        return self._path(sha).is_file()
+        return self.locate(sha) is not None or self._path(sha).is_file()
+
+    def locate(self, sha: str) -> tuple[Path, int, int] | None:
+        """Where a packed blob is: (pack, offset, size); None when not packed."""
+        if self._pack is not None and sha in self._pack[2]:
+            return self._pack[2][sha]
+        return self._index().get(sha)
+
+    @contextlib.contextmanager
+    def packing(self) -> Iterator[None]:
+        """Blobs `put` inside the block go to one new pack, indexed when the block ends."""
+        packs = self.root / "packs"
+        packs.mkdir(parents=True, exist_ok=True, mode=0o700)
+        path = packs / f"{time.time_ns()}-{os.getpid()}-{threading.get_ident()}.pack"
+        added: dict[str, tuple[Path, int, int]] = {}
+        try:
+            with path.open("xb") as out:
+                self._pack = (path, out, added)
+                try:
+                    yield
+                finally:
+                    self._pack = None
+        finally:
+            # Also after a scan stopped half-way: what was written whole is indexed.
+            self._index_pack(path, added)
+
+    def _index_pack(self, path: Path, added: dict[str, tuple[Path, int, int]]) -> None:
+        with contextlib.suppress(OSError):
+            if not added:
+                path.unlink()
+                return
+            idx = path.with_suffix(".idx")
+            temp = idx.with_suffix(".tmp")
+            temp.write_text(json.dumps({sha: [at, size] for sha, (_, at, size) in added.items()}))
+            os.replace(temp, idx)
+            self._index().update(added)
 
     def put(self, data: bytes) -> tuple[str, bool]:
         """Keep `data`; its hash and whether it was new to the store."""
         sha = hashlib.sha256(data).hexdigest()
-        path = self._path(sha)
-        if path.is_file():
+        if self.has(sha):
             return sha, False
+        if self._pack is not None:
+            path, out, added = self._pack
+            offset = out.tell()
+            out.write(data)
+            added[sha] = (path, offset, len(data))
+            return sha, True
+        path = self._path(sha)
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
         try:
@@ -218,7 +275,15 @@ class ContentStore:
         try:
             data = self._path(sha).read_bytes()
         except OSError:
-            return None
+            where = self.locate(sha)
+            if where is None:
+                return None
+            try:
+                with where[0].open("rb") as pack:
+                    pack.seek(where[1])
+                    data = pack.read(where[2])
+            except OSError:
+                return None
         return data if hashlib.sha256(data).hexdigest() == sha else None
 
 
@@ -241,10 +306,13 @@ def scan(
     *,
     max_entries: int = MAX_SCAN_ENTRIES,
     on_dir: Callable[[Path, str, int], None] | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> Scan:
     """Scan `roots` (absolute directories) without following any link; the content of a
     regular file is read (and kept in `store`) only when `known` has no entry with the same
     stamp; `on_dir(root, prefix, fd)` sees each directory. Blocking: run it in a thread.
+
+    **Errors:** `ScanStopped` as soon as `stop()` says so.
     """
     known = known or {}
     entries: dict[Key, Entry] = {}
@@ -261,12 +329,18 @@ def scan(
                 if len(entries) >= max_entries:
                     complete = False
                     break
+                if stop is not None and stop():
+                    raise ScanStopped
                 key = (str(root), rel)
                 old = known.get(key)
                 entries[key] = _entry(parent_fd, fd_name, info, old, store, budget)
         finally:
             os.close(root_fd)
     return Scan(entries, complete)
+
+
+class ScanStopped(Exception):
+    """A scan was told to stop (its session is closing)."""
 
 
 def _distinct(roots: Sequence[Path]) -> list[Path]:
@@ -397,12 +471,13 @@ def _read_at_most(fd: int, limit: int) -> bytes:
 def diff(before: Mapping[Key, Entry], after: Mapping[Key, Entry]) -> list[Change]:
     """What changed from `before` to `after`, sorted by root and path."""
     changes = []
-    for key in before.keys() | after.keys():
-        old, new = before.get(key), after.get(key)
+    for key, new in after.items():
+        old = before.get(key)
         if old is new:
             continue  # the scan reused the entry: same stamp, same content
-        if old is None or new is None or not old.same_content(new):
+        if old is None or not old.same_content(new):
             changes.append(Change(key, old, new))
+    changes.extend(Change(key, before[key], None) for key in before.keys() - after.keys())
     changes.sort(key=lambda change: change.key)
     return changes
 
@@ -434,14 +509,22 @@ class TreeState:
     the queued events and look again only at the names they mention (a new or replaced
     directory is scanned whole). Where inotify is unavailable, its watch limit is reached or
     its queue overflowed, `refresh` scans everything again (what `scan` alone costs).
-    Not thread-safe: one refresher at a time.
+    One refresher at a time (a lock): `start` runs the first, whole scan in a thread of its
+    own while the session waits for the model, and the first writing call waits for it.
+
+    The stamps and hashes of the last whole scan are kept per root in `index_dir` (a cache: a
+    file whose stamp matches is not read again), so a later session in the same workspace
+    reads only what changed since; the first session reads every file once.
 
     What inotify does not report: writes through a shared `mmap` (no event is generated).
     """
 
-    def __init__(self, roots: Sequence[Path], store: ContentStore) -> None:
+    def __init__(
+        self, roots: Sequence[Path], store: ContentStore, index_dir: Path | None = None
+    ) -> None:
         self.roots = _distinct(roots)
         self.store = store
+        self.index_dir = index_dir
         self.entries: dict[Key, Entry] = {}
         self.complete = True
         self.full_scans = 0
@@ -449,28 +532,94 @@ class TreeState:
         self._fd = -1
         self._watches: dict[int, tuple[Path, str]] = {}
         self._degraded = False
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def start(self) -> None:
+        """Make the first, whole scan now in a daemon thread (`close` stops it)."""
+
+        def first() -> None:
+            with contextlib.suppress(ScanStopped, OSError):
+                self.refresh()
+
+        threading.Thread(target=first, name="change-scan", daemon=True).start()
 
     def refresh(self) -> Scan:
-        """The roots now (a copy: later refreshes do not change it). Blocking."""
-        if self._fd < 0 or self._degraded or not self._drain():
-            self._full()
-        return Scan(dict(self.entries), self.complete)
+        """The roots now (a copy: later refreshes do not change it). Blocking.
+
+        **Errors:** `ScanStopped` once closed; `OSError` from the file system.
+        """
+        with self._lock:
+            if self._closed:
+                raise ScanStopped
+            if self._fd < 0 or self._degraded or not self._drain():
+                self._full()
+            return Scan(dict(self.entries), self.complete)
 
     def close(self) -> None:
-        """Stop watching (closing an inotify fd waits for the kernel: done in a thread)."""
+        """Stop watching, after a scan in progress stopped; keep the stamps for next time."""
+        self._closed = True
+        with self._lock:
+            self._unwatch()
+            if self.index_dir is not None and self.entries:
+                with contextlib.suppress(OSError):
+                    self._save_index()
+
+    def _unwatch(self) -> None:
+        # Closing an inotify fd waits for the kernel to retire its watches: not our wait.
         if self._fd >= 0:
             fd, self._fd = self._fd, -1
             threading.Thread(target=os.close, args=(fd,), name="inotify-close", daemon=True).start()
 
     def _full(self) -> None:
         self.full_scans += 1
-        self.close()
+        self._unwatch()
         self._watches.clear()
         self._degraded = False
+        known = self.entries
+        if not known and self.index_dir is not None:
+            known = self._load_index()
         self._fd = _inotify().inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
         on_dir = self._watch if self._fd >= 0 else None
-        result = scan(self.roots, self.store, self.entries, on_dir=on_dir)
+        with self.store.packing():
+            result = scan(self.roots, self.store, known, on_dir=on_dir, stop=self._stopping)
         self.entries, self.complete = result.entries, result.complete
+
+    def _stopping(self) -> bool:
+        return self._closed
+
+    def _index_path(self, root: Path) -> Path:
+        assert self.index_dir is not None
+        return self.index_dir / (hashlib.sha256(os.fsencode(root)).hexdigest()[:32] + ".json")
+
+    def _load_index(self) -> dict[Key, Entry]:
+        known: dict[Key, Entry] = {}
+        for root in self.roots:
+            try:
+                data = json.loads(self._index_path(root).read_bytes())
+                if data.get("root") != str(root):
+                    continue
+                for rel, (mode, sha, size, mtime, ctime, ino) in data["files"].items():
+                    if isinstance(sha, str):  # a blob gone since: an undo refuses it
+                        stamp = (int(size), int(mtime), int(ctime), int(ino))
+                        known[(str(root), rel)] = Entry("file", int(mode), sha, stamp=stamp)
+            except (OSError, ValueError, TypeError, KeyError, AttributeError):
+                continue  # no cache, or a damaged one: the scan reads the files
+        return known
+
+    def _save_index(self) -> None:
+        assert self.index_dir is not None
+        self.index_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        for root in self.roots:
+            files = {
+                rel: [e.mode, e.sha, *e.stamp]
+                for (owner, rel), e in self.entries.items()
+                if owner == str(root) and e.kind == "file" and e.sha is not None
+            }
+            path = self._index_path(root)
+            temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            temp.write_text(json.dumps({"root": str(root), "files": files}))
+            os.replace(temp, path)
 
     def _watch(self, root: Path, prefix: str, dir_fd: int) -> None:
         if self._fd < 0 or self._degraded:
@@ -661,17 +810,20 @@ class ChangeRecorder:
         store: ContentStore,
         log: Path,
         write: Callable[[Callable[[], None]], None] | None = None,
+        index_dir: Path | None = None,
     ) -> None:
-        """`write` runs a state write (the session's I/O guard; by default, directly)."""
+        """`write` runs a state write (the session's I/O guard; by default, directly);
+        `index_dir` keeps the stamps for the next session (`TreeState`)."""
         self.roots = tuple(roots)
         self.store = store
         self.log = log
         self._write = write or (lambda step: step())
         self._lock = trio.Lock()
-        self.tree = TreeState(roots, store)
+        self.tree = TreeState(roots, store, index_dir)
         self._last: Scan | None = None
         self._turn_start: Scan | None = None
         self._tool_use_ids: list[str] = []
+        self._changes: list[Change] = []
         self._turns = 0
         self.scan_seconds = 0.0
         """Time spent scanning, summed (tests/bench/bench_changes.py reads it)."""
@@ -681,10 +833,15 @@ class ChangeRecorder:
 
     async def _scan(self) -> Scan:
         started = time.perf_counter()
-        result = await trio.to_thread.run_sync(self.tree.refresh)
+        result, changes = await trio.to_thread.run_sync(self._refresh, self._turn_start)
         self.scan_seconds += time.perf_counter() - started
-        self._last = result
+        self._last, self._changes = result, changes
         return result
+
+    def _refresh(self, start: Scan | None) -> tuple[Scan, list[Change]]:
+        """A refresh, and the turn's changes so far (worked out here, off the event loop)."""
+        result = self.tree.refresh()
+        return result, [] if start is None else diff(start.entries, result.entries)
 
     async def before_call(self, tool_use_id: str) -> None:
         async with self._lock:
@@ -692,14 +849,14 @@ class ChangeRecorder:
             if self._turn_start is None:
                 try:
                     self._turn_start = await self._scan()
-                except OSError as exc:  # a root gone unreadable: this turn is not recorded
+                except (OSError, ScanStopped) as exc:  # this turn is not recorded
                     structlog.get_logger().warning("change scan failed", error=str(exc))
 
     async def after_call(self) -> None:
         async with self._lock:
             try:
                 await self._scan()
-            except OSError as exc:
+            except (OSError, ScanStopped) as exc:
                 structlog.get_logger().warning("change scan failed", error=str(exc))
                 self._turn_start = None
 
@@ -709,12 +866,9 @@ class ChangeRecorder:
 
     def end_turn(self) -> None:
         """Append the current turn's change set to the log (if anything changed)."""
-        start, end, ids = self._turn_start, self._last, self._tool_use_ids
-        self._turn_start, self._tool_use_ids = None, []
-        if start is None or end is None:
-            return
-        changes = diff(start.entries, end.entries)
-        if not changes:
+        start, end, ids, changes = self._turn_start, self._last, self._tool_use_ids, self._changes
+        self._turn_start, self._tool_use_ids, self._changes = None, [], []
+        if start is None or end is None or not changes:
             return
         if self._turns == 0 and self.log.exists():  # a resumed session continues its numbers
             with contextlib.suppress(OSError, ValueError):

@@ -693,7 +693,9 @@ async def open_session(
             ContentStore(dirs.objects),
             change_log_path(transcript.path),
             write=lambda step: io_guard.write(step, "change log"),
+            index_dir=dirs.state / "scans",
         )
+        changes.tree.start()  # the first scan overlaps the first model request
         stack.callback(changes.close)
         stack.callback(changes.end_turn)  # a turn cut short by the session's end
         sinks: list[EventSink] = [

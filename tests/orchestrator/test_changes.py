@@ -121,6 +121,7 @@ def test_an_undo_whose_old_content_is_damaged_refuses_and_changes_nothing(tmp_pa
     (ws / "new.txt").write_text("new")
     after = recorder.tree.refresh()
     recorder._turn_start, recorder._last = before, after
+    recorder._changes = diff(before.entries, after.entries)
     recorder.end_turn()
     recorder.close()
     assert [c.key[1] for c in diff(before.entries, after.entries)] == [
@@ -128,7 +129,11 @@ def test_an_undo_whose_old_content_is_damaged_refuses_and_changes_nothing(tmp_pa
     ]  # fmt: skip
     lost = before.entries[(str(ws), "lost.txt")].sha
     assert lost is not None
-    (store.root / lost[:2] / lost[2:]).write_bytes(b"torn")
+    where = store.locate(lost)  # the first scan packs what it keeps
+    assert where is not None
+    with where[0].open("r+b") as pack:
+        pack.seek(where[1])
+        pack.write(b"torn")
 
     outcome = undo_last_turn(log, store)
     assert not outcome.undone
