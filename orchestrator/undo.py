@@ -116,9 +116,6 @@ def _shown(change: Change) -> str:
 
 def _check(turn: TurnRecord, store: ContentStore) -> None:
     """Refuse unless every file is as the turn left it and every old content is at hand."""
-    touched = [_shown(c) for c in turn.changes if not _still_after(c)]
-    if touched:
-        raise _Refused(f"changed since that turn: {_names(touched)}")
     lost = []
     for change in turn.changes:
         before = change.before
@@ -127,7 +124,7 @@ def _check(turn: TurnRecord, store: ContentStore) -> None:
         if before.kind == "other":
             lost.append(f"{_shown(change)} (a special file)")
         elif before.sha is None or not store.has(before.sha):
-            lost.append(_shown(change))
+            lost.append(f"{_shown(change)} (its old content was not kept)")
         elif change.after is not None and change.after.kind == "dir":
             lost.append(f"{_shown(change)} (now a directory)")
     for change in turn.changes:
@@ -140,7 +137,10 @@ def _check(turn: TurnRecord, store: ContentStore) -> None:
         ):
             lost.append(f"{_shown(change)} (was a directory)")
     if lost:
-        raise _Refused(f"the content before that turn was not kept for {_names(lost)}")
+        raise _Refused(f"cannot put back {_names(lost)}")
+    touched = [_shown(c) for c in turn.changes if not _still_after(c)]
+    if touched:
+        raise _Refused(f"changed since that turn: {_names(touched)}")
 
 
 def _still_after(change: Change) -> bool:
@@ -274,7 +274,7 @@ def _write_temp(step: _Step, before: Entry, store: ContentStore) -> str:
         return temp
     data = store.get(before.sha or "")
     if data is None:
-        raise _Refused(f"the content before that turn was not kept for {step.shown}")
+        raise _Refused(f"cannot put back {step.shown} (its old content was not kept)")
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                  0o600, dir_fd=step.dir_fd)  # fmt: skip
     try:

@@ -138,7 +138,8 @@ def test_an_undo_whose_old_content_is_damaged_refuses_and_changes_nothing(tmp_pa
     outcome = undo_last_turn(log, store)
     assert not outcome.undone
     assert outcome.message == (
-        "turn 1 not undone, nothing changed: the content before that turn was not kept for lost.txt"
+        "turn 1 not undone, nothing changed: cannot put back lost.txt (its old content was not "
+        "kept)"
     )
     assert sorted(p.name for p in ws.iterdir()) == ["kept.txt", "lost.txt", "new.txt"]
     assert (ws / "kept.txt").read_text() == "after"
