@@ -47,7 +47,9 @@ from typing import Any, BinaryIO, Literal
 import structlog
 import trio
 
+from orchestrator.aio import closing_iter
 from orchestrator.events import Event, ToolResultsMessage
+from orchestrator.pipeline import ToolRunner
 from orchestrator.plan import CallPlan
 from orchestrator.tools.base import ToolContext, ToolOutput, ToolProgress
 
@@ -902,7 +904,7 @@ def append_record(log: Path, record: Mapping[str, Any]) -> None:
 class RecordingRunner:
     """A `ToolRunner` that hands every call to `inner`, with read-write ones recorded."""
 
-    def __init__(self, inner: Any, recorder: ChangeRecorder) -> None:
+    def __init__(self, inner: ToolRunner, recorder: ChangeRecorder) -> None:
         self.inner = inner
         self.recorder = recorder
 
@@ -914,19 +916,15 @@ class RecordingRunner:
         self, plan: CallPlan, ctx: ToolContext
     ) -> AsyncIterator[ToolProgress | ToolOutput]:
         if plan.sandbox != "rw":
-            async for item in self.inner.call(plan, ctx):
-                yield item
+            async with closing_iter(self.inner.call(plan, ctx)) as items:
+                async for item in items:
+                    yield item
             return
         await self.recorder.before_call(plan.block.id)
         try:
-            iterator = self.inner.call(plan, ctx)
-            try:
-                async for item in iterator:
+            async with closing_iter(self.inner.call(plan, ctx)) as items:
+                async for item in items:
                     yield item
-            finally:
-                aclose = getattr(iterator, "aclose", None)
-                if aclose is not None:
-                    await aclose()
         finally:
             # Cancelled or not, what the call changed is recorded (bounded: one scan).
             with trio.CancelScope(shield=True), trio.move_on_after(60):
