@@ -282,6 +282,13 @@ def test_a_bang_command_runs_in_the_workspace_and_joins_the_conversation(
         _send(terminal, "what did I run?")
         terminal.wait_for(r"Seen it\.")
         sent = _texts(api.requests[-1])
+        # The command was a writing turn of its own (issue 17, item 4): /undo takes it back.
+        terminal.wait_for(PROMPT)
+        _send(terminal, "/undo")
+        terminal.wait_for(r"Undid turn 1: removed bang\.txt\.")
+        assert not (sample / "bang.txt").exists()
+        _send(terminal, "/undo")
+        terminal.wait_for(r"Every writing turn was undone already; nothing changed\.")
     assert "<bash-input>echo bang > bang.txt && ls</bash-input>" in sent
 
 
