@@ -309,10 +309,12 @@ def scan(
     max_entries: int = MAX_SCAN_ENTRIES,
     on_dir: Callable[[Path, str, int], None] | None = None,
     stop: Callable[[], bool] | None = None,
+    skip: Sequence[Path] = (),
 ) -> Scan:
     """Scan `roots` (absolute directories) without following any link; the content of a
     regular file is read (and kept in `store`) only when `known` has no entry with the same
-    stamp; `on_dir(root, prefix, fd)` sees each directory. Blocking: run it in a thread.
+    stamp; `on_dir(root, prefix, fd)` sees each directory; the directories in `skip`
+    (Warren's own state, when a root holds it) are left out. Blocking: run it in a thread.
 
     **Errors:** `ScanStopped` as soon as `stop()` says so.
     """
@@ -327,7 +329,8 @@ def scan(
             continue  # a root that is gone has nothing to record
         try:
             seen = None if on_dir is None else partial(on_dir, root)
-            for rel, fd_name, info, parent_fd in _walk(root_fd, "", seen):
+            left_out = _below(root, skip)
+            for rel, fd_name, info, parent_fd in _walk(root_fd, "", seen, left_out):
                 if len(entries) >= max_entries:
                     complete = False
                     break
@@ -345,6 +348,11 @@ class ScanStopped(Exception):
     """A scan was told to stop (its session is closing)."""
 
 
+def _below(root: Path, skip: Sequence[Path]) -> frozenset[str]:
+    """The paths of `skip` inside `root`, relative to it."""
+    return frozenset(str(p.relative_to(root)) for p in skip if p.is_relative_to(root) and p != root)
+
+
 def _distinct(roots: Sequence[Path]) -> list[Path]:
     """The roots, each once, leaving out one that lies inside another (scanned with it)."""
     unique = sorted({Path(os.path.abspath(root)) for root in roots}, key=lambda p: len(p.parts))
@@ -356,7 +364,10 @@ def _distinct(roots: Sequence[Path]) -> list[Path]:
 
 
 def _walk(
-    root_fd: int, prefix: str = "", on_dir: Callable[[str, int], None] | None = None
+    root_fd: int,
+    prefix: str = "",
+    on_dir: Callable[[str, int], None] | None = None,
+    skip: frozenset[str] = frozenset(),
 ) -> Iterator[tuple[str, str, os.stat_result, int]]:
     """(relative path, name, lstat, parent directory fd) for every name below `root_fd`
     (whose own path is `prefix`, empty or ending in `/`), directories opened with
@@ -372,13 +383,15 @@ def _walk(
                 with os.scandir(dir_fd) as names:
                     listed = list(names)
                 for item in listed:
-                    if item.name in SKIPPED_DIRS and item.is_dir(follow_symlinks=False):
+                    rel = f"{prefix}{item.name}"
+                    if rel in skip or (
+                        item.name in SKIPPED_DIRS and item.is_dir(follow_symlinks=False)
+                    ):
                         continue
                     try:
                         info = os.stat(item.name, dir_fd=dir_fd, follow_symlinks=False)
                     except OSError:
                         continue  # gone since the listing
-                    rel = f"{prefix}{item.name}"
                     if stat.S_ISDIR(info.st_mode):
                         try:
                             child = os.open(item.name, _DIR_FLAGS, dir_fd=dir_fd)
@@ -522,11 +535,18 @@ class TreeState:
     """
 
     def __init__(
-        self, roots: Sequence[Path], store: ContentStore, index_dir: Path | None = None
+        self,
+        roots: Sequence[Path],
+        store: ContentStore,
+        index_dir: Path | None = None,
+        skip: Sequence[Path] = (),
     ) -> None:
+        """`skip`: directories never scanned (Warren's state: scanning its own store would
+        grow it without end when the workspace holds it, as a home directory does)."""
         self.roots = _distinct(roots)
         self.store = store
         self.index_dir = index_dir
+        self.skip = tuple(Path(os.path.abspath(p)) for p in skip)
         self.entries: dict[Key, Entry] = {}
         self.complete = True
         self.full_scans = 0
@@ -584,7 +604,9 @@ class TreeState:
         self._fd = _inotify().inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
         on_dir = self._watch if self._fd >= 0 else None
         with self.store.packing():
-            result = scan(self.roots, self.store, known, on_dir=on_dir, stop=self._stopping)
+            result = scan(
+                self.roots, self.store, known, on_dir=on_dir, stop=self._stopping, skip=self.skip
+            )
         self.entries, self.complete = result.entries, result.complete
 
     def _stopping(self) -> bool:
@@ -665,6 +687,8 @@ class TreeState:
 
     def _look_again(self, key: Key, budget: list[int]) -> None:
         root, rel = key
+        if any(rel == left or rel.startswith(left + "/") for left in _below(Path(root), self.skip)):
+            return
         old = self.entries.get(key)
         try:
             parent = open_parent(Path(root), rel)
@@ -702,7 +726,8 @@ class TreeState:
             return
         try:
             on_dir = partial(self._watch, Path(root))
-            for sub, sub_name, info, sub_parent in _walk(fd, rel + "/", on_dir):
+            left_out = _below(Path(root), self.skip)
+            for sub, sub_name, info, sub_parent in _walk(fd, rel + "/", on_dir, left_out):
                 sub_key = (root, sub)
                 self.entries[sub_key] = _entry(
                     sub_parent, sub_name, info, self.entries.get(sub_key), self.store, budget
@@ -813,15 +838,17 @@ class ChangeRecorder:
         log: Path,
         write: Callable[[Callable[[], None]], None] | None = None,
         index_dir: Path | None = None,
+        skip: Sequence[Path] = (),
     ) -> None:
         """`write` runs a state write (the session's I/O guard; by default, directly);
-        `index_dir` keeps the stamps for the next session (`TreeState`)."""
+        `index_dir` keeps the stamps for the next session, `skip` names directories never
+        scanned (`TreeState`)."""
         self.roots = tuple(roots)
         self.store = store
         self.log = log
         self._write = write or (lambda step: step())
         self._lock = trio.Lock()
-        self.tree = TreeState(roots, store, index_dir)
+        self.tree = TreeState(roots, store, index_dir, skip)
         self._last: Scan | None = None
         self._turn_start: Scan | None = None
         self._tool_use_ids: list[str] = []

@@ -694,6 +694,7 @@ async def open_session(
             change_log_path(transcript.path),
             write=lambda step: io_guard.write(step, "change log"),
             index_dir=dirs.state / "scans",
+            skip=(dirs.state, dirs.config),
         )
         changes.tree.start()  # the first scan overlaps the first model request
         stack.callback(changes.close)

@@ -143,3 +143,22 @@ def test_an_undo_whose_old_content_is_damaged_refuses_and_changes_nothing(tmp_pa
     )
     assert sorted(p.name for p in ws.iterdir()) == ["kept.txt", "lost.txt", "new.txt"]
     assert (ws / "kept.txt").read_text() == "after"
+
+
+def test_warren_state_inside_the_workspace_is_never_scanned(tmp_path: Path) -> None:
+    """A workspace that holds Warren's state (a home directory): the store keeping what the
+    scan read must not be read by the next scan, or it would grow without end."""
+    state = tmp_path / ".local" / "state" / "warren"
+    tree = TreeState([tmp_path], ContentStore(state / "objects"), state / "scans", skip=[state])
+    (tmp_path / "notes.txt").write_text("notes")
+    try:
+        first = tree.refresh()
+        (tmp_path / "notes.txt").write_text("more notes")  # kept as a loose blob in the state
+        second = tree.refresh()
+    finally:
+        tree.close()
+    kept = {p.name for p in (state / "objects").iterdir()}
+    assert "packs" in kept and len(kept) == 2  # the first scan's pack, the loose new content
+    for scanned in (first, second):
+        assert not any(rel.startswith(".local/state/warren") for _, rel in scanned.entries)
+    assert [c.key[1] for c in diff(first.entries, second.entries)] == ["notes.txt"]
