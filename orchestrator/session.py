@@ -35,8 +35,9 @@ import trio
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from orchestrator.audit import AuditLog
-from orchestrator.changes import ChangeRecorder, ContentStore, RecordingRunner, change_log_path
+from orchestrator.changes import ChangeRecorder, RecordingRunner, change_log_path
 from orchestrator.compaction import Compaction, Compactor
+from orchestrator.content_store import ContentStore
 from orchestrator.context import (
     ContextSandbox,
     ContextSnapshot,

@@ -27,16 +27,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from orchestrator.changes import (
-    MAX_KEPT_BYTES,
-    Change,
-    ContentStore,
-    Entry,
-    TurnRecord,
-    append_record,
-    open_parent,
-    read_turns,
-)
+from orchestrator.changes import Change, TurnRecord, append_record, read_turns
+from orchestrator.content_store import ContentStore
+from orchestrator.tree_state import MAX_KEPT_BYTES, Entry, open_parent
 
 __all__ = ["UndoOutcome", "undo_last_turn"]
 

@@ -14,7 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from orchestrator.changes import ContentStore, change_log_path
+from orchestrator.changes import change_log_path
+from orchestrator.content_store import ContentStore
 from orchestrator.errors import SessionError
 from orchestrator.text import escape_controls
 from orchestrator.transcripts import SessionStore

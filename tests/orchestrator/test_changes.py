@@ -1,4 +1,4 @@
-"""The scans behind per-turn change sets (orchestrator/changes.py) and the undo's refusals,
+"""The scans behind per-turn change sets (orchestrator/tree_state.py) and the undo's refusals,
 in process on real files: the inotify-kept tree equals a fresh whole scan after every kind of
 change; links and FIFOs are recorded without being followed or opened; an undo whose old
 content is damaged in the store refuses and changes nothing."""
@@ -9,16 +9,9 @@ import os
 import random
 from pathlib import Path
 
-from orchestrator.changes import (
-    ChangeRecorder,
-    ContentStore,
-    Entry,
-    Key,
-    TreeState,
-    change_log_path,
-    diff,
-    scan,
-)
+from orchestrator.changes import ChangeRecorder, change_log_path, diff
+from orchestrator.content_store import ContentStore
+from orchestrator.tree_state import Entry, Key, TreeState, scan
 from orchestrator.undo import undo_last_turn
 
 
