@@ -299,6 +299,8 @@ async def _undo(repl: Repl, session: Session, arg: str) -> Action | None:
         _say(repl, "This session records no changes.", "yellow")
         return None
     outcome = await trio.to_thread.run_sync(undo_last_turn, recorder.log, recorder.store)
+    if outcome.undone:  # the model must not go on as if its changes were still there
+        session.add_user_note(f"(The user ran /undo, which {outcome.message}.)")
     _say(repl, outcome.message[:1].upper() + outcome.message[1:] + ".",
          "green" if outcome.undone else "yellow")  # fmt: skip
     return None

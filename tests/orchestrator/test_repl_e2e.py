@@ -273,7 +273,7 @@ def test_compact_and_an_unknown_command(
 def test_a_bang_command_runs_in_the_workspace_and_joins_the_conversation(
     tmp_path: Path, sample: Path, terminals: list[Terminal]
 ) -> None:
-    with FakeMessagesAPI([Reply.text("Seen it.")]) as api:
+    with FakeMessagesAPI([Reply.text("Seen it."), Reply.text("Gone.")]) as api:
         terminal = _start(terminals, tmp_path, api, sample)
         _send(terminal, "!echo bang > bang.txt && ls")
         terminal.wait_for(r"bang\.txt")
@@ -289,7 +289,12 @@ def test_a_bang_command_runs_in_the_workspace_and_joins_the_conversation(
         assert not (sample / "bang.txt").exists()
         _send(terminal, "/undo")
         terminal.wait_for(r"Every writing turn was undone already; nothing changed\.")
+        terminal.wait_for(PROMPT)
+        _send(terminal, "and now?")
+        terminal.wait_for(r"Gone\.")
+        told = _texts(api.requests[-1])
     assert "<bash-input>echo bang > bang.txt && ls</bash-input>" in sent
+    assert "(The user ran /undo, which undid turn 1: removed bang.txt.)" in told
 
 
 def test_ctrl_c_twice_at_an_empty_prompt_exits(
