@@ -69,8 +69,8 @@ def undo_last_turn(log: Path, store: ContentStore) -> UndoOutcome:
         _check(turn, store)
         restored, removed = _apply(turn, store)
     except _Refused as refusal:
-        return UndoOutcome(False, f"turn {turn.number} not undone, nothing changed: {refusal}",
-                           turn.number)  # fmt: skip
+        refused = f"turn {turn.number} not undone, nothing changed: {refusal}"
+        return UndoOutcome(False, refused, turn.number)
     except OSError as exc:
         return UndoOutcome(
             False,
@@ -144,8 +144,9 @@ def _still_after(change: Change) -> bool:
     after = change.after
     if after is None:
         return current is None
-    return after.same_content(current) or (after.kind == "other" and current is not None
-                                           and current.kind == "other")  # fmt: skip
+    if after.kind == "other":  # a FIFO or device: its kind is all that was recorded
+        return current is not None and current.kind == "other"
+    return after.same_content(current)
 
 
 def _observe(root: Path, rel: str) -> Entry | None:
@@ -225,12 +226,20 @@ def _apply(turn: TurnRecord, store: ContentStore) -> tuple[list[str], list[str]]
     finally:
         undo.close()
     restored = [step.shown for step in undo.steps if step.temp is not None]
-    made = {_shown(c) for c in turn.changes if c.before is None and c.after is not None
-            and c.after.kind == "dir"}  # fmt: skip
+    made = {_shown(c) for c in _made_dirs(turn)}
     removed = {step.shown for step in undo.steps if step.temp is None} | made
     # Named once: a directory the turn made, not each name inside it.
     top = [name for name in removed if not any(name.startswith(d + "/") for d in made)]
     return restored, sorted(top)
+
+
+def _made_dirs(turn: TurnRecord) -> list[Change]:
+    """The directories the turn created."""
+    return [
+        c
+        for c in turn.changes
+        if c.before is None and c.after is not None and c.after.kind == "dir"
+    ]
 
 
 def _prepare(turn: TurnRecord, undo: _Undo) -> None:
@@ -268,8 +277,8 @@ def _write_temp(step: _Step, before: Entry, store: ContentStore) -> str:
     data = store.get(before.sha or "")
     if data is None:
         raise _Refused(f"cannot put back {step.shown} (its old content was not kept)")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                 0o600, dir_fd=step.dir_fd)  # fmt: skip
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(temp, flags, 0o600, dir_fd=step.dir_fd)
     try:
         view = memoryview(data)
         while view:
@@ -328,9 +337,7 @@ def _finish(undo: _Undo, turn: TurnRecord) -> None:
             with contextlib.suppress(OSError):
                 os.fsync(step.dir_fd)
             synced.add(step.dir_fd)
-    made = [c for c in turn.changes if c.before is None and c.after is not None
-            and c.after.kind == "dir"]  # fmt: skip
-    for change in sorted(made, key=lambda c: -c.key[1].count("/")):
+    for change in sorted(_made_dirs(turn), key=lambda c: -c.key[1].count("/")):
         parent = None
         with contextlib.suppress(OSError):
             parent = open_parent(Path(change.key[0]), change.key[1], create=False)

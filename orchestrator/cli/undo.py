@@ -34,9 +34,12 @@ def add_commands(sub: Any, summaries: dict[str, str]) -> None:
         + ". Refuses, changing nothing, when a file was touched after that turn.",
     )
     undo.add_argument(
-        "session", nargs="?", default=None, metavar="SESSION",
+        "session",
+        nargs="?",
+        default=None,
+        metavar="SESSION",
         help="the session id (default: the newest of this directory with a writing turn)",
-    )  # fmt: skip
+    )
     undo.add_argument("--cwd", type=Path, default=None, help="the directory (default: here)")
     undo.set_defaults(handler=_undo)
 

@@ -301,8 +301,8 @@ async def _undo(repl: Repl, session: Session, arg: str) -> Action | None:
     outcome = await trio.to_thread.run_sync(undo_last_turn, recorder.log, recorder.store)
     if outcome.undone:  # the model must not go on as if its changes were still there
         session.add_user_note(f"(The user ran /undo, which {outcome.message}.)")
-    _say(repl, outcome.message[:1].upper() + outcome.message[1:] + ".",
-         "green" if outcome.undone else "yellow")  # fmt: skip
+    said = outcome.message[:1].upper() + outcome.message[1:] + "."
+    _say(repl, said, "green" if outcome.undone else "yellow")
     return None
 
 
