@@ -1,5 +1,5 @@
-"""The audit log: one JSON line per permission decision and per hook run (and, later, per
-sandboxed execution).
+"""The audit log: one JSON line per permission decision, per hook run and per schedule of a
+call that involves a write scope (and, later, per sandboxed execution).
 
 Each permission line carries the call's plan (`orchestrator.plan.CallPlan`): its read-only
 verdict and reason and the sandbox it runs in, as the pipeline decided them, never re-derived.
@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from orchestrator.events import Event, HookRan, PermissionDecided
+from orchestrator.events import CallScheduled, Event, HookRan, PermissionDecided
 
 __all__ = ["AuditLog"]
 
@@ -57,6 +57,15 @@ class AuditLog:
                 sandbox=event.sandbox,
             )
 
+        elif isinstance(event, CallScheduled):
+            self.record(
+                "schedule",
+                tool_use_id=event.tool_use_id,
+                tool=event.tool,
+                write_scope=event.write_scope,
+                waits_for=event.waits_for,
+                runs_with=event.runs_with,
+            )
         elif isinstance(event, HookRan):
             self.record(
                 "hook",

@@ -15,6 +15,7 @@ from orchestrator.messages import AssistantMessage, Message
 
 __all__ = [
     "AssistantTurn",
+    "CallScheduled",
     "CompactBoundary",
     "Event",
     "EventSink",
@@ -91,8 +92,24 @@ class PermissionDecided:
     read_only: bool | None = None
     """The call's read-only verdict (its `CallPlan`), None where no plan was made."""
     read_only_reason: str | None = None
-    sandbox: Literal["ro", "rw"] | None = None
-    """The sandbox the call runs in if allowed: `ro` exactly when the verdict is read-only."""
+    sandbox: Literal["ro", "rw", "scoped"] | None = None
+    """The sandbox the call runs in if allowed: `ro` exactly when the verdict is read-only;
+    `scoped`: read-only but for the call's write scope."""
+
+
+@dataclass(frozen=True)
+class CallScheduled:
+    """How the executor scheduled a call that involves a write scope (orchestrator/plan.py,
+    `may_overlap`): for stream-json's `tool_schedule` and the audit log."""
+
+    tool_use_id: str
+    tool: str
+    write_scope: tuple[str, ...] | None
+    """The call's scope (a scoped writer), or None (a call that had to reckon with one)."""
+    waits_for: tuple[str, ...]
+    """The earlier calls of the message it waits for (empty: it runs at once)."""
+    runs_with: tuple[str, ...]
+    """The earlier calls of the message it may run alongside."""
 
 
 @dataclass(frozen=True)
@@ -139,5 +156,6 @@ Event = (
     | RetryScheduled
     | CompactBoundary
     | HookRan
+    | CallScheduled
 )
 EventSink = Callable[[Event], None]

@@ -6,6 +6,11 @@ Rules (DESIGN.md, loop contract 3), decided per call from its input:
   non-safe call has finished; safe calls share one `CapacityLimiter`;
 - a non-safe call starts only once the message is complete (a retried stream can never have
   started a write) and every earlier call has finished; every later call waits for it;
+- except for scoped writers (`dispatch_agent` with `write_paths`): one waits only for the
+  earlier calls it may overlap (`orchestrator.plan.may_overlap`: another writer whose scope
+  shares a path, a reader of its scope, Bash, any unscoped writer), and later calls wait for
+  it only when they may overlap it; scoped writers share the limiter with safe calls. How
+  such a call was scheduled is reported (`CallScheduled`: stream-json, the audit log);
 - results come back in tool_use order, one per call, whatever happened;
 - once the user rejects a call at a prompt, the calls that have not started yet do not
   start: each gets `REJECTED_EARLIER` (a policy's denial stops only its own call).
@@ -17,6 +22,7 @@ from dataclasses import dataclass, field
 
 import trio
 
+from orchestrator.events import CallScheduled
 from orchestrator.messages import ToolResultBlock, ToolUseBlock
 from orchestrator.pipeline import (
     INTERRUPTED_RUNNING,
@@ -24,7 +30,7 @@ from orchestrator.pipeline import (
     REJECTED_EARLIER,
     ToolPipeline,
 )
-from orchestrator.plan import CallPlan
+from orchestrator.plan import CallPlan, may_overlap
 
 __all__ = ["StreamingToolExecutor"]
 
@@ -34,8 +40,8 @@ class _Call:
     prepared: CallPlan
     """The call's plan, made once when its block completed: its concurrency safety is read
     here, never worked out again."""
-    blocker: _Call | None
-    """The latest earlier non-safe call: this call may not start before it is done."""
+    waits_for: list[_Call]
+    """The earlier calls it may overlap: it may not start before they are done."""
     done: trio.Event = field(default_factory=trio.Event)
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
     started: bool = False
@@ -66,11 +72,24 @@ class StreamingToolExecutor:
         if block.id in self._by_id:
             return
         prepared = self._pipeline.prepare(block)
-        blocker = next((c for c in reversed(self._calls) if not c.prepared.concurrency_safe), None)
-        call = _Call(prepared, blocker)
+        earlier = [c for c in self._calls if may_overlap(c.prepared, prepared)]
+        call = _Call(prepared, earlier)
+        scoped = [c for c in self._calls if c.prepared.write_scope is not None]
+        if prepared.write_scope is not None or scoped:
+            self._pipeline.emit(
+                CallScheduled(
+                    block.id,
+                    block.name,
+                    None
+                    if prepared.write_scope is None
+                    else tuple(str(p) for p in prepared.write_scope),
+                    tuple(c.prepared.block.id for c in earlier),
+                    tuple(c.prepared.block.id for c in self._calls if c not in earlier),
+                )
+            )
         self._calls.append(call)
         self._by_id[block.id] = call
-        self._nursery.start_soon(self._run, call, list(self._calls[:-1]))
+        self._nursery.start_soon(self._run, call)
 
     def discard(self) -> None:
         """The stream restarts (a retry): drop every call so far; they were all safe."""
@@ -107,18 +126,18 @@ class StreamingToolExecutor:
             is_error=True,
         )
 
-    async def _run(self, call: _Call, earlier: list[_Call]) -> None:
+    async def _run(self, call: _Call) -> None:
+        plan = call.prepared
         try:
             with call.scope:
-                if call.prepared.concurrency_safe:
-                    if call.blocker is not None:
-                        await call.blocker.done.wait()
+                if not plan.concurrency_safe:
+                    await self._message_complete.wait()
+                for other in call.waits_for:
+                    await other.done.wait()
+                if plan.concurrency_safe or plan.write_scope is not None:
                     async with self._limiter:
                         await self._execute(call)
                 else:
-                    await self._message_complete.wait()
-                    for other in earlier:
-                        await other.done.wait()
                     await self._execute(call)
         finally:
             call.done.set()

@@ -23,6 +23,7 @@ from typing import IO, Any, Literal
 
 from orchestrator.events import (
     AssistantTurn,
+    CallScheduled,
     CompactBoundary,
     Event,
     HookRan,
@@ -144,6 +145,17 @@ def event_record(event: Event, **tag: Any) -> dict[str, Any] | None:
                 "tool_use_id": event.tool_use_id,
                 "message": event.message or "",
                 "rule": event.rule,
+                **tag,
+            }
+        case CallScheduled():
+            return {
+                "type": "system",
+                "subtype": "tool_schedule",
+                "tool_use_id": event.tool_use_id,
+                "tool_name": event.tool,
+                "write_scope": None if event.write_scope is None else list(event.write_scope),
+                "waits_for": list(event.waits_for),
+                "runs_with": list(event.runs_with),
                 **tag,
             }
         case HookRan():

@@ -182,7 +182,7 @@ class ToolPipeline:
             parsed = tool.parse_input(block.input)
         except pydantic.ValidationError as exc:
             return CallPlan(block, tool, None, _schema_error_text(tool, exc))
-        return plan_call(block, tool, parsed, self.assessor)
+        return plan_call(block, tool, parsed, self.assessor, workspace=self.ctx.workspace)
 
     async def execute(
         self, plan: CallPlan, *, on_rejected: Callable[[], None] | None = None
@@ -221,7 +221,7 @@ class ToolPipeline:
                         block,
                         "A PreToolUse hook changed the input: " + (_schema_error_text(tool, exc)),
                     )
-                plan = plan_call(block, tool, changed, self.assessor)
+                plan = plan_call(block, tool, changed, self.assessor, workspace=self.ctx.workspace)
                 try:
                     refusal = await self.runner.validate(plan, self.ctx)
                 except Exception as exc:
@@ -244,7 +244,9 @@ class ToolPipeline:
             # host's `updatedInput`) cannot take it past a deny rule: the policy sees it again
             # (tests/orchestrator/test_sdk_control.py).
             decision, original = plan.decision, plan.input
-            plan = plan_call(block, tool, rewritten, self.assessor)
+            plan = plan_call(
+                block, tool, rewritten, self.assessor, workspace=self.ctx.workspace
+            )
             plan = plan if decision is None else plan.decided(decision)
             if rewritten != original and self.recheck_rewrites:
                 try:

@@ -1070,6 +1070,7 @@ def _dispatch_tool(
         hooks=hooks,
         max_stop_hook_blocks=max_stop_hook_blocks,
         output_cap=output_cap,
+        protected=policy.protected(),
     )
 
 

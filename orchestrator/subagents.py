@@ -416,6 +416,9 @@ class SubagentRequest:
     """The session's hooks for this agent; None: none fire."""
     mcp: SubagentMcp | None = None
     """Its MCP tools; None: it has none."""
+    write_paths: tuple[Path, ...] = ()
+    """A writable type's write scope: only these directories (absolute, checked and made by
+    orchestrator/scopes.py) are writable in its sandbox. Empty: the whole workspace."""
 
 
 @dataclass(frozen=True)

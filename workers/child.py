@@ -69,6 +69,9 @@ class HostLaunch:
     workspace: Path
     extra_roots: tuple[Path, ...]
     cwd: Path
+    write_paths: tuple[Path, ...] = ()
+    """A scoped writer's directories (absolute, without symlinks: orchestrator/scopes.py):
+    only these are writable, the roots read-only. Empty: the role decides."""
 
     @property
     def writable(self) -> bool:

@@ -3,8 +3,9 @@
 `WorkerPool` implements `orchestrator.subagents.SubagentRunner`. Each subagent runs in its own
 `workers.agent_worker` process started under the OS floor (`SandboxedSpawner`): the workspace
 read-only, or writable when the agent type may write (the dispatch_agent call of such a type
-was allowed by the permission function before it got here). At most `max_workers` subagents
-run at once; more wait for a worker.
+was allowed by the permission function before it got here); a scoped writer
+(`SubagentRequest.write_paths`) gets a fresh worker whose sandbox has only its scope
+writable. At most `max_workers` subagents run at once; more wait for a worker.
 
 Lifecycle of a worker:
 
@@ -44,6 +45,7 @@ and answers, or is killed after `cancel_wait_s`. Closing the pool stops every wo
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import sys
@@ -366,7 +368,7 @@ class WorkerPool:
         agent_id = request.agent_id
         async with self._slots:
             try:
-                worker = await self._checkout(request.agent_type.writable)
+                worker = await self._checkout(request.agent_type.writable, request.write_paths)
             except WorkerStartError as exc:
                 text = f"No worker could be started for the subagent: {exc.message}."
                 return SubagentOutcome(agent_id, "worker_unavailable", text)
@@ -721,7 +723,10 @@ class WorkerPool:
         while self.idle < count:
             await self._wait_changed()
 
-    async def _checkout(self, writable: bool) -> _Worker:
+    async def _checkout(self, writable: bool, write_paths: tuple[Path, ...] = ()) -> _Worker:
+        launch = self._launches[writable]
+        if writable and write_paths:
+            launch = dataclasses.replace(launch, write_paths=write_paths)  # its own sandbox
         while True:
             if not writable:
                 while self._idle:
@@ -729,7 +734,7 @@ class WorkerPool:
                     if worker.alive:
                         return worker
             if self._live < self.options.max_workers:
-                return await self._start(writable)
+                return await self._start(launch)
             if writable and self._idle:
                 self._retire(self._idle[0])
                 continue
@@ -763,19 +768,19 @@ class WorkerPool:
         if self._live >= self.options.max_workers or self._closing:
             return
         try:
-            worker = await self._start(writable=False)
+            worker = await self._start(self._launches[False])
         except WorkerStartError as exc:
             self._log.warning("worker failed to start", error=exc.message)
             return
         self._idle.append(worker)
         self._notify()
 
-    async def _start(self, writable: bool) -> _Worker:
+    async def _start(self, launch: HostLaunch) -> _Worker:
         self._live += 1
         started = False
         try:
             try:
-                worker = await self._starter.start(self._launches[writable])
+                worker = await self._starter.start(launch)
             except ChildStartError as exc:
                 raise WorkerStartError(exc.message) from exc
             started = True

@@ -60,7 +60,7 @@ from orchestrator.tools.base import Tool, ToolContext, ToolInput, ToolOutput, To
 from sandbox.guard import find_denied
 from sandbox.host import SandboxHost, detect_host
 from sandbox.run import open_sandboxed_process
-from sandbox.spec import Limits, SandboxSpec, WorkspaceRoot
+from sandbox.spec import Bind, Limits, SandboxSpec, WorkspaceRoot
 from workers import protocol as wire
 from workers.child import (
     SEND_TIMEOUT_S,
@@ -159,6 +159,12 @@ class SandboxedSpawner:
             )
         values = {**spec.env.values, "PYTHONDONTWRITEBYTECODE": "1"}
         spec = spec.model_copy(update={"env": spec.env.model_copy(update={"values": values})})
+        if launch.writable and launch.write_paths:
+            # A scoped writer: every root read-only, then each scope directory bound writable
+            # on top (bwrap mounts parents first), its protected names read-only again.
+            spec = spec.read_only()
+            scopes = tuple(Bind(path=p, mode="rw") for p in launch.write_paths)
+            return spec.model_copy(update={"extra_binds": spec.extra_binds + scopes})
         return spec if launch.writable else spec.read_only()
 
     @asynccontextmanager
@@ -214,7 +220,11 @@ class SandboxedSpawner:
 @asynccontextmanager
 async def unsandboxed_spawner(launch: HostLaunch) -> AsyncIterator[HostProcess]:
     """No sandbox at all: for tests of the protocol itself and an explicit `--sandbox=off`.
-    The host gets `host_environment()`; leaving stops it (end of stdin, SIGTERM, SIGKILL)."""
+    The host gets `host_environment()`; leaving stops it (end of stdin, SIGTERM, SIGKILL).
+    A scoped writer is refused: without the floor nothing would hold it to its scope, and
+    the scheduler runs it beside other writers on that promise."""
+    if launch.write_paths:
+        raise OSError("a write scope needs the sandbox (it is off)")
     process = await trio.lowlevel.open_process(
         list(launch.argv),
         stdin=subprocess.PIPE,
@@ -310,7 +320,12 @@ _Reply = wire.ToolProgress | wire.ToolResult | wire.Validated | wire.HookResult 
 
 _NO_CHANGES = wire.LedgerDelta()
 
-_ROLES: Mapping[SandboxMode, wire.HostRole] = {"ro": "read_only", "rw": "read_write"}
+_ROLES: Mapping[SandboxMode, wire.HostRole] = {
+    "ro": "read_only",
+    "rw": "read_write",
+    # A tool host cannot confine a call to a scope: a scoped call that got here only reads.
+    "scoped": "read_only",
+}
 """The host that runs a plan of each sandbox mode."""
 
 

@@ -225,6 +225,12 @@ class Tool(Generic[InputT]):
     def is_concurrency_safe(self, input: InputT) -> bool:
         return self.is_read_only(input)
 
+    def write_scope(self, input: InputT, workspace: Path) -> tuple[Path, ...] | None:
+        """The directories this call may change, when it is confined to them (a scoped
+        writer: orchestrator/scopes.py), absolute and normalised, from the input alone (no
+        file system: it runs while the message streams); None (the default): not confined."""
+        return None
+
     def timeout_s(self, input: InputT) -> float | None:
         """Wall-time limit of this call, enforced by the pipeline; None (the default): the
         session's limit (`limits.tool_timeout_s`, `DEFAULT_TOOL_TIMEOUT_S`)."""

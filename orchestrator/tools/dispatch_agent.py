@@ -14,14 +14,23 @@ permission answer allows is granted there, and only a granted call runs.
 A call is read-only and concurrency-safe exactly when its agent type cannot write, so several
 read-only dispatches in one turn run in parallel and the scheduler is never told a writing
 agent is read-only.
+
+A writable type may be given `write_paths`, a write scope (orchestrator/scopes.py): checked in
+`validate` (inside a writable root, no protected name, no link on the way, directories only),
+made once the call is allowed, mounted as the only writable part of its worker's sandbox. Its
+plan carries the scope (`write_scope`), so writers with disjoint scopes run at once
+(orchestrator/executor.py). The scope is hashed before and after the run, here, and the files
+that changed are listed in the tool_result and dropped from the read ledger, so the main
+agent reads them again before it edits them.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, assert_never
@@ -36,6 +45,16 @@ from orchestrator.messages import Message, ToolUseBlock
 from orchestrator.permissions import Allow, Ask, Asker, Deny, PermissionFn
 from orchestrator.pipeline import DEFAULT_OUTPUT_CAP
 from orchestrator.plan import Assessor, plan_call, tool_assessor
+from orchestrator.scopes import (
+    FileChange,
+    ScopeError,
+    ScopeHashes,
+    check_scope,
+    hash_scope,
+    lexical_scope,
+    open_scope,
+    scope_changes,
+)
 from orchestrator.subagents import (
     AgentType,
     SubagentEvent,
@@ -58,6 +77,7 @@ from orchestrator.tools.base import (
 from orchestrator.tools.registry import ToolRegistry
 from orchestrator.transcripts import Transcript
 from policies.facts import ToolFacts
+from sandbox.spec import DEFAULT_PROTECTED
 
 if TYPE_CHECKING:
     from orchestrator.hooks.runner import HookRunner
@@ -80,6 +100,11 @@ know, and say exactly what it should report back.
 the user: tell the user what matters from it.
 - Read-only agents cannot change files. Do the edits yourself once the agents have reported, \
 unless an agent type below says it may write.
+- An agent type that may write can be confined to a write scope: `write_paths`, a list of \
+directories (absolute or relative to the workspace; missing ones are created). Only those are \
+writable for it, everything else is read-only. Agents with disjoint scopes run at the same time: \
+split a change across packages into one scoped agent per package, dispatched in one message. \
+Re-read the files an agent reports changed before you edit them.
 
 Available agent types (`subagent_type`):
 """
@@ -96,6 +121,11 @@ class DispatchAgentInput(ToolInput):
     )
     subagent_type: str = Field(
         default="general", description="The type of agent to dispatch (listed above)."
+    )
+    write_paths: list[str] | None = Field(
+        default=None,
+        description="For an agent type that may write: the only directories it may change "
+        "(absolute or relative to the workspace). Leave out to let it write the workspace.",
     )
 
 
@@ -125,6 +155,7 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
         hooks: HookRunner | None = None,
         max_stop_hook_blocks: int = 5,
         output_cap: int = DEFAULT_OUTPUT_CAP,
+        protected: Sequence[str] = (),
     ) -> None:
         """
         `runner`: where subagents run (the worker pool).
@@ -144,6 +175,8 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
         (`[limits]`, default 5).
         `output_cap`: characters of a subagent's MCP tool result (the session's
         `max_tool_output_chars`).
+        `protected`: the policy's protected paths, besides the floor's (`DEFAULT_PROTECTED`),
+        which no write scope may hold or lie in.
         """
         self._runner = runner
         self._types = dict(agent_types)
@@ -158,6 +191,7 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
         self._hooks = hooks
         self._max_stop_hook_blocks = max_stop_hook_blocks
         self._output_cap = output_cap
+        self._protected = (*(p.path for p in DEFAULT_PROTECTED), *protected)
         # The model is told which types exist, and they differ per session.
         self.description = DESCRIPTION + "\n".join(  # type: ignore[misc]
             _describe(t) for t in self._types.values()
@@ -170,16 +204,39 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
         agent_type = self._type_of(input)
         return agent_type is None or not agent_type.writable  # unknown: refused, no effect
 
+    def write_scope(self, input: DispatchAgentInput, workspace: Path) -> tuple[Path, ...] | None:
+        agent_type = self._type_of(input)
+        if agent_type is None or not agent_type.writable or input.write_paths is None:
+            return None
+        return lexical_scope(input.write_paths, workspace)
+
     def timeout_s(self, input: DispatchAgentInput) -> float:
         return math.inf  # the pool enforces each subagent's own limits
 
     async def validate(self, input: DispatchAgentInput, ctx: ToolContext) -> str | None:
-        if self._type_of(input) is None:
+        agent_type = self._type_of(input)
+        if agent_type is None:
             return (
                 f"There is no agent type {input.subagent_type!r}. Available types: "
                 f"{', '.join(self._types)}. Call dispatch_agent again with one of them."
             )
+        if input.write_paths is None:
+            return None
+        if not agent_type.writable:
+            return (
+                f"write_paths is for agent types that may write; {agent_type.name} is "
+                "read-only. Leave write_paths out, or dispatch a type that may write."
+            )
+        try:
+            await trio.to_thread.run_sync(self._check_scope, input.write_paths, ctx)
+        except ScopeError as exc:
+            return exc.message
         return None
+
+    def _check_scope(self, raw: Sequence[str], ctx: ToolContext) -> tuple[Path, ...]:
+        return check_scope(
+            raw, workspace=ctx.workspace, roots=_roots(ctx), protected=self._protected
+        )
 
     async def call(
         self, input: DispatchAgentInput, ctx: ToolContext
@@ -194,6 +251,14 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
                 _record(transcript, update)
             self._on_update(update)
 
+        scope: tuple[Path, ...] = ()
+        before = after = ScopeHashes({}, complete=True)
+        if agent_type.writable and input.write_paths is not None:
+            try:
+                scope = await trio.to_thread.run_sync(self._open_scope, input.write_paths, ctx)
+            except ScopeError as exc:
+                raise ToolError(exc.message) from exc
+            before = await trio.to_thread.run_sync(hash_scope, scope)
         # First: it waits for the servers the type names, whose tools the hooks then plan.
         mcp = await self._agent_mcp(agent_type, ctx, agent_id, on_event)
         transcript = self._open_sidechain(ctx, agent_id, agent_type, input)
@@ -204,10 +269,12 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
             prompt=input.prompt,
             system=[
                 *agent_type.system_blocks(workspace=ctx.workspace, cwd=ctx.cwd),
+                *([_scope_note(scope)] if scope else []),
                 *([self._context] if self._context else []),
             ],
             hooks=hooks,
             mcp=mcp,
+            write_paths=scope,
         )
         self._on_update(
             SubagentStarted(
@@ -226,13 +293,29 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
                 on_event=on_event,
                 permission=self._decider(agent_type, ctx, hooks, who, mcp),
             )
+            changes: list[FileChange] = []
+            if scope:
+                with trio.CancelScope(shield=True):  # what it changed is known, even now
+                    after = await trio.to_thread.run_sync(hash_scope, scope)
+                changes = scope_changes(before, after)
+                # Changed under the main agent's feet: it must read them again to edit them.
+                ctx.read_ledger.apply({}, [c.path for c in changes])
             if transcript is not None:
-                transcript.write(_result_line(outcome))
+                transcript.write(_result_line(outcome, changes))
         finally:
             if transcript is not None:
                 transcript.close()
         self._on_update(SubagentFinished(outcome))
-        yield _tool_output(outcome, agent_type)
+        output = _tool_output(outcome, agent_type)
+        if scope:
+            note = _changes_note(changes, before.complete and after.complete)
+            output = replace(output, content=f"{output.as_text()}\n\n{note}")
+        yield output
+
+    def _open_scope(self, raw: Sequence[str], ctx: ToolContext) -> tuple[Path, ...]:
+        scope = self._check_scope(raw, ctx)
+        open_scope(scope, _roots(ctx))
+        return scope
 
     def render_use(self, input: DispatchAgentInput) -> str:
         return f"dispatch_agent({input.subagent_type}: {' '.join(input.description.split())})"
@@ -400,7 +483,49 @@ def _record(transcript: Transcript, update: SubagentEvent) -> None:
             pass
 
 
-def _result_line(outcome: SubagentOutcome) -> dict[str, Any]:
+def _roots(ctx: ToolContext) -> tuple[Path, ...]:
+    return tuple(Path(os.path.realpath(root)) for root in ctx.roots())
+
+
+def _scope_note(scope: tuple[Path, ...]) -> str:
+    return (
+        "You may change files only under these directories (your write scope): "
+        + ", ".join(str(p) for p in scope)
+        + ". Everything else is read-only: a write there fails with 'Read-only file system'."
+    )
+
+
+MAX_CHANGES_LISTED = 50
+"""Changed files listed in a scoped writer's tool_result; more are counted."""
+
+
+def _changes_note(changes: list[FileChange], complete: bool) -> str:
+    """The files a scoped writer changed, with sha256 before and after, for the model."""
+    if not changes:
+        text = "Files changed in the write scope: none."
+    else:
+        lines = [
+            f"- {c.path}: {_kind(c)} (sha256 {c.before or '-'} -> {c.after or '-'})"
+            for c in changes[:MAX_CHANGES_LISTED]
+        ]
+        if len(changes) > MAX_CHANGES_LISTED:
+            lines.append(f"- ... and {len(changes) - MAX_CHANGES_LISTED} more")
+        text = (
+            f"Files changed in the write scope ({len(changes)}), measured on disk; Read a "
+            "file again before you edit it:\n" + "\n".join(lines)
+        )
+    if not complete:
+        text += "\n(The scope was too large to hash whole: this list may be incomplete.)"
+    return text
+
+
+def _kind(change: FileChange) -> str:
+    if change.before is None:
+        return "created"
+    return "deleted" if change.after is None else "modified"
+
+
+def _result_line(outcome: SubagentOutcome, changes: Sequence[FileChange] = ()) -> dict[str, Any]:
     return {
         "type": "result",
         "reason": outcome.reason,
@@ -410,6 +535,15 @@ def _result_line(outcome: SubagentOutcome) -> dict[str, Any]:
         "total_cost_usd": outcome.cost_usd,
         "worker_pid": outcome.worker_pid,
         "ts_end": round(time.time(), 3),
+        **(
+            {
+                "changes": [
+                    {"path": str(c.path), "before": c.before, "after": c.after} for c in changes
+                ]
+            }
+            if changes
+            else {}
+        ),
     }
 
 
