@@ -415,6 +415,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--keep", action="store_true", help="keep the workspace afterwards")
     demo.add_argument("-v", "--verbose", action="store_true", help="logs on stderr")
+    demo.add_argument(
+        "--parallel-writers",
+        action="store_true",
+        help="the rename by three subagents at once, each writable only in its own package",
+    )
     demo.set_defaults(handler=_demo)
     doctor.add_commands(sub, COMMANDS)
     policy.add_commands(sub, COMMANDS)
@@ -751,4 +756,9 @@ def _demo(args: argparse.Namespace) -> int:
     from orchestrator.cli.wiring import session_parts
     from orchestrator.demo.run import demo_main
 
-    return demo_main(keep=args.keep, verbose=args.verbose, parts=session_parts())
+    return demo_main(
+        keep=args.keep,
+        verbose=args.verbose,
+        parts=session_parts(),
+        parallel_writers=args.parallel_writers,
+    )

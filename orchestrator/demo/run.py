@@ -5,11 +5,19 @@ everything else is the real path of `warren -p`: the floor is probed, three read
 subagents survey the repository in parallel in their own sandboxed worker processes, every
 tool call of the main agent runs in a sandboxed tool host, the policy engine decides each call,
 the sample's tests run in the persistent shell, and the transcript is written.
+
+`warren demo --parallel-writers` (`parallel_writers.json`) does the rename with writers
+instead: the main agent renames the definition, then dispatches three `renamer` subagents in
+one message, each with `write_paths` set to its package (only that directory is writable in
+its sandbox), which the scheduler runs at once; then the tests run in the sandbox. The
+`renamer` type is the demo's own, in a private config directory (so the user's policy file is
+not read for this demo; its permissions are the ones printed).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import shutil
 import subprocess
 import sys
@@ -23,12 +31,24 @@ from typing import IO
 import trio
 
 from orchestrator.demo.sample_repo import generate
-from orchestrator.events import AssistantTurn, Event, PermissionDecided, ToolStarted
+from orchestrator.events import (
+    AssistantTurn,
+    CallScheduled,
+    Event,
+    PermissionDecided,
+    ToolStarted,
+)
 from orchestrator.loop import RunResult
 from orchestrator.outcome import exit_code
 from orchestrator.output import ProgressPrinter
+from orchestrator.paths import WarrenDirs
 from orchestrator.session import SessionConfig, SessionParts, open_session
-from orchestrator.subagents import SubagentFinished, SubagentOutcome, SubagentUpdate
+from orchestrator.subagents import (
+    SubagentFinished,
+    SubagentOutcome,
+    SubagentStarted,
+    SubagentUpdate,
+)
 
 __all__ = ["demo_main"]
 
@@ -37,6 +57,17 @@ PROMPT = (
     "The test suite fails with an ImportError: the tests expect shop.money.round_money. "
     "Rename legacy_round to round_money across the code base and run the tests."
 )
+RENAMER = """\
+---
+name: renamer
+description: Renames a symbol in the package it is given, and reports the files it changed.
+tools: Read, Grep, Glob, Edit
+writable: true
+max_turns: 10
+---
+You rename symbols. Read each file before you edit it; change only what you are asked to.
+"""
+"""The `--parallel-writers` demo's writer type (written to its private config directory)."""
 
 
 @dataclass
@@ -44,6 +75,10 @@ class _Timeline:
     """What the summary reports: phases (one per model turn), tool calls, agents, decisions."""
 
     started: float = field(default_factory=time.monotonic)
+    spans: dict[str, list[float]] = field(default_factory=dict)
+    """Each subagent's [start, end] (`time.monotonic()`), to show which ran at once."""
+    scopes: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """The write scope of each scoped writer call, by tool_use id."""
     phases: list[tuple[str, float]] = field(default_factory=list)
     """(the tools the turn's calls used, its wall time from the previous turn's end)."""
     _turn_tools: Counter[str] = field(default_factory=Counter)
@@ -59,12 +94,22 @@ class _Timeline:
                 self._close_phase()
             case PermissionDecided(decision=decision, rule=rule):
                 self.decisions[f"{decision}: {rule}"] += 1
+            case CallScheduled(tool_use_id=call, write_scope=scope) if scope is not None:
+                self.scopes[call] = scope
             case _:
                 pass
 
     def subagent(self, update: SubagentUpdate) -> None:
-        if isinstance(update, SubagentFinished):
+        if isinstance(update, SubagentStarted):
+            self.spans[update.agent_id] = [time.monotonic(), math.inf]
+        elif isinstance(update, SubagentFinished):
             self.agents.append(update.outcome)
+            self.spans.setdefault(update.outcome.agent_id, [0.0, 0.0])[1] = time.monotonic()
+
+    def at_once(self) -> bool:
+        """Whether every subagent was running at one moment."""
+        spans = list(self.spans.values())
+        return len(spans) > 1 and max(s[0] for s in spans) < min(s[1] for s in spans)
 
     def _close_phase(self) -> None:
         now = time.monotonic()
@@ -101,12 +146,26 @@ def _git_init(workspace: Path) -> None:
 
 
 def demo_main(
-    *, keep: bool = False, verbose: bool = False, parts: SessionParts | None = None
+    *,
+    keep: bool = False,
+    verbose: bool = False,
+    parts: SessionParts | None = None,
+    parallel_writers: bool = False,
 ) -> int:
     """Run the demo. `parts` are the sandboxed tool hosts, worker pool and broker (the CLI
-    passes them); without tool hosts, tools run unsandboxed and nothing is dispatched."""
+    passes them); without tool hosts, tools run unsandboxed and nothing is dispatched.
+    `parallel_writers`: the rename by three scoped writers at once (module docstring)."""
     parts = parts or SessionParts()
     root = Path(tempfile.mkdtemp(prefix="warren-demo-"))
+    script, allowed = HERE / "session.json", ["Bash(python -m unittest:*)"]
+    if parallel_writers:
+        script = HERE / "parallel_writers.json"
+        allowed.append("dispatch_agent(renamer)")
+        config_dir = root / "config" / "warren"
+        (config_dir / "agents").mkdir(parents=True)
+        (config_dir / "agents" / "renamer.md").write_text(RENAMER, encoding="utf-8")
+        dirs = parts.dirs or WarrenDirs.from_env()
+        parts = dataclasses.replace(parts, dirs=dataclasses.replace(dirs, config=config_dir))
     workspace = generate(root / "shop")
     _git_init(workspace)
     out = sys.stdout
@@ -116,16 +175,16 @@ def demo_main(
         "Warren demo (offline: a scripted model; real sandboxes, tools and policy)\n"
         f"  workspace: {workspace} ({files} Python files, generated)\n"
         "  permissions: --permission-mode accept-edits --allowed-tools "
-        "'Bash(python -m unittest:*)'\n"
+        f"{' '.join(repr(rule) for rule in allowed)}\n"
         f"  sandbox: {floor}\n"
         f"  prompt: {PROMPT}\n\n"
     )
     timeline = _Timeline()
     config = SessionConfig(
         cwd=workspace,
-        model=f"scripted:{HERE / 'session.json'}",
+        model=f"scripted:{script}",
         permission_mode="accept-edits",
-        allowed_tools=frozenset({"Bash(python -m unittest:*)"}),
+        allowed_tools=frozenset(allowed),
         verbose=verbose,
         sandbox="required" if parts.runner is not None else "off",
     )
@@ -163,6 +222,12 @@ def _summary(out: IO[str], reason: str, turns: int, timeline: _Timeline, transcr
         out.write(f"    {seconds * 1000:7.0f} ms  {label}\n")
     if timeline.agents:
         out.write(f"  subagents: {len(timeline.agents)}, each in its own sandboxed worker\n")
+        if timeline.scopes:
+            scopes = "; ".join(", ".join(scope) for scope in timeline.scopes.values())
+            out.write(
+                f"  scoped writers: {len(timeline.scopes)}, each writable only in: {scopes}; "
+                f"{'all running at once' if timeline.at_once() else 'NOT at once'}\n"
+            )
         for agent in timeline.agents:
             out.write(
                 f"    {agent.agent_id}: {agent.reason} in {agent.num_turns} turns, "

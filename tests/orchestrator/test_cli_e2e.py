@@ -197,6 +197,17 @@ def test_demo_runs_end_to_end(env: dict[str, str]) -> None:
     assert "6 x Edit" in done.stdout
 
 
+def test_demo_with_parallel_writers_renames_with_three_scoped_writers_at_once(
+    env: dict[str, str],
+) -> None:
+    done = run_cli(["demo", "--parallel-writers"], env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "outcome: completed after 3 turns" in done.stdout
+    assert "scoped writers: 3, each writable only in:" in done.stdout
+    assert "all running at once" in done.stdout
+    assert "<- Bash: exit 0" in done.stdout  # the sample's tests pass after the rename
+
+
 def test_sandbox_off_says_so_on_every_run(sample: Path, env: dict[str, str]) -> None:
     with FakeMessagesAPI([Reply.text("ok")]) as api:
         done = run_cli(
