@@ -120,7 +120,9 @@ defaults."""
 class SandboxedSpawner:
     """Starts hosts with `sandbox.open_sandboxed_process`: the workspace writable for the
     read-write host and read-only for the read-only one, everything else as the floor says
-    (read-only root, private /tmp, no network, secrets masked, scrubbed environment)."""
+    (read-only root, private /tmp, no network, secrets masked, scrubbed environment). A
+    launch with `write_paths` (a scoped writer) gets the roots read-only and only those
+    directories writable, bound after them, with the floor's protected names inside."""
 
     def __init__(
         self,
