@@ -85,6 +85,14 @@ REJECTED_EARLIER = (
 )
 
 
+_SCOPE_CHANGED = (
+    "The write scope of this call was changed after it was scheduled (by a hook or the "
+    "permission answer); other writers may be running beside it, so it was not run. Call it "
+    "again with the write_paths you mean."
+)
+"""A scoped writer was scheduled beside others by its scope: a rewrite may not change it."""
+
+
 class ToolRunner(Protocol):
     """Where validation and calls execute, as the plan says: the sandboxed tool hosts run a
     plan in the sandbox it names (`plan.sandbox`) or, for a tool that runs in the
@@ -221,7 +229,10 @@ class ToolPipeline:
                         block,
                         "A PreToolUse hook changed the input: " + (_schema_error_text(tool, exc)),
                     )
+                scheduled = plan.write_scope
                 plan = plan_call(block, tool, changed, self.assessor, workspace=self.ctx.workspace)
+                if scheduled is not None and plan.write_scope != scheduled:
+                    return self._error(block, _SCOPE_CHANGED)
                 try:
                     refusal = await self.runner.validate(plan, self.ctx)
                 except Exception as exc:
@@ -243,10 +254,12 @@ class ToolPipeline:
             # under the decision that allowed it; but whoever rewrote it (a dialog, an SDK
             # host's `updatedInput`) cannot take it past a deny rule: the policy sees it again
             # (tests/orchestrator/test_sdk_control.py).
-            decision, original = plan.decision, plan.input
+            decision, original, scheduled = plan.decision, plan.input, plan.write_scope
             plan = plan_call(
                 block, tool, rewritten, self.assessor, workspace=self.ctx.workspace
             )
+            if scheduled is not None and plan.write_scope != scheduled:
+                return self._error(block, _SCOPE_CHANGED)
             plan = plan if decision is None else plan.decided(decision)
             if rewritten != original and self.recheck_rewrites:
                 try:

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from orchestrator.messages import ToolUseBlock
-from orchestrator.permissions import default_permission, headless_asker
+from orchestrator.permissions import Allow, default_permission, headless_asker
+from orchestrator.pipeline import ToolPipeline
 from orchestrator.plan import CallPlan, may_overlap, plan_call, tool_assessor
 from orchestrator.scopes import (
     ScopeError,
@@ -22,7 +23,7 @@ from orchestrator.scopes import (
     scope_changes,
 )
 from orchestrator.subagents import GENERAL, AgentType
-from orchestrator.tools.base import Tool
+from orchestrator.tools.base import Tool, ToolContext
 from orchestrator.tools.bash import BashTool
 from orchestrator.tools.dispatch_agent import DispatchAgentTool
 from orchestrator.tools.read import ReadTool
@@ -160,3 +161,24 @@ def test_a_scoped_writer_plans_a_scoped_sandbox() -> None:
     assert writer("src/a").write_scope == (Path("/repo/src/a"),)
     unscoped = plan(dispatch(), description="d", prompt="p", subagent_type="writer")
     assert unscoped.sandbox == "rw" and unscoped.write_scope is None
+
+
+async def test_a_permission_answer_that_changes_the_scope_is_refused(ws: Path) -> None:
+    """The executor scheduled the call by its scope; a rewrite to another scope (which might
+    overlap a writer running beside it) does not run."""
+
+    async def widen(plan: CallPlan, ctx: ToolContext) -> Allow:
+        return Allow(updated_input={**plan.block.input, "write_paths": ["src"]})
+
+    pipeline = ToolPipeline(
+        tools=ToolRegistry([dispatch()]),
+        ctx=ToolContext(workspace=ws, cwd=ws),
+        permission=widen,
+        asker=headless_asker,
+        emit=lambda event: None,
+    )
+    input = {"description": "d", "prompt": "p", "subagent_type": "writer",
+             "write_paths": ["src/billing"]}  # fmt: skip
+    block = ToolUseBlock(id="t", name="dispatch_agent", input=input)
+    result = await pipeline.execute(pipeline.prepare(block))
+    assert result.is_error and "write scope of this call was changed" in str(result.content)
