@@ -267,7 +267,7 @@ def _hash_dir(fd: int, path: Path, files: dict[Path, str], budget: list[int]) ->
                 budget[1] -= st.st_size
                 if budget[1] < 0:
                     return False
-                digest = _hash_file(fd, name)
+                digest = _hash_file(fd, name, st.st_size)
                 if digest is not None:
                     files[path / name] = digest
         return True
@@ -275,7 +275,9 @@ def _hash_dir(fd: int, path: Path, files: dict[Path, str], budget: list[int]) ->
         os.close(fd)
 
 
-def _hash_file(dir_fd: int, name: str) -> str | None:
+def _hash_file(dir_fd: int, name: str, size: int) -> str | None:
+    """sha256 of a regular file's first `size` bytes (its size when it was listed: a file
+    that still grows cannot keep the hashing going)."""
     try:
         fd = os.open(
             name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd
@@ -286,8 +288,10 @@ def _hash_file(dir_fd: int, name: str) -> str | None:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return None  # swapped for a FIFO or device since the stat
         digest = hashlib.sha256()
-        while chunk := os.read(fd, 1024 * 1024):
+        left = size
+        while left > 0 and (chunk := os.read(fd, min(left, 1024 * 1024))):
             digest.update(chunk)
+            left -= len(chunk)
         return digest.hexdigest()
     except OSError:
         return None

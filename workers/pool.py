@@ -379,6 +379,10 @@ class WorkerPool:
             finally:  # after a cancelled run too: a worker that answered is kept
                 reusable = worker.answered and worker.alive and worker.failure is None
                 self._checkin(worker, reusable and not request.agent_type.leaves_state)
+        if request.write_paths:
+            # Its scope is hashed once we return: nothing of its sandbox may still be writing.
+            with trio.CancelScope(shield=True), trio.move_on_after(3 * self.options.stop_grace_s):
+                await worker.process.wait()
         pid = worker.process.pid
         if result is not None and worker.failure is None:  # a killed worker's answer is moot
             return SubagentOutcome(
