@@ -59,7 +59,10 @@ class ScopeError(Exception):
 
 def lexical_scope(raw: Sequence[str], workspace: Path) -> tuple[Path, ...] | None:
     """Each path absolute and normalised (relative ones against `workspace`), or None when
-    one has a `..` part or is empty (such a call is refused by `check_scope` anyway)."""
+    one has a `..` part or is empty, or there is none (such a call is refused by
+    `check_scope` anyway, and must not be scheduled as if it wrote nothing)."""
+    if not raw:
+        return None
     out: list[Path] = []
     for text in raw:
         if not text or ".." in PurePosixPath(text).parts:

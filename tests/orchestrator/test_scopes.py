@@ -86,6 +86,7 @@ def test_a_scope_is_made_from_the_root_without_following_a_link(ws: Path) -> Non
 def test_lexical_scope_is_none_for_dotdot_and_normalised_otherwise(ws: Path) -> None:
     assert lexical_scope(["a/./b/", "/x/y"], ws) == (ws / "a/b", Path("/x/y"))
     assert lexical_scope(["a/../b"], ws) is None
+    assert lexical_scope([], ws) is None
 
 
 def test_hashing_follows_no_link_and_reports_what_changed(ws: Path) -> None:
