@@ -8,7 +8,8 @@ One run does it all, to pay for one warren start:
   flight at once (seen in the fake server's request log), so they can only finish if they run
   concurrently. Each writer's Bash writes inside its scope, then attacks: outside, through
   `..`, through a symlink in its scope, into another writer's scope, a rename out of its
-  scope, a hard link into it, and through `/proc/self/root`;
+  scope, a hard link into it, through `/proc/self/root`, and onto a protected name (`.envrc`)
+  inside its scope;
 - turn 2: the main agent edits `pkg_a/mod.py`, which writer a changed: refused until it is
   read again (the read ledger dropped it); then two writers with the overlapping scopes
   `shared` and `shared/inner`, which run one after the other.
@@ -59,6 +60,7 @@ t other_scope sh -c 'echo x > pkg_{other}/planted_{me}.txt'
 t rename_out mv pkg_{me}/keep.txt moved_{me}.txt
 t hard_link ln pkg_{other}/mod.py pkg_{me}/linked_{other}.py
 t proc_root sh -c 'echo x > /proc/self/root{ws}/pkg_{other}/proc_{me}.txt'
+t protected sh -c 'echo evil > pkg_{me}/.envrc'
 """
 
 
@@ -74,6 +76,7 @@ def home() -> Iterator[Path]:
         (ws / f"pkg_{me}").mkdir(parents=True)
         (ws / f"pkg_{me}" / "mod.py").write_text("def old_name():\n    return 1\n")
         (ws / f"pkg_{me}" / "keep.txt").write_text("stays\n")
+        (ws / f"pkg_{me}" / ".envrc").write_text("safe\n")  # a protected name in the scope
         (ws / f"pkg_{me}" / "escape").symlink_to(f"../pkg_{_next(me)}")  # in a scope, out of it
     (ws / "shared" / "inner").mkdir(parents=True)
     yield path
@@ -196,17 +199,23 @@ def test_scoped_writers_run_at_once_inside_their_scopes_only(home: Path) -> None
         report = next(iter(_results(second).values()))
         outcome = dict(line.split(": ", 1) for line in report.splitlines() if ": " in line)
         assert outcome["inside"] == "ok", report
-        for attack in ("outside", "dotdot", "symlink", "other_scope", "rename_out", "proc_root"):
+        attacks = ("outside", "dotdot", "symlink", "other_scope", "rename_out", "proc_root")
+        for attack in (*attacks, "protected"):
             assert "Read-only file system" in outcome[attack], (attack, report)
         assert "Invalid cross-device link" in outcome["hard_link"], report
         assert (ws / f"pkg_{me}" / f"new_{me}.txt").read_text() == "new\n"
         assert "new_name" in (ws / f"pkg_{me}" / "mod.py").read_text()
         assert (ws / f"pkg_{me}" / "keep.txt").read_text() == "stays\n"
+        assert (ws / f"pkg_{me}" / ".envrc").read_text() == "safe\n"
     names = sorted(
         (Path(d) / f).relative_to(ws).as_posix() for d, _, files in os.walk(ws) for f in files
     )
     assert names == sorted(
-        [f"pkg_{me}/{f}" for me in DISJOINT for f in ("mod.py", "keep.txt", f"new_{me}.txt")]
+        [
+            f"pkg_{me}/{f}"
+            for me in DISJOINT
+            for f in ("mod.py", "keep.txt", ".envrc", f"new_{me}.txt")
+        ]
         + ["shared/x.txt", "shared/inner/y.txt"]
     )
 
