@@ -15,9 +15,18 @@ deny rule or the floor has already decided before an ask is made, and an input t
 rewrites (`updatedInput`) is decided by the policy again (orchestrator/pipeline.py), so a host's
 allow never widens past them. Its deny message is the tool result the model reads.
 
+The host's `initialize` may carry hook callbacks and agent types. They come from the
+application that runs the session, so they are trusted like the user's own files, and bound
+like them: each hook callback joins the session's hooks (orchestrator/hooks/runner.py: the
+event goes to the host as a `hook_callback` request, its answer read as a command hook's JSON,
+so its allow answers only an ask and never a deny rule or the floor); each agent type joins
+the session's (`orchestrator.subagents.sdk_agent_types`). A session serving a host waits for
+its first line before it opens (orchestrator/cli/stream_input.py), so both are in place before
+`system/init`.
+
 Requests Warren cannot honour are answered with an error that names them (the SDK raises it to
-the application), never accepted and ignored: SDK hook callbacks, SDK-hosted MCP servers,
-agents defined in `initialize`, `set_model`.
+the application), never accepted and ignored: a hook event Warren does not fire, an agent
+field it has no meaning for, `rewind_files`, ...
 """
 
 from __future__ import annotations
@@ -29,13 +38,24 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+import pydantic
 import trio
 
+from orchestrator.errors import ConfigError
+from orchestrator.hooks.matchers import build_matcher
+from orchestrator.hooks.runner import ConfiguredHook, HookCallback
 from orchestrator.permissions import Allow, Ask, Asker, Deny
+from orchestrator.subagents import sdk_agent_types
 from orchestrator.tools.base import CURRENT_TOOL_USE_ID, Tool, ToolInput
 from policies.files import CLAUDE_CODE_MODE_NAMES, MODES, Mode
+from policies.hooks import HOOK_EVENTS, MATCHER_EVENTS, Hook
 
-__all__ = ["ProtocolError", "SdkControl", "prompt_text"]
+__all__ = ["SDK_HOOKS", "HostParts", "ProtocolError", "SdkControl", "prompt_text"]
+
+SDK_HOOKS = "SDK host (initialize hooks)"
+"""The source a host's hook callbacks are listed under (audit log, hook events)."""
+DEFAULT_HOOK_TIMEOUT_S = 60.0
+"""A host's hook callback without its own `timeout` (Claude Code's default, seconds)."""
 
 MAX_LINE_BYTES = 16 * 1024 * 1024
 """A line from the host longer than this ends the session (the SDK's own cap is 1 MiB out)."""
@@ -45,6 +65,16 @@ _WARREN_MODE = {cc: warren for warren, cc in CLAUDE_CODE_MODE_NAMES.items()}
 
 class ProtocolError(Exception):
     """The host sent something that is not the protocol (a malformed line, a bad message)."""
+
+
+@dataclass(frozen=True)
+class HostParts:
+    """What a host's `initialize` adds to the session it drives (`SessionParts.host`)."""
+
+    hooks: tuple[ConfiguredHook, ...] = ()
+    """Its hook callbacks, in the order it listed them, after the policy's hooks."""
+    agents: dict[str, Any] = field(default_factory=dict)
+    """Its agent definitions by name, as sent (parsed again against the session's tools)."""
 
 
 def prompt_text(message: dict[str, Any]) -> str:
@@ -79,6 +109,14 @@ class SdkControl:
     out: IO[str]
     on_interrupt: Callable[[], None] | None = None
     set_mode: Callable[[Mode], None] | None = None
+    set_model: Callable[[str | None], object] | None = None
+    """`set_model` (None: the session's own model); raises `ValueError` for a name it does
+    not know."""
+    host: HostParts = field(default_factory=HostParts)
+    """What the host's `initialize` added (empty until it came)."""
+    ready: trio.Event = field(default_factory=trio.Event)
+    """Set once the host's first line was handled, or stdin closed: a session opened after
+    this has the host's hooks and agent types (`initialize` comes first)."""
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _waiting: dict[str, tuple[trio.Event, list[dict[str, Any]]]] = field(default_factory=dict)
     _prompts: tuple[trio.MemorySendChannel[str], trio.MemoryReceiveChannel[str]] = field(
@@ -116,8 +154,10 @@ class SdkControl:
                             pass
                         case other:
                             raise ProtocolError(f"unknown message type on stdin: {other!r}")
+                    self.ready.set()
         finally:
             self._closed = True
+            self.ready.set()
             for event, slot in self._waiting.values():
                 slot.append({"subtype": "error", "error": "the SDK host closed stdin"})
                 event.set()
@@ -156,19 +196,21 @@ class SdkControl:
     def _handle(self, request: dict[str, Any]) -> dict[str, Any]:
         match request.get("subtype"):
             case "initialize":
-                refused = [
-                    what
-                    for key, what in (
-                        ("hooks", "SDK hook callbacks"),
-                        ("agents", "agents defined by the SDK"),
-                    )
-                    if request.get(key)
-                ]
-                if refused:
+                if self.ready.is_set():
                     raise ValueError(
-                        f"Warren does not run {' or '.join(refused)} yet; define hooks and "
-                        "agent types in Warren's policy and .warren/agents instead"
+                        "initialize must be the host's first message; this session is "
+                        "already open, so its hooks and agents could not be applied"
                     )
+                agents = request.get("agents") or {}
+                if not isinstance(agents, dict):
+                    raise ValueError("initialize: agents must be an object of definitions")
+                try:
+                    # Checked now, so a mistake reaches the application as the initialize
+                    # error; the session parses them again against its own tools.
+                    sdk_agent_types(agents, all_tools=_builtin_tools())
+                except ConfigError as exc:
+                    raise ValueError(str(exc)) from exc
+                self.host = HostParts(hooks=self._hooks(request.get("hooks")), agents=agents)
                 return {
                     "commands": [],
                     "output_style": "default",
@@ -191,10 +233,81 @@ class SdkControl:
                     raise ValueError("no session is running yet")
                 self.set_mode(mode)
                 return {}
+            case "set_model":
+                model = request.get("model")
+                if model is not None and not isinstance(model, str):
+                    raise ValueError("set_model: model must be a string or null")
+                if self.set_model is None:
+                    raise ValueError("no session is running yet")
+                self.set_model(model)
+                return {}
             case "mcp_status":
                 return {"mcpServers": []}
             case other:
                 raise ValueError(f"Warren does not support the control request {other!r}")
+
+    def _hooks(self, config: object) -> tuple[ConfiguredHook, ...]:
+        """The hook callbacks of `initialize` (`{event: [{matcher, hookCallbackIds,
+        timeout}]}`) as the session's hooks.
+
+        **Errors:** `ValueError` naming an event Warren does not fire, or a bad matcher.
+        """
+        if not config:
+            return ()
+        if not isinstance(config, dict):
+            raise ValueError("initialize: hooks must be an object of events")
+        unknown = sorted(set(config) - set(HOOK_EVENTS))
+        if unknown:
+            raise ValueError(
+                f"Warren does not fire the hook event {', '.join(unknown)}; its events are "
+                f"{', '.join(HOOK_EVENTS)}"
+            )
+        hooks: list[ConfiguredHook] = []
+        for event, matchers in config.items():
+            for entry in matchers or ():
+                if not isinstance(entry, dict):
+                    raise ValueError(f"initialize: a {event} hook matcher must be an object")
+                if entry.get("onFailure") not in (None, "continue"):
+                    raise ValueError(
+                        f"{event}: Warren does not support onFailure={entry['onFailure']!r}; "
+                        "a hook callback that fails never blocks"
+                    )
+                matcher = entry.get("matcher") if event in MATCHER_EVENTS else None
+                timeout = entry.get("timeout") or DEFAULT_HOOK_TIMEOUT_S
+                for callback_id in entry.get("hookCallbackIds") or ():
+                    try:
+                        hook = Hook(
+                            event=event,
+                            command=f"SDK hook callback {callback_id}",
+                            matcher=matcher,
+                            matcher_kind="regex",
+                            timeout_s=timeout,
+                        )
+                    except pydantic.ValidationError as exc:
+                        detail = exc.errors(include_url=False)[0]["msg"]
+                        raise ValueError(f"{event} hook {callback_id}: {detail}") from exc
+                    hooks.append(
+                        ConfiguredHook(
+                            hook,
+                            SDK_HOOKS,
+                            build_matcher(matcher, kind="regex"),
+                            callback=self._hook_callback(str(callback_id)),
+                        )
+                    )
+        return tuple(hooks)
+
+    def _hook_callback(self, callback_id: str) -> HookCallback:
+        async def call(input: dict[str, Any], tool_use_id: str | None) -> dict[str, Any]:
+            request: dict[str, Any] = {
+                "subtype": "hook_callback",
+                "callback_id": callback_id,
+                "input": input,
+            }
+            if tool_use_id is not None:
+                request["tool_use_id"] = tool_use_id
+            return await self.request(request)
+
+        return call
 
     def _resolve(self, response: dict[str, Any]) -> None:
         waiting = self._waiting.pop(str(response.get("request_id")), None)
@@ -270,6 +383,12 @@ class SdkControl:
                     )
 
         return ask
+
+
+def _builtin_tools() -> tuple[str, ...]:
+    from orchestrator.tools.registry import builtin_facts
+
+    return tuple(builtin_facts())
 
 
 async def _lines(stream: trio.abc.ReceiveStream) -> AsyncIterator[str]:

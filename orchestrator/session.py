@@ -24,7 +24,7 @@ import dataclasses
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -80,6 +80,8 @@ from policies.files import Mode
 if TYPE_CHECKING:
     from orchestrator.mcp.deferred import DeferredMcp
     from orchestrator.mcp.servers import McpServers
+    from orchestrator.model.switch import SwitchableModel
+    from orchestrator.sdk_control import HostParts
     from sandbox.probe import FloorReport
 
 __all__ = [
@@ -308,6 +310,10 @@ class SessionParts:
     terminal: Path = Path("/dev/tty")
     """The user's terminal, where `asks="terminal"` asks. A server's session process has no
     controlling terminal and gets its client's by path (`/dev/pts/N`)."""
+    host: HostParts | None = None
+    """An SDK host drives the session (`--input-format stream-json`): its `initialize`'s hook
+    callbacks and agent types join the session's, and it may switch the model
+    (`Session.set_model`)."""
 
 
 def build_limits(config: SessionConfig, policy: SessionPolicy) -> Limits:
@@ -382,6 +388,8 @@ class Session:
         """SessionStart hooks' context, added to the next prompt."""
         self.subagent_spend: dict[str, ModelUsage] = {}
         """Subagents' model turns in the current run, by model (the result's `modelUsage`)."""
+        self.switch: SwitchableModel | None = None
+        """Where `set_model` switches the model (sessions an SDK host drives)."""
         self.mcp_source: DeferredMcp | None = None
         """The session's MCP servers, started once the first model request is answered
         (orchestrator/mcp/deferred.py); None without servers."""
@@ -396,6 +404,17 @@ class Session:
     @property
     def session_id(self) -> str:
         return self.transcript.session_id
+
+    def set_model(self, name: str | None) -> str:
+        """Answer the next requests with model `name` (an alias or id; None: the session's
+        own), an SDK host's `set_model`; the model id chosen.
+
+        **Errors:** `ValueError` for a model Warren does not know, or a session that no host
+        drives.
+        """
+        if self.switch is None:
+            raise ValueError("only a session an SDK host drives can switch its model")
+        return self.switch.select(name)
 
     def interrupt(self) -> None:
         """Stop the current run: it ends `interrupted`, its transcript resumable. No effect
@@ -671,6 +690,11 @@ async def open_session(
             from orchestrator.model.fallback import FallbackModel
 
             model = FallbackModel(model, make_model(config.fallback_model, cwd))
+        switch: SwitchableModel | None = None
+        if parts.host is not None:
+            from orchestrator.model.switch import SwitchableModel
+
+            model = switch = SwitchableModel(model, lambda name: _host_model(config, name, cwd))
         if parts.broker is not None:
             model = parts.broker(model, limits)
         stack.push_async_callback(_shielded, model.aclose)
@@ -737,6 +761,7 @@ async def open_session(
             extra_roots=ctx.extra_roots,
             emit=emit,
             warm=runner if isinstance(runner, WarmHookHost) else None,
+            host_hooks=parts.host.hooks if parts.host is not None else (),
         )
         asker: Asker = (
             parts.asker(policy, hooks.notification)
@@ -784,6 +809,7 @@ async def open_session(
                     if config.setting_sources is None
                     else tuple(config.setting_sources)
                 ),
+                sdk_agents=parts.host.agents if parts.host is not None else None,
             )
             registry = registry.with_tools([dispatch])
         printer.init(
@@ -839,6 +865,7 @@ async def open_session(
         session.subagent_spend = subagent_spend
         session.changes = changes
         session.mcp_source = servers
+        session.switch = switch
         if hooks.has("SessionEnd"):
             stack.push_async_callback(_shielded, _session_end(hooks))
         await session.start()
@@ -846,6 +873,16 @@ async def open_session(
 
 
 # --- builders -------------------------------------------------------------------------------
+
+
+def _host_model(config: SessionConfig, name: str, cwd: Path) -> ModelClient:
+    """A client for the model an SDK host switched to, with the session's fallback."""
+    model = make_model(name, cwd)
+    if config.fallback_model is not None and config.fallback_model != model.model:
+        from orchestrator.model.fallback import FallbackModel
+
+        model = FallbackModel(model, make_model(config.fallback_model, cwd))
+    return model
 
 
 def _open_transcript(
@@ -1044,6 +1081,7 @@ def _dispatch_tool(
     max_stop_hook_blocks: int,
     output_cap: int,
     claude_sources: tuple[str, ...] = ("user", "project"),
+    sdk_agents: Mapping[str, Any] | None = None,
 ) -> Tool[Any]:
     """`dispatch_agent` over the worker pool, with the agent types this workspace defines
     (its `.warren/agents/` and `.claude/agents/` only when trusted), the session's tools and
@@ -1059,6 +1097,7 @@ def _dispatch_tool(
             config_dir=dirs.config,
             known_tools=registry.names(),
             claude_sources=claude_sources,
+            sdk_agents=sdk_agents,
         ),
         tools=registry,
         permission=permission,

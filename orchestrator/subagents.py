@@ -33,6 +33,11 @@ type still needs the policy's `dispatch_agent(NAME)` allow (or an answer to its 
 `model: inherit` is the session's model; `disallowedTools` are taken out; a key Warren does
 not have (`permissionMode`, `skills`, ...) is an error naming it, never ignored. Within a
 level Warren's own definition of a name wins over Claude Code's.
+
+An application driving Warren through the Claude Agent SDK may define agent types in its
+`initialize` (`agents`, orchestrator/sdk_control.py): read with the same Claude Code meaning
+(`sdk_agent_types`: `prompt` is the system prompt, `maxTurns` the turn limit), trusted as the
+user's own and last, so they replace a type of the same name; still under the policy.
 """
 
 from __future__ import annotations
@@ -81,6 +86,7 @@ __all__ = [
     "claude_agents_dir",
     "load_agent_types",
     "parse_agent_file",
+    "sdk_agent_types",
 ]
 
 DEFAULT_MAX_TURNS = 50
@@ -123,7 +129,8 @@ class AgentType(BaseModel):
     """Whether its worker gets the workspace writable (only once the permission function
     allows the dispatch_agent call). Default False: mounted read-only, and the call is
     concurrency-safe."""
-    source: Literal["builtin", "user", "project"] = "builtin"
+    source: Literal["builtin", "user", "project", "sdk"] = "builtin"
+    """Where it is defined; `sdk`: the `agents` of an SDK host's `initialize`."""
     path: Path | None = None
     """The definition file, for messages."""
 
@@ -256,7 +263,7 @@ def parse_agent_file(
 
 
 def _claude_fields(
-    fields: dict[str, Any], path: Path, all_tools: Collection[str]
+    fields: dict[str, Any], path: Path | str, all_tools: Collection[str]
 ) -> dict[str, Any]:
     """Claude Code's front matter as Warren's `AgentType` fields."""
     unknown = sorted(set(fields) - _CLAUDE_KEYS)
@@ -285,6 +292,58 @@ def _claude_fields(
     return out
 
 
+_SDK_KEYS = {"description": "description", "prompt": "system_prompt", "maxTurns": "max_turns"}
+"""An SDK `AgentDefinition`'s keys besides Claude Code's front matter ones, as Warren's."""
+SDK_AGENTS = "SDK host (initialize agents)"
+"""Where messages say an SDK-defined agent type comes from."""
+
+
+def sdk_agent_types(
+    definitions: Mapping[str, Any], *, all_tools: Collection[str]
+) -> dict[str, AgentType]:
+    """The `agents` of an SDK host's `initialize` (the SDK's `AgentDefinition`s by name) as
+    agent types, with Claude Code's meaning of their fields as for `.claude/agents`: no
+    `tools` is `all_tools` (a writable type), `model: inherit` the session's. A field Warren
+    has no meaning for (`skills`, `mcpServers`, `permissionMode`, ...) is an error naming it.
+
+    **Errors:** `ConfigError` naming the agent.
+    """
+    types: dict[str, AgentType] = {}
+    for name, definition in definitions.items():
+        where = f"{SDK_AGENTS}: {name}"
+        if not isinstance(definition, Mapping):
+            raise ConfigError("an agent definition is an object", source=where)
+        given = {key: value for key, value in definition.items() if value is not None}
+        fields = {k: v for k, v in given.items() if k not in _SDK_KEYS}
+        if isinstance(fields.get("tools"), str):
+            fields["tools"] = [t.strip() for t in fields["tools"].split(",") if t.strip()]
+        unknown = sorted(set(fields) - _CLAUDE_KEYS)
+        if unknown:
+            raise ConfigError(
+                f"{', '.join(unknown)}: not an agent field Warren supports (it reads "
+                "description, prompt, tools, disallowedTools, model, maxTurns)",
+                source=where,
+            )
+        fields = _claude_fields(fields, where, all_tools)
+        fields.update({_SDK_KEYS[k]: v for k, v in given.items() if k in _SDK_KEYS})
+        try:
+            types[name] = AgentType.model_validate({**fields, "name": name, "source": "sdk"})
+        except pydantic.ValidationError as exc:
+            first = exc.errors(include_url=False)[0]
+            field_name = ".".join(str(p) for p in first["loc"]) or "definition"
+            raise ConfigError(f"{field_name}: {first['msg']}", source=where) from exc
+        unknown_tools = sorted(
+            t for t in types[name].tools if not t.startswith(MCP_PREFIX) and t not in all_tools
+        )
+        if unknown_tools:
+            raise ConfigError(
+                f"tools: no tool named {', '.join(unknown_tools)} (known: "
+                f"{', '.join(sorted(all_tools))})",
+                source=where,
+            )
+    return types
+
+
 def claude_agents_dir(env: Mapping[str, str] | None = None) -> Path:
     """The user's Claude Code agents: `$CLAUDE_CONFIG_DIR/agents`, else `~/.claude/agents`."""
     env = os.environ if env is None else env
@@ -301,13 +360,15 @@ def load_agent_types(
     known_tools: Collection[str] | None = None,
     claude_dir: Path | None = None,
     claude_sources: Collection[str] = ("user", "project"),
+    sdk_agents: Mapping[str, Any] | None = None,
 ) -> dict[str, AgentType]:
     """Every agent type of a session, by name: `general`, then the user's definitions
     (Claude Code's `claude_dir`, default `claude_agents_dir()`, then Warren's
     `config_dir/agents/*.md`), then the project's (`.claude/agents/*.md`, then
     `.warren/agents/*.md`) when `trusted`. A later definition replaces an earlier one of the
     same name. `claude_sources` (`--setting-sources`) says which Claude Code directories are
-    read (`user`, `project`).
+    read (`user`, `project`). `sdk_agents`: an SDK host's definitions (`sdk_agent_types`),
+    last: the application that runs the session is trusted, and its types win.
 
     `known_tools`: when given, a definition naming any other tool is an error (and it is
     what a Claude Code definition without `tools` gets; default: the built-in tools).
@@ -342,6 +403,8 @@ def load_agent_types(
                     source=str(path),
                 )
             types[agent.name] = agent
+    if sdk_agents:
+        types.update(sdk_agent_types(sdk_agents, all_tools=every))
     return types
 
 

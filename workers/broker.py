@@ -190,8 +190,11 @@ class ModelBroker:
         return dataclasses.replace(request, max_tokens=limit)
 
     def _model_client(self, name: str | None) -> ModelClient:
-        if name is None or name in self._clients:
-            return self._clients[name or self._client.model]
+        # The broker's own client may change its model (`SwitchableModel`): None is always it.
+        if name is None:
+            return self._client
+        if name in self._clients:
+            return self._clients[name]
         if self._client_for is None:
             return self._client
         client = self._clients[name] = self._client_for(name)

@@ -6,7 +6,8 @@ with its `result` line. The session ends when the host closes stdin. Asks go to 
 (`can_use_tool`, with `--permission-prompt-tool stdio`) or, without that flag, are denied as in
 any headless run. A signal during a run stops it the way it stops `warren -p`
 (orchestrator/cli/run.py) and ends the session after its result; between runs it ends the
-session at once (128 + the signal).
+session at once (128 + the signal). The session opens once the host's first line has come
+(its `initialize`, with hook callbacks and agent types the session needs from the start).
 """
 
 from __future__ import annotations
@@ -63,9 +64,14 @@ async def run_stream_input(config: SessionConfig, parts: SessionParts, *, host_a
         nursery.start_soon(serve, trio.lowlevel.FdStream(os.dup(sys.stdin.fileno())))
         try:
             with stopping.scope:
+                # The host's `initialize` comes first: its hooks and agent types must be in
+                # the session before it opens (and prints `system/init`).
+                await control.ready.wait()
+                parts = dataclasses.replace(parts, host=control.host)
                 async with open_session(config, parts) as session:
                     control.on_interrupt = session.interrupt
                     control.set_mode = lambda mode: _set_mode(session, mode)
+                    control.set_model = session.set_model
                     async with closing_iter(control.prompts()) as prompts:
                         async for prompt in prompts:
                             # A signal during a run interrupts it; between runs (no session

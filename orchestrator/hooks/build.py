@@ -63,13 +63,15 @@ def build_hook_runner(
     extra_roots: Sequence[Path] = (),
     emit: EventSink | None = None,
     warm: WarmHookHost | None = None,
+    host_hooks: Sequence[ConfiguredHook] = (),
 ) -> HookRunner:
     """The runner for one session; `sandboxed` False (the user turned the sandbox off) runs
     every hook as a plain process. `warm`: the session's sandboxed tool hosts, where hooks
-    run; without them each hook gets a one-shot sandbox."""
+    run; without them each hook gets a one-shot sandbox. `host_hooks`: an SDK host's
+    callbacks, after the policy's hooks."""
     hooks = configured_hooks(policy)
     return HookRunner(
-        hooks,
+        (*hooks, *host_hooks),
         workspace=workspace,
         session_id=session_id,
         transcript_path=transcript_path,

@@ -19,7 +19,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
-__all__ = ["BLOCK_EXIT", "HookOutput", "PermissionVerdict", "parse_output"]
+__all__ = ["BLOCK_EXIT", "HookOutput", "PermissionVerdict", "parse_json_output", "parse_output"]
 
 BLOCK_EXIT = 2
 """The exit code that blocks (Claude Code's)."""
@@ -76,10 +76,15 @@ def parse_output(exit_code: int, stdout: str, stderr: str) -> HookOutput:
         return HookOutput(error=f"printed output that is not valid JSON ({exc})")
     if not isinstance(data, dict):
         return HookOutput(error="printed JSON that is not an object")
-    return _from_json(data)
+    return parse_json_output(data)
 
 
-def _from_json(data: dict[str, Any]) -> HookOutput:
+def parse_json_output(data: dict[str, Any]) -> HookOutput:
+    """The JSON object a hook answered with (a command's stdout, or an SDK host's hook
+    callback). Never raises. `async: true` (the host runs the hook in the background) decides
+    nothing."""
+    if data.get("async") is True:
+        return HookOutput()
     specific = data.get("hookSpecificOutput")
     if not isinstance(specific, dict):
         specific = {}

@@ -20,6 +20,9 @@ hook instead of a one-shot sandbox's ~40 (tests/bench/bench_hooks.py). Without a
 (`warren hooks test`), each hook gets that one-shot sandbox (`sandbox.run.run_sandboxed`)
 with the same mounts. A user or managed hook with `sandbox = false`, or any hook when the
 user turned the sandbox off, runs as a plain process group with the same timeout and cap.
+A hook an SDK host registered (`ConfiguredHook.callback`, orchestrator/sdk_control.py) is not a
+process: the event goes to the host as a `hook_callback` request and its JSON answer is read
+as a command hook's stdout, within the same timeout.
 
 Merging (deterministic, whatever order the hooks finish in): a block from any hook blocks;
 permission decisions rank deny > ask > allow; two hooks rewriting the input differently is a
@@ -51,7 +54,12 @@ from orchestrator.hooks.events import (
     StopInput,
     UserPromptSubmitInput,
 )
-from orchestrator.hooks.output import HookOutput, PermissionVerdict, parse_output
+from orchestrator.hooks.output import (
+    HookOutput,
+    PermissionVerdict,
+    parse_json_output,
+    parse_output,
+)
 from orchestrator.hooks.process import HookProcess, run_hook_command
 from orchestrator.plan import CallPlan
 from policies.files import CLAUDE_CODE_MODE_NAMES, Hook, HookEvent
@@ -65,6 +73,7 @@ __all__ = [
     "HOOK_OUTPUT_BYTES",
     "NO_OUTCOME",
     "ConfiguredHook",
+    "HookCallback",
     "HookOutcome",
     "HookRun",
     "HookRunner",
@@ -78,6 +87,17 @@ _SHOWN = 2_000
 """Characters of a hook's stdout/stderr carried in its event (stream-json, audit)."""
 
 
+class HookCallback(Protocol):
+    """A hook that an SDK host runs in its own process (`hook_callback`): given the event's
+    input and the call's tool_use_id, it answers with the JSON a command hook would print.
+
+    **Errors:** any `Exception` when the host could not answer: a non-blocking hook error.
+    """
+
+    async def __call__(self, input: dict[str, Any], tool_use_id: str | None) -> dict[str, Any]:
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class ConfiguredHook:
     """A hook in force: the policy's entry, its file, and its matcher compiled."""
@@ -85,6 +105,8 @@ class ConfiguredHook:
     hook: Hook
     source: str
     matcher: HookMatcher
+    callback: HookCallback | None = None
+    """Set for a hook an SDK host runs (`hook.command` then only names it)."""
 
     @property
     def label(self) -> str:
@@ -398,11 +420,15 @@ class HookRunner:
         selected = self.matching(input.hook_event_name, plan=plan, name=name)
         if not selected:
             return NO_OUTCOME
-        payload = json.dumps(input.payload(), default=str).encode()
+        data = input.payload()
+        payload = json.dumps(data, default=str).encode()
         runs: list[HookRun | None] = [None] * len(selected)
 
         async def one(index: int, configured: ConfiguredHook) -> None:
-            runs[index] = await self._run_one(configured, payload)
+            if configured.callback is not None:
+                runs[index] = await self._call_back(configured, configured.callback, data)
+            else:
+                runs[index] = await self._run_one(configured, payload)
 
         async with trio.open_nursery() as nursery:
             for index, configured in enumerate(selected):
@@ -457,6 +483,29 @@ class HookRunner:
             output = parse_output(done.exit_code, stdout, stderr)
         duration = time.monotonic() - started
         return HookRun(configured, done.exit_code, stdout, stderr, duration, output)
+
+    async def _call_back(
+        self, configured: ConfiguredHook, callback: HookCallback, data: dict[str, Any]
+    ) -> HookRun:
+        """A host's hook: its answer read as a command hook's JSON stdout; no answer within
+        the hook's timeout, or an error from the host, is a non-blocking error."""
+        started = time.monotonic()
+        tool_use_id = data.get("tool_use_id")
+        answer: dict[str, Any] | None = None
+        output = HookOutput(error=f"timed out after {configured.hook.timeout_s:g} s")
+        with trio.move_on_after(configured.hook.timeout_s):
+            try:
+                answer = await callback(
+                    json.loads(json.dumps(data, default=str)),
+                    tool_use_id if isinstance(tool_use_id, str) else None,
+                )
+            except Exception as exc:  # the host answered with an error, or is gone
+                output = HookOutput(error=f"the SDK host's hook failed: {exc}")
+            else:
+                output = parse_json_output(answer)
+        stdout = "" if answer is None else json.dumps(answer, default=str)
+        duration = time.monotonic() - started
+        return HookRun(configured, None if answer is None else 0, stdout, "", duration, output)
 
     async def _one_shot(self, hook: Hook, payload: bytes, env: dict[str, str]) -> HookProcess:
         """The hook in a sandbox of its own: where no warm tool host is wired in

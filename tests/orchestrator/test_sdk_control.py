@@ -145,12 +145,30 @@ def test_sdk_flags_that_cannot_work_are_errors_that_name_them(
 
 async def test_the_protocol_answers_each_request_and_refuses_what_warren_cannot_do() -> None:
     """`SdkControl` over a memory stream: initialize, set_permission_mode in Claude Code's
-    spelling, interrupt, prompts in order; hook callbacks and unknown requests are errors
-    that name them, never accepted and ignored; a can_use_tool answer wakes its ask."""
+    spelling, interrupt, set_model, prompts in order; initialize's hooks and agents kept for
+    the session; a second initialize, a hook event Warren does not fire, an agent field it
+    has no meaning for and unknown requests are errors that name them, never accepted and
+    ignored; a can_use_tool answer wakes its ask."""
     out = io.StringIO()
     modes: list[str] = []
+    models: list[str | None] = []
     interrupts: list[bool] = []
-    control = SdkControl(out, on_interrupt=lambda: interrupts.append(True), set_mode=modes.append)
+    control = SdkControl(
+        out,
+        on_interrupt=lambda: interrupts.append(True),
+        set_mode=modes.append,
+        set_model=models.append,
+    )
+    for bad, said in [
+        ({"hooks": {"PostToolUseFailure": [{"hookCallbackIds": ["h"]}]}}, "PostToolUseFailure"),
+        ({"hooks": {"PreToolUse": [{"onFailure": "block", "hookCallbackIds": ["h"]}]}}, "block"),
+        ({"agents": {"a": {"description": "d", "prompt": "p", "skills": ["x"]}}}, "skills"),
+        ({"agents": {"a": {"description": "d", "prompt": "p", "tools": ["Nope"]}}}, "Nope"),
+    ]:
+        with pytest.raises(ValueError, match=said):
+            SdkControl(io.StringIO())._handle({"subtype": "initialize", **bad})
+    hooks = {"PreToolUse": [{"matcher": "Bash|Edit", "hookCallbackIds": ["h1", "h2"]}]}
+    agents = {"checker": {"description": "d", "prompt": "p", "tools": ["Read"]}}
     send, receive = trio.testing.memory_stream_one_way_pair()
 
     def request(n: int, body: dict[str, Any]) -> bytes:
@@ -159,12 +177,13 @@ async def test_the_protocol_answers_each_request_and_refuses_what_warren_cannot_
 
     async def host() -> None:
         await send.send_all(
-            request(1, {"subtype": "initialize", "hooks": None})
-            + request(2, {"subtype": "initialize", "hooks": {"PreToolUse": [{}]}})
+            request(1, {"subtype": "initialize", "hooks": hooks, "agents": agents})
+            + request(2, {"subtype": "initialize", "hooks": None})
             + request(3, {"subtype": "set_permission_mode", "mode": "acceptEdits"})
             + request(4, {"subtype": "set_permission_mode", "mode": "yolo"})
             + request(5, {"subtype": "interrupt"})
             + request(6, {"subtype": "rewind_files", "user_message_id": "u"})
+            + request(7, {"subtype": "set_model", "model": "haiku"})
             + b'{"type": "user", "message": {"role": "user", "content": "first"}}\n'
             + b'{"type": "user", "message": {"role": "user", "content": '
             + b'[{"type": "text", "text": "second"}]}}\n'
@@ -199,8 +218,15 @@ async def test_the_protocol_answers_each_request_and_refuses_what_warren_cannot_
         if r["type"] == "control_response"
     }
     assert responses["r1"]["subtype"] == "success"
-    assert "hook callbacks" in responses["r2"]["error"]
+    assert [h.hook.command for h in control.host.hooks] == [
+        "SDK hook callback h1",
+        "SDK hook callback h2",
+    ]
+    assert all(h.callback is not None and h.matcher.regex for h in control.host.hooks)
+    assert control.host.agents == agents
+    assert "first message" in responses["r2"]["error"]
     assert responses["r3"]["subtype"] == "success" and modes == ["accept-edits"]
     assert "no permission mode 'yolo'" in responses["r4"]["error"]
     assert responses["r5"]["subtype"] == "success" and interrupts == [True]
     assert "rewind_files" in responses["r6"]["error"]
+    assert responses["r7"]["subtype"] == "success" and models == ["haiku"]
