@@ -325,23 +325,23 @@ class SdkControl:
         **Cancellation:** the host is told (`control_cancel_request`) and the answer, if it
         comes, is dropped.
         """
+        return await self.send(request).answer()
+
+    def send(self, request: dict[str, Any]) -> PendingRequest:
+        """Write a control request now; its answer is awaited apart (`PendingRequest.answer`),
+        so requests reach the host in the order they were made."""
         if self._closed:
-            raise ProtocolError("the SDK host closed stdin")
+            return PendingRequest(self, "", None)
         request_id = f"warren_{next(self._ids)}"
         event, slot = trio.Event(), list[dict[str, Any]]()
         self._waiting[request_id] = (event, slot)
         self._write({"type": "control_request", "request_id": request_id, "request": request})
-        try:
-            await event.wait()
-        except trio.Cancelled:
-            self._waiting.pop(request_id, None)
-            self._write({"type": "control_cancel_request", "request_id": request_id})
-            raise
-        [response] = slot
-        if response.get("subtype") == "error":
-            raise ProtocolError(str(response.get("error", "the host answered with an error")))
-        answer = response.get("response")
-        return answer if isinstance(answer, dict) else {}
+        return PendingRequest(self, request_id, (event, slot))
+
+    def mcp_message(self, server: str, message: dict[str, Any]) -> PendingRequest:
+        """One JSON-RPC message for the host's MCP server `server` (`mcp_message`), sent now;
+        the answer's `mcp_response` is the server's JSON-RPC reply."""
+        return self.send({"subtype": "mcp_message", "server_name": server, "message": message})
 
     def asker(self) -> Asker:
         """The session's `Asker`: each ask is the host's `can_use_tool` callback."""
@@ -389,6 +389,39 @@ def _builtin_tools() -> tuple[str, ...]:
     from orchestrator.tools.registry import builtin_facts
 
     return tuple(builtin_facts())
+
+
+@dataclass
+class PendingRequest:
+    """A control request Warren sent, its answer still to come."""
+
+    control: SdkControl
+    request_id: str
+    waiting: tuple[trio.Event, list[dict[str, Any]]] | None
+
+    async def answer(self) -> dict[str, Any]:
+        """The host's answer (`response` of its success).
+
+        **Errors:** `ProtocolError` with the host's error, or when stdin has closed.
+        **Cancellation:** the host is told (`control_cancel_request`) and the answer, if it
+        comes, is dropped.
+        """
+        if self.waiting is None:
+            raise ProtocolError("the SDK host closed stdin")
+        event, slot = self.waiting
+        try:
+            await event.wait()
+        except trio.Cancelled:
+            self.control._waiting.pop(self.request_id, None)
+            self.control._write(
+                {"type": "control_cancel_request", "request_id": self.request_id}
+            )
+            raise
+        [response] = slot
+        if response.get("subtype") == "error":
+            raise ProtocolError(str(response.get("error", "the host answered with an error")))
+        answer = response.get("response")
+        return answer if isinstance(answer, dict) else {}
 
 
 async def _lines(stream: trio.abc.ReceiveStream) -> AsyncIterator[str]:

@@ -255,7 +255,7 @@ def _mcp_config_flag(value: str) -> tuple[str, McpJson]:
     """
     try:
         if value.lstrip().startswith("{"):
-            return "--mcp-config", parse_mcp_json(value, source="--mcp-config")
+            return "--mcp-config", parse_mcp_json(value, source="--mcp-config", sdk=True)
         path = Path(value).expanduser()
         found = read_mcp_json(path)
     except McpJsonError as exc:

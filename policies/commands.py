@@ -399,6 +399,8 @@ def server_lines(policy: EffectivePolicy) -> list[str]:
     for name, server, source in policy.mcp_servers:
         if server.url is not None:
             how, what = "http, outside the floor", server.url
+        elif server.sdk:
+            how, what = "sdk, run by the SDK host", "(over the control channel)"
         else:
             how = "stdio, " + (
                 "UNSANDBOXED" if not server.sandbox else

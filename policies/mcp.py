@@ -14,7 +14,8 @@ Claude Code's `.mcp.json` is `{"mcpServers": {NAME: {"command", "args", "env"} |
 "http" | "sse", "url", "headers"}}}`; it is read only in a trusted repository, without
 following links (`policies.atomic.read_regular`), like every repository file the coordinator
 reads. A server it declares that Warren cannot run (an `sse` server, an unknown type) is kept
-as an `UnsupportedServer`: listed, never dropped silently.
+as an `UnsupportedServer`: listed, never dropped silently. An `sdk` server (one the Claude
+Agent SDK's application runs itself) is taken only from `--mcp-config`, which that SDK passes.
 """
 
 from __future__ import annotations
@@ -83,6 +84,10 @@ class McpServer(BaseModel):
     key is never there)."""
     url: StrictStr | None = None
     """A streamable HTTP server; it runs outside the floor (user-level or trusted files only)."""
+    sdk: StrictBool = False
+    """A server an SDK host runs in its own process (`"type": "sdk"` in the `--mcp-config` the
+    Claude Agent SDK passes): its messages travel over the control channel (`mcp_message`,
+    orchestrator/sdk_control.py), so it needs neither the floor nor the network here."""
     headers: dict[StrictStr, StrictStr] = Field(default_factory=dict)
     """Sent with every request to a `url` server."""
     sandbox: StrictBool = True
@@ -101,7 +106,7 @@ class McpServer(BaseModel):
 
     @model_validator(mode="after")
     def _one_transport(self) -> McpServer:
-        if (self.command is None) == (self.url is None):
+        if (self.command is not None) + (self.url is not None) + self.sdk != 1:
             raise ValueError("give either `command` (a stdio server) or `url` (HTTP), not both")
         if self.url is not None and not re.match(r"https?://", self.url):
             raise ValueError("`url` must start with http:// or https://")
@@ -109,7 +114,7 @@ class McpServer(BaseModel):
 
     @property
     def kind(self) -> str:
-        return "stdio" if self.command is not None else "http"
+        return "stdio" if self.command is not None else "sdk" if self.sdk else "http"
 
 
 def _server_names(servers: dict[str, McpServer]) -> dict[str, McpServer]:
@@ -171,9 +176,11 @@ def read_mcp_json(path: Path, *, beneath: Path | None = None) -> McpJson | None:
     return parse_mcp_json(found.content, source=str(path))
 
 
-def parse_mcp_json(content: bytes | str, *, source: str) -> McpJson:
+def parse_mcp_json(content: bytes | str, *, source: str, sdk: bool = False) -> McpJson:
     """The servers a `.mcp.json` text declares (`--mcp-config` passes JSON text too); errors
-    name `source`. **Errors:** `McpJsonError`."""
+    name `source`. `sdk`: an `sdk` server (one the SDK host runs) is taken, as in the
+    `--mcp-config` the Claude Agent SDK passes; elsewhere it is unsupported.
+    **Errors:** `McpJsonError`."""
     path = source
     try:
         data = json.loads(content)
@@ -190,6 +197,12 @@ def parse_mcp_json(content: bytes | str, *, source: str) -> McpJson:
         if not isinstance(entry, dict):
             raise McpJsonError(f"{path}: mcpServers.{name} must be an object")
         kind = entry.get("type", "stdio" if "command" in entry else "http")
+        if kind == "sdk" and sdk:
+            try:
+                servers[name] = _server_names({name: McpServer(sdk=True)})[name]
+            except ValueError as exc:
+                raise McpJsonError(f"{path}: mcpServers.{name}: {exc}") from None
+            continue
         if kind not in ("stdio", "http", "streamable-http"):
             unsupported.append(UnsupportedServer(name, str(path), f"transport {kind!r}"))
             continue

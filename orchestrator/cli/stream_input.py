@@ -68,6 +68,15 @@ async def run_stream_input(config: SessionConfig, parts: SessionParts, *, host_a
                 # the session before it opens (and prints `system/init`).
                 await control.ready.wait()
                 parts = dataclasses.replace(parts, host=control.host)
+                if parts.mcp is not None:
+                    # The host's own MCP servers (`"type": "sdk"` in --mcp-config) are
+                    # reached over this control channel.
+                    from orchestrator.cli.wiring import open_mcp
+
+                    parts = dataclasses.replace(
+                        parts,
+                        mcp=lambda ctx, policy: open_mcp(ctx, policy, host=control.mcp_message),
+                    )
                 async with open_session(config, parts) as session:
                     control.on_interrupt = session.interrupt
                     control.set_mode = lambda mode: _set_mode(session, mode)

@@ -16,6 +16,7 @@ from orchestrator.session import SessionParts
 if TYPE_CHECKING:
     from orchestrator.limits import Limits
     from orchestrator.mcp.servers import McpServers, ServerProcess
+    from orchestrator.mcp.transport import HostMessages
     from orchestrator.model.base import ModelClient
     from orchestrator.pipeline import ToolRunner
     from orchestrator.session_policy import SessionPolicy
@@ -103,13 +104,18 @@ MCP_NICENESS = 10
 
 
 def open_mcp(
-    ctx: ToolContext, policy: SessionPolicy, *, notices: bool = True
+    ctx: ToolContext,
+    policy: SessionPolicy,
+    *,
+    notices: bool = True,
+    host: HostMessages | None = None,
 ) -> AbstractAsyncContextManager[McpServers]:
     """The policy's MCP servers, started in the background: each stdio server in its own
     sandbox (the floor's masks and the policy's, the workspace read-only unless the server
     has `write = true`, no network unless it has `network = true` (then the host's), the
     scrubbed environment plus the server's `env`), or, for a `sandbox = false` server of the
-    user's or the managed policy, as a plain process with the same short environment. One
+    user's or the managed policy, as a plain process with the same short environment; an
+    `sdk` server through `host`, the SDK host that runs it (`--input-format stream-json`). One
     line on stderr for each server that fails, is reached over HTTP or has the network
     (unless not `notices`: `warren doctor` reports states itself)."""
     import shutil
@@ -162,6 +168,7 @@ def open_mcp(
         launch,
         read_only_tools=policy.effective.mcp_read_only_tools,
         on_notice=(lambda line: print(line, file=sys.stderr)) if notices else None,
+        host=host,
     )
 
 

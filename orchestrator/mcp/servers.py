@@ -29,7 +29,7 @@ import trio
 from mcp import ClientSession
 from mcp.shared.exceptions import MCPError
 
-from orchestrator.mcp.transport import process_streams
+from orchestrator.mcp.transport import HostMessages, host_streams, process_streams
 from policies.mcp import McpServer
 
 __all__ = [
@@ -82,6 +82,8 @@ class _Server:
     launcher: ServerLauncher
     on_change: Callable[[], None]
     notice: Callable[[str], None]
+    host: HostMessages | None = None
+    """Where an `sdk` server is reached: the SDK host driving the session."""
     status: ServerStatus = "starting"
     error: str | None = None
     tools: dict[str, mcp_types.Tool] = field(default_factory=dict)
@@ -146,7 +148,14 @@ class _Server:
     @asynccontextmanager
     async def _streams(self) -> AsyncIterator[tuple[Any, Any]]:
         """The session's stream pair: a `url` server over streamable HTTP from here, a stdio
-        server's process (from the launcher) over its pipes, watched for its exit."""
+        server's process (from the launcher) over its pipes, watched for its exit; an `sdk`
+        server over the SDK host's control channel."""
+        if self.config.sdk:
+            if self.host is None:
+                raise RuntimeError("no SDK host drives this session to run it")
+            async with host_streams(self.name, self.host) as streams:
+                yield streams
+            return
         if self.config.url is not None:
             import httpx2
             from mcp.client.streamable_http import streamable_http_client
@@ -313,6 +322,7 @@ class McpServers:
         *,
         read_only_tools: bool = False,
         on_notice: Callable[[str], None] | None = None,
+        host: HostMessages | None = None,
     ) -> None:
         self.read_only_tools = read_only_tools
         """`[mcp] allow_read_only_tools`."""
@@ -321,7 +331,7 @@ class McpServers:
         self.notices: list[str] = []
         self._on_notice = on_notice
         self._servers = {
-            name: _Server(name, config, source, launcher, self._changed, self._notice)
+            name: _Server(name, config, source, launcher, self._changed, self._notice, host)
             for name, (config, source) in servers.items()
         }
 
@@ -460,12 +470,14 @@ async def open_mcp_servers(
     *,
     read_only_tools: bool = False,
     on_notice: Callable[[str], None] | None = None,
+    host: HostMessages | None = None,
 ) -> AsyncIterator[McpServers]:
     """Start every stdio server in the background; stop them all when the block ends.
 
     A `url` server is reached from the coordinator, outside the floor, and a sandboxed
     server with `network = true` has the host's network: one line each says so (the second
-    with the file that granted it).
+    with the file that granted it). An `sdk` server is the SDK host's (`host`), reached over
+    its control channel.
     """
     for name, (config, source) in servers.items():
         if on_notice is None:
@@ -482,6 +494,7 @@ async def open_mcp_servers(
         launcher,
         read_only_tools=read_only_tools,
         on_notice=on_notice,
+        host=host,
     )
     async with trio.open_nursery() as nursery:
         for server in started._servers.values():

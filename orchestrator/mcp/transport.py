@@ -10,8 +10,9 @@ its stdout) ends the connection instead of the coordinator's memory.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
+from typing import Any, Protocol
 
 import anyio
 import mcp_types
@@ -19,10 +20,21 @@ import trio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import SessionMessage
 
-__all__ = ["MAX_LINE_BYTES", "LineTooLong", "process_streams"]
+__all__ = ["MAX_LINE_BYTES", "HostMessages", "LineTooLong", "host_streams", "process_streams"]
 
 MAX_LINE_BYTES = 16 * 1024 * 1024
 """One JSON-RPC message from a server, at most (a tool result included)."""
+
+
+class PendingReply(Protocol):
+    async def answer(self) -> dict[str, Any]: ...
+
+
+class HostMessages(Protocol):
+    """Where an SDK host's server is reached (`SdkControl.mcp_message`): one JSON-RPC message
+    sent at once, its control answer (`{"mcp_response": ...}`) awaited apart."""
+
+    def __call__(self, server: str, message: dict[str, Any]) -> PendingReply: ...
 
 
 class LineTooLong(ValueError):
@@ -94,3 +106,53 @@ async def process_streams(
             nursery.cancel_scope.cancel()
             await to_server.aclose()
             await from_server.aclose()
+
+
+@asynccontextmanager
+async def host_streams(
+    server: str, host: HostMessages
+) -> AsyncIterator[
+    tuple[
+        MemoryObjectReceiveStream[SessionMessage | Exception],
+        MemoryObjectSendStream[SessionMessage],
+    ]
+]:
+    """The session's stream pair for a server an SDK host runs: each message the session
+    writes goes to the host as an `mcp_message` control request, in order; a request's
+    answer (the server's JSON-RPC reply) comes back to the session, a notification's ack is
+    dropped. A host that cannot answer a request gives it a JSON-RPC error, so that one call
+    fails and the connection stays."""
+    to_session, from_server = anyio.create_memory_object_stream[SessionMessage | Exception](16)
+    to_server, from_session = anyio.create_memory_object_stream[SessionMessage](16)
+
+    async def reply(request_id: Any, pending: Awaitable[dict[str, Any]]) -> None:
+        try:
+            answer = (await pending).get("mcp_response")
+        except Exception as exc:  # the host answered with an error, or is gone
+            error = {"code": -32603, "message": str(exc)}
+            answer = {"jsonrpc": "2.0", "id": request_id, "error": error}
+        try:
+            parsed: SessionMessage | Exception = SessionMessage(
+                mcp_types.jsonrpc_message_adapter.validate_python(answer, by_name=False)
+            )
+        except ValueError as exc:
+            parsed = ValueError(f"the SDK host answered with something not JSON-RPC ({exc})")
+        await to_session.send(parsed)
+
+    async def write() -> None:
+        async with from_session, trio.open_nursery() as replies:
+            async for message in from_session:
+                data = message.message.model_dump(mode="json", by_alias=True, exclude_unset=True)
+                pending = host(server, data)
+                if "id" in data and "method" in data:
+                    replies.start_soon(reply, data["id"], pending.answer())
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(write)
+        try:
+            yield from_server, to_server
+        finally:
+            nursery.cancel_scope.cancel()
+            await to_server.aclose()
+            await from_server.aclose()
+            await to_session.aclose()

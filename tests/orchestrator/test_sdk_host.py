@@ -1,11 +1,12 @@
 """What an SDK host adds to the session it drives (issue 16, item 7): hook callbacks, agent
-types and a model switch, from the official Claude Agent SDK (`ClaudeSDKClient` with
+types, its own MCP server and a model switch, from the official Claude Agent SDK (`ClaudeSDKClient` with
 `cli_path`) spawning the real `warren`, against the fake Messages API under the real sandbox.
 
 One session, so one process start pays for every check: a PreToolUse callback's deny blocks
 a Bash call and its message reaches the model; its allow answers the policy's ask, but never
 a deny rule; a PostToolUse callback sees the result; an agent type from `agents` is
-dispatched with its prompt and model; `set_model` switches the model the API sees for the
+dispatched with its prompt; a tool of the host's MCP server (`create_sdk_mcp_server`) is
+called over the control channel and its result reaches the model; `set_model` switches the model the API sees for the
 next request, and an unknown model is an error the SDK raises."""
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from claude_agent_sdk import (
     HookContext,
     HookMatcher,
     ResultMessage,
+    create_sdk_mcp_server,
+    tool,
 )
 
 from tests.kit.fake_api import FakeMessagesAPI, Reply
@@ -48,6 +51,12 @@ async def test_hook_callbacks_agents_and_set_model_from_the_sdk(tmp_path: Path) 
     )
     pre: list[tuple[str, str | None]] = []
     post: list[str] = []
+    added: list[dict[str, Any]] = []
+
+    @tool("add", "Adds two numbers.", {"a": int, "b": int})
+    async def add(args: dict[str, Any]) -> dict[str, Any]:
+        added.append(args)
+        return {"content": [{"type": "text", "text": f"sum={args['a'] + args['b']}"}]}
 
     async def pre_bash(
         input: Any, tool_use_id: str | None, context: HookContext
@@ -78,6 +87,7 @@ async def test_hook_callbacks_agents_and_set_model_from_the_sdk(tmp_path: Path) 
             {"description": "check", "prompt": "check a.txt", "subagent_type": "checker"},
         ),
         Reply.text("checked"),  # the checker subagent
+        Reply.tool_use("mcp__calc__add", {"a": 2, "b": 3}),
         Reply.text("first done"),
         Reply.text("second done"),
     ]
@@ -99,6 +109,9 @@ async def test_hook_callbacks_agents_and_set_model_from_the_sdk(tmp_path: Path) 
                     model="inherit",
                 )
             },
+            mcp_servers={"calc": create_sdk_mcp_server("calc", tools=[add])},
+            # MCP tools are asked about by default: the application allows its own.
+            allowed_tools=["mcp__calc__add"],
         )
         async with ClaudeSDKClient(options) as client:
             await client.query("touch some files, then check")
@@ -116,10 +129,13 @@ async def test_hook_callbacks_agents_and_set_model_from_the_sdk(tmp_path: Path) 
     assert (ws / "allowed.txt").exists(), "the host's allow answered the policy's ask"
     assert [c for c, _ in pre] == ["touch hooked.txt", "touch denied.txt", "touch allowed.txt"]
     assert all(tool_use_id for _, tool_use_id in pre)
-    assert post == ["Bash", "dispatch_agent"], "PostToolUse: only the calls that ran"
+    assert post == ["Bash", "dispatch_agent", "mcp__calc__add"], "PostToolUse: the calls run"
     hooked = sent[1].messages[-1]["content"][0]
     assert hooked["is_error"] and "The host forbids hooked.txt." in str(hooked)
     assert sent[2].messages[-1]["content"][0]["is_error"]
     assert "CHECKER-PROMPT" in str(sent[4].system), "the SDK agent type was dispatched"
-    assert sent[5].body["model"] == sent[0].body["model"] != "claude-haiku-4-5"
-    assert sent[6].body["model"] == "claude-haiku-4-5", "set_model switched the next request"
+    assert added == [{"a": 2, "b": 3}], "the host's MCP tool was called"
+    mcp_result = sent[6].messages[-1]["content"][0]
+    assert not mcp_result.get("is_error") and "sum=5" in str(mcp_result)
+    assert sent[6].body["model"] == sent[0].body["model"] != "claude-haiku-4-5"
+    assert sent[7].body["model"] == "claude-haiku-4-5", "set_model switched the next request"
