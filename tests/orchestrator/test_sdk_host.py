@@ -1,13 +1,14 @@
 """What an SDK host adds to the session it drives (issue 16, item 7): hook callbacks, agent
-types, its own MCP server and a model switch, from the official Claude Agent SDK (`ClaudeSDKClient` with
-`cli_path`) spawning the real `warren`, against the fake Messages API under the real sandbox.
+types, its own MCP server and a model switch, from the official Claude Agent SDK
+(`ClaudeSDKClient` with `cli_path`) spawning the real `warren`, against the fake Messages API
+under the real sandbox.
 
 One session, so one process start pays for every check: a PreToolUse callback's deny blocks
 a Bash call and its message reaches the model; its allow answers the policy's ask, but never
-a deny rule; a PostToolUse callback sees the result; an agent type from `agents` is
+a deny rule; a PostToolUse callback sees the calls that ran; an agent type from `agents` is
 dispatched with its prompt; a tool of the host's MCP server (`create_sdk_mcp_server`) is
-called over the control channel and its result reaches the model; `set_model` switches the model the API sees for the
-next request, and an unknown model is an error the SDK raises."""
+called over the control channel and its result reaches the model; `set_model` switches the
+model the API sees from the next request, and an unknown model is an error the SDK raises."""
 
 from __future__ import annotations
 
