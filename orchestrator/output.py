@@ -2,7 +2,10 @@
 
 stream-json speaks Claude Code's dialect so tools written for it read Warren's unchanged: one
 JSON object per line — `system/init`, `assistant`, `user` (tool results), `system/api_retry`,
-`system/permission_denied`, and a final `result` — each with Claude Code's field names and
+`system/permission_denied`, `system/task_started` and `system/task_notification` around a
+subagent (Claude Code 2.1's task lines: the Claude Agent SDK tracks a `local_agent` task from
+its start to its notification, so every started task gets one, `stopped` if the run ended
+first), and a final `result` — each with Claude Code's field names and
 types (`uuid` and `session_id` on every line, `parent_tool_use_id` on a subagent's messages,
 modes spelled `acceptEdits`). Warren's own fields (`agent_id`, `terminal_reason`, `context`,
 `transcript_path`, ...) ride along as extras. The shapes are pinned against goldens recorded
@@ -38,6 +41,7 @@ from orchestrator.loop import RunResult
 from orchestrator.subagents import (
     SubagentEvent,
     SubagentFinished,
+    SubagentOutcome,
     SubagentStarted,
     SubagentUpdate,
 )
@@ -191,6 +195,49 @@ def event_record(event: Event, **tag: Any) -> dict[str, Any] | None:
             return None
 
 
+def task_record(
+    update: SubagentStarted | SubagentFinished,
+    *,
+    session_id: str,
+    parent_tool_use_id: str | None = None,
+    output_file: str | None = None,
+) -> dict[str, Any]:
+    """Claude Code's task line for a subagent: `system/task_started` when it starts,
+    `system/task_notification` when it ends (its status and final text as `summary`)."""
+    match update:
+        case SubagentStarted():
+            return {
+                "type": "system",
+                "subtype": "task_started",
+                "task_id": update.agent_id,
+                "tool_use_id": update.tool_use_id,
+                "description": update.description,
+                "task_type": "local_agent",
+                "subagent_type": update.agent_type,
+                "is_backgrounded": False,
+                "session_id": session_id,
+            }
+        case SubagentFinished(outcome=outcome):
+            status = {"completed": "completed", "interrupted": "stopped"}.get(
+                outcome.reason, "failed"
+            )
+            usage = outcome.usage
+            return {
+                "type": "system",
+                "subtype": "task_notification",
+                "task_id": outcome.agent_id,
+                "tool_use_id": parent_tool_use_id,
+                "status": status,
+                "output_file": output_file or "",
+                "summary": outcome.result,
+                "usage": {
+                    "duration_ms": round(outcome.duration_s * 1000),
+                    "total_tokens": usage.input_tokens + usage.output_tokens,
+                },
+                "session_id": session_id,
+            }
+
+
 def subagent_record(
     update: SubagentUpdate, *, session_id: str, parent_tool_use_id: str | None = None
 ) -> dict[str, Any] | None:
@@ -245,6 +292,8 @@ class OutputPrinter:
     """`--include-partial-messages`: the main agent's text deltas as `stream_event` lines."""
     _parents: dict[str, str | None] = field(default_factory=dict)
     """Each subagent's `dispatch_agent` call, by agent id (`parent_tool_use_id`)."""
+    _open_tasks: dict[str, str | None] = field(default_factory=dict)
+    """Subagents whose `task_started` has no `task_notification` yet: their transcripts."""
 
     def _line(self, record: dict[str, Any]) -> None:
         record.setdefault("uuid", str(uuid.uuid4()))
@@ -313,14 +362,41 @@ class OutputPrinter:
         agent_id = (
             update.outcome.agent_id if isinstance(update, SubagentFinished) else (update.agent_id)
         )
-        if self.format == "stream-json":
-            record = subagent_record(
-                update, session_id=self.session_id, parent_tool_use_id=self._parents.get(agent_id)
+        if self.format != "stream-json":
+            return
+        parent = self._parents.get(agent_id)
+        if isinstance(update, SubagentStarted):
+            self._line(task_record(update, session_id=self.session_id))
+            transcript = None if update.transcript is None else str(update.transcript)
+            self._open_tasks[agent_id] = transcript
+        elif isinstance(update, SubagentFinished) and agent_id in self._open_tasks:
+            output_file = self._open_tasks.pop(agent_id)
+            self._line(
+                task_record(
+                    update,
+                    session_id=self.session_id,
+                    parent_tool_use_id=parent,
+                    output_file=output_file,
+                )
             )
-            if record is not None:
-                self._line(record)
+        record = subagent_record(update, session_id=self.session_id, parent_tool_use_id=parent)
+        if record is not None:
+            self._line(record)
 
     def finish(self, result: RunResult) -> None:
+        # A subagent the run left unfinished (interrupted) still ends its task, or an SDK
+        # host would wait for it past the result.
+        for agent_id, output_file in self._open_tasks.items():
+            outcome = SubagentOutcome(agent_id, "interrupted", "The run ended before it did.")
+            self._line(
+                task_record(
+                    SubagentFinished(outcome),
+                    session_id=self.session_id,
+                    parent_tool_use_id=self._parents.get(agent_id),
+                    output_file=output_file,
+                )
+            )
+        self._open_tasks.clear()
         record = result_record(result, session_id=self.session_id)
         match self.format:
             case "stream-json" | "json":

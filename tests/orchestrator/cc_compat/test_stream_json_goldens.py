@@ -58,6 +58,14 @@ CONSUMER_FIELDS: dict[str, list[str]] = {
     "system/permission_denied": [
         *("type", "subtype", "session_id", "uuid", "tool_name", "tool_use_id", "message"),
     ],
+    "system/task_started": [
+        *("type", "subtype", "session_id", "uuid", "task_id", "description", "tool_use_id"),
+        "task_type",
+    ],
+    "system/task_notification": [
+        *("type", "subtype", "session_id", "uuid", "task_id", "status", "output_file"),
+        *("summary", "tool_use_id", "usage"),
+    ],
     "assistant": _ASSISTANT,
     "assistant (subagent)": [*_ASSISTANT, "agent_id"],
     "user": _USER,
@@ -132,6 +140,13 @@ def test_warren_stream_json_has_every_field_a_claude_code_consumer_reads(
     )
     subagent = [line for line in lines if kind_of(line).endswith("(subagent)")]
     assert subagent and {line["parent_tool_use_id"] for line in subagent} == {dispatch}
+    # Its task lines, as the Claude Agent SDK tracks a local_agent task: started, then ended.
+    [started] = [line for line in lines if kind_of(line) == "system/task_started"]
+    [ended] = [line for line in lines if kind_of(line) == "system/task_notification"]
+    assert started["task_type"] == "local_agent" and started["tool_use_id"] == dispatch
+    assert ended["task_id"] == started["task_id"] and ended["status"] == "completed"
+    assert lines.index(started) < lines.index(subagent[0])
+    assert lines.index(ended) > lines.index(subagent[-1])
     result = lines[-1]
     assert [d["tool_name"] for d in result["permission_denials"]] == ["Write"]
     assert len({line["uuid"] for line in lines}) == len(lines)

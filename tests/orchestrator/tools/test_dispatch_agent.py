@@ -21,7 +21,7 @@ from orchestrator.events import (
     ToolStarted,
 )
 from orchestrator.messages import AssistantMessage, Message, TextBlock, ToolResultBlock, Usage
-from orchestrator.output import subagent_record
+from orchestrator.output import subagent_record, task_record
 from orchestrator.permissions import Allow, Ask, Deny, default_permission, headless_asker
 from orchestrator.subagents import (
     GENERAL,
@@ -426,3 +426,26 @@ def test_stream_json_records_of_subagents_carry_their_id() -> None:
         "max_turns",
         4,
     )
+    # Claude Code's task lines: a local_agent task started, then ended with a status.
+    task = task_record(
+        SubagentStarted("agent-1", "general", "survey", None, "toolu_1"), session_id="s1"
+    )
+    assert (task["subtype"], task["task_id"], task["task_type"]) == (
+        "task_started",
+        "agent-1",
+        "local_agent",
+    )
+    for reason, status in [
+        ("completed", "completed"),
+        ("interrupted", "stopped"),
+        ("max_turns", "failed"),
+    ]:
+        outcome = SubagentOutcome("agent-1", reason, "x")  # type: ignore[arg-type]
+        ended = task_record(
+            SubagentFinished(outcome), session_id="s1", parent_tool_use_id="toolu_1"
+        )
+        assert (ended["subtype"], ended["status"], ended["tool_use_id"]) == (
+            "task_notification",
+            status,
+            "toolu_1",
+        )
