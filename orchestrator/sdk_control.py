@@ -22,7 +22,11 @@ event goes to the host as a `hook_callback` request, its answer read as a comman
 so its allow answers only an ask and never a deny rule or the floor); each agent type joins
 the session's (`orchestrator.subagents.sdk_agent_types`). A session serving a host waits for
 its first line before it opens (orchestrator/cli/stream_input.py), so both are in place before
-`system/init`.
+`system/init`. The host's own MCP servers (`"type": "sdk"` in the `--mcp-config` it passes)
+are reached through `mcp_message`: one control request per JSON-RPC message
+(orchestrator/mcp/transport.py, `host_streams`), so their tools go through the same pipeline
+as any MCP tool's. `set_model` switches the model from the next request
+(orchestrator/model/switch.py).
 
 Requests Warren cannot honour are answered with an error that names them (the SDK raises it to
 the application), never accepted and ignored: a hook event Warren does not fire, an agent
