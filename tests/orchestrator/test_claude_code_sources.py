@@ -341,9 +341,13 @@ def test_mcp_config_servers_join_the_command_line_level(
     session = load_session_policy(
         workspace, floor_proven=True, mcp_configs=(str(file), text)
     ).effective
+    # The JSON text the Claude Agent SDK passes takes its own `sdk` server (reached over the
+    # control channel); a file keeps it unsupported.
     assert {(name, source) for name, _, source in session.mcp_servers} == {
         ("files", str(file)),
         ("notes", "--mcp-config"),
+        ("host", "--mcp-config"),
     }
+    assert [u.name for u in session.unsupported_servers] == ["host"]
     with pytest.raises(ConfigError, match="no such file"):
         load_session_policy(workspace, floor_proven=True, mcp_configs=(str(tmp_path / "none"),))
