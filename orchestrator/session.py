@@ -132,8 +132,10 @@ AskerFactory = Callable[[SessionPolicy, Callable[[str], Awaitable[object]]], Ask
 """Makes the session's `Asker` from its policy (for "always" rules and mode changes) and the
 Notification hooks (told each time the user is asked)."""
 
-BrokerFactory = Callable[[ModelClient, Limits], MeteredModel]
-"""Wraps the session's model client in the broker that enforces `Limits` for every agent."""
+BrokerFactory = Callable[[ModelClient, Limits, Callable[[str], ModelClient] | None], MeteredModel]
+"""Wraps the session's model client in the broker that enforces `Limits` for every agent; the
+third argument makes the client for an agent type that names another model (None: the
+session's model answers every request, as a scripted or injected one must)."""
 
 
 class FloorNotProven(ConfigError):
@@ -696,7 +698,11 @@ async def open_session(
 
             model = switch = SwitchableModel(model, lambda name: _host_model(config, name, cwd))
         if parts.broker is not None:
-            model = parts.broker(model, limits)
+            # An agent type's `model` is sent to the API; a scripted or injected model is the
+            # only one there is and answers every agent.
+            scripted = parts.model is not None or config.model.startswith("scripted:")
+            client_for = None if scripted else (lambda name: _host_model(config, name, cwd))
+            model = parts.broker(model, limits, client_for)
         stack.push_async_callback(_shielded, model.aclose)
         registry = (
             parts.tools()
@@ -876,7 +882,8 @@ async def open_session(
 
 
 def _host_model(config: SessionConfig, name: str, cwd: Path) -> ModelClient:
-    """A client for the model an SDK host switched to, with the session's fallback."""
+    """A client for another model than the session's (an SDK host switched to it, or an agent
+    type names it), with the session's fallback."""
     model = make_model(name, cwd)
     if config.fallback_model is not None and config.fallback_model != model.model:
         from orchestrator.model.fallback import FallbackModel

@@ -7,7 +7,7 @@ request (main agent and subagents) through one `ModelBroker` holding the session
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING
 
@@ -53,8 +53,13 @@ def open_tool_hosts(
     )
 
 
-def open_broker(model: ModelClient, limits: Limits) -> ModelBroker:
-    """The session's one model client: its concurrency and budgets hold for every agent."""
+def open_broker(
+    model: ModelClient,
+    limits: Limits,
+    client_for: Callable[[str], ModelClient] | None = None,
+) -> ModelBroker:
+    """The session's one model client: its concurrency and budgets hold for every agent,
+    whichever model an agent type names (`client_for` makes that model's client)."""
     from workers.broker import BrokerLimits, ModelBroker
 
     return ModelBroker(
@@ -64,6 +69,7 @@ def open_broker(model: ModelClient, limits: Limits) -> ModelBroker:
             max_cost_usd=limits.max_budget_usd,
             max_output_tokens=limits.max_output_tokens_total,
         ),
+        client_for=client_for,
     )
 
 

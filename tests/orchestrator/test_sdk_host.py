@@ -6,9 +6,10 @@ under the real sandbox.
 One session, so one process start pays for every check: a PreToolUse callback's deny blocks
 a Bash call and its message reaches the model; its allow answers the policy's ask, but never
 a deny rule; a PostToolUse callback sees the calls that ran; an agent type from `agents` is
-dispatched with its prompt; a tool of the host's MCP server (`create_sdk_mcp_server`) is
-called over the control channel and its result reaches the model; `set_model` switches the
-model the API sees from the next request, and an unknown model is an error the SDK raises."""
+dispatched with its prompt and its model; a tool of the host's MCP server
+(`create_sdk_mcp_server`) is called over the control channel and its result reaches the
+model; `set_model` switches the model the API sees from the next request, and an unknown
+model is an error the SDK raises."""
 
 from __future__ import annotations
 
@@ -107,7 +108,7 @@ async def test_hook_callbacks_agents_and_set_model_from_the_sdk(tmp_path: Path) 
                     description="Checks a file.",
                     prompt="CHECKER-PROMPT: you check files.",
                     tools=["Read"],
-                    model="inherit",
+                    model="haiku",
                 )
             },
             mcp_servers={"calc": create_sdk_mcp_server("calc", tools=[add])},
@@ -135,6 +136,7 @@ async def test_hook_callbacks_agents_and_set_model_from_the_sdk(tmp_path: Path) 
     assert hooked["is_error"] and "The host forbids hooked.txt." in str(hooked)
     assert sent[2].messages[-1]["content"][0]["is_error"]
     assert "CHECKER-PROMPT" in str(sent[4].system), "the SDK agent type was dispatched"
+    assert sent[4].body["model"] == "claude-haiku-4-5", "with the model its type names"
     assert added == [{"a": 2, "b": 3}], "the host's MCP tool was called"
     mcp_result = sent[6].messages[-1]["content"][0]
     assert not mcp_result.get("is_error") and "sum=5" in str(mcp_result)
