@@ -116,6 +116,8 @@ class SdkControl:
     set_model: Callable[[str | None], object] | None = None
     """`set_model` (None: the session's own model); raises `ValueError` for a name it does
     not know."""
+    mcp_status: Callable[[], list[dict[str, Any]]] | None = None
+    """The `mcpServers` entries of `mcp_status` (Claude Code's `McpServerStatus` shape)."""
     host: HostParts = field(default_factory=HostParts)
     """What the host's `initialize` added (empty until it came)."""
     ready: trio.Event = field(default_factory=trio.Event)
@@ -246,7 +248,7 @@ class SdkControl:
                 self.set_model(model)
                 return {}
             case "mcp_status":
-                return {"mcpServers": []}
+                return {"mcpServers": [] if self.mcp_status is None else self.mcp_status()}
             case other:
                 raise ValueError(f"Warren does not support the control request {other!r}")
 
@@ -417,9 +419,7 @@ class PendingRequest:
             await event.wait()
         except trio.Cancelled:
             self.control._waiting.pop(self.request_id, None)
-            self.control._write(
-                {"type": "control_cancel_request", "request_id": self.request_id}
-            )
+            self.control._write({"type": "control_cancel_request", "request_id": self.request_id})
             raise
         [response] = slot
         if response.get("subtype") == "error":

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
-from typing import IO, cast
+from typing import IO, Any, cast
 
 import trio
 
@@ -81,6 +81,7 @@ async def run_stream_input(config: SessionConfig, parts: SessionParts, *, host_a
                     control.on_interrupt = session.interrupt
                     control.set_mode = lambda mode: _set_mode(session, mode)
                     control.set_model = session.set_model
+                    control.mcp_status = lambda: mcp_status(session)
                     async with closing_iter(control.prompts()) as prompts:
                         async for prompt in prompts:
                             # A signal during a run interrupts it; between runs (no session
@@ -110,3 +111,32 @@ def _set_mode(session: Session, mode: Mode) -> None:
     if mode == "bypass" and not engine.floor_proven:
         raise ValueError("bypassPermissions needs a proven sandbox floor (warren doctor)")
     engine.mode = mode
+
+
+_CONNECTION = {"ready": "connected", "starting": "pending", "failed": "failed"}
+"""Warren's server states as Claude Code's `mcp_status` spells them (`stopped`, out of
+restarts, is `failed`)."""
+
+
+def mcp_status(session: Session) -> list[dict[str, Any]]:
+    """Each configured MCP server as Claude Code's `mcp_status` answers (`name`, `status`,
+    `error`, `tools`): servers not started yet (they start after the first response) are
+    `pending`; asking does not start them."""
+    servers = session.mcp
+    if servers is None:
+        names = [] if session.mcp_source is None else sorted(session.mcp_source.names)
+        return [{"name": name, "status": "pending"} for name in names]
+    listed = servers.tools()
+    entries: list[dict[str, Any]] = []
+    for name in servers.names():
+        status, error, _ = servers.status(name)
+        entry: dict[str, Any] = {"name": name, "status": _CONNECTION.get(status, "failed")}
+        if error:
+            entry["error"] = error
+        entry["tools"] = [
+            {"name": tool.name, **({"description": tool.description} if tool.description else {})}
+            for server, tool in listed
+            if server == name
+        ]
+        entries.append(entry)
+    return entries

@@ -59,6 +59,11 @@ class DeferredMcp:
         self.servers: McpServers | None = None
         """The servers once started (None before, or when they could not be started)."""
 
+    @property
+    def names(self) -> frozenset[str]:
+        """The configured servers, started or not."""
+        return self._names
+
     # -- the ToolSource ---------------------------------------------------------------------
 
     @property

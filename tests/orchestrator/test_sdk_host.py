@@ -8,8 +8,8 @@ a Bash call and its message reaches the model; its allow answers the policy's as
 a deny rule; a PostToolUse callback sees the calls that ran; an agent type from `agents` is
 dispatched with its prompt and its model; a tool of the host's MCP server
 (`create_sdk_mcp_server`) is called over the control channel and its result reaches the
-model; `set_model` switches the model the API sees from the next request, and an unknown
-model is an error the SDK raises."""
+model; `mcp_status` lists it connected with its tool; `set_model` switches the model the API
+sees from the next request, and an unknown model is an error the SDK raises."""
 
 from __future__ import annotations
 
@@ -118,6 +118,7 @@ async def test_hook_callbacks_agents_and_set_model_from_the_sdk(tmp_path: Path) 
         async with ClaudeSDKClient(options) as client:
             await client.query("touch some files, then check")
             results += [m async for m in client.receive_response() if isinstance(m, ResultMessage)]
+            status = await client.get_mcp_status()
             with pytest.raises(Exception, match="no model 'gpt-4'"):
                 await client.set_model("gpt-4")
             await client.set_model("haiku")
@@ -138,6 +139,9 @@ async def test_hook_callbacks_agents_and_set_model_from_the_sdk(tmp_path: Path) 
     assert "CHECKER-PROMPT" in str(sent[4].system), "the SDK agent type was dispatched"
     assert sent[4].body["model"] == "claude-haiku-4-5", "with the model its type names"
     assert added == [{"a": 2, "b": 3}], "the host's MCP tool was called"
+    [calc] = status["mcpServers"]
+    assert (calc["name"], calc["status"]) == ("calc", "connected"), status
+    assert [t["name"] for t in calc.get("tools", [])] == ["add"], status
     mcp_result = sent[6].messages[-1]["content"][0]
     assert not mcp_result.get("is_error") and "sum=5" in str(mcp_result)
     assert sent[6].body["model"] == sent[0].body["model"] != "claude-haiku-4-5"
