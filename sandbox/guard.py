@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import dataclasses
 import errno
 import os
@@ -306,9 +305,12 @@ _libc: ctypes.CDLL | None = None
 
 
 def _lib() -> ctypes.CDLL:
+    """The C library already loaded into this process (`dlopen(NULL)`). Not
+    `ctypes.util.find_library("c")`: that forks and execs `ldconfig -p` (or a compiler), a
+    process start on the launch path of every session."""
     global _libc
     if _libc is None:
-        _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        _libc = ctypes.CDLL(None, use_errno=True)
     return _libc
 
 
