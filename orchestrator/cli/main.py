@@ -70,6 +70,28 @@ def _version() -> str:
         return "0+unknown"
 
 
+class _VersionAction(argparse.Action):
+    """`-v` / `--version`: argparse's own version action wants the text when the parser is
+    built, and looking the version up (`importlib.metadata`) would then cost every run's
+    start, not only `warren --version`."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS) -> None:
+        super().__init__(
+            option_strings, dest, default=argparse.SUPPRESS, nargs=0,
+            help="show the version and exit",
+        )  # fmt: skip
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        print(f"warren {_version()}")
+        parser.exit()
+
+
 def _run_options(parser: argparse.ArgumentParser) -> None:
     """The options of a run (`warren [PROMPT]`, `warren -p PROMPT`)."""
     parser.add_argument(
@@ -200,7 +222,7 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--verbose", action="store_true", help="logs on stderr, readable (structlog)"
     )
-    parser.add_argument("-v", "--version", action="version", version=f"warren {_version()}")
+    parser.add_argument("-v", "--version", action=_VersionAction)
 
 
 # -- Claude Code compatibility (issue 16) ------------------------------------------------------
@@ -482,6 +504,7 @@ def _is_command(argv: list[str]) -> bool:
 def run_in_process(argv: list[str], terminal: Path | None = None) -> int:
     """`warren ARGV` in this process: what a server's session process runs too, with the
     client's `terminal` (its path) for permission asks."""
+    _import_structlog()
     try:
         if _is_command(argv):
             args = build_parser().parse_args(argv)
@@ -490,6 +513,20 @@ def run_in_process(argv: list[str], terminal: Path | None = None) -> int:
         return _prompt(_prompt_parser().parse_args(argv), terminal)
     finally:
         _flush_stdout()
+
+
+def _import_structlog() -> None:
+    """Import structlog with rich hidden from it. structlog imports rich (and through it
+    pygments) at its own import when rich is installed, for pretty tracebacks that Warren's
+    logs never use (`orchestrator.logs` formats exceptions plainly): a third of the cost of
+    importing structlog, on every run's start. rich stays importable for the REPL."""
+    if "structlog" in sys.modules or "rich" in sys.modules:
+        return
+    sys.modules["rich"] = None  # type: ignore[assignment]  # `import rich` raises ImportError
+    try:
+        import structlog  # noqa: F401
+    finally:
+        del sys.modules["rich"]
 
 
 def _flush_stdout() -> None:

@@ -27,6 +27,16 @@ def test_help_lists_every_command_with_its_summary(capsys: pytest.CaptureFixture
     assert "--max-budget-usd" in out and "8 state could not be written" in out
 
 
+@pytest.mark.parametrize("flag", ["-v", "--version"])
+def test_version_is_looked_up_when_asked(flag: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as done:
+        main([flag])
+    assert done.value.code in (0, None)
+    assert capsys.readouterr().out == f"warren {version('warren')}\n"
+
+
 @pytest.mark.parametrize("command", sorted(COMMANDS))
 def test_each_command_has_its_own_help(command: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as done:
