@@ -13,7 +13,10 @@ files, never outside ROOT, never through a link leading out of it, never when a 
 covers them (`sandbox.safe_read`).
 
 Stdlib only, imports nothing of Warren's package `__init__`s: the sandboxed run must start in
-milliseconds, so the safe-read and memory-file helpers are loaded by file path.
+milliseconds, so the safe-read and memory-file helpers are loaded by file path, and only when
+a memory file exists. Every module it imports is paid for by each launch (in its sandbox, the
+interpreter imports nothing in advance): not `typing`, `pathlib`, `dataclasses` or
+`importlib.util`.
 """
 
 from __future__ import annotations
@@ -22,12 +25,13 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
+TYPE_CHECKING = False  # `typing.TYPE_CHECKING` without importing `typing` (mypy knows the name)
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
+    from pathlib import Path
     from types import ModuleType
+    from typing import Any
 
     from policies.memory_files import WirePattern
 
@@ -77,7 +81,7 @@ def git_argv(*args: str) -> list[str]:
 
 
 def collect(
-    cwd: Path, *, root: Path | None = None, deny: Sequence[WirePattern] = ()
+    cwd: Path | str, *, root: Path | str | None = None, deny: Sequence[WirePattern] = ()
 ) -> dict[str, Any]:
     """The facts as plain JSON values: `branch`, `status` (None outside a repository),
     `tree` (listing text) and `memory` (list of `[path, text]`, from `root`, default `cwd`,
@@ -106,7 +110,7 @@ def collect(
     }
 
 
-def _start(argv: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Popen[bytes] | None:
+def _start(argv: list[str], cwd: Path | str, env: dict[str, str]) -> subprocess.Popen[bytes] | None:
     try:
         return subprocess.Popen(
             argv,
@@ -137,7 +141,7 @@ def _finish(proc: subprocess.Popen[bytes] | None, limit: int) -> str | None:
     return out.decode("utf-8", "replace").rstrip("\n")
 
 
-def _tree(cwd: Path) -> str:
+def _tree(cwd: Path | str) -> str:
     names: list[str] = []
     extra = 0
     try:
@@ -158,10 +162,12 @@ def _tree(cwd: Path) -> str:
     return text + (f"\n- ... and {more} more" if more > 0 else "")
 
 
-def _memory(cwd: Path, root: Path, deny: Sequence[WirePattern]) -> list[list[str]]:
+def _memory(cwd: Path | str, root: Path | str, deny: Sequence[WirePattern]) -> list[list[str]]:
     """Memory files from `root` down to `cwd` with their imports (`policies.memory_files`):
     inside `root` only, never through a link leading out of it, never a file a `Read` deny
     rule covers, each read as a bounded regular file."""
+    if not _any_memory_file(str(cwd), str(root)):
+        return []  # the usual case: no need to load the helpers
     memory = _load_memory_files()
     read = _safe_reader()
     top = os.path.realpath(root)
@@ -186,10 +192,27 @@ def _memory(cwd: Path, root: Path, deny: Sequence[WirePattern]) -> list[list[str
     entries = memory.gather(
         memory.memory_chain(str(root), str(cwd)),
         resolve=resolve,
-        read=lambda path, limit: read(Path(path), limit),
+        read=read,
         home=home,
     )
     return [[entry.label, entry.rendered()] for entry in entries]
+
+
+def _any_memory_file(cwd: str, root: str) -> bool:
+    """Does any name `policies.memory_files.memory_chain` would look at exist (as anything:
+    what it is, `gather` decides)? The chain's directories are `root` and those below it down
+    to `cwd`, or `cwd` alone when it is not below `root`; a test keeps this and
+    `memory_chain` equal."""
+    root, cwd = os.path.normpath(root), os.path.normpath(cwd)
+    if not (cwd == root or cwd.startswith(root.rstrip("/") + "/")):
+        root = cwd
+    directory = root
+    dirs = [root]
+    for part in cwd[len(root) :].strip("/").split("/"):
+        if part:
+            directory = os.path.join(directory, part)
+            dirs.append(directory)
+    return any(os.path.lexists(os.path.join(d, name)) for d in dirs for name in MEMORY_FILES)
 
 
 def _load_memory_files() -> ModuleType:
@@ -200,29 +223,31 @@ def _load_memory_files() -> ModuleType:
     return _load_by_path("_warren_memory_files", ("policies", "memory_files.py"))
 
 
-def _safe_reader() -> Callable[[Path, int], tuple[bytes, bool]]:
+def _safe_reader() -> Callable[[str, int], tuple[bytes, bool]]:
     if __name__ != "__main__":
         from sandbox.safe_read import read_bounded_regular
 
         return read_bounded_regular
     module = _load_by_path("_warren_safe_read", ("sandbox", "safe_read.py"))
-    reader: Callable[[Path, int], tuple[bytes, bool]] = module.read_bounded_regular
+    reader: Callable[[str, int], tuple[bytes, bool]] = module.read_bounded_regular
     return reader
 
 
 def _load_by_path(name: str, parts: tuple[str, str]) -> ModuleType:
-    import importlib.util
+    import importlib.machinery  # already loaded by the interpreter, unlike importlib.util
+    import types
 
-    location = Path(__file__).resolve().parents[1].joinpath(*parts)
-    spec = importlib.util.spec_from_file_location(name, location)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up while the class is made
-    spec.loader.exec_module(module)
+    location = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file__))), *parts)
+    loader = importlib.machinery.SourceFileLoader(name, location)
+    module = types.ModuleType(name)
+    module.__file__ = location
+    module.__loader__ = loader
+    sys.modules[name] = module
+    loader.exec_module(module)
     return module
 
 
 if __name__ == "__main__":
     sys.stdout.write(
-        json.dumps(collect(Path(sys.argv[1]), root=Path(sys.argv[2]), deny=json.loads(sys.argv[3])))
+        json.dumps(collect(sys.argv[1], root=sys.argv[2], deny=json.loads(sys.argv[3])))
     )

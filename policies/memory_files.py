@@ -25,7 +25,6 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 
 __all__ = [
     "MAX_IMPORT_DEPTH",
@@ -70,15 +69,18 @@ class Skipped(Exception):
     """A memory file or import that is refused; the text says why (for the model's note)."""
 
 
-@dataclass
 class MemoryEntry:
     """One memory file read: where it was named, where it really is, and its text (with
-    notes about the imports it asked for that were left out)."""
+    notes about the imports it asked for that were left out). A plain class: `dataclasses`
+    imports `inspect`, which was a third of the context probe's start in its sandbox."""
 
-    label: str
-    real: str
-    text: str
-    notes: list[str] = field(default_factory=list)
+    __slots__ = ("label", "notes", "real", "text")
+
+    def __init__(self, label: str, real: str, text: str, notes: list[str] | None = None) -> None:
+        self.label = label
+        self.real = real
+        self.text = text
+        self.notes: list[str] = [] if notes is None else notes
 
     def rendered(self) -> str:
         return "\n".join([self.text, *(f"[{note}]" for note in self.notes)])

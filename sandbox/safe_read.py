@@ -15,7 +15,6 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from pathlib import Path
 
 __all__ = ["NotARegularFile", "read_bounded_regular"]
 
@@ -24,7 +23,7 @@ class NotARegularFile(OSError):
     """The name is a symlink, FIFO, device, socket or directory: refused, nothing was read."""
 
 
-def read_bounded_regular(path: Path, limit: int) -> tuple[bytes, bool]:
+def read_bounded_regular(path: str | os.PathLike[str], limit: int) -> tuple[bytes, bool]:
     """The first `limit` bytes of the regular file at `path` and whether there was more.
 
     The last component is never followed (`O_NOFOLLOW`), the open never blocks (`O_NONBLOCK`:

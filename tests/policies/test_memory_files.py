@@ -47,6 +47,26 @@ def test_memory_chain_runs_from_the_root_down() -> None:
     assert memory_chain("/elsewhere", "/r") == memory_chain("/r", "/r")
 
 
+@pytest.mark.parametrize(
+    ("root", "cwd"), [("r", "r"), ("r", "r/a/b"), ("r/a", "r"), ("r", "rx/a"), ("r/", "r/a/")]
+)
+def test_the_probe_skips_its_helpers_only_when_no_chain_name_exists(
+    tmp_path: Path, root: str, cwd: str
+) -> None:
+    """`context_probe._any_memory_file` (its fast path) looks at the names `memory_chain`
+    gives, each of which alone makes it load the helpers, whatever the name is."""
+    base = str(tmp_path)
+    root_path, cwd_path = f"{base}/{root}", f"{base}/{cwd}"
+    Path(cwd_path).mkdir(parents=True, exist_ok=True)
+    Path(root_path).mkdir(parents=True, exist_ok=True)
+    assert not context_probe._any_memory_file(cwd_path, root_path)
+    for name in memory_chain(root_path, cwd_path):
+        Path(name).parent.mkdir(parents=True, exist_ok=True)
+        Path(name).symlink_to("/nonexistent")  # a dangling link counts: gather decides
+        assert context_probe._any_memory_file(cwd_path, root_path), name
+        Path(name).unlink()
+
+
 def test_the_probe_and_trust_know_the_same_names() -> None:
     assert context_probe.MEMORY_FILES == memory_files.MEMORY_FILES
 
