@@ -82,7 +82,7 @@ if TYPE_CHECKING:
     from orchestrator.mcp.servers import McpServers
     from orchestrator.model.switch import SwitchableModel
     from orchestrator.sdk_control import HostParts
-    from sandbox.probe import FloorReport
+    from sandbox.probe import FloorReport, KnownFloor
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -316,6 +316,9 @@ class SessionParts:
     """An SDK host drives the session (`--input-format stream-json`): its `initialize`'s hook
     callbacks and agent types join the session's, and it may switch the model
     (`Session.set_model`)."""
+    known_floor: KnownFloor | None = None
+    """A floor the warm server proved before it forked this session: used instead of the
+    start-up probe when the session's own host has the same `floor_key` (else it probes)."""
 
 
 def build_limits(config: SessionConfig, policy: SessionPolicy) -> Limits:
@@ -671,7 +674,7 @@ async def open_session(
         audit = _open_audit(transcript, config)
         stack.callback(io_guard.close, audit.close)
 
-        up = await _start_up(config, cwd, dirs, parts.runner)
+        up = await _start_up(config, cwd, dirs, parts.runner, parts.known_floor)
         snapshot, floor, floor_state, policy = up.snapshot, up.floor, up.floor_state, up.policy
         if floor is not None:
             io_guard.write(
@@ -975,12 +978,17 @@ def _open_audit(transcript: Transcript, config: SessionConfig) -> AuditLog:
 
 
 async def _start_up(
-    config: SessionConfig, cwd: Path, dirs: WarrenDirs, runner: RunnerFactory | None
+    config: SessionConfig,
+    cwd: Path,
+    dirs: WarrenDirs,
+    runner: RunnerFactory | None,
+    known_floor: KnownFloor | None = None,
 ) -> _StartedUp:
     """Everything a run needs before its first request. The SDK import (about a second) runs
     while the floor probe, the policy and then the context snapshot follow one another: the
     snapshot is workspace content, gathered in a read-only sandbox under the loaded policy
-    (issue 9: nothing from the repository is read or run on the host)."""
+    (issue 9: nothing from the repository is read or run on the host). A `known_floor` of
+    the same host stands in for the probe (`sandbox.probe.reuse_floor`)."""
     started: list[_StartedUp] = []
     failure: list[Exception] = []
 
@@ -990,13 +998,16 @@ async def _start_up(
             host = None
             if config.sandbox == "required":
                 from sandbox.host import detect_host
-                from sandbox.probe import probe_floor
+                from sandbox.probe import probe_floor, reuse_floor
 
                 try:
                     host = await detect_host()
                 except Exception:  # the probe reports a missing bwrap itself
                     host = None
-                floor = await probe_floor(host=host)
+                if host is not None:
+                    floor = reuse_floor(known_floor, host)
+                if floor is None:
+                    floor = await probe_floor(host=host)
             state = _floor_state(config, floor, runner)
             policy = load_session_policy(
                 cwd,

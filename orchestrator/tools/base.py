@@ -8,6 +8,8 @@ tool by name.
 
 from __future__ import annotations
 
+import copy
+import functools
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -33,6 +35,7 @@ __all__ = [
     "ToolInput",
     "ToolOutput",
     "ToolProgress",
+    "input_schema_of",
     "running_for",
 ]
 
@@ -256,11 +259,21 @@ class Tool(Generic[InputT]):
         return first[0][:200] if first else "(no output)"
 
     def input_schema(self) -> dict[str, Any]:
-        schema = self.input_model.model_json_schema(by_alias=True)
-        schema.pop("title", None)
-        return schema
+        return copy.deepcopy(input_schema_of(self.input_model))
 
     def parse_input(self, raw: dict[str, Any]) -> InputT:
         """Schema validation; raises pydantic's ValidationError."""
         parsed: InputT = self.input_model.model_validate(raw)  # type: ignore[assignment]
         return parsed
+
+
+@functools.cache
+def input_schema_of(model: type[BaseModel]) -> dict[str, Any]:
+    """The JSON schema of an input model, made once per class: pydantic builds it anew on
+    every call (about 5 ms a tool), and the first request of every session needs them all.
+    A pure function of the class, so the warm server computes them before it forks
+    (`orchestrator.cli.server`); callers get a copy each."""
+    schema = model.model_json_schema(by_alias=True)
+    schema.pop("title", None)
+    return schema
+

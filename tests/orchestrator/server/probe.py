@@ -25,7 +25,7 @@ def _tty(fd: int) -> str | None:
         return None
 
 
-def session(argv: list[str], terminal: Path | None) -> int:
+def session(argv: list[str], terminal: Path | None, known_floor: object = None) -> int:
     mode = argv[0]
     if mode == "echo":
         umask = os.umask(0)
