@@ -674,7 +674,10 @@ async def open_session(
         audit = _open_audit(transcript, config)
         stack.callback(io_guard.close, audit.close)
 
-        up = await _start_up(config, cwd, dirs, parts.runner, parts.known_floor)
+        model = parts.model or make_model(config.model, cwd)
+        # Closed here too: start-up may have made its SDK client (closing twice is harmless).
+        stack.push_async_callback(_shielded, model.aclose)
+        up = await _start_up(config, cwd, dirs, parts.runner, parts.known_floor, model)
         snapshot, floor, floor_state, policy = up.snapshot, up.floor, up.floor_state, up.policy
         if floor is not None:
             io_guard.write(
@@ -690,7 +693,6 @@ async def open_session(
         audit.floor = floor_state
         audit.mode = policy.mode
         limits = build_limits(config, policy)
-        model = parts.model or make_model(config.model, cwd)
         if config.fallback_model is not None and config.fallback_model != model.model:
             from orchestrator.model.fallback import FallbackModel
 
@@ -983,12 +985,14 @@ async def _start_up(
     dirs: WarrenDirs,
     runner: RunnerFactory | None,
     known_floor: KnownFloor | None = None,
+    model: ModelClient | None = None,
 ) -> _StartedUp:
     """Everything a run needs before its first request. The SDK import (about a second) runs
     while the floor probe, the policy and then the context snapshot follow one another: the
     snapshot is workspace content, gathered in a read-only sandbox under the loaded policy
     (issue 9: nothing from the repository is read or run on the host). A `known_floor` of
-    the same host stands in for the probe (`sandbox.probe.reuse_floor`)."""
+    the same host stands in for the probe (`sandbox.probe.reuse_floor`); the `model`'s SDK
+    client is made meanwhile, in a thread."""
     started: list[_StartedUp] = []
     failure: list[Exception] = []
 
@@ -1050,9 +1054,12 @@ async def _start_up(
 
     async def warm_up_sdk() -> None:
         if not config.model.startswith("scripted:"):
-            from orchestrator.model.anthropic import warm_up
+            from orchestrator.model.anthropic import AnthropicModel, warm_up
 
-            await warm_up()
+            if isinstance(model, AnthropicModel):
+                await model.warm_up()
+            else:
+                await warm_up()
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(warm_up_sdk)

@@ -8,12 +8,55 @@ orchestrator is wired to the sandbox, the tool hosts, the worker pool and the br
     policy.py    `warren policy ...`, `warren trust`, `warren untrust`
     hooks.py     `warren hooks list`, `warren hooks test`
     sessions.py  `warren sessions`, and the picker of `warren --resume` without an id
+    commands.py  the subcommands' names and summaries (standard library only)
     client.py    the thin client: a run handed to the warm server (standard library only)
     server.py    `warren server`: the per-user server that forks a session process per run
 
-Entry point: `warren = "orchestrator.cli:run_and_exit"` (pyproject.toml).
+Entry point: `warren = "orchestrator.cli:run_and_exit"` (pyproject.toml). It imports only
+the standard library and the thin client until it knows the warm server will not take the
+run (`tests/orchestrator/server/test_client_imports.py`): a warm launch is that cheap.
 """
 
-from orchestrator.cli.main import main, run_and_exit
+from __future__ import annotations
+
+TYPE_CHECKING = False  # `typing` itself costs a warm launch milliseconds
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import NoReturn
 
 __all__ = ["main", "run_and_exit"]
+
+
+def run_and_exit() -> NoReturn:
+    """The `warren` command: hand a run to the warm server when one takes it and exit with
+    its session's code; otherwise (a subcommand, no server) run it here
+    (`orchestrator.cli.main`)."""
+    import os
+    import sys
+
+    from orchestrator.cli.client import run_through_server
+    from orchestrator.cli.commands import is_command
+
+    argv = sys.argv[1:]
+    if not is_command(argv):
+        code = run_through_server(argv)
+        if code is not None:
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except (OSError, ValueError):
+                    pass
+            os._exit(code)
+    from orchestrator.cli.main import exit_now, run_in_process
+
+    exit_now(run_in_process(argv))
+
+
+def __getattr__(name: str) -> Callable[..., int]:
+    """`orchestrator.cli.main` is loaded only when asked for (`from orchestrator.cli import
+    main`)."""
+    if name == "main":
+        from orchestrator.cli.main import main
+
+        return main
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,5 +1,5 @@
 """`python -m orchestrator.cli`: the same as the `warren` command."""
 
-from orchestrator.cli.main import run_and_exit
+from orchestrator.cli import run_and_exit
 
 run_and_exit()

@@ -30,9 +30,9 @@ import struct
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # `typing` costs a warm launch milliseconds
+TYPE_CHECKING = False  # `typing` itself costs a warm launch milliseconds
+if TYPE_CHECKING:
     from typing import Any
 
 __all__ = [
@@ -304,9 +304,7 @@ def _run_session(link: ServerLink, argv: Sequence[str]) -> int:
 
 
 def _wants_print(argv: Sequence[str]) -> bool:
-    return any(
-        arg in ("-p", "--print") or arg.startswith(("--print=", "-p")) for arg in argv
-    )
+    return any(arg in ("-p", "--print") or arg.startswith(("--print=", "-p")) for arg in argv)
 
 
 def maybe_start_server(argv: Sequence[str]) -> None:

@@ -32,10 +32,12 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
+from orchestrator.cli.commands import COMMANDS, is_command
+
 if TYPE_CHECKING:
     from sandbox.probe import KnownFloor
 
-__all__ = ["COMMANDS", "build_parser", "main", "run_and_exit", "run_in_process"]
+__all__ = ["COMMANDS", "build_parser", "exit_now", "main", "run_and_exit", "run_in_process"]
 
 EXIT_CODES = (
     "Exit codes: 0 completed, 1 model error, 2 usage or configuration (nothing ran), 3 max "
@@ -44,24 +46,6 @@ EXIT_CODES = (
     "(output_truncated), 130/143/129 interrupted by SIGINT/SIGTERM/SIGHUP, 141 stdout closed "
     "by its reader (| head)."
 )
-
-COMMANDS: dict[str, str] = {
-    "demo": "run the offline demo: a scripted multi-agent refactor on a sample repository",
-    "doctor": "prove the sandbox floor on this machine, or say how to fix it",
-    "sandbox": "run one command under Warren's sandbox floor",
-    "policy": "explain and tune the permission policy (check, show, test, init, trust, import)",
-    "trust": "let a repository's policy allow things",
-    "untrust": "stop trusting a repository's policy",
-    "hooks": "the hooks in force: list them with their files, run them against a sample "
-    "event (list, test)",
-    "mcp": "MCP servers: list, get, add, remove the servers in force; serve Warren's tools",
-    "sessions": "past sessions of this directory, newest first: id, start, turns, cost, "
-    "first prompt",
-    "undo": "put back the files the last writing turn of a session changed (the newest "
-    "session of this directory by default)",
-    "server": "the warm per-user server that starts sessions fast (start, stop, status, run)",
-}
-"""Every subcommand with its one-line summary (`warren --help` lists them)."""
 
 
 def _version() -> str:
@@ -472,7 +456,7 @@ def _prompt_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """`warren ARGV`: a run goes to the warm server when one takes it, else runs here."""
     argv = sys.argv[1:] if argv is None else argv
-    if not _is_command(argv):
+    if not is_command(argv):
         from orchestrator.cli.client import run_through_server
 
         code = run_through_server(argv)
@@ -482,15 +466,20 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_and_exit() -> NoReturn:
-    """The `warren` command: `main()`, then out at once. Every part a session started was
-    stopped before `main` returns (each is owned by a nursery and reaped), so what is left
-    is the interpreter's own teardown of thousands of imported objects, a second on a busy
-    machine after the result is on the screen: flush what is buffered and exit
+    """`main()`, then out at once (`exit_now`). The `warren` command itself is
+    `orchestrator.cli.run_and_exit`, which tries the warm server before importing this."""
+    exit_now(main())
+
+
+def exit_now(code: int) -> NoReturn:
+    """Out at once with `code`. Every part a session started was stopped before its run
+    returned (each is owned by a nursery and reaped), so what is left is the interpreter's
+    own teardown of thousands of imported objects, a second on a busy machine after the
+    result is on the screen: flush what is buffered and exit
     (`tests/orchestrator/server/test_fast_exit.py` checks nothing is left behind)."""
     import logging
     import os
 
-    code = main()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
@@ -500,10 +489,6 @@ def run_and_exit() -> NoReturn:
     os._exit(code)
 
 
-def _is_command(argv: list[str]) -> bool:
-    return bool(set(argv[:1]) & {*COMMANDS, "-h", "--help", "-v", "--version"})
-
-
 def run_in_process(
     argv: list[str], terminal: Path | None = None, known_floor: KnownFloor | None = None
 ) -> int:
@@ -511,7 +496,7 @@ def run_in_process(
     client's `terminal` (its path) for permission asks and the floor the server proved."""
     _import_structlog()
     try:
-        if _is_command(argv):
+        if is_command(argv):
             args = build_parser().parse_args(argv)
             handler: Callable[[argparse.Namespace], int] = args.handler
             return handler(args)

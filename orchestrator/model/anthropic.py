@@ -135,9 +135,21 @@ class AnthropicModel:
         return self._retry
 
     async def warm_up(self) -> None:
-        """Import the SDK in a thread (see the module function); later calls are free."""
-        if self._client is None:
+        """Make the SDK client ahead of the first request, in a thread: the SDK import (when
+        it is not loaded yet) and its TLS context (reading the CA bundle, 40-70 ms) overlap
+        the session's start-up, which waits on its sandboxes meanwhile. Later calls are
+        free. Without a key it only imports (the first request says what is missing).
+
+        **Cancellation:** the thread finishes its work; the client is kept for the request.
+        """
+        if self._client is not None or self._closed:
+            return
+        if not self._has_key():
             await warm_up()
+            return
+        client = await trio.to_thread.run_sync(self._new_client)
+        if self._client is None:
+            self._client = client
 
     async def aclose(self) -> None:
         """Close the SDK client and its connections; idempotent.
@@ -159,21 +171,27 @@ class AnthropicModel:
             raise ModelError("The Anthropic model client was used after it was closed.")
         if self._client is not None:
             return self._client
-        if not self._api_key and not os.environ.get("ANTHROPIC_AUTH_TOKEN"):
+        if not self._has_key():
             raise ModelError("No API key was found: set ANTHROPIC_API_KEY.")
         await warm_up()
         if self._client is None:  # another task may have made it while we imported
-            import anthropic
-            import httpx2
-
-            self._client = anthropic.AsyncAnthropic(
-                api_key=self._api_key or None,
-                base_url=self._base_url,
-                max_retries=0,
-                timeout=httpx2.Timeout(self._read_timeout_s, connect=self._connect_timeout_s),
-                http_client=self._http_client,
-            )
+            self._client = self._new_client()
         return self._client
+
+    def _has_key(self) -> bool:
+        return bool(self._api_key or os.environ.get("ANTHROPIC_AUTH_TOKEN"))
+
+    def _new_client(self) -> AsyncAnthropic:
+        import anthropic
+        import httpx2
+
+        return anthropic.AsyncAnthropic(
+            api_key=self._api_key or None,
+            base_url=self._base_url,
+            max_retries=0,
+            timeout=httpx2.Timeout(self._read_timeout_s, connect=self._connect_timeout_s),
+            http_client=self._http_client,
+        )
 
     async def count_tokens(self, request: ModelRequest) -> int | None:
         """The input tokens of `request` by the API's `count_tokens` endpoint (free, no

@@ -276,4 +276,3 @@ def input_schema_of(model: type[BaseModel]) -> dict[str, Any]:
     schema = model.model_json_schema(by_alias=True)
     schema.pop("title", None)
     return schema
-

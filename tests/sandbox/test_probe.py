@@ -6,6 +6,8 @@
 from __future__ import annotations
 
 import json
+import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -13,12 +15,16 @@ import pytest
 from sandbox.binary import BwrapBinary
 from sandbox.host import SandboxHost
 from sandbox.probe import (
+    FLOOR_REUSE_S,
     Diagnosis,
     FloorReport,
     KernelFacts,
+    KnownFloor,
     diagnose,
+    floor_key,
     probe_floor,
     read_kernel_facts,
+    reuse_floor,
 )
 
 CORE_CHECKS = {
@@ -143,3 +149,28 @@ def test_report_renders_every_check() -> None:
     )
     assert report.render().startswith("floor: NOT PROVEN")
     assert "note: no cgroup" in report.render()
+
+
+def test_a_known_floor_stands_in_only_for_the_same_host(host: SandboxHost, scratch: Path) -> None:
+    """What the warm server proved is reused only for a host with the same bwrap (by path
+    and file identity: a binary replaced in place is probed again), while proven and fresh."""
+    bwrap = scratch / "bwrap"
+    shutil.copy(host.bwrap.path, bwrap)
+    copied = host.model_copy(update={"bwrap": host.bwrap.model_copy(update={"path": bwrap})})
+    report = FloorReport(
+        proven=True, checks=(), bwrap_path=str(bwrap), bwrap_version="0.11.0",
+        bwrap_source="system", notes=("no cgroups",),
+    )  # fmt: skip
+    known = KnownFloor(key=floor_key(copied), report=report, proven_at=time.time())
+    reused = reuse_floor(known, copied)
+    assert reused is not None and reused.proven
+    assert reused.notes[0] == "no cgroups" and "warm server" in reused.notes[-1]
+    assert reuse_floor(known, host) is None  # another bwrap
+    stale = known.model_copy(update={"proven_at": time.time() - FLOOR_REUSE_S - 1})
+    assert reuse_floor(stale, copied) is None
+    unproven = known.model_copy(update={"report": report.model_copy(update={"proven": False})})
+    assert reuse_floor(unproven, copied) is None
+    assert reuse_floor(None, copied) is None
+    with bwrap.open("ab") as file:  # replaced in place: same path, another file
+        file.write(b"\0")
+    assert reuse_floor(known, copied) is None

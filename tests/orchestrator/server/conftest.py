@@ -4,6 +4,7 @@ every session process it forked (checked with psutil)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -33,11 +34,18 @@ class Server:
     """The environment of a client of this server (no WARREN_NO_SERVER)."""
     process: subprocess.Popen[bytes] | None = None
 
-    def start(self, *, entry: str | None = PROBE) -> int:
+    def start(
+        self, *, entry: str | None = PROBE, idle_timeout: float = 600, code: str | None = None
+    ) -> int:
+        """Start the server and wait until it answers; its pid. `code`: the PYTHONPATH it
+        runs with (a copy of Warren's code is another version)."""
         extra = ["--entry", entry] if entry else []
+        env = server_env(self.env)  # what `warren server start` gives it
+        if code is not None:
+            env["PYTHONPATH"] = code
         self.process = subprocess.Popen(
-            [*WARREN, "server", "run", "--idle-timeout", "600", *extra],
-            env=server_env(self.env),  # what `warren server start` gives it
+            [*WARREN, "server", "run", "--idle-timeout", str(idle_timeout), *extra],
+            env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -62,6 +70,18 @@ class Server:
             return False
         finally:
             probe.close()
+
+    def status(self) -> dict[str, object]:
+        """The server's answer to `status` (`warren server status` prints it)."""
+        probe = socket.socket(socket.AF_UNIX)
+        try:
+            probe.connect(str(self.directory / "server.sock"))
+            probe.sendall(b'{"op": "status"}\n')
+            answer = probe.makefile("rb").readline()
+        finally:
+            probe.close()
+        status: dict[str, object] = json.loads(answer)["status"]
+        return status
 
     def sessions(self) -> list[psutil.Process]:
         assert self.process is not None

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.kit.tty import Terminal
-from tests.orchestrator.server.conftest import WARREN, Server, servers_in
+from tests.orchestrator.server.conftest import ROOT, WARREN, Server, servers_in
 
 ODD = "dä ö\n\t'$(x)\" \\ 🦊"
 """Text that a careless pass through JSON, a shell or an encoding would change."""
@@ -66,12 +66,10 @@ def test_argv_env_cwd_fds_round_trip(server: Server, tmp_path: Path) -> None:
     assert report["ttys"] == [None, None, None]
     stderr = client.stderr.splitlines()
     assert "this went to stderr" in stderr
-    imported = {
-        line.split("|")[-1].strip() for line in stderr if line.startswith("import time:")
-    }
+    imported = {line.split("|")[-1].strip() for line in stderr if line.startswith("import time:")}
     ours = {name for name in imported if name.split(".")[0] in ("orchestrator", "workers")}
-    assert ours == {"orchestrator", "orchestrator.cli", "orchestrator.cli.main",
-                    "orchestrator.cli.client"}, ours  # fmt: skip
+    assert ours == {"orchestrator", "orchestrator.cli", "orchestrator.cli.client",
+                    "orchestrator.cli.commands"}, ours  # fmt: skip
     third_party = {"trio", "pydantic", "anthropic", "httpx", "structlog", "rich"}
     assert not {name.split(".")[0] for name in imported} & third_party
 
@@ -178,6 +176,50 @@ def test_stale_socket_is_replaced(server: Server, tmp_path: Path) -> None:
     assert json.loads(client.stdout)["argv"] == ["echo", "0"]
 
 
+def test_an_idle_server_exits(server: Server) -> None:
+    """`--idle-timeout`: a running session keeps the server up however long it takes; once
+    none has run for that long, the server exits and removes its socket."""
+    server.start(idle_timeout=0.3)
+    assert server.process is not None
+    client = _client(server, ["wait"])
+    json.loads(_line(client))
+    until = time.monotonic() + 1.0  # three timeouts, with a session running
+    while time.monotonic() < until:
+        assert server.process.poll() is None, "the server left while a session ran"
+        time.sleep(0.05)
+    out, _ = client.communicate("go\n", timeout=60)
+    assert (client.returncode, out.strip().splitlines()[-1]) == (0, "done None")
+    assert server.process.wait(timeout=60) == 0
+    assert not (server.directory / "server.sock").exists()
+
+
+def test_a_server_of_another_version_is_replaced(server: Server, tmp_path: Path) -> None:
+    """A client finds a server running other code (here: a copy of Warren's, other file
+    times): the server does not take the run, it exits and removes its socket, and the run
+    goes on in-process."""
+    old = tmp_path / "old"
+    for package in ("orchestrator", "workers", "sandbox", "policies"):
+        shutil.copytree(
+            ROOT / package,
+            old / package,
+            copy_function=shutil.copy,  # new times: another `code_version`
+            ignore=shutil.ignore_patterns("__pycache__"),
+        )
+    server.start(code=f"{old}:{ROOT}")
+    assert server.process is not None
+    status = subprocess.run(
+        [*WARREN, "server", "status"], env=server.env, capture_output=True, text=True
+    )
+    assert "(another version)" in status.stdout, status
+    run = subprocess.run(
+        [*WARREN, "-p", "hi", "--model", "scripted:/nonexistent.json"],
+        env=server.env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert "cannot read the script" in run.stderr  # it ran in-process instead
+    assert server.process.wait(timeout=60) == 0
+    assert not (server.directory / "server.sock").exists()
+
+
 def _as_nobody() -> None:
     os.setgid(65534)
     os.setuid(65534)
@@ -227,8 +269,7 @@ def test_auto_start_only_from_an_interactive_terminal(server: Server, tmp_path: 
     interactive session at a terminal without CI; `warren server status|stop` see and stop
     it. Spawning is synchronous, so "nothing started" is checked right after the call."""
     call = (
-        "import sys; from orchestrator.cli.client import maybe_start_server as m; "
-        "m(sys.argv[1:])"
+        "import sys; from orchestrator.cli.client import maybe_start_server as m; m(sys.argv[1:])"
     )
     env = {k: v for k, v in server.env.items() if k != "CI"}
     for extra_env, args in (({"CI": "true"}, []), ({}, ["-p", "hi"])):

@@ -26,10 +26,16 @@ def test_sessions_through_the_server_and_a_killed_server(server: Server, tmp_pat
     held = Reply.text("never finishes", hold_before_stop=True)
     first = Reply.text("first answer", hold_before_stop=True)
     with FakeMessagesAPI([first, held, Reply.text("resumed")]) as api:
-        env = {**server.env, "ANTHROPIC_API_KEY": "sk-test", "ANTHROPIC_BASE_URL": api.base_url}
+        env = {
+            **server.env,
+            "ANTHROPIC_API_KEY": "sk-test",
+            "ANTHROPIC_BASE_URL": api.base_url,
+            "XDG_STATE_HOME": str(tmp_path / "state"),
+        }
         server.env = env
         pid = server.start(entry=None)
         assert "ANTHROPIC_API_KEY" not in psutil.Process(pid).environ()  # only requests bring it
+        _wait_for_the_floor(server)
         done = subprocess.Popen(
             [*WARREN, "-p", "hello"], env=env, cwd=workspace,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -39,6 +45,12 @@ def test_sessions_through_the_server_and_a_killed_server(server: Server, tmp_pat
         out, err = done.communicate(timeout=180)
         assert (done.returncode, out.strip()) == (0, "first answer"), err
         assert alive(family) == []  # the session process exits fast, leaving nothing
+        (audit,) = (tmp_path / "state").glob("warren/sessions/**/*.audit.jsonl")
+        floors = [
+            r for r in map(json.loads, audit.read_text().splitlines()) if r.get("kind") == "floor"
+        ]
+        assert floors and floors[0]["proven"] is True, floors
+        assert "warm server" in floors[0]["notes"][-1]  # reused, not probed again
 
         script = tmp_path / "script.json"
         script.write_text('[{"content": [{"type": "text", "text": "hello from the REPL"}]}]')
@@ -93,8 +105,10 @@ def test_sessions_through_the_server_and_a_killed_server(server: Server, tmp_pat
         api.release()
         assert client.returncode == 129
         assert "Traceback" not in err
-        assert err.strip().splitlines()[-1].startswith(
-            "warren: the Warren server's session process ended without an exit code"
+        assert (
+            err.strip()
+            .splitlines()[-1]
+            .startswith("warren: the Warren server's session process ended without an exit code")
         )
 
         resumed = subprocess.run(
@@ -104,3 +118,11 @@ def test_sessions_through_the_server_and_a_killed_server(server: Server, tmp_pat
         assert (resumed.returncode, resumed.stdout.strip()) == (0, "resumed"), resumed.stderr
         sent = json.dumps(api.requests[-1].messages)
         assert "cut me off" in sent and "go on" in sent
+
+
+def _wait_for_the_floor(server: Server) -> None:
+    """Until the server has proven the floor (its probe child runs as it starts)."""
+    deadline = time.monotonic() + 120
+    while server.status()["floor_proven_at"] is None:
+        assert time.monotonic() < deadline, "the server never proved the floor"
+        time.sleep(0.05)
