@@ -46,6 +46,7 @@ class Server:
         self.process = subprocess.Popen(
             [*WARREN, "server", "run", "--idle-timeout", str(idle_timeout), *extra],
             env=env,
+            cwd="/",  # as `warren server start` runs it (and no checkout first on sys.path)
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
