@@ -15,6 +15,15 @@ session's controlling terminal) for permission asks. A thread reads the client's
 lines and raises them in the process; the client's end of the socket closing is SIGHUP.
 The exit code goes back as the last line, then the process ends at once (`os._exit`).
 
+Warm parts: besides the imports, the server proves the sandbox floor in a child process
+(`_FloorProber`: the server itself never runs trio or anything a workspace holds) and hands
+the proof to every session it forks, which uses it instead of probing while its own host
+has the same `sandbox.probe.floor_key` (bwrap by file identity, kernel settings, boot, uid)
+and the proof is fresh; it is renewed every 5 minutes of use. The profile of a warm start
+left nothing else worth keeping across sessions that is not workspace content: the policy
+files load in milliseconds once their modules are imported, and the context snapshot
+(`git status`, memory files) changes with every edit, so each session gathers its own.
+
 The server exits after `--idle-timeout` seconds without sessions (default 1800), on SIGTERM
 (`warren server stop`), or when a client of another version asks (it is replaced). Running
 sessions are separate processes and finish. One server per directory: it holds
