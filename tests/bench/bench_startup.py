@@ -9,7 +9,8 @@ Against one fake Messages API server on 127.0.0.1, interleaved, the median over 
   `python -c "import anthropic"` (the floor no in-process trick gets under);
 - last message_stop -> process exit, warm and cold.
 
-A session of one turn in a small workspace (the floor is proven, the tool hosts start). The
+A session of one turn in a small workspace (the tool hosts start; a cold run proves the
+floor, a warm one reuses the proof its server made, `sandbox.probe.reuse_floor`). The
 server runs in a private directory and is stopped at the end. The load average is printed
 with the figures: on a busy machine they are noise. Claude Code's figures are not measured
 here (`../shared/peers/` has its harness).
