@@ -57,7 +57,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import psutil
 import trio
 
 from orchestrator.errors import ToolError
@@ -740,6 +739,8 @@ def _drain(fd: int, capture: OutputCapture) -> None:
 
 def _live_pids(*, pgid: int | None = None, sid: int | None = None) -> list[int]:
     """Processes (zombies excluded) in process group `pgid` or session `sid`."""
+    import psutil  # only a kill needs it: not imported at every worker's start-up
+
     if pgid is not None:
         try:
             os.killpg(pgid, 0)
