@@ -3,7 +3,7 @@
 The names below are loaded on first use (PEP 562), not when the package is: a pool worker
 imports `sandbox.reaper` alone (through `orchestrator.orphans`), and importing the whole floor
 with it, the probe, the host and the spec models, cost every worker start tens of milliseconds
-of CPU (tests/sandbox/test_lazy_package.py pins that it does not).
+of CPU (tests/workers/test_worker_imports.py pins that it does not).
 """
 
 from __future__ import annotations

@@ -1,0 +1,49 @@
+"""What a pool worker imports on its way to `Ready`: a scoped writer starts a fresh worker, so
+the worker's start-up is on the dispatch's critical path (tests/bench/bench_parallel_writers.py),
+and every module it needs no more than the coordinator does is CPU three workers starting at
+once pay on a shared machine. Pinned here: not the SDK (the model is brokered), not the floor
+(the worker runs inside it; it only adopts orphans), not psutil (a kill path's helper)."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+import sandbox
+
+ROOT = Path(__file__).resolve().parents[2]
+
+_REPORT_MODULES = """
+import atexit, sys
+atexit.register(lambda: sys.stderr.write("MODULES " + " ".join(sorted(sys.modules)) + "\\n"))
+from workers.agent_worker import main
+sys.exit(main(["--workspace", sys.argv[1], "--role", "read_write"]))
+"""
+
+
+def test_a_worker_reaches_ready_without_the_sdk_the_floor_or_psutil(tmp_path: Path) -> None:
+    # Stdin at end of file: the worker starts, rehearses, sends Ready, and exits.
+    done = subprocess.run(
+        [sys.executable, "-c", _REPORT_MODULES, str(tmp_path)],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        cwd=ROOT,
+        timeout=60,
+        check=True,
+    )
+    assert b'"type":"ready"' in done.stdout
+    line = next(x for x in done.stderr.decode().splitlines() if x.startswith("MODULES "))
+    modules = set(line.split()[1:])
+    assert "workers.agent_worker" in modules and "sandbox.reaper" in modules
+    unwanted = {"anthropic", "httpx", "psutil", "sandbox.probe", "sandbox.run", "sandbox.spec"}
+    assert modules & unwanted == set()
+
+
+def test_the_sandbox_package_still_offers_every_name_it_lists() -> None:
+    for name in sandbox.__all__:
+        value = getattr(sandbox, name)
+        home = importlib.import_module(value.__module__)
+        assert getattr(home, name) is value
+    assert set(sandbox.__all__) <= set(dir(sandbox))
