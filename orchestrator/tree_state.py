@@ -26,12 +26,15 @@ import json
 import os
 import stat
 import struct
+import subprocess
+import sys
+import tempfile
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal
+from typing import IO, Any, Literal
 
 from orchestrator.content_store import ContentStore
 
@@ -43,8 +46,10 @@ __all__ = [
     "Scan",
     "ScanStopped",
     "TreeState",
+    "load_index",
     "open_parent",
     "scan",
+    "watch_directory",
 ]
 
 MAX_KEPT_BYTES = 16 * 1024 * 1024
@@ -62,6 +67,9 @@ SKIPPED_DIRS = frozenset({".git"})
 Kind = Literal["file", "link", "dir", "other"]
 Key = tuple[str, str]
 """(root, path relative to it with `/` between parts)."""
+
+_PACKAGE_PARENT = str(Path(__file__).resolve().parents[1])
+"""Where `python -m orchestrator.scan_child` finds this package."""
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
@@ -339,8 +347,10 @@ class TreeState:
     the queued events and look again only at the names they mention (a new or replaced
     directory is scanned whole). Where inotify is unavailable, its watch limit is reached or
     its queue overflowed, `refresh` scans everything again (what `scan` alone costs).
-    One refresher at a time (a lock): `start` runs the first, whole scan in a thread of its
-    own while the session waits for the model, and the first writing call waits for it.
+    One refresher at a time (a lock): `start` runs the first, whole scan in a child process
+    (orchestrator/scan_child.py) while the session waits for the model, and the first
+    writing call waits for it; its watches were set before each directory was read, so what
+    changed while it ran is in the events the first refresh drains.
 
     The stamps and hashes of the last whole scan are kept per root in `index_dir` (a cache: a
     file whose stamp matches is not read again), so a later session in the same workspace
@@ -371,15 +381,82 @@ class TreeState:
         self._degraded = False
         self._lock = threading.Lock()
         self._closed = False
+        self._child: tuple[subprocess.Popen[bytes], IO[bytes]] | None = None
+        """The first scan's process and its answer file, until adopted."""
+        self._process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        """Make the first, whole scan now in a daemon thread (`close` stops it)."""
+        """Begin the first, whole scan now, in a child process (orchestrator/scan_child.py):
+        reading and hashing the tree there leaves the coordinator's loop and GIL alone. The
+        first `refresh` waits for it; without `start`, that refresh starts it."""
+        with self._lock:
+            if not self._closed and self._child is None and self.full_scans == 0:
+                self._spawn()
 
-        def first() -> None:
-            with contextlib.suppress(ScanStopped, OSError):
-                self.refresh()
+    def _spawn(self) -> None:
+        self._fd = _inotify().inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+        indexes = (
+            []
+            if self.index_dir is None
+            else [[str(root), str(self._index_path(root))] for root in self.roots]
+        )
+        spec = {
+            "roots": [str(root) for root in self.roots],
+            "store": str(self.store.root),
+            "indexes": indexes,
+            "skip": [str(path) for path in self.skip],
+            "inotify": self._fd,
+        }
+        answer = tempfile.TemporaryFile()  # noqa: SIM115 - kept open until adopted
+        try:
+            child = subprocess.Popen(
+                [sys.executable, "-m", "orchestrator.scan_child", json.dumps(spec)],
+                stdin=subprocess.DEVNULL,
+                stdout=answer,
+                stderr=subprocess.DEVNULL,
+                pass_fds=(self._fd,) if self._fd >= 0 else (),
+                cwd=_PACKAGE_PARENT,
+            )
+        except OSError:
+            answer.close()
+            return  # the first refresh scans in this process
+        self._child, self._process = (child, answer), child
 
-        threading.Thread(target=first, name="change-scan", daemon=True).start()
+    def _adopt(self) -> bool:
+        """Wait for the child's scan and take it over; False when there is none to take (it
+        failed or was never started: the caller scans in this process).
+
+        **Errors:** `ScanStopped` when `close` stopped the child.
+        """
+        if self._child is None:
+            return False
+        child, answer = self._child
+        self._child = None
+        with answer:
+            code = child.wait()
+            if self._closed:
+                raise ScanStopped
+            if code != 0:
+                return False
+            try:
+                answer.seek(0)
+                data = json.loads(answer.read())
+                entries: dict[Key, Entry] = {}
+                for root, rel, kind, mode, sha, target, size, mtime, ctime, ino in data["entries"]:
+                    if kind not in ("file", "link", "dir", "other"):
+                        raise ValueError(f"unknown kind {kind!r}")
+                    stamp = (int(size), int(mtime), int(ctime), int(ino))
+                    entries[(str(root), str(rel))] = Entry(kind, int(mode), sha, target, stamp)
+                watches = {
+                    int(wd): (Path(root), str(prefix)) for wd, root, prefix in data["watches"]
+                }
+                complete, degraded = bool(data["complete"]), bool(data["degraded"])
+            except (OSError, ValueError, TypeError, KeyError):
+                return False
+        self.full_scans += 1
+        self.entries, self.complete = entries, complete
+        self._watches, self._degraded = watches, degraded
+        return True
 
     def refresh(self) -> Scan:
         """The roots now (a copy: later refreshes do not change it). Blocking.
@@ -389,14 +466,25 @@ class TreeState:
         with self._lock:
             if self._closed:
                 raise ScanStopped
-            if self._fd < 0 or self._degraded or not self._drain():
+            if self.full_scans == 0 and self._child is None:
+                self._spawn()
+            if self._child is not None:
+                self._adopt()  # without an answer, the scan below is the first
+            if self.full_scans == 0 or self._fd < 0 or self._degraded or not self._drain():
                 self._full()
             return Scan(dict(self.entries), self.complete)
 
     def close(self) -> None:
         """Stop watching, after a scan in progress stopped; keep the stamps for next time."""
         self._closed = True
+        if self._process is not None and self._process.returncode is None:
+            with contextlib.suppress(OSError):
+                self._process.kill()  # its pack stays unindexed: ignored (content_store.py)
         with self._lock:
+            if self._child is not None:
+                self._child[0].wait()
+                self._child[1].close()
+                self._child = None
             self._unwatch()
             if self.index_dir is not None and self.entries:
                 with contextlib.suppress(OSError):
@@ -432,18 +520,10 @@ class TreeState:
         return self.index_dir / (hashlib.sha256(os.fsencode(root)).hexdigest()[:32] + ".json")
 
     def _load_index(self) -> dict[Key, Entry]:
+        assert self.index_dir is not None
         known: dict[Key, Entry] = {}
         for root in self.roots:
-            try:
-                data = json.loads(self._index_path(root).read_bytes())
-                if data.get("root") != str(root):
-                    continue
-                for rel, (mode, sha, size, mtime, ctime, ino) in data["files"].items():
-                    if isinstance(sha, str):  # a blob gone since: an undo refuses it
-                        stamp = (int(size), int(mtime), int(ctime), int(ino))
-                        known[(str(root), rel)] = Entry("file", int(mode), sha, stamp=stamp)
-            except (OSError, ValueError, TypeError, KeyError, AttributeError):
-                continue  # no cache, or a damaged one: the scan reads the files
+            known.update(load_index(root, self._index_path(root)))
         return known
 
     def _save_index(self) -> None:
@@ -463,8 +543,7 @@ class TreeState:
     def _watch(self, root: Path, prefix: str, dir_fd: int) -> None:
         if self._fd < 0 or self._degraded:
             return
-        # The descriptor's own directory, whatever its path became since it was opened.
-        wd = _inotify().inotify_add_watch(self._fd, f"/proc/self/fd/{dir_fd}".encode(), _WATCHED)
+        wd = watch_directory(self._fd, dir_fd)
         if wd < 0:
             self._degraded = True  # ENOSPC (the watch limit) or worse: scan every time
             return
@@ -556,6 +635,30 @@ class TreeState:
             below = key[1] + "/"
             for other in [k for k in self.entries if k[0] == key[0] and k[1].startswith(below)]:
                 del self.entries[other]
+
+
+def load_index(root: Path, index: Path) -> dict[Key, Entry]:
+    """The stamps a former session kept for `root` in `index` (empty when absent or damaged:
+    the scan then reads the files)."""
+    known: dict[Key, Entry] = {}
+    try:
+        data = json.loads(index.read_bytes())
+        if data.get("root") != str(root):
+            return {}
+        for rel, (mode, sha, size, mtime, ctime, ino) in data["files"].items():
+            if isinstance(sha, str):  # a blob gone since: an undo refuses it
+                stamp = (int(size), int(mtime), int(ctime), int(ino))
+                known[(str(root), rel)] = Entry("file", int(mode), sha, stamp=stamp)
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return {}
+    return known
+
+
+def watch_directory(inotify_fd: int, dir_fd: int) -> int:
+    """Watch the directory open as `dir_fd` (whatever its path became since it was opened)
+    on `inotify_fd`: its watch descriptor, negative on failure (ENOSPC: the watch limit)."""
+    wd: int = _inotify().inotify_add_watch(inotify_fd, f"/proc/self/fd/{dir_fd}".encode(), _WATCHED)
+    return wd
 
 
 def open_parent(root: Path, rel: str, *, create: bool = False) -> tuple[int, str] | None:
