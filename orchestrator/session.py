@@ -21,10 +21,11 @@ write interrupts the run, which ends `io_error` (exit 8).
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +35,7 @@ import structlog
 import trio
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from orchestrator import store_gc
 from orchestrator.audit import AuditLog
 from orchestrator.changes import ChangeRecorder, RecordingRunner, change_log_path
 from orchestrator.compaction import Compaction, Compactor
@@ -724,6 +726,9 @@ async def open_session(
         )
         denials = DenialLog()
         subagent_spend: dict[str, ModelUsage] = {}
+        # Last out: the store's hold is let go, then a collection runs when one is due.
+        stack.callback(store_gc.collect_when_due, dirs.state, dirs.objects, dirs.sessions)
+        stack.enter_context(store_gc.hold(dirs.objects))
         changes = ChangeRecorder(
             (cwd, *policy.writable_roots()),
             ContentStore(dirs.objects),
@@ -732,7 +737,6 @@ async def open_session(
             index_dir=dirs.state / "scans",
             skip=(dirs.state, dirs.config),
         )
-        changes.tree.start()  # the first scan overlaps the first model request
         stack.callback(changes.close)
         stack.callback(changes.end_turn)  # a turn cut short by the session's end
         sinks: list[EventSink] = [
@@ -823,6 +827,8 @@ async def open_session(
                 sdk_agents=parts.host.agents if parts.host is not None else None,
             )
             registry = registry.with_tools([dispatch])
+        if _may_write(policy.mode, registry, servers is not None, changes.tree.roots):
+            changes.tree.start()  # the first scan overlaps the first model request
         printer.init(
             cwd=str(cwd),
             model=model.model,
@@ -941,6 +947,25 @@ _TOOL_ALIASES = {"Task": DISPATCH_AGENT, "Agent": DISPATCH_AGENT}
 def tool_names(names: tuple[str, ...]) -> tuple[str, ...]:
     """`--tools` names with Claude Code's spellings mapped to Warren's."""
     return tuple(_TOOL_ALIASES.get(name, name) for name in names)
+
+
+def _may_write(mode: str, registry: ToolRegistry, mcp: bool, roots: Sequence[Path]) -> bool:
+    """Whether a call of this session can change the writable roots at all: not in plan mode
+    (until the user leaves it: the first writing call then scans, and waits), not with only
+    reading tools, not on read-only file systems. The first scan costs a whole tree's read:
+    a session that cannot write does not pay it."""
+    if mode == "plan":
+        return False
+    if not mcp and all(tool.facts.family in ("read", "meta") for tool in registry):
+        return False
+    return any(not _read_only_fs(root) for root in roots)
+
+
+def _read_only_fs(root: Path) -> bool:
+    try:
+        return bool(os.statvfs(root).f_flag & os.ST_RDONLY)
+    except OSError:
+        return True  # a root that is not there: nothing in it to record
 
 
 def _only_tools(registry: ToolRegistry, names: tuple[str, ...]) -> ToolRegistry:
