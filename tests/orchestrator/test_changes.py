@@ -5,12 +5,18 @@ content is damaged in the store refuses and changes nothing."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import random
+import time
 from pathlib import Path
 
-from orchestrator.changes import ChangeRecorder, change_log_path, diff
+from orchestrator.changes import ChangeRecorder, append_record, change_log_path, diff
 from orchestrator.content_store import ContentStore
+from orchestrator.session import _may_write
+from orchestrator.store_gc import collect, hold
+from orchestrator.tools.registry import builtin_tools
 from orchestrator.tree_state import Entry, Key, TreeState, scan
 from orchestrator.undo import undo_last_turn
 
@@ -155,3 +161,81 @@ def test_warren_state_inside_the_workspace_is_never_scanned(tmp_path: Path) -> N
     for scanned in (first, second):
         assert not any(rel.startswith(".local/state/warren") for _, rel in scanned.entries)
     assert [c.key[1] for c in diff(first.entries, second.entries)] == ["notes.txt"]
+
+
+def test_the_first_scan_runs_in_a_child_and_misses_nothing_changed_while_it_ran(
+    tmp_path: Path,
+) -> None:
+    """Reading the tree happens in another process (the pack it writes names its pid), and
+    the watches it set report to this one: changes made while it ran, and after, are seen."""
+    ws = tmp_path / "ws"
+    for d in range(10):
+        (ws / f"d{d}").mkdir(parents=True)
+        for i in range(30):
+            (ws / f"d{d}" / f"{i}.txt").write_text(f"{d} {i}")
+    store = ContentStore(tmp_path / "objects")
+    tree = TreeState([ws], store)
+    rng = random.Random(9)
+    try:
+        tree.start()
+        for _ in range(10):  # while the child starts and reads
+            _mutate(ws, rng)
+        first = tree.refresh()
+        assert _content(first.entries) == _content(scan([ws], store).entries)
+        for _ in range(10):  # after: only the child's watches can report these
+            _mutate(ws, rng)
+        assert _content(tree.refresh().entries) == _content(scan([ws], store).entries)
+        assert tree.full_scans == 1
+    finally:
+        tree.close()
+    packs = list((tmp_path / "objects" / "packs").glob("*.pack"))
+    assert packs and all(p.name.split("-")[1] != str(os.getpid()) for p in packs)
+
+
+def test_sessions_that_cannot_write_do_not_scan(tmp_path: Path) -> None:
+    tools = builtin_tools()
+    readers = tools.only(lambda tool: tool.facts.family in ("read", "meta"))
+    assert _may_write("default", tools, False, [tmp_path])
+    assert not _may_write("plan", tools, False, [tmp_path])
+    assert not _may_write("default", readers, False, [tmp_path])
+    assert _may_write("default", readers, True, [tmp_path])  # MCP tools may write
+    assert not _may_write("default", tools, False, [tmp_path / "gone"])  # no root to write
+
+
+def test_the_store_keeps_what_an_undo_can_need_and_prunes_the_rest(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    objects, sessions, scans = state / "objects", state / "sessions", state / "scans"
+    store = ContentStore(objects)
+    for name in ("older", "newer"):  # each workspace's latest stamps: one 3000-byte file
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "f.txt").write_text(name[0] * 3000)
+        tree = TreeState([tmp_path / name], store, scans)
+        tree.refresh()
+        tree.close()
+    stamps = {json.loads(p.read_bytes())["root"]: p for p in scans.glob("*.json")}
+    t = time.time()
+    os.utime(stamps[str(tmp_path / "older")], (t - 100, t - 100))
+    recent, stale, unused = (store.put(text)[0] for text in (b"recent", b"stale", b"unused"))
+    for session, sha, age in (("recent", recent, 0), ("stale", stale, 40 * 86400)):
+        log = sessions / f"{session}.changes.jsonl"
+        before = {"kind": "file", "mode": 0o644, "sha": sha}
+        change = {"root": str(tmp_path), "path": "x", "before": before, "after": None}
+        append_record(log, {"type": "turn", "turn": 1, "changes": [change]})
+        os.utime(log, (t - age, t - age))
+    older, newer = (hashlib.sha256(c * 3000).hexdigest() for c in (b"o", b"n"))
+
+    with hold(objects):  # a session is running: nothing goes
+        assert not collect(state, objects, sessions).ran
+    assert all(ContentStore(objects).has(sha) for sha in (older, newer, recent, stale, unused))
+
+    assert collect(state, objects, sessions).ran
+    after = ContentStore(objects)
+    assert [after.has(sha) for sha in (older, newer, recent, stale, unused)] == [
+        True, True, True, False, False
+    ]  # fmt: skip
+
+    capped = collect(state, objects, sessions, max_bytes=3000 + len(b"recent"))
+    after = ContentStore(objects)
+    assert [after.has(sha) for sha in (older, newer, recent)] == [False, True, True]
+    assert not stamps[str(tmp_path / "older")].exists()  # its next session reads it again
+    assert capped.kept == 3000 + len(b"recent")
