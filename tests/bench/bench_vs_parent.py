@@ -7,7 +7,10 @@ request no more than 30 ms slower).
 Builds REV in a temporary git worktree (its own `.venv`), then runs the real `warren -p` of
 both trees, interleaved, against one fake Messages API server on 127.0.0.1:
 
-- launch -> first request: the median over the rounds of each tree;
+- launch -> first request: the median over the rounds of each tree, and the CPU time the
+  coordinator process itself used until then (its own, not its children's: on a loaded
+  machine the steadier figure), each launch with a fresh state directory, so a tree that
+  scans the workspace at start-up (change sets) scans all 10,000 files;
 - per tool call: a 10,000-file git workspace (fresh copy per run), a scripted session of
   Read / Grep / read-only Bash / Edit / writable Bash calls (one per turn); the cost of a call
   is the gap between the end of the reply that asked for it and the arrival of the next
@@ -121,9 +124,9 @@ def cpu_by_process(pid: int) -> dict[str, float]:
 
 
 def run_once(tree: Path, replies: list[Reply], ws: Path, env: dict[str, str],
-             extra: list[str]) -> tuple[float, list[float], list[dict[str, float]]]:
-    """Launch -> first request, the gap before each later request, and the CPU each process
-    used in each gap."""
+             extra: list[str]) -> tuple[float, float, list[float], list[dict[str, float]]]:
+    """Launch -> first request, the coordinator's CPU until then, the gap before each later
+    request, and the CPU each process used in each gap."""
     samples: list[dict[str, float]] = []
     running: list[subprocess.Popen[str]] = []
 
@@ -149,7 +152,7 @@ def run_once(tree: Path, replies: list[Reply], ws: Path, env: dict[str, str],
         gaps.append(after.started_at - before.ended_at)
     cpu = [{k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
            for before, after in itertools.pairwise(samples)]
-    return launch, gaps, cpu
+    return launch, samples[0].get("coordinator", 0.0), gaps, cpu
 
 
 PACKAGES = ("orchestrator", "workers", "sandbox", "policies")
@@ -178,6 +181,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base", required=True, help="the commit to compare with")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--launch-only", action="store_true",
+                        help="measure only launch -> first request (no per-call session)")
     args = parser.parse_args()
 
     scratch = Path(tempfile.mkdtemp(prefix="warren-bench-", dir="/var/tmp"))
@@ -192,17 +197,25 @@ def main() -> None:
         env = {**os.environ, "XDG_STATE_HOME": str(state), "ANTHROPIC_API_KEY": "sk-bench"}
         before = load()
         launches: dict[str, list[float]] = defaultdict(list)
+        launch_cpu: dict[str, list[float]] = defaultdict(list)
         per_kind: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
         cpu_kind: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-        for _ in range(args.rounds):
+        for round_ in range(args.rounds):
             for label, tree in trees.items():
-                launch, _, _ = run_once(tree, [Reply.text("hi")], pristine, env, [])
+                fresh = scratch / f"state-{label}-{round_}"
+                fresh.mkdir()
+                launch, cpu_used, _, _ = run_once(
+                    tree, [Reply.text("hi")], pristine, {**env, "XDG_STATE_HOME": str(fresh)}, []
+                )
                 launches[label].append(launch)
+                launch_cpu[label].append(cpu_used)
+                if args.launch_only:
+                    continue
                 ws = scratch / f"ws-{label}"
                 shutil.rmtree(ws, ignore_errors=True)
                 shutil.copytree(pristine, ws, symlinks=True)
                 replies, kinds = script(ws)
-                _, gaps, cpu = run_once(tree, replies, ws, env, ["--permission-mode", "bypass"])
+                _, _, gaps, cpu = run_once(tree, replies, ws, env, ["--permission-mode", "bypass"])
                 for kind, gap in zip(kinds, gaps, strict=False):
                     per_kind[label][kind].append(gap)
                 # The first call's CPU holds the tool hosts' start-up: left out.
@@ -213,6 +226,11 @@ def main() -> None:
         b, t = statistics.median(launches["base"]), statistics.median(launches["this"])
         print(f"launch -> first request: base {b * 1000:.0f} ms, this {t * 1000:.0f} ms, "
               f"difference {(t - b) * 1000:+.0f} ms (budget +30 ms)")
+        b, t = statistics.median(launch_cpu["base"]), statistics.median(launch_cpu["this"])
+        print(f"coordinator CPU until the first request: base {b * 1000:.0f} ms, "
+              f"this {t * 1000:.0f} ms, difference {(t - b) * 1000:+.0f} ms")
+        if args.launch_only:
+            return
         for kind in per_kind["base"]:
             b = statistics.median(per_kind["base"][kind])
             t = statistics.median(per_kind["this"][kind])
