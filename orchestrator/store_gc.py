@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = [
+    "GRACE_SECONDS",
     "INTERVAL_SECONDS",
     "MAX_AGE_DAYS",
     "MAX_STORE_BYTES",
@@ -49,6 +50,10 @@ MAX_STORE_BYTES = 1 << 30
 
 INTERVAL_SECONDS = 24 * 3600
 """How often a session's end collects (`warren undo --gc` collects at once)."""
+
+GRACE_SECONDS = 3600
+"""Loose objects and unindexed packs younger than this are left (a session that started
+during a collection writes them)."""
 
 _LOCK = ".lock"
 _STAMP = ".collected"
@@ -87,8 +92,10 @@ def hold(objects: Path) -> Iterator[None]:
     fd = _lock_fd(objects)
     try:
         if fd >= 0:
+            # Never waiting (a launch must not wait for a collection): during one, what this
+            # session writes is younger than `GRACE_SECONDS`, which a collection leaves.
             with contextlib.suppress(OSError):
-                fcntl.flock(fd, fcntl.LOCK_SH)
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         yield
     finally:
         if fd >= 0:
@@ -181,7 +188,7 @@ def _collect(
         if index is not None:
             with contextlib.suppress(OSError):
                 index.unlink()  # its next session reads the files again
-    removed, freed = _sweep(objects, set(counts))
+    removed, freed = _sweep(objects, set(counts), time.time() - GRACE_SECONDS)
     return Collected(ran=True, removed=removed, freed=freed, kept=kept)
 
 
@@ -223,15 +230,19 @@ def _packed(objects: Path) -> dict[str, tuple[Path, int, int]]:
     return where
 
 
-def _sweep(objects: Path, live: set[str]) -> tuple[int, int]:
-    """Delete what is not `live`: (objects removed, bytes freed)."""
+def _sweep(objects: Path, live: set[str], young: float) -> tuple[int, int]:
+    """Delete what is not `live` (loose objects and unindexed packs changed since `young`
+    excepted): (objects removed, bytes freed)."""
     removed = freed = 0
     for shard in objects.glob("[0-9a-f][0-9a-f]"):
         for blob in shard.iterdir():
             sha = shard.name + blob.name
             if blob.name.startswith(".tmp-") or sha not in live:
                 with contextlib.suppress(OSError):
-                    size = blob.stat().st_size
+                    info = blob.stat()
+                    if info.st_mtime >= young:
+                        continue
+                    size = info.st_size
                     blob.unlink()
                     removed, freed = removed + 1, freed + size
     packs = objects / "packs"
@@ -243,7 +254,11 @@ def _sweep(objects: Path, live: set[str]) -> tuple[int, int]:
                 for sha, (at, size) in json.loads(idx.read_bytes()).items()
             }
         except (OSError, ValueError, TypeError, AttributeError):
-            index = {}  # a pack never indexed (its scan was stopped): nothing in it is known
+            # Never indexed: its scan was stopped, or is still running.
+            with contextlib.suppress(OSError):
+                if pack.stat().st_mtime >= young:
+                    continue
+            index = {}
         dead = {sha: size for sha, (_, size) in index.items() if sha not in live}
         total = pack.stat().st_size
         if len(dead) == len(index):

@@ -223,6 +223,9 @@ def test_the_store_keeps_what_an_undo_can_need_and_prunes_the_rest(tmp_path: Pat
         append_record(log, {"type": "turn", "turn": 1, "changes": [change]})
         os.utime(log, (t - age, t - age))
     older, newer = (hashlib.sha256(c * 3000).hexdigest() for c in (b"o", b"n"))
+    for blob in objects.glob("??/*"):  # older than the grace a collection leaves
+        os.utime(blob, (t - 7200, t - 7200))
+    young = store.put(b"young: a session may be writing it now")[0]
 
     with hold(objects):  # a session is running: nothing goes
         assert not collect(state, objects, sessions).ran
@@ -230,8 +233,8 @@ def test_the_store_keeps_what_an_undo_can_need_and_prunes_the_rest(tmp_path: Pat
 
     assert collect(state, objects, sessions).ran
     after = ContentStore(objects)
-    assert [after.has(sha) for sha in (older, newer, recent, stale, unused)] == [
-        True, True, True, False, False
+    assert [after.has(sha) for sha in (older, newer, recent, stale, unused, young)] == [
+        True, True, True, False, False, True
     ]  # fmt: skip
 
     capped = collect(state, objects, sessions, max_bytes=3000 + len(b"recent"))
