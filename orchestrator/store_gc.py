@@ -70,14 +70,14 @@ class Collected:
     freed: int = 0
     """Bytes freed."""
     kept: int = 0
-    """Bytes the store holds after."""
+    """Bytes of the contents kept."""
 
     def line(self) -> str:
         if not self.ran:
             return "the content store is in use by a session; nothing removed (try again later)"
         return (
             f"removed {self.removed} stored contents ({_mib(self.freed)}); "
-            f"the store holds {_mib(self.kept)}"
+            f"{_mib(self.kept)} of contents kept"
         )
 
 
