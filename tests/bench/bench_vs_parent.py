@@ -9,8 +9,9 @@ both trees, interleaved, against one fake Messages API server on 127.0.0.1:
 
 - launch -> first request: the median over the rounds of each tree, and the CPU time the
   coordinator process itself used until then (its own, not its children's: on a loaded
-  machine the steadier figure), each launch with a fresh state directory, so a tree that
-  scans the workspace at start-up (change sets) scans all 10,000 files;
+  machine the steadier figure), each launch with the change scans' stamps and stored
+  contents removed from the state directory, so a tree that scans the workspace at start-up
+  (change sets) reads all 10,000 files, as in a workspace never seen;
 - per tool call: a 10,000-file git workspace (fresh copy per run), a scripted session of
   Read / Grep / read-only Bash / Edit / writable Bash calls (one per turn); the cost of a call
   is the gap between the end of the reply that asked for it and the arrival of the next
@@ -200,13 +201,11 @@ def main() -> None:
         launch_cpu: dict[str, list[float]] = defaultdict(list)
         per_kind: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
         cpu_kind: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-        for round_ in range(args.rounds):
+        for _ in range(args.rounds):
             for label, tree in trees.items():
-                fresh = scratch / f"state-{label}-{round_}"
-                fresh.mkdir()
-                launch, cpu_used, _, _ = run_once(
-                    tree, [Reply.text("hi")], pristine, {**env, "XDG_STATE_HOME": str(fresh)}, []
-                )
+                for kept in ("scans", "objects"):
+                    shutil.rmtree(state / "warren" / kept, ignore_errors=True)
+                launch, cpu_used, _, _ = run_once(tree, [Reply.text("hi")], pristine, env, [])
                 launches[label].append(launch)
                 launch_cpu[label].append(cpu_used)
                 if args.launch_only:
