@@ -18,9 +18,6 @@ git's own state), nor Warren's own state.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
-import functools
 import hashlib
 import json
 import os
@@ -37,6 +34,8 @@ from pathlib import Path
 from typing import IO, Any, Literal
 
 from orchestrator.content_store import ContentStore
+from sandbox.libc import libc
+from sandbox.safe_read import read_at_most
 
 __all__ = [
     "MAX_KEPT_BYTES",
@@ -292,7 +291,7 @@ def _keep(
         before = os.fstat(fd)
         if not stat.S_ISREG(before.st_mode) or _stamp(before) != _stamp(info):
             return None  # swapped or changed since the stat
-        data = _read_at_most(fd, MAX_KEPT_BYTES + 1)
+        data = read_at_most(fd, MAX_KEPT_BYTES + 1)
         if len(data) > MAX_KEPT_BYTES or _stamp(os.fstat(fd)) != _stamp(info):
             return None
     except OSError:
@@ -306,18 +305,6 @@ def _keep(
     if new:
         budget[0] -= len(data)
     return sha
-
-
-def _read_at_most(fd: int, limit: int) -> bytes:
-    chunks: list[bytes] = []
-    want = limit
-    while want > 0:
-        chunk = os.read(fd, min(want, 1 << 20))
-        if not chunk:
-            break
-        chunks.append(chunk)
-        want -= len(chunk)
-    return b"".join(chunks)
 
 
 # -- watching --------------------------------------------------------------------------------
@@ -394,7 +381,7 @@ class TreeState:
                 self._spawn()
 
     def _spawn(self) -> None:
-        self._fd = _inotify().inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._fd = libc().inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
         indexes = (
             []
             if self.index_dir is None
@@ -504,7 +491,7 @@ class TreeState:
         known = self.entries
         if not known and self.index_dir is not None:
             known = self._load_index()
-        self._fd = _inotify().inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._fd = libc().inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
         on_dir = self._watch if self._fd >= 0 else None
         with self.store.packing():
             result = scan(
@@ -657,7 +644,7 @@ def load_index(root: Path, index: Path) -> dict[Key, Entry]:
 def watch_directory(inotify_fd: int, dir_fd: int) -> int:
     """Watch the directory open as `dir_fd` (whatever its path became since it was opened)
     on `inotify_fd`: its watch descriptor, negative on failure (ENOSPC: the watch limit)."""
-    wd: int = _inotify().inotify_add_watch(inotify_fd, f"/proc/self/fd/{dir_fd}".encode(), _WATCHED)
+    wd: int = libc().inotify_add_watch(inotify_fd, f"/proc/self/fd/{dir_fd}".encode(), _WATCHED)
     return wd
 
 
@@ -685,8 +672,3 @@ def open_parent(root: Path, rel: str, *, create: bool = False) -> tuple[int, str
         os.close(fd)
         raise
     return fd, name
-
-
-@functools.cache
-def _inotify() -> ctypes.CDLL:
-    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)

@@ -48,6 +48,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sandbox.libc import libc
+
 __all__ = [
     "GUARD_MESSAGE",
     "STALE_TEMPORARY",
@@ -301,18 +303,6 @@ _IN_CLOEXEC = os.O_CLOEXEC
 _MASK = _IN_CREATE | _IN_MOVED_TO | _IN_ONLYDIR | _IN_DONT_FOLLOW
 _EVENT = struct.Struct("iIII")
 
-_libc: ctypes.CDLL | None = None
-
-
-def _lib() -> ctypes.CDLL:
-    """The C library already loaded into this process (`dlopen(NULL)`). Not
-    `ctypes.util.find_library("c")`: that forks and execs `ldconfig -p` (or a compiler), a
-    process start on the launch path of every session."""
-    global _libc
-    if _libc is None:
-        _libc = ctypes.CDLL(None, use_errno=True)
-    return _libc
-
 
 class WorkspaceGuard:
     """Watches writable roots and undoes protected creations. Not thread-safe: one drainer."""
@@ -351,7 +341,7 @@ class WorkspaceGuard:
         """Watch `roots` (resolved directories) and walk them once. Never raises for the
         file system: a guard that cannot use inotify scans at each drain instead."""
         guard = cls(roots, ProtectedNames.of(protected), quarantine)
-        fd = _lib().inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
+        fd = libc().inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
         if fd < 0:
             guard.degraded = True
         guard._fd = fd
@@ -391,7 +381,7 @@ class WorkspaceGuard:
     def _watch(self, path: Path) -> None:
         if self._fd < 0:
             return
-        wd = _lib().inotify_add_watch(self._fd, os.fsencode(path), _MASK)
+        wd = libc().inotify_add_watch(self._fd, os.fsencode(path), _MASK)
         if wd < 0:
             if ctypes.get_errno() == errno.ENOSPC:
                 self.degraded = True

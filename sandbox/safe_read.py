@@ -16,7 +16,7 @@ import errno
 import os
 import stat
 
-__all__ = ["NotARegularFile", "read_bounded_regular"]
+__all__ = ["NotARegularFile", "read_at_most", "read_bounded_regular"]
 
 
 class NotARegularFile(OSError):
@@ -44,15 +44,21 @@ def read_bounded_regular(path: str | os.PathLike[str], limit: int) -> tuple[byte
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise NotARegularFile(0, "is not a regular file", str(path))
-        chunks: list[bytes] = []
-        want = limit + 1
-        while want > 0:
-            chunk = os.read(fd, min(want, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            want -= len(chunk)
+        data = read_at_most(fd, limit + 1)
     finally:
         os.close(fd)
-    data = b"".join(chunks)
     return data[:limit], len(data) > limit
+
+
+def read_at_most(fd: int, limit: int) -> bytes:
+    """Up to `limit` bytes from the open `fd`, fewer only at its end (a short read is not
+    the end)."""
+    chunks: list[bytes] = []
+    want = limit
+    while want > 0:
+        chunk = os.read(fd, min(want, 1 << 20))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        want -= len(chunk)
+    return b"".join(chunks)
