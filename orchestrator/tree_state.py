@@ -408,6 +408,9 @@ class TreeState:
             answer.close()
             return  # the first refresh scans in this process
         self._child, self._process = (child, answer), child
+        # Reaped when it ends, not when its answer is adopted: a session that never writes
+        # would otherwise keep a zombie for its whole life.
+        threading.Thread(target=child.wait, name="scan-child-reaper", daemon=True).start()
 
     def _adopt(self) -> bool:
         """Wait for the child's scan and take it over; False when there is none to take (it
