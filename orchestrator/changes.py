@@ -18,7 +18,7 @@ import contextlib
 import json
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -79,16 +79,30 @@ def _is_plain_relative(path: str) -> bool:
     return bool(path) and all(part not in ("", ".", "..") for part in parts) and "\0" not in path
 
 
-def diff(before: Mapping[Key, Entry], after: Mapping[Key, Entry]) -> list[Change]:
-    """What changed from `before` to `after`, sorted by root and path."""
+def diff(
+    before: Mapping[Key, Entry], after: Mapping[Key, Entry], keys: Iterable[Key] | None = None
+) -> list[Change]:
+    """What changed from `before` to `after`, sorted by root and path: among `keys` only when
+    given (the names the refreshes in between touched, so a call costs what it changed, not
+    the size of the tree)."""
     changes = []
-    for key, new in after.items():
-        old = before.get(key)
-        if old is new:
-            continue  # the scan reused the entry: same stamp, same content
-        if old is None or not old.same_content(new):
-            changes.append(Change(key, old, new))
-    changes.extend(Change(key, before[key], None) for key in before.keys() - after.keys())
+    if keys is None:
+        for key, new in after.items():
+            old = before.get(key)
+            if old is new:
+                continue  # the scan reused the entry: same stamp, same content
+            if old is None or not old.same_content(new):
+                changes.append(Change(key, old, new))
+        changes.extend(Change(key, before[key], None) for key in before.keys() - after.keys())
+    else:
+        for key in keys:
+            old, found = before.get(key), after.get(key)
+            if old is found:
+                continue
+            if found is None:
+                changes.append(Change(key, old, None))
+            elif old is None or not old.same_content(found):
+                changes.append(Change(key, old, found))
     changes.sort(key=lambda change: change.key)
     return changes
 
@@ -172,6 +186,8 @@ class ChangeRecorder:
         self._turn_start: Scan | None = None
         self._tool_use_ids: list[str] = []
         self._changes: list[Change] = []
+        self._turn_keys: set[Key] | None = None
+        """The names the refreshes since the turn's first scan touched (None: any)."""
         self._turns = 0
         self.scan_seconds = 0.0
         """Time spent scanning, summed (tests/bench/bench_changes.py reads it)."""
@@ -189,7 +205,14 @@ class ChangeRecorder:
     def _refresh(self, start: Scan | None) -> tuple[Scan, list[Change]]:
         """A refresh, and the turn's changes so far (worked out here, off the event loop)."""
         result = self.tree.refresh()
-        return result, [] if start is None else diff(start.entries, result.entries)
+        if start is None:  # the turn's first scan
+            self._turn_keys = set()
+            return result, []
+        if result.touched is None or self._turn_keys is None:
+            self._turn_keys = None
+        else:
+            self._turn_keys |= result.touched
+        return result, diff(start.entries, result.entries, self._turn_keys)
 
     async def before_call(self, tool_use_id: str) -> None:
         async with self._lock:

@@ -135,6 +135,9 @@ class Scan:
     entries: dict[Key, Entry]
     complete: bool = True
     """False when `MAX_SCAN_ENTRIES` stopped the walk (changes past it are not seen)."""
+    touched: frozenset[Key] | None = None
+    """The names that may differ from the previous refresh's (the ones inotify named and
+    what lies below them); None: any may (a whole scan)."""
 
 
 def scan(
@@ -361,6 +364,8 @@ class TreeState:
         self.skip = tuple(Path(os.path.abspath(p)) for p in skip)
         self.entries: dict[Key, Entry] = {}
         self.complete = True
+        self._touched: set[Key] | None = None
+        """The names set or dropped since the last refresh; None after a whole scan."""
         self.full_scans = 0
         """How many whole scans ran (tests/bench/bench_changes.py reports it)."""
         self._fd = -1
@@ -444,7 +449,7 @@ class TreeState:
             except (OSError, ValueError, TypeError, KeyError):
                 return False
         self.full_scans += 1
-        self.entries, self.complete = entries, complete
+        self.entries, self.complete, self._touched = entries, complete, None
         self._watches, self._degraded = watches, degraded
         return True
 
@@ -462,7 +467,12 @@ class TreeState:
                 self._adopt()  # without an answer, the scan below is the first
             if self.full_scans == 0 or self._fd < 0 or self._degraded or not self._drain():
                 self._full()
-            return Scan(dict(self.entries), self.complete)
+            touched, self._touched = self._touched, set()
+            return Scan(
+                dict(self.entries),
+                self.complete,
+                None if touched is None else frozenset(touched),
+            )
 
     def close(self) -> None:
         """Stop watching, after a scan in progress stopped; keep the stamps for next time."""
@@ -500,7 +510,7 @@ class TreeState:
             result = scan(
                 self.roots, self.store, known, on_dir=on_dir, stop=self._stopping, skip=self.skip
             )
-        self.entries, self.complete = result.entries, result.complete
+        self.entries, self.complete, self._touched = result.entries, result.complete, None
 
     def _stopping(self) -> bool:
         return self._closed
@@ -598,7 +608,7 @@ class TreeState:
                 self._scan_below(key, dir_fd, name, budget)
             elif entry.kind != "dir" and old is not None and old.kind == "dir":
                 self._forget(key)
-            self.entries[key] = entry
+            self._set(key, entry)
         finally:
             os.close(dir_fd)
 
@@ -613,18 +623,26 @@ class TreeState:
             left_out = _below(Path(root), self.skip)
             for sub, sub_name, info, sub_parent in _walk(fd, rel + "/", on_dir, left_out):
                 sub_key = (root, sub)
-                self.entries[sub_key] = _entry(
-                    sub_parent, sub_name, info, self.entries.get(sub_key), self.store, budget
-                )
+                old = self.entries.get(sub_key)
+                self._set(sub_key, _entry(sub_parent, sub_name, info, old, self.store, budget))
         finally:
             os.close(fd)
+
+    def _set(self, key: Key, entry: Entry) -> None:
+        self.entries[key] = entry
+        if self._touched is not None:
+            self._touched.add(key)
 
     def _forget(self, key: Key) -> None:
         """Drop `key` and, when it was a directory, everything below it."""
         if self.entries.pop(key, None) is not None:
             below = key[1] + "/"
-            for other in [k for k in self.entries if k[0] == key[0] and k[1].startswith(below)]:
+            gone = [k for k in self.entries if k[0] == key[0] and k[1].startswith(below)]
+            for other in gone:
                 del self.entries[other]
+            if self._touched is not None:
+                self._touched.add(key)
+                self._touched.update(gone)
 
 
 def load_index(root: Path, index: Path) -> dict[Key, Entry]:

@@ -1,7 +1,8 @@
 """The scans behind per-turn change sets (orchestrator/tree_state.py) and the undo's refusals,
 in process on real files: the inotify-kept tree equals a fresh whole scan after every kind of
-change; links and FIFOs are recorded without being followed or opened; an undo whose old
-content is damaged in the store refuses and changes nothing."""
+change, and a turn's changes worked out from the names touched equal a whole comparison;
+links and FIFOs are recorded without being followed or opened; an undo whose old content is
+damaged in the store refuses and changes nothing."""
 
 from __future__ import annotations
 
@@ -79,12 +80,23 @@ def test_the_watched_tree_equals_a_whole_scan_after_every_kind_of_change(tmp_pat
     tree = TreeState([ws], store)
     rng = random.Random(17)
     try:
-        tree.refresh()
-        for _ in range(40):
+        start = tree.refresh()
+        touched: set[Key] = set()
+        for batch in range(40):
             for _ in range(rng.randrange(1, 4)):
                 _mutate(ws, rng)
             kept = tree.refresh()
             assert _content(kept.entries) == _content(scan([ws], store).entries)
+            # A turn's changes worked out from the names the refreshes touched are the ones a
+            # comparison of the whole tables finds (a turn: five batches here).
+            assert kept.touched is not None
+            touched |= kept.touched
+            whole = diff(start.entries, kept.entries)
+            assert [c.to_json() for c in diff(start.entries, kept.entries, touched)] == [
+                c.to_json() for c in whole
+            ]
+            if batch % 5 == 4:
+                start, touched = kept, set()
         assert tree.full_scans == 1  # every later refresh came from the events
     finally:
         tree.close()
