@@ -374,6 +374,9 @@ class TreeState:
         self._lock = threading.Lock()
         self._closed = False
         self._child: tuple[subprocess.Popen[bytes], IO[bytes]] | None = None
+        self._adopted: bool | None = None
+        """Whether the child's answer was taken over (None: not tried yet; False: it failed,
+        the first refresh scans in this process)."""
         """The first scan's process and its answer file, until adopted."""
         self._process: subprocess.Popen[bytes] | None = None
 
@@ -413,9 +416,20 @@ class TreeState:
             answer.close()
             return  # the first refresh scans in this process
         self._child, self._process = (child, answer), child
-        # Reaped when it ends, not when its answer is adopted: a session that never writes
-        # would otherwise keep a zombie for its whole life.
-        threading.Thread(target=child.wait, name="scan-child-reaper", daemon=True).start()
+        # Reaped and taken over as soon as it ends, not at the first writing call: a session
+        # that never writes would keep a zombie, and that call would pay for reading the
+        # answer (a table of every file).
+        threading.Thread(
+            target=self._adopt_when_done, args=(child,), name="scan-child", daemon=True
+        ).start()
+
+    def _adopt_when_done(self, child: subprocess.Popen[bytes]) -> None:
+        child.wait()
+        with self._lock:
+            if self._closed or self._child is None or self._child[0] is not child:
+                return  # closed, or a refresh took it over already
+            with contextlib.suppress(ScanStopped):
+                self._adopted = self._adopt()
 
     def _adopt(self) -> bool:
         """Wait for the child's scan and take it over; False when there is none to take (it
@@ -461,7 +475,7 @@ class TreeState:
         with self._lock:
             if self._closed:
                 raise ScanStopped
-            if self.full_scans == 0 and self._child is None:
+            if self.full_scans == 0 and self._child is None and self._adopted is None:
                 self._spawn()
             if self._child is not None:
                 self._adopt()  # without an answer, the scan below is the first
