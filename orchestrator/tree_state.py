@@ -22,7 +22,6 @@ import hashlib
 import json
 import os
 import stat
-import struct
 import subprocess
 import sys
 import tempfile
@@ -34,7 +33,7 @@ from pathlib import Path
 from typing import IO, Any, Literal
 
 from orchestrator.content_store import ContentStore
-from sandbox.libc import libc
+from sandbox.libc import IN_IGNORED, IN_Q_OVERFLOW, inotify_events, libc
 from sandbox.safe_read import read_at_most
 
 __all__ = [
@@ -319,15 +318,12 @@ _IN_MOVED_FROM = 0x040
 _IN_MOVED_TO = 0x080
 _IN_CREATE = 0x100
 _IN_DELETE = 0x200
-_IN_Q_OVERFLOW = 0x4000
-_IN_IGNORED = 0x8000
 _IN_ONLYDIR = 0x01000000
 _IN_EXCL_UNLINK = 0x04000000
 _WATCHED = (
     _IN_MODIFY | _IN_ATTRIB | _IN_CLOSE_WRITE | _IN_MOVED_FROM | _IN_MOVED_TO | _IN_CREATE
     | _IN_DELETE | _IN_ONLYDIR | _IN_EXCL_UNLINK
 )  # fmt: skip
-_EVENT = struct.Struct("iIII")
 
 
 class TreeState:
@@ -566,26 +562,18 @@ class TreeState:
     def _drain(self) -> bool:
         """Apply the queued events; False when they cannot be trusted (overflow)."""
         dirty: set[Key] = set()
-        while True:
-            try:
-                data = os.read(self._fd, 65536)
-            except BlockingIOError:
-                break
-            except OSError:
-                return False
-            offset = 0
-            while offset < len(data):
-                wd, mask, _cookie, size = _EVENT.unpack_from(data, offset)
-                name = data[offset + 16 : offset + 16 + size].rstrip(b"\0")
-                offset += 16 + size
-                if mask & _IN_Q_OVERFLOW:
+        try:
+            for wd, mask, name in inotify_events(self._fd):
+                if mask & IN_Q_OVERFLOW:
                     return False
-                if mask & _IN_IGNORED:
+                if mask & IN_IGNORED:
                     self._watches.pop(wd, None)
                     continue
                 where = self._watches.get(wd)
                 if where is not None and name:
                     dirty.add((str(where[0]), where[1] + os.fsdecode(name)))
+        except OSError:
+            return False
         if len(self.entries) + len(dirty) > MAX_SCAN_ENTRIES:
             return False
         budget = [MAX_NEW_BYTES_PER_SCAN]

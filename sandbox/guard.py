@@ -48,7 +48,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sandbox.libc import libc
+from sandbox.libc import IN_IGNORED, IN_Q_OVERFLOW, inotify_events, libc
 
 __all__ = [
     "GUARD_MESSAGE",
@@ -293,15 +293,12 @@ def find_denied(
 
 _IN_MOVED_TO = 0x080
 _IN_CREATE = 0x100
-_IN_Q_OVERFLOW = 0x4000
-_IN_IGNORED = 0x8000
 _IN_ISDIR = 0x40000000
 _IN_ONLYDIR = 0x01000000
 _IN_DONT_FOLLOW = 0x02000000
 _IN_NONBLOCK = os.O_NONBLOCK
 _IN_CLOEXEC = os.O_CLOEXEC
 _MASK = _IN_CREATE | _IN_MOVED_TO | _IN_ONLYDIR | _IN_DONT_FOLLOW
-_EVENT = struct.Struct("iIII")
 
 
 class WorkspaceGuard:
@@ -396,31 +393,22 @@ class WorkspaceGuard:
         created: list[tuple[Path, bool]] = []
         index_changed: set[Path] = set()
         overflow = self.degraded
-        while self._fd >= 0:
-            try:
-                data = os.read(self._fd, 65536)
-            except BlockingIOError:
-                break
-            offset = 0
-            while offset < len(data):
-                wd, mask, _cookie, size = _EVENT.unpack_from(data, offset)
-                name = data[offset + 16 : offset + 16 + size].rstrip(b"\0")
-                offset += 16 + size
-                if mask & _IN_Q_OVERFLOW:
-                    overflow = True
-                    continue
-                if mask & _IN_IGNORED:
-                    self._paths.pop(wd, None)
-                    continue
-                parent = self._paths.get(wd)
-                if parent is None or not name:
-                    continue
-                path = parent / os.fsdecode(name)
-                if parent.name == ".git" and path.name == "index":
-                    index_changed.add(parent)
-                    continue
-                if mask & (_IN_CREATE | _IN_MOVED_TO):
-                    created.append((path, bool(mask & _IN_ISDIR)))
+        for wd, mask, name in inotify_events(self._fd) if self._fd >= 0 else ():
+            if mask & IN_Q_OVERFLOW:
+                overflow = True
+                continue
+            if mask & IN_IGNORED:
+                self._paths.pop(wd, None)
+                continue
+            parent = self._paths.get(wd)
+            if parent is None or not name:
+                continue
+            path = parent / os.fsdecode(name)
+            if parent.name == ".git" and path.name == "index":
+                index_changed.add(parent)
+                continue
+            if mask & (_IN_CREATE | _IN_MOVED_TO):
+                created.append((path, bool(mask & _IN_ISDIR)))
         messages: list[str] = []
         if overflow:
             created.extend((path, False) for path in self._rescan())
