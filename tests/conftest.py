@@ -26,6 +26,8 @@ import psutil
 import pytest
 from hypothesis import settings
 
+from tests.kit.server_processes import servers_in
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # Until the suite's server is up (and for anything that copied the environment before it),
@@ -37,18 +39,6 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "in_process: the test's `warren` runs in-process, not in the suite's server"
     )
-
-
-def _processes_of(directory: Path) -> list[psutil.Process]:
-    found = []
-    for process in psutil.process_iter(["environ"]):
-        try:
-            environ = process.info["environ"] or {}
-        except psutil.Error:
-            continue
-        if environ.get("WARREN_SERVER_DIR") == str(directory) and process.pid != os.getpid():
-            found.append(process)
-    return found
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -73,7 +63,7 @@ def suite_server() -> Iterator[None]:
     finally:
         os.environ["WARREN_NO_SERVER"] = "1"
         subprocess.run([*warren, "stop"], env=env, capture_output=True, timeout=60, check=False)
-        left = _processes_of(directory)
+        left = servers_in(directory)
         for process in left:
             try:
                 process.kill()
@@ -87,6 +77,7 @@ def suite_server() -> Iterator[None]:
 def _in_process_marker(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     if request.node.get_closest_marker("in_process"):
         monkeypatch.setenv("WARREN_NO_SERVER", "1")
+
 
 # No deadline: a shared 2-core machine makes first calls (imports, compiled patterns) slow at
 # random, and speed is measured by tests/bench/, not by timed assertions.

@@ -21,6 +21,7 @@ import psutil
 import pytest
 
 from orchestrator.cli.client import server_env
+from tests.kit.server_processes import servers_in
 
 ROOT = Path(__file__).resolve().parents[3]
 WARREN = [sys.executable, "-m", "orchestrator.cli"]
@@ -119,18 +120,6 @@ def client_env(directory: Path) -> dict[str, str]:
     return {**env, "WARREN_SERVER_DIR": str(directory), "PYTHONPATH": str(ROOT)}
 
 
-def servers_in(directory: Path) -> list[psutil.Process]:
-    found = []
-    for process in psutil.process_iter(["environ"]):
-        try:
-            environ = process.info["environ"] or {}
-        except psutil.Error:
-            continue
-        if environ.get("WARREN_SERVER_DIR") == str(directory):
-            found.append(process)
-    return found
-
-
 @pytest.fixture
 def server() -> Iterator[Server]:
     directory = Path(tempfile.mkdtemp(prefix="wsrv", dir="/tmp"))
@@ -139,7 +128,7 @@ def server() -> Iterator[Server]:
         yield instance
     finally:
         instance.stop()
-        left = [p for p in servers_in(directory) if p.pid != os.getpid()]
+        left = servers_in(directory)
         for process in left:
             process.kill()
         shutil.rmtree(directory, ignore_errors=True)
