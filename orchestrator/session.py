@@ -78,6 +78,8 @@ from orchestrator.tools.registry import ToolRegistry, builtin_tools
 from orchestrator.transcript_repair import normalize_for_api
 from orchestrator.transcripts import SessionStore, Transcript
 from policies.files import Mode
+from policies.pool import PoolBackend, PoolConfig, check_max_subagents, resolve_pool
+from policies.sources import PolicyError
 
 if TYPE_CHECKING:
     from orchestrator.mcp.deferred import DeferredMcp
@@ -98,6 +100,7 @@ __all__ = [
     "SessionParts",
     "StateUnwritable",
     "SubagentsFactory",
+    "build_pool",
     "open_session",
 ]
 
@@ -122,11 +125,12 @@ RunnerFactory = Callable[[ToolContext, SessionPolicy], AbstractAsyncContextManag
 """Opens where tool calls run for one session (the CLI passes the sandboxed tool hosts)."""
 
 SubagentsFactory = Callable[
-    [ToolContext, SessionPolicy, ModelClient, Limits],
+    [ToolContext, SessionPolicy, ModelClient, Limits, PoolConfig],
     AbstractAsyncContextManager[SubagentRunner],
 ]
-"""Opens the worker pool of one session; the model it gets is the session's (the broker, when
-one is wired in), so subagents share the session's limits and budget."""
+"""Opens the worker pool of one session, on the backend the `PoolConfig` names; the model it
+gets is the session's (the broker, when one is wired in), so subagents share the session's
+limits and budget."""
 
 McpFactory = Callable[[ToolContext, SessionPolicy], AbstractAsyncContextManager["McpServers"]]
 """Starts the policy's MCP servers beside the session (the CLI passes them in the floor)."""
@@ -246,6 +250,10 @@ class SessionConfig(BaseModel):
     setting_sources: frozenset[Literal["user", "project", "local"]] | None = None
     """`--setting-sources`: which Claude Code settings files and agent directories are read.
     Default None: all."""
+    pool: PoolBackend | None = None
+    """`--pool`: where subagents run, `local` or `ray` (the cluster at `RAY_ADDRESS`, else the
+    policy's `[pool] address`); over the user's `[pool] backend`, never the managed one's.
+    Default None: the policy's, else `local`."""
 
     @field_validator("model")
     @classmethod
@@ -338,6 +346,26 @@ def build_limits(config: SessionConfig, policy: SessionPolicy) -> Limits:
         )
     except ValueError as exc:
         raise ConfigError(str(exc), source="limits") from exc
+
+
+def build_pool(
+    config: SessionConfig, policy: SessionPolicy, environ: Mapping[str, str] | None = None
+) -> PoolConfig:
+    """The pool the session's subagents run in (`policies.pool.resolve_pool`: the managed
+    policy, `--pool`, `RAY_ADDRESS`, the user's policy), and the policy's
+    `limits.max_subagents` checked against it (10 locally, 64 on a cluster).
+
+    **Errors:** `ConfigError` (one line naming the flag, variable or file).
+    """
+    effective = policy.effective
+    try:
+        pool = resolve_pool(effective.pool, config.pool, os.environ if environ is None else environ)
+        setting = effective.limits.get("max_subagents")
+        if setting is not None:
+            check_max_subagents(int(setting.value), setting.source, pool)
+    except PolicyError as exc:
+        raise ConfigError(str(exc)) from None
+    return pool
 
 
 def make_model(name: str, cwd: Path) -> ModelClient:
@@ -660,8 +688,32 @@ async def open_session(
     shielded and bounded (15 s); the transcript keeps every complete message.
     **Errors:** `FloorNotProven` when the sandbox is required but unproven; `StateUnwritable`
     when the state directory cannot be written; `ConfigError` for a bad model script, policy,
-    session or directory.
+    session, directory or pool. A `ConfigError` raised once the tool hosts run (the pool
+    refusing to open) leaves their nursery wrapped in a group: it is unwrapped here, so every
+    front end prints it as the one line it is.
     """
+    try:
+        async with _open_session(config, parts) as session:
+            yield session
+    except BaseExceptionGroup as group:
+        matched, rest = group.split(ConfigError)
+        leaves = _leaves(matched) if matched is not None and rest is None else []
+        if len(leaves) != 1:
+            raise
+        raise leaves[0] from None
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    out: list[BaseException] = []
+    for exc in group.exceptions:
+        out.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
+    return out
+
+
+@asynccontextmanager
+async def _open_session(
+    config: SessionConfig, parts: SessionParts | None
+) -> AsyncIterator[Session]:
     parts = parts or SessionParts()
     dirs = parts.dirs or WarrenDirs.from_env()
     cwd = config.cwd.resolve()
@@ -695,6 +747,7 @@ async def open_session(
         audit.floor = floor_state
         audit.mode = policy.mode
         limits = build_limits(config, policy)
+        pool_config = build_pool(config, policy)
         if config.fallback_model is not None and config.fallback_model != model.model:
             from orchestrator.model.fallback import FallbackModel
 
@@ -804,7 +857,9 @@ async def open_session(
             and limits.max_subagents > 0
             and (config.tools is None or DISPATCH_AGENT in config.tools)
         ):
-            pool = await stack.enter_async_context(parts.subagents(ctx, policy, model, limits))
+            pool = await stack.enter_async_context(
+                parts.subagents(ctx, policy, model, limits, pool_config)
+            )
             dispatch = _dispatch_tool(
                 pool,
                 registry,

@@ -48,6 +48,7 @@ from policies.files import (
     toml_string,
 )
 from policies.mcp import McpServer
+from policies.pool import RAY_ADDRESS_ENV
 from policies.trust import (
     LOCAL_POLICY,
     PROJECT_POLICY,
@@ -70,6 +71,7 @@ __all__ = [
     "mcp_get",
     "mcp_list",
     "mcp_set",
+    "pool_lines",
     "probe_floor_sync",
     "show",
     "starter_policy",
@@ -371,6 +373,8 @@ def show(out: TextIO, cwd: Path, *, environment: CommandEnvironment = _DEFAULT_E
         print("limits:", file=out)
         for name, setting in sorted(policy.limits.items()):
             print(f"  {name} = {setting.value}  ({setting.source})", file=out)
+    for line in pool_lines(policy, os.environ if environment.env is None else environment.env):
+        print(line, file=out)
     if policy.hooks or policy.unsupported_hooks or policy.untrusted_hooks:
         print("hooks:", file=out)
         for line in hook_lines(policy):
@@ -387,6 +391,20 @@ def show(out: TextIO, cwd: Path, *, environment: CommandEnvironment = _DEFAULT_E
     if policy.examples:
         print(f"examples: {len(policy.examples)} (check them with `warren policy test`)", file=out)
     return EXIT_OK
+
+
+def pool_lines(policy: EffectivePolicy, environ: Mapping[str, str]) -> list[str]:
+    """Where subagents run (`[pool]`, `policies.pool`): the backend and the cluster address
+    with their files, and the address `--pool ray` would use. Only the address is shown:
+    Ray's token (`RAY_AUTH_TOKEN`) is never read here."""
+    pool = policy.pool
+    lines = [f"pool: {pool.backend}  ({pool.backend_source})"]
+    if pool.address is not None:
+        lines.append(f"  address = {pool.address}  ({pool.address_source})")
+    given = environ.get(RAY_ADDRESS_ENV, "").strip()
+    if given and pool.address_level != "managed":
+        lines.append(f"  {RAY_ADDRESS_ENV} = {given}  (environment: what --pool ray connects to)")
+    return lines
 
 
 # -- MCP servers --

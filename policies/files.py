@@ -65,6 +65,7 @@ from policies.mcp import (
 from policies.mcp import (
     SERVER_NAME as MCP_SERVER_NAME,
 )
+from policies.pool import POOL_LEVELS, PoolSection, PoolSetting, merge_pool
 from policies.rules import ParsedRule, RuleSyntaxError, parse_rule
 from policies.sources import MAX_SOURCE_BYTES, PolicyError, read_source_text
 from policies.trust import (
@@ -191,8 +192,9 @@ class Limits(_Section):
 
     max_turns: Annotated[int, Field(strict=True, ge=1, le=100_000)] | None = None
     """Model turns per run before it stops with `max_turns`. Kernel default 100."""
-    max_subagents: Annotated[int, Field(strict=True, ge=0, le=10)] | None = None
-    """Subagent worker processes at once (0 disables dispatch_agent). At most 10."""
+    max_subagents: Annotated[int, Field(strict=True, ge=0, le=64)] | None = None
+    """Subagents at once (0 disables dispatch_agent). At most 10 with the local pool, 64 on
+    a Ray cluster (`policies.pool.check_max_subagents`, when the session knows its pool)."""
     max_concurrency: Annotated[int, Field(strict=True, ge=1, le=10)] | None = None
     """Concurrency-safe tool calls run at once. At most 10 (the design's cap)."""
     tool_timeout_s: Annotated[float, Field(gt=0, le=86_400), AfterValidator(_finite)] | None = None
@@ -259,6 +261,8 @@ class PolicyFile(_Section):
     hooks: tuple[Hook, ...] = ()
     examples: tuple[Example, ...] = ()
     mcp: McpSection = McpSection()
+    pool: PoolSection = PoolSection()
+    """Where subagents run; the user's and the managed policy only (`policies.pool`)."""
 
 
 _MODELS: Final[Mapping[str, type[BaseModel]]] = MappingProxyType(
@@ -269,6 +273,7 @@ _MODELS: Final[Mapping[str, type[BaseModel]]] = MappingProxyType(
         "hooks": Hook,
         "examples": Example,
         "mcp": McpSection,
+        "pool": PoolSection,
     }
 )
 
@@ -631,6 +636,9 @@ class EffectivePolicy:
     untrusted_servers: tuple[tuple[str, int], ...] = ()
     """(file, number of servers) of an untrusted repository's files that declare MCP
     servers: shown and announced at start-up, never started."""
+    pool: PoolSetting = field(default_factory=PoolSetting)
+    """`[pool]` of the user's and the managed policy, merged (`policies.pool.resolve_pool`
+    adds `--pool` and `RAY_ADDRESS`)."""
 
     def limit(self, name: str) -> int | float | None:
         setting = self.limits.get(name)
@@ -784,8 +792,16 @@ def load_effective_policy(
 
 
 def _check_sandboxed(layer: PolicyLayer) -> None:
-    """Only the user's own policy and the managed one may run a hook outside the sandbox; a
-    file that says so anywhere else is wrong, trusted or not."""
+    """Only the user's own policy and the managed one may run a hook outside the sandbox, or
+    send the workspace to a cluster (`[pool]`); a file that says so anywhere else is wrong,
+    trusted or not."""
+    if layer.level not in POOL_LEVELS and layer.policy.pool.is_set():
+        raise PolicyError(
+            "`[pool]` is only allowed in the user's or the managed policy: a repository "
+            "cannot send your code to a cluster",
+            file=layer.source,
+            key="pool",
+        )
     if layer.level in ("user", "managed"):
         return
     for index, hook in enumerate(layer.policy.hooks):
@@ -951,6 +967,11 @@ def merge_policy(
         deny_read.extend((pattern, layer.source) for pattern in policy.sandbox.deny_read)
         protected.extend((pattern, layer.source) for pattern in policy.sandbox.protected)
         examples.extend((example, layer.source) for example in policy.examples)
+    pool = merge_pool(
+        (layer.policy.pool, layer.source, layer.level)
+        for layer in layers
+        if layer.level in POOL_LEVELS
+    )
     for layer in reversed(layers):  # highest first
         permissions = layer.policy.permissions
         for kind, texts in (
@@ -990,6 +1011,7 @@ def merge_policy(
         mcp_read_only_tools=read_only_tools,
         unsupported_servers=tuple(unsupported_servers),
         untrusted_servers=tuple(untrusted_servers),
+        pool=pool,
     )
 
 

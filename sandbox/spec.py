@@ -236,9 +236,11 @@ DEFAULT_ENV_SCRUB: tuple[str, ...] = (
     "AWS_*",
     "GOOGLE_APPLICATION_CREDENTIALS",
     "AZURE_*",
+    "RAY_*",
 )
 """Variables dropped even when an allow pattern matches (case-insensitive). An exact name in
-`EnvPolicy.allow` overrides this list: allowing `GITHUB_TOKEN` by name lets it through."""
+`EnvPolicy.allow` overrides this list: allowing `GITHUB_TOKEN` by name lets it through.
+`RAY_*`: a Ray cluster's token, auth mode and address are for Ray alone (`policies.pool`)."""
 
 
 class EnvPolicy(_Frozen):

@@ -195,6 +195,15 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
         "it, or refuse to start; off: run tools unsandboxed, with a warning on every run",
     )
     parser.add_argument(
+        "--pool",
+        choices=["local", "ray"],
+        default=None,
+        help="where subagents run: local (sandboxed processes here, at most 10 at once) or "
+        "ray (a Ray cluster at $RAY_ADDRESS, else the policy's [pool] address; up to 64; the "
+        "API key, model calls, decisions and transcripts stay here). Default: the policy's "
+        "[pool] backend, else local",
+    )
+    parser.add_argument(
         "--fail-on-denial",
         action="store_true",
         help="a run that completed with denied tool calls exits 7 (permission_denied) instead "
@@ -630,6 +639,7 @@ def _prompt(
             verbose=args.verbose,
             fail_on_denial=args.fail_on_denial,
             sandbox=args.sandbox,
+            pool=args.pool,
             no_sandbox_consent=args.no_sandbox_consent,
             include_partial_messages=args.include_partial_messages,
             asks="terminal" if _at_terminal() else "deny",

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from orchestrator.session_policy import SessionPolicy
     from orchestrator.subagents import SubagentRunner
     from orchestrator.tools.base import ToolContext
+    from policies.pool import PoolConfig
     from workers.broker import ModelBroker
 
 __all__ = ["open_broker", "open_mcp", "open_subagents", "open_tool_hosts", "session_parts"]
@@ -75,11 +76,23 @@ def open_broker(
 
 @asynccontextmanager
 async def open_subagents(
-    ctx: ToolContext, policy: SessionPolicy, model: ModelClient, limits: Limits
+    ctx: ToolContext, policy: SessionPolicy, model: ModelClient, limits: Limits, pool: PoolConfig
 ) -> AsyncIterator[SubagentRunner]:
-    """The worker pool behind dispatch_agent: at most `limits.max_subagents` sandboxed
-    workers, their model requests through the session's broker (one is made if the session
-    has none, so subagents are always held to the limits)."""
+    """The worker pool behind dispatch_agent, on `pool`'s backend: at most
+    `limits.max_subagents` sandboxed workers, their model requests through the session's
+    broker (one is made if the session has none, so subagents are always held to the
+    limits).
+
+    **Errors:** `ConfigError` for the `ray` backend, which this build does not have yet (the
+    session refuses to start rather than run the subagents anywhere else).
+    """
+    if pool.backend == "ray":
+        from orchestrator.errors import ConfigError
+
+        raise ConfigError(
+            "the Ray pool is not available in this build; run with --pool local",
+            source="--pool ray",
+        )
     from sandbox.spec import SandboxSpec
     from workers.broker import ModelBroker
     from workers.pool import PoolOptions, open_worker_pool
@@ -101,8 +114,8 @@ async def open_subagents(
         options=PoolOptions(
             max_workers=limits.max_subagents, thinking_budget=limits.max_thinking_tokens
         ),
-    ) as pool:
-        yield pool
+    ) as workers:
+        yield workers
 
 
 MCP_NICENESS = 10

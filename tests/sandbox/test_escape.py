@@ -1095,6 +1095,9 @@ async def _(a: Arena) -> None:
         "AZURE_CLIENT_SECRET",
         "GOOGLE_APPLICATION_CREDENTIALS",
         "npm_token",
+        "RAY_AUTH_TOKEN",
+        "RAY_AUTH_MODE",
+        "RAY_ADDRESS",
     ]
     for name in names:
         a.monkeypatch.setenv(name, f"leak-{name}-{a.token}")

@@ -108,6 +108,9 @@ HOST_ENV = {
     "DB_PASSWORD": "pw",
     "EDITOR": "vim",
     "github_token": "lower",
+    "RAY_AUTH_TOKEN": "ray-token",
+    "RAY_AUTH_MODE": "token",
+    "RAY_ADDRESS": "10.0.0.5:6379",
 }
 
 
@@ -132,6 +135,9 @@ def test_scrub_applies_to_broad_allow_patterns_case_insensitively() -> None:
         "SSH_AUTH_SOCK",
         "DB_PASSWORD",
         "github_token",
+        "RAY_AUTH_TOKEN",
+        "RAY_AUTH_MODE",
+        "RAY_ADDRESS",
     ):
         assert secret not in env
 

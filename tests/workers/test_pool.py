@@ -431,11 +431,12 @@ async def test_the_session_composition_uses_the_policy(workspace: Path) -> None:
     from orchestrator.limits import Limits
     from orchestrator.session_policy import load_session_policy
     from orchestrator.tools.base import ToolContext
+    from policies.pool import PoolConfig
 
     policy = load_session_policy(workspace, floor_proven=True)
     ctx = ToolContext(workspace=workspace, cwd=workspace)
     broker = ModelBroker(FunctionModel(probe_then_report()))
-    async with open_subagents(ctx, policy, broker, Limits()) as pool:
+    async with open_subagents(ctx, policy, broker, Limits(), PoolConfig()) as pool:
         assert isinstance(pool, WorkerPool)
         assert pool.options.max_workers == 10
         out = await pool.run(request(PROBE, "s"), on_event=Collected(), permission=allow_all)

@@ -38,6 +38,7 @@ from workers.toolhost_runner import (
     HostProcess,
     SandboxedToolRunner,
     ToolHostError,
+    host_environment,
     open_tool_runner,
     unsandboxed_spawner,
 )
@@ -457,3 +458,21 @@ async def test_a_denied_file_created_after_the_hosts_started_is_hidden_from_bash
         again = await call(runner, tool("Bash"), ctx, command="cat .env; echo done")
         assert secret not in str(again.content)
     assert (workspace / ".env").read_text().strip() == secret  # the user's file is untouched
+
+
+def test_an_unsandboxed_host_gets_no_credentials() -> None:
+    """A `sandbox = false` MCP server or hook host runs outside the floor with a short
+    allowlist of the coordinator's environment: no API key, no Ray cluster credentials."""
+    coordinator = {
+        "PATH": "/usr/bin",
+        "HOME": "/home/u",
+        "ANTHROPIC_API_KEY": "sk-ant",
+        "RAY_AUTH_TOKEN": "ray-token",
+        "RAY_AUTH_MODE": "token",
+        "RAY_ADDRESS": "10.0.0.5:6379",
+    }
+    assert host_environment(coordinator) == {
+        "PATH": "/usr/bin",
+        "HOME": "/home/u",
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
