@@ -154,6 +154,7 @@ DEFAULT_DENY_READ: tuple[str, ...] = (
     "~/.cargo/credentials.toml",
     "~/.password-store",
     "~/.local/share/keyrings",
+    "~/.ray/auth_token",  # a Ray cluster's token (`ray get-auth-token --generate`)
     "/etc/shadow",
     "/etc/gshadow",
     "/etc/ssh/*_key",

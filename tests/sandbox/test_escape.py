@@ -963,6 +963,7 @@ SECRET_LAYOUT: dict[str, str | None] = {
     "~/.cargo/credentials.toml": None,
     "~/.password-store": "bank.gpg",
     "~/.local/share/keyrings": "login.keyring",
+    "~/.ray/auth_token": None,
 }
 """A file to plant for every home-relative default secret (None: the pattern is the file)."""
 

@@ -54,6 +54,7 @@ CREDENTIALS = (
     ".docker/config.json",
     ".kube/config",
     ".cargo/credentials.toml",
+    ".ray/auth_token",
 )
 """Credential files planted in the fake home (issue 9, item 7, and the older list)."""
 
