@@ -91,6 +91,13 @@ def add_commands(sub: Any, summaries: dict[str, str]) -> None:
         metavar="RULES",
         help="allow rules for this server, as for `warren -p`",
     )
+    serve.add_argument(
+        "--pool",
+        choices=["local", "ray"],
+        default=None,
+        help="where dispatch_agent's subagents run, as for `warren -p` (default: the "
+        "policy's [pool] backend, else local)",
+    )
     serve.set_defaults(handler=_serve)
 
 
@@ -149,6 +156,7 @@ def _serve(args: argparse.Namespace) -> int:
             cwd=(args.cwd or Path.cwd()).absolute(),
             permission_mode=args.permission_mode,
             allowed_tools=frozenset(split_tool_list(args.allowed_tools)),
+            pool=args.pool,
         )
         if args.http is None:
             trio.run(serve_stdio, config, session_parts())

@@ -62,36 +62,41 @@ def _setup(
 
 
 def test_a_bad_pool_choice_is_one_line_and_exit_2(root: Path) -> None:
-    """Each case starts a real `warren -p` (all at once: four floors proven in parallel)."""
+    """Each case starts a real `warren` (all at once: the floors proven in parallel). The
+    messages themselves are pinned in tests/policies/test_pool.py; here: one line, exit 2,
+    nothing on stdout, whichever front end and wherever the error arises."""
     twenty = "[limits]\nmax_subagents = 20\n"
+    ray = ["-p", "hi", "--pool", "ray"]
     cases: dict[str, tuple[list[str], str, str, dict[str, str], str]] = {
-        "no address": (["--pool", "ray"], "", "", {}, "--pool ray needs the cluster's address"),
-        "local cap": (
-            [], twenty, "", {}, "max_subagents = 20: the local pool runs at most 10 subagents"
+        "no address": (ray, "", "", {}, "--pool ray needs the cluster's address"),
+        "mcp serve": (
+            ["mcp", "serve", "--pool", "ray"], "", "", {},
+            "--pool ray needs the cluster's address",
         ),
-        "bad address": (
-            ["--pool", "ray"], "", "", {"RAY_ADDRESS": "https://head:6379"},
-            "RAY_ADDRESS: `https://` is not a Ray cluster address",
+        "local cap": (
+            ["-p", "hi"], twenty, "", {},
+            "max_subagents = 20: the local pool runs at most 10 subagents",
         ),
         "repository": (
-            [], "", '[pool]\nbackend = "ray"\naddress = "evil:6379"\n', {},
+            ["-p", "hi"], "", '[pool]\nbackend = "ray"\naddress = "evil:6379"\n', {},
             "a repository cannot send your code to a cluster",
         ),
         # 20 passes the cap on a cluster, and the effective PoolConfig reaches open_subagents,
         # whose Ray branch this build does not have yet (the Ray pool's branch replaces it).
         "ray": (
-            ["--pool", "ray"], twenty, "", {"RAY_ADDRESS": "127.0.0.1:1"},
+            ray, twenty, "", {"RAY_ADDRESS": "127.0.0.1:1"},
             "the Ray pool is not available in this build",
         ),
     }  # fmt: skip
     started = {}
-    for name, (flags, user, project, extra, _) in cases.items():
+    for name, (args, user, project, extra, _) in cases.items():
         repo, env = _setup(root, name.replace(" ", "-"), user=user, project=project)
         started[name] = (
             repo,
             subprocess.Popen(
-                [*WARREN, "-p", "hi", "--cwd", str(repo), *flags],
+                [*WARREN, *args, "--cwd", str(repo)],
                 env={**env, **extra},
+                stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 text=True,
