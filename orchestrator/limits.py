@@ -34,7 +34,9 @@ class Limits(BaseModel):
     """Characters of one tool result the model sees; longer ones keep their head and tail.
     Default: the pipeline's cap (`DEFAULT_OUTPUT_CAP`)."""
     max_subagents: int = Field(default=10, ge=0, le=64)
-    """Subagent worker processes at once; 0 turns `dispatch_agent` off. Default 10."""
+    """Subagents at once; 0 turns `dispatch_agent` off. At most 10 in the local pool, 64 on a
+    Ray cluster (`session.build_pool` checks the policy's value against the pool). Default
+    10."""
     max_output_tokens: int | None = Field(default=None, ge=1)
     """`max_tokens` of each model request (output tokens per response), clamped to the
     model's output limit. Default None: the model's own default
