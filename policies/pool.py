@@ -24,7 +24,7 @@ import ipaddress
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Annotated, Final, Literal, get_args
+from typing import Annotated, Final, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, StrictStr, model_validator
 
@@ -35,7 +35,6 @@ __all__ = [
     "MAX_RAY_SUBAGENTS",
     "POOL_LEVELS",
     "RAY_ADDRESS_ENV",
-    "RAY_ENV_SECRETS",
     "PoolBackend",
     "PoolConfig",
     "PoolSection",
@@ -47,7 +46,6 @@ __all__ = [
 ]
 
 PoolBackend = Literal["local", "ray"]
-BACKENDS: Final[tuple[PoolBackend, ...]] = get_args(PoolBackend)
 
 MAX_LOCAL_SUBAGENTS: Final = 10
 """Subagents at once in the local pool: each is a worker process on this machine."""
@@ -56,8 +54,6 @@ MAX_RAY_SUBAGENTS: Final = 64
 
 RAY_ADDRESS_ENV: Final = "RAY_ADDRESS"
 """The cluster address `--pool ray` takes first, as Ray's own tools do."""
-RAY_ENV_SECRETS: Final[tuple[str, ...]] = ("RAY_AUTH_TOKEN", "RAY_AUTH_MODE", RAY_ADDRESS_ENV)
-"""Ray's variables that reach Ray alone: never a sandbox, a log, a transcript or a report."""
 
 POOL_LEVELS: Final[tuple[str, ...]] = ("built-in", "user", "managed")
 """The policy levels whose `[pool]` counts: a repository's files cannot set it."""
