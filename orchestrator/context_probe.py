@@ -28,14 +28,14 @@ import sys
 
 TYPE_CHECKING = False  # `typing.TYPE_CHECKING` without importing `typing` (mypy knows the name)
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Mapping, Sequence
     from pathlib import Path
     from types import ModuleType
     from typing import Any
 
     from policies.memory_files import WirePattern
 
-__all__ = ["GIT_SAFETY", "MEMORY_FILES", "collect", "git_argv"]
+__all__ = ["GIT_SAFETY", "MEMORY_FILES", "collect", "git_argv", "git_env"]
 
 MEMORY_FILES = ("WARREN.md", "AGENTS.md", "CLAUDE.md")
 """Memory file names read in each directory from the repository root down, in this order
@@ -80,13 +80,19 @@ def git_argv(*args: str) -> list[str]:
     return ["git", *GIT_SAFETY, *args]
 
 
+def git_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """`environ` without any `GIT_*` variable, plus the ones that keep git from reading the
+    system configuration, prompting, paging or taking optional locks."""
+    return {k: v for k, v in environ.items() if not k.startswith("GIT_")} | _GIT_ENV
+
+
 def collect(
     cwd: Path | str, *, root: Path | str | None = None, deny: Sequence[WirePattern] = ()
 ) -> dict[str, Any]:
     """The facts as plain JSON values: `branch`, `status` (None outside a repository),
     `tree` (listing text) and `memory` (list of `[path, text]`, from `root`, default `cwd`,
     down to `cwd`; `deny`: the `Read` deny rules, `policies.rules.PathPattern.wire`)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")} | _GIT_ENV
+    env = git_env(os.environ)
     # Both git commands at once: start-up costs the slower one, not their sum.
     branch = _start(git_argv("rev-parse", "--abbrev-ref", "HEAD"), cwd, env)
     status = _start(

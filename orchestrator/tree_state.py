@@ -34,7 +34,7 @@ from typing import IO, Any, Literal
 
 from orchestrator.content_store import ContentStore
 from sandbox.libc import IN_IGNORED, IN_Q_OVERFLOW, inotify_events, libc
-from sandbox.safe_read import read_at_most
+from sandbox.safe_read import read_unchanged_at
 
 __all__ = [
     "MAX_KEPT_BYTES",
@@ -47,6 +47,7 @@ __all__ = [
     "load_index",
     "open_parent",
     "scan",
+    "walk",
     "watch_directory",
 ]
 
@@ -70,7 +71,6 @@ _PACKAGE_PARENT = str(Path(__file__).resolve().parents[1])
 """Where `python -m orchestrator.scan_child` finds this package."""
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,7 +168,7 @@ def scan(
         try:
             seen = None if on_dir is None else partial(on_dir, root)
             left_out = _below(root, skip)
-            for rel, fd_name, info, parent_fd in _walk(root_fd, "", seen, left_out):
+            for rel, fd_name, info, parent_fd in walk(root_fd, "", seen, left_out):
                 if len(entries) >= max_entries:
                     complete = False
                     break
@@ -201,16 +201,23 @@ def _distinct(roots: Sequence[Path]) -> list[Path]:
     return kept
 
 
-def _walk(
+def walk(
     root_fd: int,
     prefix: str = "",
     on_dir: Callable[[str, int], None] | None = None,
     skip: frozenset[str] = frozenset(),
+    *,
+    enter: Callable[[str], bool] | None = None,
+    skipped_dirs: frozenset[str] = SKIPPED_DIRS,
 ) -> Iterator[tuple[str, str, os.stat_result, int]]:
     """(relative path, name, lstat, parent directory fd) for every name below `root_fd`
     (whose own path is `prefix`, empty or ending in `/`), directories opened with
     `O_NOFOLLOW` from their parent's descriptor; `on_dir(prefix, fd)` for each directory
-    before it is listed. The parent fd is valid only until the next item."""
+    before it is listed. The parent fd is valid only until the next item.
+
+    Left out: the paths in `skip`, and directories named in `skipped_dirs` (`.git`) with
+    what is below them; a directory for whose path `enter` says False is yielded but not
+    listed (workers/remote/snapshot.py lists only the directories git named files in)."""
     stack: list[tuple[str, int]] = [(prefix, os.dup(root_fd))]
     try:
         while stack:
@@ -223,14 +230,14 @@ def _walk(
                 for item in listed:
                     rel = f"{prefix}{item.name}"
                     if rel in skip or (
-                        item.name in SKIPPED_DIRS and item.is_dir(follow_symlinks=False)
+                        item.name in skipped_dirs and item.is_dir(follow_symlinks=False)
                     ):
                         continue
                     try:
                         info = os.stat(item.name, dir_fd=dir_fd, follow_symlinks=False)
                     except OSError:
                         continue  # gone since the listing
-                    if stat.S_ISDIR(info.st_mode):
+                    if stat.S_ISDIR(info.st_mode) and (enter is None or enter(rel)):
                         try:
                             child = os.open(item.name, _DIR_FLAGS, dir_fd=dir_fd)
                         except OSError:
@@ -286,20 +293,11 @@ def _keep(
     if info.st_size > MAX_KEPT_BYTES or info.st_size > budget[0]:
         return None
     try:
-        fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
+        data = read_unchanged_at(dir_fd, name, info, MAX_KEPT_BYTES)
     except OSError:
         return None
-    try:
-        before = os.fstat(fd)
-        if not stat.S_ISREG(before.st_mode) or _stamp(before) != _stamp(info):
-            return None  # swapped or changed since the stat
-        data = read_at_most(fd, MAX_KEPT_BYTES + 1)
-        if len(data) > MAX_KEPT_BYTES or _stamp(os.fstat(fd)) != _stamp(info):
-            return None
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
+    if data is None:
+        return None  # swapped or changed since the stat, or grown past the limit
     try:
         sha, new = store.put(data)
     except OSError:
@@ -623,7 +621,7 @@ class TreeState:
         try:
             on_dir = partial(self._watch, Path(root))
             left_out = _below(Path(root), self.skip)
-            for sub, sub_name, info, sub_parent in _walk(fd, rel + "/", on_dir, left_out):
+            for sub, sub_name, info, sub_parent in walk(fd, rel + "/", on_dir, left_out):
                 sub_key = (root, sub)
                 old = self.entries.get(sub_key)
                 self._set(sub_key, _entry(sub_parent, sub_name, info, old, self.store, budget))

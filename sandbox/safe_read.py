@@ -16,7 +16,13 @@ import errno
 import os
 import stat
 
-__all__ = ["NotARegularFile", "read_at_most", "read_bounded_regular"]
+__all__ = [
+    "NotARegularFile",
+    "read_at_most",
+    "read_bounded_regular",
+    "read_unchanged_at",
+    "same_file",
+]
 
 
 class NotARegularFile(OSError):
@@ -62,3 +68,40 @@ def read_at_most(fd: int, limit: int) -> bytes:
         chunks.append(chunk)
         want -= len(chunk)
     return b"".join(chunks)
+
+
+def same_file(a: os.stat_result, b: os.stat_result) -> bool:
+    """Whether two stats describe the same file with the same content as far as the file
+    system can tell: device, inode, size, mtime and ctime (a write changes the ctime, which
+    no one can set back)."""
+    return (a.st_dev, a.st_ino, a.st_size, a.st_mtime_ns, a.st_ctime_ns) == (
+        b.st_dev,
+        b.st_ino,
+        b.st_size,
+        b.st_mtime_ns,
+        b.st_ctime_ns,
+    )
+
+
+def read_unchanged_at(dir_fd: int, name: str, info: os.stat_result, limit: int) -> bytes | None:
+    """The content of the regular file `name` in the directory open as `dir_fd`, which an
+    `lstat` found as `info`; None when it is no longer that file unchanged (swapped for a
+    link, FIFO or another file, or written while read) or holds more than `limit` bytes.
+
+    Opened like `read_bounded_regular` (`O_NOFOLLOW | O_NONBLOCK`, checked on the open
+    descriptor), relative to `dir_fd` so no directory on the way is looked up by name again.
+
+    **Errors:** `OSError` from `open`/`read` (missing, unreadable).
+    """
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
+    fd = os.open(name, flags, dir_fd=dir_fd)
+    try:
+        before = os.fstat(fd)
+        if not stat.S_ISREG(before.st_mode) or not same_file(before, info):
+            return None
+        data = read_at_most(fd, limit + 1)
+        if len(data) > limit or not same_file(os.fstat(fd), info):
+            return None
+    finally:
+        os.close(fd)
+    return data

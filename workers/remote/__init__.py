@@ -1,0 +1,1 @@
+"""Running subagents on other machines: what the coordinator ships to a node, and how."""
