@@ -46,6 +46,7 @@ import os
 import re
 import secrets
 import stat
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Literal
@@ -86,6 +87,10 @@ MAX_LISTING_BYTES = 64 * 1024**2
 """Bytes of `git ls-files` output read (names of about a million files)."""
 GIT_WALL_S = 30.0
 """Seconds `git ls-files` may take."""
+RACY_NS = 2_000_000_000
+"""A file whose ctime lies less than this (2 s) before a build started is read again by the
+next build: a write right after it was read, within the file system's timestamp granularity,
+would leave its stat unchanged (git's "racy clean" problem)."""
 
 SECRET_NAMES = (".env", ".env.*")
 """File names (shell patterns, any directory) never put in a snapshot: dotenv files."""
@@ -361,6 +366,7 @@ class SnapshotBuilder:
 
         entries: list[SnapshotEntry] = []
         total = 0
+        trusted_before = time.time_ns() - RACY_NS
         known: dict[str, tuple[_Stamp, str]] = {}
         try:
             root_fd = os.open(self._top, _DIR_FLAGS)
@@ -374,7 +380,7 @@ class SnapshotBuilder:
                     continue
                 if self._excluded(rel, masked):
                     continue
-                entry = self._entry(rel, name, info, dir_fd, known)
+                entry = self._entry(rel, name, info, dir_fd, known, trusted_before)
                 if entry is None:
                     continue
                 total += entry.size
@@ -405,9 +411,11 @@ class SnapshotBuilder:
         info: os.stat_result,
         dir_fd: int,
         known: dict[str, tuple[_Stamp, str]],
+        trusted_before: int,
     ) -> SnapshotEntry | None:
         """The entry of one name the walk found; None for what is no file or link (a FIFO,
-        device or socket is never opened) or an unreadable file."""
+        device or socket is never opened) or an unreadable file. A file's stat and digest go
+        into `known`, its stat made unusable when it changed after `trusted_before` (ns)."""
         for _ in range(3):
             if stat.S_ISLNK(info.st_mode):
                 try:
@@ -440,6 +448,8 @@ class SnapshotBuilder:
                         return None
                     continue
                 digest = hashlib.sha256(data).hexdigest()
+            if info.st_ctime_ns >= trusted_before:
+                stamp = (-1, *stamp[1:])  # racy: matches no stat, read again next time
             known[rel] = (stamp, digest)
             return SnapshotEntry(
                 path=rel, kind="file", digest=digest, size=info.st_size, executable=executable
@@ -454,7 +464,13 @@ class SnapshotBuilder:
         name = rel.rpartition("/")[2]
         if any(fnmatch.fnmatchcase(name, pattern) for pattern in SECRET_NAMES):
             return True
-        return self._read_denied is not None and self._read_denied(str(self._top / rel))
+        if self._read_denied is None:
+            return False
+        # As given and resolved: a rule may name either (`SessionPolicy` anchors rules at the
+        # workspace it was given).
+        return self._read_denied(str(self._top / rel)) or (
+            self._top != self.workspace and self._read_denied(str(self.workspace / rel))
+        )
 
     def _masked(self) -> frozenset[str]:
         """The paths below the workspace that the floor masks (its `deny_read` defaults and

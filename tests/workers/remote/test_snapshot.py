@@ -144,6 +144,9 @@ async def test_a_nested_repository_runs_nothing_and_stays_out(
     plant_hooks(nested, marker)
     _, outer = await build(repo, sandboxed=sandboxed)
     assert not any(p.startswith("vendor") for p in paths(outer) | paths(outer, "dir"))
+    git(repo, "add", "vendor/lib")  # now a gitlink, as a submodule is
+    _, outer = await build(repo, sandboxed=sandboxed)
+    assert not any(p.startswith("vendor") for p in paths(outer) | paths(outer, "dir"))
     _, inner = await build(nested, sandboxed=sandboxed)
     assert not marker.exists()
     assert "README.md" in paths(inner)
@@ -250,7 +253,10 @@ async def test_caps_fail_the_build_naming_the_file(
 # --- the coordinator's side -----------------------------------------------------------------
 
 
-async def test_builds_are_incremental_and_ids_deterministic(tmp_path: Path) -> None:
+async def test_builds_are_incremental_and_ids_deterministic(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(snapshot, "RACY_NS", 0)  # files just written count as settled
     ws = tmp_path / "ws"
     (ws / "pkg").mkdir(parents=True)
     for i in range(5):
@@ -268,6 +274,17 @@ async def test_builds_are_incremental_and_ids_deterministic(tmp_path: Path) -> N
     shutil.copytree(ws, tmp_path / "copy")
     _, copy = await build(tmp_path / "copy")
     assert copy.id == changed.id
+
+
+async def test_a_file_changed_just_before_a_build_is_read_again(tmp_path: Path) -> None:
+    """A write in the same timestamp tick as the read would leave the stat unchanged: a file
+    changed within `RACY_NS` of a build is read again by the next one."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a.txt").write_text("alpha")
+    builder, _ = await build(ws)
+    await builder.build()
+    assert builder.reads == 2
 
 
 async def test_read_blob_reads_again_and_checks_the_digest(tmp_path: Path) -> None:
