@@ -96,6 +96,7 @@ SECRET_NAMES = (".env", ".env.*")
 """File names (shell patterns, any directory) never put in a snapshot: dotenv files."""
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+_SECRET_NAME = re.compile("|".join(fnmatch.translate(p) for p in SECRET_NAMES) or "(?!)")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _NOT_A_REPOSITORY = b"not a git repository"
 
@@ -130,12 +131,7 @@ class SnapshotEntry(BaseModel):
     @field_validator("path")
     @classmethod
     def _relative(cls, value: str) -> str:
-        parts = value.split("/")
-        if not value or "\0" in value or any(p in ("", ".", "..", ".git") for p in parts):
-            raise ValueError(
-                f"snapshot path {value!r} must be relative, without '.', '..', '.git' or "
-                "empty parts"
-            )
+        _check_path(value)
         return value
 
     @model_validator(mode="after")
@@ -166,35 +162,59 @@ class Manifest(BaseModel):
 
     @classmethod
     def of(cls, root: str, entries: Iterable[SnapshotEntry]) -> Manifest:
+        """The manifest of these entries (in any order) with its id.
+
+        **Errors:** `ValueError` as the model's validation raises it.
+        """
         ordered = tuple(sorted(entries, key=lambda e: e.path))
-        return cls(id=entries_id(ordered), root=root, entries=ordered)
+        _check_tree(ordered)
+        # Validated above: constructing would check the tree and hash the entries again.
+        return cls.model_construct(id=entries_id(ordered), root=root, entries=ordered)
 
     @model_validator(mode="after")
     def _consistent(self) -> Manifest:
-        kinds: dict[str, str] = {}
-        previous = ""
-        for entry in self.entries:
-            if entry.path <= previous:
-                raise ValueError(f"manifest entries not sorted or repeated at {entry.path!r}")
-            previous = entry.path
-            kinds[entry.path] = entry.kind
-        for entry in self.entries:
-            parent = entry.path.rpartition("/")[0]
-            if parent and kinds.get(parent) != "dir":
-                raise ValueError(f"{entry.path!r} lies in {parent!r}, which is no directory entry")
+        _check_tree(self.entries)
         if self.id != entries_id(self.entries):
             raise ValueError("manifest id does not match its entries")
         return self
 
 
+def _check_path(path: str) -> None:
+    """**Errors:** `ValueError` unless `path` is relative, without `.`, `..`, `.git` or
+    empty parts, and without a NUL."""
+    if not path or "\0" in path or any(p in ("", ".", "..", ".git") for p in path.split("/")):
+        raise ValueError(
+            f"snapshot path {path!r} must be relative, without '.', '..', '.git' or empty parts"
+        )
+
+
+def _check_tree(entries: Sequence[SnapshotEntry]) -> None:
+    """Sorted by path, each once, each in a directory that is itself an entry.
+
+    **Errors:** `ValueError` naming the first entry that is not.
+    """
+    kinds: dict[str, str] = {}
+    previous = ""
+    for entry in entries:
+        if entry.path <= previous:
+            raise ValueError(f"manifest entries not sorted or repeated at {entry.path!r}")
+        previous = entry.path
+        kinds[entry.path] = entry.kind
+    for entry in entries:
+        parent = entry.path.rpartition("/")[0]
+        if parent and kinds.get(parent) != "dir":
+            raise ValueError(f"{entry.path!r} lies in {parent!r}, which is no directory entry")
+
+
 def entries_id(entries: Iterable[SnapshotEntry]) -> str:
-    """The id of a manifest with these entries: sha256 over them in path order."""
-    rows = [
-        [e.path, e.kind, e.digest, e.size, e.executable, e.target]
+    """The id of a manifest with these entries: sha256 over them in path order, one line
+    of NUL-separated fields each (no path or target holds a NUL)."""
+    lines = [
+        f"{e.path}\0{e.kind}\0{e.digest or ''}\0{e.size}\0{int(e.executable)}\0"
+        f"{'' if e.target is None else 'T' + e.target}\n"
         for e in sorted(entries, key=lambda e: e.path)
     ]
-    text = json.dumps(rows, ensure_ascii=False, separators=(",", ":"))
-    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
+    return hashlib.sha256("".join(lines).encode("utf-8", "surrogateescape")).hexdigest()
 
 
 # -- coordinator side ------------------------------------------------------------------------
@@ -241,7 +261,8 @@ class SnapshotBuilder:
         self._deny_read = tuple(deny_read)
         self._host = host
         self._sandboxed = sandboxed
-        self._known: dict[str, tuple[_Stamp, str]] = {}
+        self._known: dict[str, tuple[_Stamp, SnapshotEntry]] = {}
+        """Each file of the last build: its stat then, and its entry."""
         self._blobs: dict[str, str] = {}
         """digest -> a path holding it, in the last manifest."""
         self._lock = trio.Lock()
@@ -367,7 +388,7 @@ class SnapshotBuilder:
         entries: list[SnapshotEntry] = []
         total = 0
         trusted_before = time.time_ns() - RACY_NS
-        known: dict[str, tuple[_Stamp, str]] = {}
+        known: dict[str, tuple[_Stamp, SnapshotEntry]] = {}
         try:
             root_fd = os.open(self._top, _DIR_FLAGS)
         except OSError as exc:
@@ -401,7 +422,7 @@ class SnapshotBuilder:
         entries += [SnapshotEntry(path=d, kind="dir") for d in dirs]
         manifest = Manifest.of(str(self.workspace), entries)
         self._known = known
-        self._blobs = {digest: rel for rel, (_, digest) in known.items()}
+        self._blobs = {e.digest: rel for rel, (_, e) in known.items() if e.digest is not None}
         return manifest
 
     def _entry(
@@ -410,7 +431,7 @@ class SnapshotBuilder:
         name: str,
         info: os.stat_result,
         dir_fd: int,
-        known: dict[str, tuple[_Stamp, str]],
+        known: dict[str, tuple[_Stamp, SnapshotEntry]],
         trusted_before: int,
     ) -> SnapshotEntry | None:
         """The entry of one name the walk found; None for what is no file or link (a FIFO,
@@ -430,30 +451,33 @@ class SnapshotBuilder:
                     f"{rel} holds {info.st_size} bytes, more than the snapshot's per-file cap "
                     f"of {MAX_FILE_BYTES} (MAX_FILE_BYTES)"
                 )
-            executable = bool(info.st_mode & stat.S_IXUSR)
             stamp = _stamp(info)
             old = self._known.get(rel)
             if old is not None and old[0] == stamp:
-                digest = old[1]
-            else:
+                known[rel] = old
+                return old[1]
+            try:
+                data = read_unchanged_at(dir_fd, name, info, MAX_FILE_BYTES)
+            except OSError:
+                return None  # unreadable: the subagent could not read it either
+            self.reads += 1
+            if data is None:  # swapped or written since the listing: look again
                 try:
-                    data = read_unchanged_at(dir_fd, name, info, MAX_FILE_BYTES)
+                    info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
                 except OSError:
-                    return None  # unreadable: the subagent could not read it either
-                self.reads += 1
-                if data is None:  # swapped or written since the listing: look again
-                    try:
-                        info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-                    except OSError:
-                        return None
-                    continue
-                digest = hashlib.sha256(data).hexdigest()
+                    return None
+                continue
+            entry = SnapshotEntry(
+                path=rel,
+                kind="file",
+                digest=hashlib.sha256(data).hexdigest(),
+                size=info.st_size,
+                executable=bool(info.st_mode & stat.S_IXUSR),
+            )
             if info.st_ctime_ns >= trusted_before:
                 stamp = (-1, *stamp[1:])  # racy: matches no stat, read again next time
-            known[rel] = (stamp, digest)
-            return SnapshotEntry(
-                path=rel, kind="file", digest=digest, size=info.st_size, executable=executable
-            )
+            known[rel] = (stamp, entry)
+            return entry
         raise SnapshotError(f"{rel} kept changing while the snapshot read it; build it again")
 
     def _excluded(self, rel: str, masked: frozenset[str]) -> bool:
@@ -461,8 +485,7 @@ class SnapshotBuilder:
         it is a dotenv file."""
         if rel in masked:
             return True
-        name = rel.rpartition("/")[2]
-        if any(fnmatch.fnmatchcase(name, pattern) for pattern in SECRET_NAMES):
+        if _SECRET_NAME.match(rel.rpartition("/")[2]):
             return True
         if self._read_denied is None:
             return False
@@ -563,6 +586,11 @@ class NodeCache:
         **Errors:** `SnapshotError` when a blob is missing (`missing` first) or a name cannot
         be written; `view` may then be half-synced (a later sync repairs it).
         """
+        for entry in manifest.entries:  # again: a manifest unpickled was never validated
+            try:
+                _check_path(entry.path)
+            except ValueError as exc:
+                raise SnapshotError(str(exc)) from exc
         view.mkdir(parents=True, exist_ok=True, mode=0o755)
         states = self._load_state(view)
         try:
@@ -573,18 +601,22 @@ class NodeCache:
                 for rel, (info, target) in current.items()
                 if not _still(wanted.get(rel), info, target)
             ]
-            for rel in sorted(stale, key=lambda r: r.count("/"), reverse=True):
-                self._remove(view, rel, current.pop(rel)[0])
-                states.pop(rel, None)
-            for entry in sorted(manifest.entries, key=lambda e: (e.path.count("/"), e.path)):
-                if entry.path in current and (
-                    entry.kind != "file" or _unchanged(entry, current[entry.path][0], states)
-                ):
-                    continue
-                states.pop(entry.path, None)
-                written = self._make(view, entry)
-                if written is not None:
-                    states[entry.path] = written
+            # Deepest first, then shallowest first, so siblings come in a row and share
+            # their directory's descriptor (`_Parents`).
+            with _Parents(view) as parents:
+                for rel in sorted(stale, key=lambda r: (-r.count("/"), r)):
+                    _remove(*parents.of(rel), current.pop(rel)[0])
+                    states.pop(rel, None)
+            with _Parents(view) as parents:
+                for entry in sorted(manifest.entries, key=lambda e: (e.path.count("/"), e.path)):
+                    if entry.path in current and (
+                        entry.kind != "file" or _unchanged(entry, current[entry.path][0], states)
+                    ):
+                        continue
+                    states.pop(entry.path, None)
+                    written = self._make(*parents.of(entry.path), entry)
+                    if written is not None:
+                        states[entry.path] = written
             for rel in [rel for rel in states if rel not in wanted]:
                 del states[rel]
         except OSError as exc:
@@ -607,39 +639,18 @@ class NodeCache:
             os.close(fd)
         return out
 
-    def _remove(self, view: Path, rel: str, info: os.stat_result) -> None:
-        parent = open_parent(view, rel)
-        if parent is None:
-            return
-        dir_fd, name = parent
-        try:
-            if stat.S_ISDIR(info.st_mode):
-                os.rmdir(name, dir_fd=dir_fd)
-            else:
-                os.unlink(name, dir_fd=dir_fd)
-        except FileNotFoundError:
-            pass
-        finally:
-            os.close(dir_fd)
-
-    def _make(self, view: Path, entry: SnapshotEntry) -> list[object] | None:
-        """Make one entry; a file's state (`_ViewState`) when one was written."""
-        parent = open_parent(view, entry.path)
-        if parent is None:
-            raise SnapshotError(f"the view {view} lacks the directory of {entry.path}")
-        dir_fd, name = parent
-        try:
-            match entry.kind:
-                case "dir":
-                    os.mkdir(name, 0o755, dir_fd=dir_fd)
-                    return None
-                case "link":
-                    os.symlink(entry.target or "", name, dir_fd=dir_fd)
-                    return None
-                case "file":
-                    return self._write(dir_fd, name, entry)
-        finally:
-            os.close(dir_fd)
+    def _make(self, dir_fd: int, name: str, entry: SnapshotEntry) -> list[object] | None:
+        """Make one entry as `name` in `dir_fd`; a file's state (`_ViewState`) when one was
+        written."""
+        match entry.kind:
+            case "dir":
+                os.mkdir(name, 0o755, dir_fd=dir_fd)
+                return None
+            case "link":
+                os.symlink(entry.target or "", name, dir_fd=dir_fd)
+                return None
+            case "file":
+                return self._write(dir_fd, name, entry)
 
     def _write(self, dir_fd: int, name: str, entry: SnapshotEntry) -> list[object]:
         assert entry.digest is not None
@@ -687,6 +698,51 @@ class NodeCache:
             temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
             temp.write_text(json.dumps({"view": os.path.abspath(view), "files": states}))
             os.replace(temp, path)
+
+
+class _Parents:
+    """The descriptor of the directory of the last name asked for, opened from the view
+    down with `O_NOFOLLOW` (`open_parent`) and kept while the next names share it."""
+
+    def __init__(self, view: Path) -> None:
+        self.view = view
+        self._rel: str | None = None
+        self._fd = -1
+
+    def of(self, rel: str) -> tuple[int, str]:
+        """(descriptor of `rel`'s directory, its last name).
+
+        **Errors:** `SnapshotError` when that directory is missing; `OSError` when a name on
+        the way is a link or no directory.
+        """
+        parent, _, name = rel.rpartition("/")
+        if parent != self._rel:
+            self.close()
+            opened = open_parent(self.view, rel)
+            if opened is None:
+                raise SnapshotError(f"the view {self.view} lacks the directory of {rel}")
+            self._fd, self._rel = opened[0], parent
+        return self._fd, name
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+        self._fd, self._rel = -1, None
+
+    def __enter__(self) -> _Parents:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
+def _remove(dir_fd: int, name: str, info: os.stat_result) -> None:
+    """Remove `name` from `dir_fd`: an (empty by now) directory or anything else."""
+    with contextlib.suppress(FileNotFoundError):
+        if stat.S_ISDIR(info.st_mode):
+            os.rmdir(name, dir_fd=dir_fd)
+        else:
+            os.unlink(name, dir_fd=dir_fd)
 
 
 def _still(entry: SnapshotEntry | None, info: os.stat_result, target: str | None) -> bool:

@@ -444,3 +444,13 @@ def test_sync_never_writes_through_a_link_planted_in_the_view(tmp_path: Path) ->
         "sub": "dir",
         "sub/b.txt": (b"snapshot b", False),
     }
+
+
+def test_sync_refuses_a_manifest_that_escapes_the_view(tmp_path: Path) -> None:
+    """A manifest that skipped validation (unpickled, or built with `model_construct`) still
+    cannot name a path outside the view."""
+    escape = SnapshotEntry.model_construct(path="../escaped", kind="link", target="x")
+    manifest = Manifest.model_construct(id="0" * 64, root="/ws", entries=(escape,))
+    with pytest.raises(SnapshotError, match="must be relative"):
+        NodeCache(tmp_path / "node").sync_view(manifest, tmp_path / "view")
+    assert not (tmp_path / "escaped").exists()
