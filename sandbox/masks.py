@@ -48,6 +48,7 @@ __all__ = [
     "BindMount",
     "HostFacts",
     "gather_host_facts",
+    "linked_git_dirs",
     "python_runtime_paths",
     "resolve_home",
     "sanitise_gitconfig",
@@ -334,7 +335,9 @@ class _FactsBuilder:
             # git will run live in its gitdir and common dir. The pointer itself is protected
             # so it cannot be redirected at a gitdir the sandbox wrote.
             out.append((dotgit, ProtectedPath(path=".git", stub="file")))
-            git_dirs = self._linked_git_dirs(dotgit)
+            git_dirs, warning = linked_git_dirs(dotgit)
+            if warning is not None:
+                self.warnings.append(warning)
         for entry in entries:
             if entry.path.startswith(".git/"):
                 rest = entry.path.removeprefix(".git/")
@@ -342,28 +345,6 @@ class _FactsBuilder:
             else:
                 out.append((root / entry.path, entry))
         return out
-
-    def _linked_git_dirs(self, dotgit: Path) -> list[Path]:
-        try:
-            text = dotgit.read_text(encoding="utf-8", errors="replace")
-        except OSError as exc:
-            self.warnings.append(f"cannot read {dotgit}: {exc}")
-            return []
-        first = text.strip().splitlines()[0] if text.strip() else ""
-        if not first.startswith("gitdir:"):
-            self.warnings.append(f"{dotgit} is a file without a `gitdir:` line")
-            return []
-        gitdir = (dotgit.parent / first.removeprefix("gitdir:").strip()).resolve()
-        dirs = [gitdir]
-        commondir_file = gitdir / "commondir"
-        if commondir_file.is_file():
-            try:
-                common = commondir_file.read_text(encoding="utf-8", errors="replace").strip()
-            except OSError as exc:
-                self.warnings.append(f"cannot read {commondir_file}: {exc}")
-            else:
-                dirs.append((gitdir / common).resolve())
-        return list(dict.fromkeys(dirs))
 
     def protect_nested(self, path: Path) -> None:
         if os.path.lexists(path) and not path.is_symlink():
@@ -603,6 +584,31 @@ def sanitise_gitconfig(source: Path, scratch: Path) -> Path | None:
     except OSError:
         return None
     return target
+
+
+def linked_git_dirs(dotgit: Path) -> tuple[list[Path], str | None]:
+    """The real git directories of a worktree or submodule whose `.git` is a file (a
+    `gitdir:` pointer): its gitdir and, when it has one, its common dir, resolved; and a
+    warning when the pointer cannot be read (then no directory)."""
+    try:
+        text = dotgit.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        return [], f"cannot read {dotgit}: {exc}"
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    if not first.startswith("gitdir:"):
+        return [], f"{dotgit} is a file without a `gitdir:` line"
+    gitdir = (dotgit.parent / first.removeprefix("gitdir:").strip()).resolve()
+    dirs = [gitdir]
+    commondir_file = gitdir / "commondir"
+    warning = None
+    if commondir_file.is_file():
+        try:
+            common = commondir_file.read_text(encoding="utf-8", errors="replace").strip()
+        except OSError as exc:
+            warning = f"cannot read {commondir_file}: {exc}"
+        else:
+            dirs.append((gitdir / common).resolve())
+    return list(dict.fromkeys(dirs)), warning
 
 
 def _within(path: Path, root: Path) -> bool:

@@ -8,7 +8,15 @@ and mirrors the manifest into a view directory that the worker's sandbox mounts 
 Unchanged files cost nothing twice: the builder does not re-read a file whose stat is the same
 (`SnapshotBuilder.build`), and a node does not re-fetch a blob it has nor rewrite a view file
 that already holds it (`NodeCache.sync_view`). The transport (Ray's object store) is not here:
-this module is plain data and files.
+this module is plain data and files. A dispatch goes:
+
+    manifest = await builder.build()                      # coordinator, once per state
+    wanted = cache.missing(manifest)                      # node
+    blobs = {d: builder.read_blob(d) for d in wanted}     # coordinator, in a thread
+    cache.add_blobs(blobs); cache.sync_view(manifest, view)   # node
+
+`sync_view` renames files inside `view`: sync a view no running worker has mounted (one per
+worker slot), and report `manifest.id` as the snapshot the subagent saw.
 
 What the snapshot holds, in the issue's words "the workspace as the subagent is allowed to see
 it":
@@ -19,7 +27,9 @@ it":
   (`orchestrator.context_probe.git_argv`): a repository's `core.fsmonitor` or hooks never run,
   and its `core.excludesFile` or includes are never read, on the host. Submodules and nested
   repositories are left out (git lists them as one name; their files are another
-  repository's). A workspace in no repository: every file below it;
+  repository's). A worktree's git directories are bound into that sandbox read-only. A
+  workspace in no repository (no `.git` from it up to the home): every file below it; a git
+  that fails where a `.git` exists fails the build rather than take ignored files too;
 - minus the files the policy's `Read` deny rules cover (`read_denied`, given absolute paths as
   `SessionPolicy.read_denied` expects), the paths the floor masks inside the workspace
   (`sandbox.masks.gather_host_facts`: `deny_read` entries that resolve into it), and dotenv
@@ -61,9 +71,9 @@ from orchestrator.errors import WarrenError
 from orchestrator.tree_state import open_parent, walk
 from sandbox.errors import SandboxError
 from sandbox.host import SandboxHost
-from sandbox.masks import gather_host_facts
+from sandbox.masks import gather_host_facts, linked_git_dirs
 from sandbox.safe_read import read_unchanged_at
-from sandbox.spec import SandboxSpec, WorkspaceRoot
+from sandbox.spec import Bind, SandboxSpec, WorkspaceRoot
 
 __all__ = [
     "MAX_ENTRIES",
@@ -98,7 +108,6 @@ SECRET_NAMES = (".env", ".env.*")
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _SECRET_NAME = re.compile("|".join(fnmatch.translate(p) for p in SECRET_NAMES) or "(?!)")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
-_NOT_A_REPOSITORY = b"not a git repository"
 
 
 class SnapshotError(WarrenError):
@@ -275,7 +284,8 @@ class SnapshotBuilder:
         **Cancellation:** git's sandbox is killed; a walk under way finishes first (it is
         bounded by `MAX_ENTRIES` and `MAX_TOTAL_BYTES`).
 
-        **Errors:** `SnapshotError`: git failed (other than "not a repository"), a cap was
+        **Errors:** `SnapshotError`: git failed (a `.git` exists but git sees no repository
+        there, or cannot run in the sandbox), a cap was
         passed, a file kept changing while it was read, or the floor cannot be set up.
         """
         async with self._lock:
@@ -315,7 +325,8 @@ class SnapshotBuilder:
     # -- what git lists --------------------------------------------------------------------
 
     async def _listed(self) -> frozenset[str] | None:
-        """The paths git lists relative to the workspace; None outside a repository."""
+        """The paths git lists relative to the workspace; None when no directory from it up
+        to the home holds a `.git` (the only case where every file is taken)."""
         root = await trio.to_thread.run_sync(self._repository)
         if root is None:
             return None  # no repository by name: git need not even run
@@ -325,12 +336,12 @@ class SnapshotBuilder:
         else:
             code, out, err = await self._git_here(argv)
         if code != 0:
-            if _NOT_A_REPOSITORY in err:
-                return None
+            # Not "every file" then: that would ship what the repository ignores (build
+            # output, and the secrets many repositories keep in ignored files).
             line = err.decode("utf-8", "replace").strip().splitlines()[:1]
             raise SnapshotError(
-                f"git ls-files failed in {self.workspace} (exit {code}): "
-                + (line[0] if line else "no message")
+                f"git ls-files failed in {self.workspace} (exit {code}), which lies in the "
+                f"repository {root}: " + (line[0] if line else "no message")
             )
         names = (os.fsdecode(raw) for raw in out.split(b"\0"))
         # A name ending in `/` is a nested repository git does not enter.
@@ -348,9 +359,8 @@ class SnapshotBuilder:
         try:
             if self._host is None:
                 self._host = await detect_host()
-            done = await run_sandboxed(
-                _listing_spec(root, self._deny_read), argv, cwd=self._top, host=self._host
-            )
+            spec = await trio.to_thread.run_sync(_listing_spec, root, self._deny_read)
+            done = await run_sandboxed(spec, argv, cwd=self._top, host=self._host)
         except (SandboxError, OSError) as exc:
             raise SnapshotError(f"git cannot run in the read-only sandbox: {exc}") from exc
         if done.timed_out or done.killed_by_limit is not None or done.output_truncated:
@@ -515,13 +525,23 @@ class SnapshotBuilder:
 
 def _listing_spec(root: Path, deny_read: tuple[str, ...]) -> SandboxSpec:
     """Start-up context gathering's read-only sandbox (`context_spec`), with room for the
-    names of a large repository and git's safe environment."""
+    names of a large repository and git's safe environment; a worktree's or submodule's real
+    git directories (its `.git` a regular file: `linked_git_dirs`) bound read-only, since
+    they may lie where the sandbox shows nothing (the hidden home, the host's /tmp)."""
     spec = context_spec(root, deny_read=deny_read)
     limits = spec.limits.model_copy(
         update={"output_bytes": MAX_LISTING_BYTES, "wall_time_s": GIT_WALL_S}
     )
     env = spec.env.model_copy(update={"values": {**spec.env.values, **git_env({})}})
-    return spec.model_copy(update={"limits": limits, "env": env})
+    binds: tuple[Bind, ...] = ()
+    dotgit = root / ".git"
+    with contextlib.suppress(OSError):
+        if stat.S_ISREG(os.lstat(dotgit).st_mode):
+            dirs, _ = linked_git_dirs(dotgit)
+            binds = tuple(
+                Bind(path=d, mode="ro") for d in dirs if d.is_dir() and not d.is_relative_to(root)
+            )
+    return spec.model_copy(update={"limits": limits, "env": env, "extra_binds": binds})
 
 
 def _parents(paths: Iterable[str]) -> frozenset[str]:

@@ -219,19 +219,35 @@ async def test_secrets_masks_and_ignored_files_stay_out(
     assert not any(".git" in e.path.split("/") for e in manifest.entries)
 
 
-async def test_a_workspace_without_git_holds_every_file_but_git_s(tmp_path: Path) -> None:
+async def test_a_workspace_without_git_holds_every_file(tmp_path: Path) -> None:
     ws = tmp_path / "plain"
     (ws / "a" / "b").mkdir(parents=True)
     (ws / "a" / "b" / "c.txt").write_text("c")
     (ws / "run.sh").write_text("#!/bin/sh\n")
     (ws / "run.sh").chmod(0o755)
-    (ws / ".git").mkdir()  # a broken repository: git says it is none
-    (ws / ".git" / "config").write_text("[core]\n")
     _, manifest = await build(ws)
     assert paths(manifest) == {"a/b/c.txt", "run.sh"}
     assert paths(manifest, "dir") == {"a", "a/b"}
     assert entry(manifest, "run.sh").executable
     assert not entry(manifest, "a/b/c.txt").executable
+    # A `.git` git does not take for a repository: not "every file" (ignored ones too).
+    (ws / ".git").mkdir()
+    (ws / ".git" / "config").write_text("[core]\n")
+    with pytest.raises(SnapshotError, match="git ls-files failed"):
+        await build(ws)
+
+
+async def test_a_worktree_is_listed_by_git(tmp_path: Path, outside: Path) -> None:
+    """A worktree's `.git` points at its main repository's, which the sandbox shows only
+    through the read-only binds (here the main repository lies in the host's /tmp)."""
+    main = make_repo(tmp_path / "main")
+    (main / ".gitignore").write_text("*.log\n")
+    git(main, "add", ".gitignore")
+    git(main, "commit", "-q", "-m", "ignore")
+    git(main, "worktree", "add", "-q", str(tmp_path / "wt"))
+    (tmp_path / "wt" / "debug.log").write_text("ignored")
+    _, manifest = await build(tmp_path / "wt")
+    assert paths(manifest) == {".gitignore", "README.md"}
 
 
 async def test_caps_fail_the_build_naming_the_file(
