@@ -250,6 +250,22 @@ async def test_a_worktree_is_listed_by_git(tmp_path: Path, outside: Path) -> Non
     assert paths(manifest) == {".gitignore", "README.md"}
 
 
+async def test_deny_rules_hold_for_a_workspace_reached_through_a_link(tmp_path: Path) -> None:
+    """Rules are anchored at the workspace path the session was given, which may be a link;
+    the snapshot reads the resolved tree and asks about both."""
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "secret.txt").write_text("s")
+    (real / "ok.txt").write_text("o")
+    (tmp_path / "link").symlink_to(real)
+    builder = SnapshotBuilder(
+        tmp_path / "link", read_denied=denied_by(tmp_path / "link", "secret.txt")
+    )
+    manifest = await builder.build()
+    assert paths(manifest) == {"ok.txt"}
+    assert manifest.root == str(tmp_path / "link")
+
+
 async def test_caps_fail_the_build_naming_the_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
