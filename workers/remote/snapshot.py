@@ -418,13 +418,14 @@ class SnapshotBuilder:
                 if total > MAX_TOTAL_BYTES:
                     raise SnapshotError(
                         f"the files of {self.workspace} hold more than {MAX_TOTAL_BYTES} bytes, "
-                        f"the snapshot's total cap (MAX_TOTAL_BYTES; passed at {rel})"
+                        f"the snapshot's total cap (MAX_TOTAL_BYTES; passed at {rel}): ignore "
+                        "large files in .gitignore or deny reading them to leave them out"
                     )
                 entries.append(entry)
                 if len(entries) > MAX_ENTRIES:
                     raise SnapshotError(
                         f"{self.workspace} holds more than {MAX_ENTRIES} files, the snapshot's "
-                        "cap (MAX_ENTRIES)"
+                        "cap (MAX_ENTRIES): ignore generated files in .gitignore"
                     )
         finally:
             os.close(root_fd)
@@ -459,7 +460,8 @@ class SnapshotBuilder:
             if info.st_size > MAX_FILE_BYTES:
                 raise SnapshotError(
                     f"{rel} holds {info.st_size} bytes, more than the snapshot's per-file cap "
-                    f"of {MAX_FILE_BYTES} (MAX_FILE_BYTES)"
+                    f"of {MAX_FILE_BYTES} (MAX_FILE_BYTES): ignore it in .gitignore or deny "
+                    "reading it to leave it out"
                 )
             stamp = _stamp(info)
             old = self._known.get(rel)
