@@ -615,6 +615,7 @@ class NodeCache:
                 raise SnapshotError(str(exc)) from exc
         view.mkdir(parents=True, exist_ok=True, mode=0o755)
         states = self._load_state(view)
+        touched = 0
         try:
             current = self._current(view)
             wanted = {entry.path: entry for entry in manifest.entries}
@@ -629,6 +630,7 @@ class NodeCache:
                 for rel in sorted(stale, key=lambda r: (-r.count("/"), r)):
                     _remove(*parents.of(rel), current.pop(rel)[0])
                     states.pop(rel, None)
+                    touched += 1
             with _Parents(view) as parents:
                 for entry in sorted(manifest.entries, key=lambda e: (e.path.count("/"), e.path)):
                     if entry.path in current and (
@@ -636,15 +638,18 @@ class NodeCache:
                     ):
                         continue
                     states.pop(entry.path, None)
+                    touched += 1
                     written = self._make(*parents.of(entry.path), entry)
                     if written is not None:
                         states[entry.path] = written
             for rel in [rel for rel in states if rel not in wanted]:
                 del states[rel]
+                touched += 1
         except OSError as exc:
             raise SnapshotError(f"the view {view} cannot be synced: {exc}") from exc
         finally:
-            self._save_state(view, states)
+            if touched:
+                self._save_state(view, states)
 
     def _current(self, view: Path) -> dict[str, tuple[os.stat_result, str | None]]:
         """Every name in the view (its `.git` too) with its lstat and, for a link, target."""
