@@ -2,9 +2,10 @@
 coordinator and unpacked by a node (issue 18, item 2).
 
 A subagent that runs on another machine cannot mount the coordinator's workspace, so at
-dispatch the coordinator describes it as a `Manifest` (every entry with its kind, mode and,
-for a file, the sha256 of its bytes), the node asks for the blobs it lacks (`NodeCache.missing`)
-and mirrors the manifest into a view directory that the worker's sandbox mounts read-only.
+dispatch the coordinator describes it as a `Manifest` (every entry with its kind and, for a
+file, its execute bit and the sha256 of its bytes), the node asks for the blobs it lacks
+(`NodeCache.missing`) and mirrors the manifest into a view directory that the worker's
+sandbox mounts read-only.
 Unchanged files cost nothing twice: the builder does not re-read a file whose stat is the same
 (`SnapshotBuilder.build`), and a node does not re-fetch a blob it has nor rewrite a view file
 that already holds it (`NodeCache.sync_view`). The transport (Ray's object store) is not here:
@@ -24,8 +25,10 @@ it":
 - the files git lists, `git ls-files --cached --others --exclude-standard` (tracked, and
   untracked but not ignored), run inside the read-only sandbox start-up context gathering uses
   (`orchestrator.context.context_spec`) with git's code-running settings disabled
-  (`orchestrator.context_probe.git_argv`): a repository's `core.fsmonitor` or hooks never run,
-  and its `core.excludesFile` or includes are never read, on the host. Submodules and nested
+  (`orchestrator.context_probe.git_argv`): nothing the repository configures runs or is read
+  on the host (`core.fsmonitor`, hooks, `core.excludesFile`, includes are seen only inside the
+  sandbox). With the floor off (`sandboxed=False`) git runs here with those settings disabled,
+  as the context probe then does. Submodules and nested
   repositories are left out (git lists them as one name; their files are another
   repository's). A worktree's git directories are bound into that sandbox read-only. A
   workspace in no repository (no `.git` from it up to the home): every file below it; a git
