@@ -571,11 +571,13 @@ class NodeCache:
     """A node's blobs (content-addressed, `root/blobs`) and the views it unpacks them into.
 
     Plain blocking code: the Ray actor calls it from its own thread. One `sync_view` per view
-    at a time.
+    at a time. `root` (made 0700 when missing) and a view made by `sync_view` (0700) are
+    private to this user.
     """
 
     def __init__(self, root: Path) -> None:
         self.root = root
+        root.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.blobs = ContentStore(root / "blobs")
         self._states = root / "views"
         self.writes = 0
@@ -616,7 +618,9 @@ class NodeCache:
                 _check_path(entry.path)
             except ValueError as exc:
                 raise SnapshotError(str(exc)) from exc
-        view.mkdir(parents=True, exist_ok=True, mode=0o755)
+        # Private when made here: the workspace's files are the user's, not the node's other
+        # users' (the worker runs as this user and reads it through its own mount).
+        view.mkdir(parents=True, exist_ok=True, mode=0o700)
         states = self._load_state(view)
         touched = 0
         try:

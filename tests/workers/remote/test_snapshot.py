@@ -414,6 +414,7 @@ async def test_a_view_mirrors_a_built_manifest(tmp_path: Path) -> None:
     view = tmp_path / "view"
     sync(cache, manifest, blobs, view)
     assert view_tree(view) == view_tree(ws)
+    assert stat.S_IMODE(view.stat().st_mode) == 0o700  # the user's files, not the node's
 
 
 def test_a_second_manifest_rewrites_only_what_changed(tmp_path: Path) -> None:
