@@ -16,15 +16,18 @@ Stdlib only, imports nothing of Warren's package `__init__`s: the sandboxed run 
 milliseconds, so the safe-read and memory-file helpers are loaded by file path, and only when
 a memory file exists. Every module it imports is paid for by each launch (in its sandbox, the
 interpreter imports nothing in advance): not `typing`, `pathlib`, `dataclasses` or
-`importlib.util`.
+`importlib.util`, and not `subprocess` or `json` either (with `re`, `enum`, `signal` and
+`threading` behind them, two thirds of the probe's own time): git is started with
+`os.posix_spawnp` (`git -C CWD`, as spawning has no working directory of its own), and JSON
+is read and written with the C helpers of `_json`.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
+import select
 import sys
+import time
 
 TYPE_CHECKING = False  # `typing.TYPE_CHECKING` without importing `typing` (mypy knows the name)
 if TYPE_CHECKING:
@@ -86,6 +89,10 @@ def git_env(environ: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in environ.items() if not k.startswith("GIT_")} | _GIT_ENV
 
 
+_Git = tuple[int, int, float]
+"""A started git: its pid, the read end of its stdout, and its deadline (`time.monotonic`)."""
+
+
 def collect(
     cwd: Path | str, *, root: Path | str | None = None, deny: Sequence[WirePattern] = ()
 ) -> dict[str, Any]:
@@ -94,9 +101,9 @@ def collect(
     down to `cwd`; `deny`: the `Read` deny rules, `policies.rules.PathPattern.wire`)."""
     env = git_env(os.environ)
     # Both git commands at once: start-up costs the slower one, not their sum.
-    branch = _start(git_argv("rev-parse", "--abbrev-ref", "HEAD"), cwd, env)
+    branch = _start(["-C", str(cwd), "rev-parse", "--abbrev-ref", "HEAD"], env)
     status = _start(
-        git_argv("status", "--short", "--ignore-submodules=all", "--no-renames"), cwd, env
+        ["-C", str(cwd), "status", "--short", "--ignore-submodules=all", "--no-renames"], env
     )
     tree = _tree(cwd)
     memory = _memory(cwd, root or cwd, deny)
@@ -116,35 +123,79 @@ def collect(
     }
 
 
-def _start(argv: list[str], cwd: Path | str, env: dict[str, str]) -> subprocess.Popen[bytes] | None:
+def _start(args: list[str], env: dict[str, str]) -> _Git | None:
+    """`git <safety options> args...` started with its stdout on a pipe, stdin and stderr on
+    /dev/null; None when it cannot be started."""
+    read_end, write_end = os.pipe()  # both close on exec: the child gets only its dup
     try:
-        return subprocess.Popen(
-            argv,
-            cwd=cwd,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
+        pid = os.posix_spawnp(
+            "git",
+            git_argv(*args),
+            env,
+            file_actions=[
+                (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                (os.POSIX_SPAWN_DUP2, write_end, 1),
+                (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0),
+            ],
         )
     except OSError:
+        os.close(read_end)
         return None
+    finally:
+        os.close(write_end)
+    return pid, read_end, time.monotonic() + GIT_TIMEOUT_S
 
 
-def _finish(proc: subprocess.Popen[bytes] | None, limit: int) -> str | None:
-    if proc is None:
+def _finish(git: _Git | None, limit: int) -> str | None:
+    """Its output (at most `limit` bytes) when it exits 0 within its deadline; else None
+    (and it is killed)."""
+    if git is None:
         return None
-    assert proc.stdout is not None
+    pid, fd, deadline = git
+    out = bytearray()
     try:
-        out = proc.stdout.read(limit)
-        proc.stdout.close()
-        code = proc.wait(timeout=GIT_TIMEOUT_S)
-    except (OSError, subprocess.TimeoutExpired):
-        proc.kill()
-        proc.wait()
+        while len(out) < limit:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                _kill(pid)
+                return None
+            chunk = os.read(fd, limit - len(out))
+            if not chunk:
+                break
+            out += chunk
+    except OSError:
+        _kill(pid)
         return None
-    if code != 0:
+    finally:
+        os.close(fd)  # a git with more to say ends on SIGPIPE
+    status = _wait(pid, deadline)
+    if status is None or os.waitstatus_to_exitcode(status) != 0:
         return None
     return out.decode("utf-8", "replace").rstrip("\n")
+
+
+def _wait(pid: int, deadline: float) -> int | None:
+    """The wait status of `pid` once it exits; None when it outlives `deadline` (it is
+    killed then)."""
+    while True:
+        try:
+            done, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return None
+        if done:
+            return status
+        if time.monotonic() >= deadline:
+            _kill(pid)
+            return None
+        time.sleep(0.001)
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, 9)  # SIGKILL (the `signal` module costs milliseconds to import)
+        os.waitpid(pid, 0)
+    except OSError:
+        pass
 
 
 def _tree(cwd: Path | str) -> str:
@@ -253,7 +304,48 @@ def _load_by_path(name: str, parts: tuple[str, str]) -> ModuleType:
     return module
 
 
+def _dumps(value: object) -> str:
+    """JSON of the facts (strings, None, lists and dicts of them) by `_json`'s string encoder:
+    what `json.dumps` gives them, without importing `json`."""
+    import _json
+
+    if value is None:
+        return "null"
+    if isinstance(value, str):
+        return _json.encode_basestring_ascii(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_dumps(item) for item in value) + "]"
+    if isinstance(value, dict):
+        pairs = (f"{_dumps(str(key))}: {_dumps(item)}" for key, item in value.items())
+        return "{" + ", ".join(pairs) + "}"
+    raise TypeError(f"not a fact: {type(value).__name__}")
+
+
+class _Decoding:
+    """What `_json.make_scanner` reads from a decoder: `json.loads`'s defaults."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+
+    @staticmethod
+    def parse_constant(name: str) -> float:
+        return float(name)  # NaN, Infinity, -Infinity
+
+
+def _loads(text: str) -> Any:
+    """`json.loads(text)` by `_json`'s scanner, without importing `json`."""
+    import _json
+
+    # typeshed types the context as a scanner; the C code reads only `_Decoding`'s attributes
+    scan = _json.make_scanner(_Decoding())  # type: ignore[arg-type]
+    value, end = scan(text, 0)
+    if text[end:].strip():
+        raise ValueError("extra data after the JSON value")
+    return value
+
+
 if __name__ == "__main__":
-    sys.stdout.write(
-        json.dumps(collect(sys.argv[1], root=sys.argv[2], deny=json.loads(sys.argv[3])))
-    )
+    sys.stdout.write(_dumps(collect(sys.argv[1], root=sys.argv[2], deny=_loads(sys.argv[3]))))

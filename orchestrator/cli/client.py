@@ -61,7 +61,10 @@ FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGWINCH)
 EXIT_SERVER_GONE = 128 + signal.SIGHUP
 """The session process vanished without an exit code: cut off as by a hangup (129)."""
 _PACKAGES = ("orchestrator", "workers", "sandbox", "policies")
-_SERVER_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "TMPDIR", "VIRTUAL_ENV", "TZ")
+_SERVER_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "TMPDIR", "VIRTUAL_ENV", "TZ",
+               "SSL_CERT_FILE", "SSL_CERT_DIR")  # fmt: skip
+"""The server's environment (with `_SERVER_ENV_PREFIXES`); the CA settings are for the TLS
+context it makes for its sessions (`orchestrator.model.tls`)."""
 _SERVER_ENV_PREFIXES = ("LC_", "PYTHON", "XDG_", "WARREN_")
 
 

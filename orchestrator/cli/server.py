@@ -139,6 +139,11 @@ def _preload() -> None:
         import anthropic
 
         anthropic.AsyncAnthropic(api_key="preload").messages  # noqa: B018
+    # The SDK client's TLS context (reading the CA bundle), for sessions that would make the
+    # same one.
+    from orchestrator.model import tls
+
+    tls.preload()
     # The built-in tools (their modules load lazily) and their input schemas (cached per
     # class): the first request of every session sends them.
     with contextlib.suppress(Exception):

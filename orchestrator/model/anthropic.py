@@ -182,15 +182,23 @@ class AnthropicModel:
         return bool(self._api_key or os.environ.get("ANTHROPIC_AUTH_TOKEN"))
 
     def _new_client(self) -> AsyncAnthropic:
+        """The SDK client; its HTTP client is the SDK's default one, on the TLS context the
+        warm server made when that is the same as the SDK's own (`orchestrator.model.tls`)."""
         import anthropic
         import httpx2
 
+        from orchestrator.model import tls
+
+        timeout = httpx2.Timeout(self._read_timeout_s, connect=self._connect_timeout_s)
+        http_client = self._http_client
+        if http_client is None and (context := tls.preloaded()) is not None:
+            http_client = anthropic.DefaultAsyncHttpxClient(verify=context, timeout=timeout)
         return anthropic.AsyncAnthropic(
             api_key=self._api_key or None,
             base_url=self._base_url,
             max_retries=0,
-            timeout=httpx2.Timeout(self._read_timeout_s, connect=self._connect_timeout_s),
-            http_client=self._http_client,
+            timeout=timeout,
+            http_client=http_client,
         )
 
     async def count_tokens(self, request: ModelRequest) -> int | None:
