@@ -379,7 +379,9 @@ class SessionStore:
 
 def write_summary(path: Path, summary: SessionSummary) -> None:
     """Replace the summary at `path` atomically (`policies.atomic.replace_file`: a reader sees
-    the old one or the new one).
+    the old one or the new one), not fsynced: it is written before each run's first model
+    request and after its end, and it is a cache of the transcript, which `_summary_of`
+    reads instead when a crash left the summary empty or cut.
 
     **Errors:** `OSError` (`ReplaceFailed`: nothing changed).
     """
@@ -390,7 +392,7 @@ def write_summary(path: Path, summary: SessionSummary) -> None:
         old: os.stat_result | None = os.stat(path, follow_symlinks=False)
     except FileNotFoundError:
         old = None
-    replace_file(path, data, old=old, mode=0o600)
+    replace_file(path, data, old=old, mode=0o600, durable=False)
 
 
 def _summary_of(transcript: Path) -> SessionSummary | None:

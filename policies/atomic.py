@@ -282,6 +282,7 @@ def replace_file(
     old: os.stat_result | None,
     mode: int = 0o666,
     dir_fd: int | None = None,
+    durable: bool = True,
 ) -> None:
     """Replace the regular file `path` (relative to `dir_fd` when given) with `data`, all or
     nothing: the one place Warren does temp file + fsync + rename.
@@ -292,6 +293,9 @@ def replace_file(
     the target. A crash at any moment leaves the old bytes or all the new ones. A file whose
     owner cannot be kept (someone else's, writable through group bits) is not replaced:
     renaming our copy over it would quietly make it ours. The directory is not fsynced here.
+    Not `durable`: no fsync (milliseconds to tens of them), for a file that is a cache of
+    another: after a crash it may hold the old bytes, the new ones or none, never a mix of
+    the two, as far as the file system's rename ordering goes.
 
     **Errors:** `ReplaceFailed` (nothing changed; the temporary file is removed).
     """
@@ -316,7 +320,8 @@ def replace_file(
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
-            os.fsync(fd)
+            if durable:
+                os.fsync(fd)
         finally:
             os.close(fd)
         stage = "rename"

@@ -175,3 +175,22 @@ def test_a_full_disk_mid_record_leaves_whole_records_and_resume_works(small_tmpf
     assert path.read_bytes() == before  # the part that fitted was cut back off
     loaded = store.load(session_id)
     assert loaded.skipped_lines == 0 and loaded.messages[-1].text().endswith("second")
+
+
+@pytest.mark.parametrize("left", [b"", b'{"session_id": "x", "first_pro'])
+def test_a_summary_a_crash_left_empty_or_cut_is_read_from_the_transcript(
+    tmp_path: Path, left: bytes
+) -> None:
+    """The summary is written without fsync (it is on the first request's path): what a
+    crash leaves of it is never believed; `warren sessions` reads the transcript's head."""
+    store = SessionStore(tmp_path)
+    transcript = store.create(cwd=Path("/repo"), model="m")
+    transcript.message(Message.user_text("fix the tests"))
+    transcript.note_prompt("fix the tests")
+    transcript.close()
+    meta = transcript.path.with_suffix(".meta.json")
+    assert json.loads(meta.read_bytes())["first_prompt"] == "fix the tests"
+    meta.write_bytes(left)
+    (summary,) = store.summaries()
+    assert (summary.session_id, summary.cwd, summary.model) == (transcript.session_id, "/repo", "m")
+    assert summary.first_prompt == "fix the tests"
