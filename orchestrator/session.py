@@ -1071,8 +1071,9 @@ async def _start_up(
     while the floor probe, the policy and then the context snapshot follow one another: the
     snapshot is workspace content, gathered in a read-only sandbox under the loaded policy
     (issue 9: nothing from the repository is read or run on the host). A `known_floor` of
-    the same host stands in for the probe (`sandbox.probe.reuse_floor`); the `model`'s SDK
-    client is made meanwhile, in a thread."""
+    the same host stands in for the probe (`sandbox.probe.reuse_floor`), and its host for
+    detecting one when this process's environment would find the same (`reuse_known`); the
+    `model`'s SDK client is made meanwhile, in a thread."""
     started: list[_StartedUp] = []
     failure: list[Exception] = []
 
@@ -1082,16 +1083,20 @@ async def _start_up(
             host = None
             if config.sandbox == "required":
                 from sandbox.host import detect_host
-                from sandbox.probe import probe_floor, reuse_floor
+                from sandbox.probe import probe_floor, reuse_floor, reuse_known
 
-                try:
-                    host = await detect_host()
-                except Exception:  # the probe reports a missing bwrap itself
-                    host = None
-                if host is not None:
-                    floor = reuse_floor(known_floor, host)
-                if floor is None:
-                    floor = await probe_floor(host=host)
+                reused = reuse_known(known_floor)
+                if reused is not None:
+                    host, floor = reused
+                else:
+                    try:
+                        host = await detect_host()
+                    except Exception:  # the probe reports a missing bwrap itself
+                        host = None
+                    if host is not None:
+                        floor = reuse_floor(known_floor, host)
+                    if floor is None:
+                        floor = await probe_floor(host=host)
             state = _floor_state(config, floor, runner)
             policy = load_session_policy(
                 cwd,

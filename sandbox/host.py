@@ -22,7 +22,10 @@ from sandbox.limits import CgroupSupport, detect_cgroups
 from sandbox.seccomp import SUPPORTED_ARCHES
 from sandbox.stubs import StubRegistry
 
-__all__ = ["SandboxHost", "default_state_dir", "detect_host"]
+__all__ = ["HOST_ENV", "SandboxHost", "default_state_dir", "detect_host", "host_env"]
+
+HOST_ENV = ("WARREN_BWRAP", "XDG_STATE_HOME", "HOME")
+"""The environment variables `detect_host` reads (its other inputs are the machine's)."""
 
 
 class SandboxHost(BaseModel):
@@ -70,6 +73,12 @@ def default_state_dir(environ: Mapping[str, str] | None = None) -> Path:
     if state and Path(state).is_absolute():
         return Path(state) / "warren"
     return Path(env.get("HOME") or Path.home()) / ".local" / "state" / "warren"
+
+
+def host_env(environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """The values of `HOST_ENV` in `environ` (default: this process's), "" for unset."""
+    env = os.environ if environ is None else environ
+    return tuple(env.get(name) or "" for name in HOST_ENV)
 
 
 async def detect_host(

@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict
 
 from sandbox.binary import find_system_tool
 from sandbox.errors import SandboxError, SandboxUnavailable
-from sandbox.host import SandboxHost, detect_host
+from sandbox.host import SandboxHost, detect_host, host_env
 from sandbox.run import run_sandboxed
 from sandbox.spec import Limits, SandboxSpec, WorkspaceRoot
 
@@ -52,6 +52,7 @@ __all__ = [
     "prove_floor",
     "read_kernel_facts",
     "reuse_floor",
+    "reuse_known",
 ]
 
 APPARMOR_PROFILE = "deploy/apparmor/warren-bwrap"
@@ -338,6 +339,11 @@ class KnownFloor(_Frozen):
     report: FloorReport
     proven_at: float
     """`time.time()` when the probe finished."""
+    host: SandboxHost | None = None
+    """The host the proof was made on, which a session with the same `host_env` takes
+    instead of detecting its own (`reuse_known`)."""
+    host_env: tuple[str, ...] = ()
+    """`sandbox.host.host_env()` where `host` was detected."""
 
 
 def floor_key(host: SandboxHost, *, kernel: KernelFacts | None = None) -> str:
@@ -387,6 +393,20 @@ def reuse_floor(
     return known.report.model_copy(update={"notes": (*known.report.notes, note)})
 
 
+def reuse_known(
+    known: KnownFloor | None, environ: Mapping[str, str] | None = None
+) -> tuple[SandboxHost, FloorReport] | None:
+    """The host `known` was proven on and its report, when both may stand in for this
+    process's own `detect_host` and probe: the environment `detect_host` reads is the same
+    (`host_env`) and `reuse_floor` accepts the proof for that host (same `floor_key`: the
+    bwrap file unchanged, the same kernel settings, boot and uid; young enough). None: detect
+    and probe (or `reuse_floor` with a host of one's own)."""
+    if known is None or known.host is None or known.host_env != host_env(environ):
+        return None
+    report = reuse_floor(known, known.host)
+    return None if report is None else (known.host, report)
+
+
 async def prove_floor() -> KnownFloor | None:
     """Detect the host and probe the floor once, for reuse (`reuse_floor`); None when it is
     not proven (a session then probes, and says why)."""
@@ -397,7 +417,13 @@ async def prove_floor() -> KnownFloor | None:
     report = await probe_floor(host=host)
     if not report.proven:
         return None
-    return KnownFloor(key=floor_key(host), report=report, proven_at=time.time())
+    return KnownFloor(
+        key=floor_key(host),
+        report=report,
+        proven_at=time.time(),
+        host=host,
+        host_env=host_env(),
+    )
 
 
 def _probe_python() -> Path:

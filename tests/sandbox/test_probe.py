@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from sandbox.binary import BwrapBinary
-from sandbox.host import SandboxHost
+from sandbox.host import SandboxHost, host_env
 from sandbox.probe import (
     FLOOR_REUSE_S,
     Diagnosis,
@@ -25,6 +25,7 @@ from sandbox.probe import (
     probe_floor,
     read_kernel_facts,
     reuse_floor,
+    reuse_known,
 )
 
 CORE_CHECKS = {
@@ -174,3 +175,32 @@ def test_a_known_floor_stands_in_only_for_the_same_host(host: SandboxHost, scrat
     with bwrap.open("ab") as file:  # replaced in place: same path, another file
         file.write(b"\0")
     assert reuse_floor(known, copied) is None
+
+
+def test_a_known_floor_lends_its_host_only_to_the_same_environment(
+    host: SandboxHost, scratch: Path
+) -> None:
+    """A session takes the server's host instead of detecting its own (a `bwrap --version`
+    on its way to the first request) only where `detect_host` would read the same
+    environment, and only with the proof: a replaced bwrap is detected and probed again."""
+    bwrap = scratch / "bwrap"
+    shutil.copy(host.bwrap.path, bwrap)
+    copied = host.model_copy(update={"bwrap": host.bwrap.model_copy(update={"path": bwrap})})
+    report = FloorReport(
+        proven=True, checks=(), bwrap_path=str(bwrap), bwrap_version="0.11.0",
+        bwrap_source="system",
+    )  # fmt: skip
+    env = {"HOME": "/home/u", "XDG_STATE_HOME": "/s", "PATH": "/bin"}
+    known = KnownFloor(
+        key=floor_key(copied), report=report, proven_at=time.time(), host=copied,
+        host_env=host_env(env),
+    )  # fmt: skip
+    reused = reuse_known(known, {**env, "PATH": "/elsewhere", "LANG": "C"})  # not read
+    assert reused is not None and reused[0] == copied and reused[1].proven
+    for name, value in (("HOME", "/home/v"), ("XDG_STATE_HOME", ""), ("WARREN_BWRAP", "/b")):
+        assert reuse_known(known, {**env, name: value}) is None, name
+    assert reuse_known(known.model_copy(update={"host": None}), env) is None
+    assert reuse_known(None, env) is None
+    with bwrap.open("ab") as file:
+        file.write(b"\0")
+    assert reuse_known(known, env) is None
