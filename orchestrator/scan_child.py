@@ -3,7 +3,10 @@
 The first scan reads, hashes and packs every file of the writable roots (seconds on a large
 tree): in the coordinator's process it would hold the GIL against the trio loop on the way to
 the first model request. `TreeState.start` runs this module instead, with the same Python,
-at `nice` 10, handing it the session's inotify descriptor: inotify watches belong to the
+at `nice` 10 from its first instruction (through the system's `nice`: its interpreter's start
+and imports, a few hundred milliseconds of CPU, would otherwise compete at the coordinator's
+priority with the session's way to its first model request), handing it the session's
+inotify descriptor: inotify watches belong to the
 descriptor, not to the process, so the watches the child puts on each directory (before
 listing it) keep reporting to the coordinator after the child has exited. What the child saw
 comes back on its stdout (a temporary file): one JSON document, read only when a writing call
@@ -23,7 +26,14 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.content_store import ContentStore
-from orchestrator.tree_state import Entry, Key, load_index, scan, watch_directory
+from orchestrator.tree_state import (
+    SCAN_NICENESS,
+    Entry,
+    Key,
+    load_index,
+    scan,
+    watch_directory,
+)
 
 __all__ = ["main", "run"]
 
@@ -64,7 +74,8 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
 
 def main() -> None:
     with contextlib.suppress(OSError):
-        os.nice(10)  # behind the coordinator and the user's own work
+        if os.nice(0) < SCAN_NICENESS:  # started without the system's `nice`
+            os.nice(SCAN_NICENESS - os.nice(0))
     try:
         answer = run(json.loads(sys.argv[1]))
     except Exception as exc:  # the coordinator falls back to its own scan

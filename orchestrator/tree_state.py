@@ -70,6 +70,21 @@ Key = tuple[str, str]
 _PACKAGE_PARENT = str(Path(__file__).resolve().parents[1])
 """Where `python -m orchestrator.scan_child` finds this package."""
 
+SCAN_NICENESS = 10
+"""How much lower than the coordinator's the scan child's CPU priority is: behind the
+coordinator and the user's own work."""
+
+
+def _niced() -> list[str]:
+    """`nice -n SCAN_NICENESS` by the system's own `nice` (never one `$PATH` finds: a
+    workspace may be on it), so the scan child starts behind the coordinator; empty without
+    one (the child then lowers its own priority once it runs: `orchestrator.scan_child`)."""
+    from sandbox.binary import find_system_tool  # not in the scan child's own imports
+
+    nice = find_system_tool("nice")
+    return [] if nice is None else [str(nice), "-n", str(SCAN_NICENESS)]
+
+
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -399,7 +414,7 @@ class TreeState:
         answer = tempfile.TemporaryFile()  # noqa: SIM115 - kept open until adopted
         try:
             child = subprocess.Popen(
-                [sys.executable, "-m", "orchestrator.scan_child", json.dumps(spec)],
+                [*_niced(), sys.executable, "-m", "orchestrator.scan_child", json.dumps(spec)],
                 stdin=subprocess.DEVNULL,
                 stdout=answer,
                 stderr=subprocess.DEVNULL,

@@ -20,6 +20,7 @@ from orchestrator.store_gc import collect, hold
 from orchestrator.tools.registry import builtin_tools
 from orchestrator.tree_state import Entry, Key, TreeState, scan
 from orchestrator.undo import undo_last_turn
+from sandbox.binary import find_system_tool
 
 
 def _content(entries: dict[Key, Entry]) -> dict[Key, tuple[str, str | None, str | None, int]]:
@@ -190,6 +191,10 @@ def test_the_first_scan_runs_in_a_child_and_misses_nothing_changed_while_it_ran(
     rng = random.Random(9)
     try:
         tree.start()
+        # At `nice` 10 from its start (its interpreter's start-up is most of its CPU before
+        # the first model request), by the system's `nice`, never one from $PATH.
+        assert tree._process is not None
+        assert tree._process.args[:3] == [str(find_system_tool("nice")), "-n", "10"]  # type: ignore[index]
         for _ in range(10):  # while the child starts and reads
             _mutate(ws, rng)
         first = tree.refresh()
