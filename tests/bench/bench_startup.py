@@ -12,8 +12,13 @@ Against one fake Messages API server on 127.0.0.1, interleaved, the median over 
 A session of one turn in a small workspace (the tool hosts start; a cold run proves the
 floor, a warm one reuses the proof its server made, `sandbox.probe.reuse_floor`). The
 server runs in a private directory and is stopped at the end. The load average is printed
-with the figures: on a busy machine they are noise. Claude Code's figures are not measured
-here (`../shared/peers/` has its harness).
+with the figures: on a busy machine they are noise.
+
+Side by side: when Claude Code is installed (`$CLAUDE_BIN`, else where `../shared/peers/`
+installs it: `~/peers/cc/node_modules/@anthropic-ai/claude-code/bin/claude.exe`), each round
+also runs `claude -p` against the same fake API (the peer harness's environment: a fresh
+HOME, no non-essential traffic), and its figures and the ratios are printed next to
+Warren's. `--no-peer` leaves it out.
 """
 
 from __future__ import annotations
@@ -51,6 +56,49 @@ def _run(
     return request.started_at - launched, exited - request.event_time("message_stop")
 
 
+CLAUDE_BIN = Path(
+    os.environ.get("CLAUDE_BIN")
+    or Path.home() / "peers/cc/node_modules/@anthropic-ai/claude-code/bin/claude.exe"
+)
+
+
+def _claude_env(work: Path, api: FakeMessagesAPI) -> dict[str, str]:
+    """What `../shared/peers/run_peer.py` gives Claude Code: a fresh HOME, the fake API, no
+    telemetry, updates or other side traffic."""
+    for name in ("home", "tmp"):
+        (work / name).mkdir(exist_ok=True)
+    return {
+        "PATH": os.environ["PATH"],
+        "HOME": str(work / "home"),
+        "TERM": "dumb",
+        "LANG": "C.UTF-8",
+        "IS_SANDBOX": "1",  # root + --dangerously-skip-permissions
+        "ANTHROPIC_BASE_URL": api.base_url,
+        "ANTHROPIC_API_KEY": "sk-bench",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_TELEMETRY": "1",
+        "DISABLE_ERROR_REPORTING": "1",
+        "DISABLE_AUTOUPDATER": "1",
+        "CLAUDE_CODE_TMPDIR": str(work / "tmp"),
+        "TMPDIR": str(work / "tmp"),
+    }
+
+
+def _run_claude(env: dict[str, str], cwd: Path, api: FakeMessagesAPI) -> tuple[float, float]:
+    """(launch -> first request, last message_stop -> exit) of one `claude -p` run."""
+    before = len(api.requests)
+    api.add(Reply.text("done"))
+    argv = [str(CLAUDE_BIN), "-p", "hi", "--output-format", "stream-json", "--verbose",
+            "--dangerously-skip-permissions"]  # fmt: skip
+    launched = time.monotonic()
+    done = subprocess.run(argv, env=env, cwd=cwd, capture_output=True)
+    exited = time.monotonic()
+    if done.returncode != 0 or len(api.requests) <= before:
+        raise SystemExit(f"claude failed: {done.stderr.decode()[-500:]}")
+    first, last = api.requests[before], api.requests[-1]
+    return first.started_at - launched, exited - last.event_time("message_stop")
+
+
 def _import_anthropic() -> float:
     started = time.monotonic()
     subprocess.run([sys.executable, "-c", "import anthropic"], check=True)
@@ -60,7 +108,10 @@ def _import_anthropic() -> float:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=5)
-    rounds = parser.parse_args().rounds
+    parser.add_argument("--no-peer", action="store_true", help="leave Claude Code out")
+    args = parser.parse_args()
+    rounds = args.rounds
+    peer = not args.no_peer and CLAUDE_BIN.is_file()
     work = Path(tempfile.mkdtemp(prefix="wbench", dir="/tmp"))
     (work / "ws").mkdir()
     (work / "ws" / "a.py").write_text("print('hi')\n")
@@ -76,15 +127,21 @@ def main() -> None:
     load_before = os.getloadavg()[0]
     warm: list[tuple[float, float]] = []
     cold: list[tuple[float, float]] = []
+    claude: list[tuple[float, float]] = []
     imports: list[float] = []
     try:
         with FakeMessagesAPI([]) as api:
             env["ANTHROPIC_BASE_URL"] = api.base_url
             subprocess.run([*WARREN, "server", "start"], env=env, check=True, capture_output=True)
             _run([], env, work / "ws", api)  # the first session process warms the page cache
+            claude_env = _claude_env(work, api) if peer else {}
+            if peer:
+                _run_claude(claude_env, work / "ws", api)  # and Claude Code's first run
             for _ in range(rounds):
                 warm.append(_run([], env, work / "ws", api))
                 cold.append(_run(["--no-server"], env, work / "ws", api))
+                if peer:
+                    claude.append(_run_claude(claude_env, work / "ws", api))
                 imports.append(_import_anthropic())
     finally:
         subprocess.run([*WARREN, "server", "stop"], env=env, capture_output=True)
@@ -94,13 +151,28 @@ def main() -> None:
     def median(values: list[float]) -> str:
         return f"{statistics.median(values) * 1000:7.0f} ms"
 
+    def versus(ours: list[float], theirs: list[float]) -> str:
+        if not theirs:
+            return ""
+        ratio = statistics.median(ours) / statistics.median(theirs)
+        return f"   Claude Code {median(theirs)}   ratio {ratio:4.2f}x"
+
+    launch = [c[0] for c in claude]
+    leave = [c[1] for c in claude]
     print(f"warren start-up, median of {rounds} interleaved rounds "
           f"(load average {load_before:.2f} before, {load_after:.2f} after)")  # fmt: skip
-    print(f"  warm launch -> first request     {median([w[0] for w in warm])}")
-    print(f"  cold launch -> first request     {median([c[0] for c in cold])}")
+    if not peer:
+        print("  (Claude Code not measured: --no-peer, or no binary at $CLAUDE_BIN / "
+              f"{CLAUDE_BIN})")  # fmt: skip
+    print(f"  warm launch -> first request     {median([w[0] for w in warm])}"
+          f"{versus([w[0] for w in warm], launch)}")  # fmt: skip
+    print(f"  cold launch -> first request     {median([c[0] for c in cold])}"
+          f"{versus([c[0] for c in cold], launch)}")  # fmt: skip
     print(f"  python -c 'import anthropic'     {median(imports)}")
-    print(f"  warm last message_stop -> exit   {median([w[1] for w in warm])}")
-    print(f"  cold last message_stop -> exit   {median([c[1] for c in cold])}")
+    print(f"  warm last message_stop -> exit   {median([w[1] for w in warm])}"
+          f"{versus([w[1] for w in warm], leave)}")  # fmt: skip
+    print(f"  cold last message_stop -> exit   {median([c[1] for c in cold])}"
+          f"{versus([c[1] for c in cold], leave)}")  # fmt: skip
 
 
 if __name__ == "__main__":
