@@ -19,10 +19,14 @@ Warm parts: besides the imports, the server proves the sandbox floor in a child 
 (`_FloorProber`: the server itself never runs trio or anything a workspace holds) and hands
 the proof to every session it forks, which uses it instead of probing while its own host
 has the same `sandbox.probe.floor_key` (bwrap by file identity, kernel settings, boot, uid)
-and the proof is fresh; it is renewed every 5 minutes of use. The profile of a warm start
-left nothing else worth keeping across sessions that is not workspace content: the policy
-files load in milliseconds once their modules are imported, and the context snapshot
-(`git status`, memory files) changes with every edit, so each session gathers its own.
+and the proof is fresh; it is renewed every 5 minutes of use. The proof carries the host it
+was made on, which a session takes instead of detecting its own when its environment would
+find the same (`sandbox.probe.reuse_known`). The server also makes the SDK client's TLS
+context (`orchestrator.model.tls`: reading the CA bundle holds the GIL for 40-70 ms), which
+a session takes when its CA settings are the server's. The profile of a warm start left
+nothing else worth keeping across sessions that is not workspace content: the policy files
+load in milliseconds once their modules are imported, and the context snapshot (`git
+status`, memory files) changes with every edit, so each session gathers its own.
 
 The server exits after `--idle-timeout` seconds without sessions (default 1800), on SIGTERM
 (`warren server stop`), or when a client of another version asks (it is replaced). Running
