@@ -29,11 +29,13 @@ import stat
 import struct
 import sys
 from collections.abc import Iterator, Mapping, Sequence
-from pathlib import Path
 
 TYPE_CHECKING = False  # `typing` itself costs a warm launch milliseconds
 if TYPE_CHECKING:
-    from typing import Any
+    from pathlib import Path  # `pathlib` too (with `re`, `fnmatch`, `urllib.parse`)
+    from typing import Any, TypeVar
+
+    _Dir = TypeVar("_Dir", str, Path)
 
 __all__ = [
     "DIR_ENV",
@@ -76,17 +78,24 @@ def server_dir(environ: Mapping[str, str] = os.environ) -> Path:
     """Where the server's socket lives: `$WARREN_SERVER_DIR`, else `$XDG_RUNTIME_DIR/warren`,
     else `warren-UID` under the system temp directory (`TMPDIR`, `TEMP`, `TMP`, `/tmp`, as
     `tempfile.gettempdir` picks; that module is too slow to import here)."""
+    from pathlib import Path
+
+    return Path(_server_dir(environ))
+
+
+def _server_dir(environ: Mapping[str, str]) -> str:
+    """`server_dir` as a string: the warm path does without `pathlib`."""
     if environ.get(DIR_ENV):
-        return Path(environ[DIR_ENV])
+        return environ[DIR_ENV]
     if environ.get("XDG_RUNTIME_DIR"):
-        return Path(environ["XDG_RUNTIME_DIR"]) / "warren"
+        return os.path.join(environ["XDG_RUNTIME_DIR"], "warren")
     for name in ("TMPDIR", "TEMP", "TMP"):
         if environ.get(name) and os.path.isdir(environ[name]):
-            return Path(environ[name]) / f"warren-{os.getuid()}"
-    return Path("/tmp") / f"warren-{os.getuid()}"
+            return os.path.join(environ[name], f"warren-{os.getuid()}")
+    return f"/tmp/warren-{os.getuid()}"
 
 
-def checked_dir(directory: Path, *, create: bool = False) -> Path:
+def checked_dir(directory: _Dir, *, create: bool = False) -> _Dir:
     """`directory` when it is a real directory owned by this user with no access for anyone
     else (made so when `create`). **Errors:** `ServerDirRefused` otherwise (someone else's
     directory in a shared temp directory could hold a socket that impersonates the server);
@@ -116,16 +125,16 @@ def code_version() -> str:
     """What a server must match to take a run: the interpreter and Warren's code as it is on
     disk now (newest source file and file count), so an upgrade or an edit in a checkout
     replaces a server that still runs the old code."""
-    root = Path(__file__).resolve().parents[2]
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
     newest, count = 0, 0
     for package in _PACKAGES:
-        for entry in _py_files(root / package):
+        for entry in _py_files(os.path.join(root, package)):
             newest = max(newest, entry.stat().st_mtime_ns)
             count += 1
     return f"{sys.executable}|{sys.version.split()[0]}|{count}|{newest}"
 
 
-def _py_files(directory: Path) -> Iterator[os.DirEntry[str]]:
+def _py_files(directory: str) -> Iterator[os.DirEntry[str]]:
     try:
         entries = list(os.scandir(directory))
     except OSError:
@@ -133,7 +142,7 @@ def _py_files(directory: Path) -> Iterator[os.DirEntry[str]]:
     for entry in entries:
         if entry.is_dir(follow_symlinks=False):
             if entry.name not in ("__pycache__", "sample"):
-                yield from _py_files(Path(entry.path))
+                yield from _py_files(entry.path)
         elif entry.name.endswith(".py"):
             yield entry
 
@@ -180,12 +189,12 @@ class ServerLink:
         self.sock.close()
 
 
-def connect(directory: Path) -> ServerLink | None:
+def connect(directory: str | Path) -> ServerLink | None:
     """A link to the server in `directory`, or None when none answers there (no socket, a
     stale socket file, or a socket of another user)."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        sock.connect(str(directory / SOCKET_NAME))
+        sock.connect(os.path.join(directory, SOCKET_NAME))
         if _peer_uid(sock) != os.getuid():
             raise ConnectionRefusedError("the server runs as another user")
     except OSError:
@@ -211,7 +220,7 @@ def run_through_server(argv: Sequence[str]) -> int | None:
     if _opted_out(argv, os.environ):
         return None
     try:
-        directory = checked_dir(server_dir())
+        directory = checked_dir(_server_dir(os.environ))
     except FileNotFoundError:
         maybe_start_server(argv)
         return None

@@ -5,8 +5,10 @@ the run (`orchestrator.cli.run_and_exit`)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import tempfile
 
 from tests.orchestrator.server.conftest import ROOT
 
@@ -22,14 +24,23 @@ def test_the_warm_path_imports_only_the_thin_client() -> None:
     code = (
         "import json, sys\n"
         "from orchestrator.cli import run_and_exit\n"
-        "from orchestrator.cli.client import code_version, run_through_server, server_dir\n"
+        "from orchestrator.cli.client import code_version, run_through_server\n"
         "from orchestrator.cli.commands import is_command\n"
-        "code_version(); server_dir(); is_command(['-p', 'hi'])\n"
+        "code_version(); is_command(['-p', 'hi'])\n"
+        "assert run_through_server(['-p', 'hi']) is None  # a server directory, no server\n"
         "print(json.dumps(sorted(sys.modules)))\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
-    )
+    with tempfile.TemporaryDirectory() as directory:
+        env = {**os.environ, "WARREN_SERVER_DIR": directory}
+        env.pop("WARREN_NO_SERVER", None)  # the whole warm path, up to the connect
+        done = subprocess.run(
+            [sys.executable, "-c", code],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
     loaded = set(json.loads(done.stdout))
     ours = {
         name
@@ -43,4 +54,4 @@ def test_the_warm_path_imports_only_the_thin_client() -> None:
         if name.split(".")[0] not in sys.stdlib_module_names and not name.startswith("_")
     }
     assert foreign <= {"sitecustomize", "usercustomize"}, foreign  # no trio, pydantic, SDK
-    assert not {"argparse", "typing", "asyncio"} & loaded
+    assert not {"argparse", "typing", "asyncio", "pathlib"} & loaded
