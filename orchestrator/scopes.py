@@ -1,9 +1,10 @@
 """Write scopes: the directories a scoped writer subagent may change, checked, made and hashed.
 
-A writable `dispatch_agent` call may name `write_paths`; its worker's sandbox then mounts the
-workspace read-only and only those directories writable (workers/toolhost_runner.py,
-`SandboxedSpawner.spec_for`), and the scheduler runs writers whose scopes are disjoint at once
-(orchestrator/plan.py, `may_overlap`). This module is the coordinator's side of that:
+A writable `dispatch_agent` call may name `write_paths`; the kernel then lets its worker
+write only beneath them (Landlock in a warm worker, or a fresh worker whose sandbox mounts only
+them writable: workers/pool.py says which and why), and the scheduler runs writers whose
+scopes are disjoint at once (orchestrator/plan.py, `may_overlap`). This module is the
+coordinator's side of that:
 
 - `lexical_scope`: the scope as absolute paths, from the input alone (no file system), for the
   plan; None when it cannot be one (then the call is scheduled like any writer);

@@ -47,7 +47,7 @@ import re
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -82,6 +82,7 @@ __all__ = [
     "SubagentRunner",
     "SubagentStarted",
     "SubagentUpdate",
+    "WarmsWriters",
     "WorkerFailure",
     "claude_agents_dir",
     "load_agent_types",
@@ -541,3 +542,11 @@ class SubagentRunner(Protocol):
         on_event: Callable[[SubagentEvent], None],
         permission: SubagentPermission,
     ) -> SubagentOutcome: ...
+
+
+@runtime_checkable
+class WarmsWriters(Protocol):
+    """A `SubagentRunner` that can have a writable worker ready before the first writer is
+    dispatched (the worker pool); `dispatch_agent` tells it when one of its types may write."""
+
+    def expect_writers(self) -> None: ...

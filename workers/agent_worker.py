@@ -150,6 +150,8 @@ class AgentWorker:
         self._running: tuple[str, RunControl] | None = None
         self._run_done = trio.Event()
         self._serving = trio.CancelScope()
+        self._ran = False
+        """An agent has run here: too late to confine the worker (`Confine`)."""
 
     # -- plumbing used by the run's model and permission function -------------------------------
 
@@ -266,9 +268,12 @@ class AgentWorker:
                             wire.Malformed(detail="an agent is already running", id=message.id)
                         )
                         continue
+                    self._ran = True
                     self._running = (message.id, RunControl())
                     self._run_done = trio.Event()
                     nursery.start_soon(self._run_agent, message, self._running[1])
+                case wire.Confine():
+                    self.post(self._confine(message))
                 case wire.Cancel(id=agent_id):
                     if self._running is not None and self._running[0] == agent_id:
                         self._running[1].interrupt()
@@ -293,6 +298,23 @@ class AgentWorker:
                     detail = f"an agent worker does not accept {message.type!r} messages"
                     self.post(wire.Malformed(detail=detail))
         log("end of input")
+
+    def _confine(self, message: wire.Confine) -> wire.Confined:
+        """Restrict this process to writing beneath the scope, before any run (nothing the
+        model chose has run here yet). Synchronous, on trio's only thread: the restriction
+        binds this thread and what it starts, and `restrict_writes` refuses when another
+        thread or a child exists."""
+        if self._ran:
+            return wire.Confined(id=message.id, error="an agent has run in this worker")
+        from sandbox.landlock import restrict_writes  # stdlib and ctypes only
+
+        try:
+            abi = restrict_writes([Path(p) for p in message.write_paths])
+        except OSError as exc:
+            log("confine failed", "warning", error=str(exc))
+            return wire.Confined(id=message.id, error=str(exc))
+        log("confined", write_paths=message.write_paths, abi=abi)
+        return wire.Confined(id=message.id, abi=abi)
 
     async def _run_agent(self, message: wire.RunAgent, control: RunControl) -> None:
         agent_id = message.id
@@ -362,7 +384,6 @@ class AgentWorker:
                 self.post(result)
             self._running = None
             self._run_done.set()
-
 
     def _with_mcp(self, tools: _Tools, message: wire.RunAgent) -> _Tools:
         """The run's tools and the MCP tools the coordinator offers it (called there)."""

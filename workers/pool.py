@@ -3,17 +3,37 @@
 `WorkerPool` implements `orchestrator.subagents.SubagentRunner`. Each subagent runs in its own
 `workers.agent_worker` process started under the OS floor (`SandboxedSpawner`): the workspace
 read-only, or writable when the agent type may write (the dispatch_agent call of such a type
-was allowed by the permission function before it got here); a scoped writer
-(`SubagentRequest.write_paths`) gets a fresh worker whose sandbox has only its scope
-writable. At most `max_workers` subagents run at once; more wait for a worker.
+was allowed by the permission function before it got here). At most `max_workers` subagents
+run at once; more wait for a worker.
+
+A scoped writer (`SubagentRequest.write_paths`) runs beside other writers on one promise: it
+can write only beneath its scope. The kernel keeps that promise, one of two ways:
+
+- Landlock (`scopes="auto"`, the kernel has ABI >= 2, no writable root beneath the sandbox's
+  /tmp or /dev/shm): a warm writable worker in which nothing has run is sent `Confine` and
+  restricts itself (sandbox/landlock.py) before `RunAgent`: every write-type access denied
+  but beneath the scope and its private scratch directories; a rename or link across the
+  scope's edge denied (REFER). The restriction binds the worker and everything it starts
+  (Bash) and cannot be lifted, so the worker is never reused: killed after its answer, and
+  a fresh warm writer started in its place. Reads stay as the mounts say. A worker that
+  cannot confine itself is stopped and the scope mounted instead;
+- mounts (`scopes="mount"` or `WARREN_SCOPES=mount`, or Landlock missing): a fresh worker
+  whose bwrap mounts the roots read-only and only the scope writable; a cold start per
+  dispatch (tests/bench/bench_parallel_writers.py compares the two).
+
+Both keep the floor's protected names read-only inside a scope, and both pass the same
+attacks (tests/workers/test_scoped_writers_e2e.py). The scope is hashed by the coordinator
+only once the worker's sandbox is gone.
 
 Lifecycle of a worker:
 
 - started eagerly when the pool opens (`start="eager"`), or when first needed (`"lazy"`);
   either way the slow part (interpreter, imports) is done before a dispatch reaches it;
 - reused for the next subagent when its run ended normally and its agent type cannot leave
-  state behind (read-only tools, no shell); otherwise stopped, and a fresh read-only worker is
-  started in its place, so the pool stays warm;
+  state behind (read-only tools, no shell); otherwise stopped, and a fresh worker is started
+  in its place, so the pool stays warm: writable while fewer than `warm_writers` are ready and
+  the session has a writable agent type (`expect_writers`; a session without one never
+  starts a writer ahead), else read-only;
 - killed when a run passes a limit: wall time, memory (resident set of its whole process tree,
   measured with psutil), CPU time of the tree, the size of its logs or output, or too many
   lines that are not protocol messages; the run ends with a `worker_*` reason saying which;
@@ -144,6 +164,14 @@ class PoolOptions(BaseModel):
     max_model_requests: int = Field(default=DEFAULT_MAX_MODEL_REQUESTS, ge=1)
     """Model requests one subagent run may make (also capped by its agent type's
     `max_turns`); one more is refused and the run ends with `worker_limit`. Default 200."""
+    scopes: Literal["auto", "mount"] = "auto"
+    """How a scoped writer is held to its scope (both ways by the kernel): `auto` (default),
+    a warm writable worker restricts itself with Landlock when the kernel has ABI 2 or later,
+    else as `mount`; `mount`, a fresh worker whose sandbox mounts only the scope writable.
+    `WARREN_SCOPES=mount` sets `mount` for a session (orchestrator/cli/wiring.py)."""
+    warm_writers: int = Field(default=1, ge=0, le=64)
+    """Writable workers kept ready, within `max_workers`, once `expect_writers` says the
+    session has an agent type that may write. Default 1."""
 
 
 class WorkerStartError(WarrenError):
@@ -159,6 +187,8 @@ class _Worker(SupervisedChild):
     """One worker process as the pool sees it (a `SupervisedChild`)."""
 
     writable: bool = False
+    confined: bool = False
+    """It restricted itself to a scope (Landlock): never reused, the restriction stays."""
     max_log_bytes: int = 1 * _MiB
     """Bytes of stderr it may write in one run before it is killed."""
     inbox: trio.MemorySendChannel[wire.Message] = field(init=False)
@@ -311,6 +341,23 @@ class WorkerPool:
         self._slots = trio.CapacityLimiter(self.options.max_workers)
         self._workers: set[_Worker] = set()
         self._idle: list[_Worker] = []
+        self._idle_writers: list[_Worker] = []
+        """Idle writable workers: nothing has run in them, so a scoped writer may confine one."""
+        self._starting = {False: 0, True: 0}
+        """Idle workers being started in the background, read-only (False) and writable."""
+        self._writers_wanted = 0
+        """Writable workers to keep ready (`expect_writers`)."""
+        self._confines = 0
+        from sandbox.landlock import MIN_ABI, abi, beneath_scratch
+
+        self.landlock = (
+            self.options.scopes == "auto"
+            and abi() >= MIN_ABI
+            and not any(beneath_scratch(r.resolve()) for r in (workspace, *extra_roots))
+        )
+        """Scoped writers are confined with Landlock (else their scopes are mounted): the
+        kernel has it, and no writable root lies beneath the sandbox's private /tmp or
+        /dev/shm, whose rules would cover it (sandbox/landlock.py)."""
         self._live = 0
         """Workers started or starting, not yet told to stop."""
         self._changed = trio.Event()
@@ -378,9 +425,13 @@ class WorkerPool:
                 result = await self._drive(worker, run, on_event, permission)
             finally:  # after a cancelled run too: a worker that answered is kept
                 reusable = worker.answered and worker.alive and worker.failure is None
+                reusable = reusable and not worker.confined
                 self._checkin(worker, reusable and not request.agent_type.leaves_state)
         if request.write_paths:
             # Its scope is hashed once we return: nothing of its sandbox may still be writing.
+            # It is never reused, and has said all it had to: killed, not shut down (the
+            # interpreter's exit took a second under load, on every writer's critical path).
+            worker.process.kill()
             with trio.CancelScope(shield=True), trio.move_on_after(3 * self.options.stop_grace_s):
                 await worker.process.wait()
         pid = worker.process.pid
@@ -714,8 +765,21 @@ class WorkerPool:
 
     @property
     def idle(self) -> int:
-        """Workers ready for a run right now."""
-        return sum(1 for w in self._idle if w.alive)
+        """Workers ready for a run right now, read-only and writable."""
+        return sum(1 for w in (*self._idle, *self._idle_writers) if w.alive)
+
+    def expect_writers(self) -> None:
+        """The session has an agent type that may write: keep `warm_writers` writable workers
+        ready from now on, started in the background within `max_workers` (an idle read-only
+        worker makes room). A warm one serves an unscoped writer as a fresh one would, and a
+        scoped writer under Landlock; a session without writers never pays for them."""
+        if self._writers_wanted or self._closing:
+            return
+        self._writers_wanted = self.options.warm_writers
+        for _ in range(self._writers_wanted):
+            if self._live >= self.options.max_workers and self._idle:
+                self._retire(self._idle[0])
+            self._nursery.start_soon(self._start_idle)
 
     def start_soon(self, count: int | None = None) -> None:
         """Start up to `count` (default `max_workers`) read-only workers in the background."""
@@ -728,39 +792,86 @@ class WorkerPool:
             await self._wait_changed()
 
     async def _checkout(self, writable: bool, write_paths: tuple[Path, ...] = ()) -> _Worker:
-        launch = self._launches[writable]
-        if writable and write_paths:
-            launch = dataclasses.replace(launch, write_paths=write_paths)  # its own sandbox
+        """A worker for one run: an idle one of its kind, else a fresh one. A scoped writer
+        gets a writable worker confined to its scope (Landlock), or, under mounts, a fresh
+        worker whose sandbox has only its scope writable."""
+        if not (writable and write_paths):
+            return await self._take(writable)
+        if not self.landlock:
+            return await self._fresh(write_paths)
+        return await self._confine(await self._take(True), write_paths)
+
+    async def _take(self, writable: bool) -> _Worker:
+        idle, others = (
+            (self._idle_writers, self._idle) if writable else (self._idle, self._idle_writers)
+        )
         while True:
-            if not writable:
-                while self._idle:
-                    worker = self._idle.pop()
-                    if worker.alive:
-                        return worker
+            while idle:
+                worker = idle.pop()
+                if worker.alive:
+                    return worker
+            if self._starting[writable]:
+                await self._wait_changed()  # one of its kind is nearly ready: sooner than new
+                continue
             if self._live < self.options.max_workers:
-                return await self._start(launch)
-            if writable and self._idle:
-                self._retire(self._idle[0])
+                return await self._start(self._launches[writable])
+            if others:
+                self._retire(others[0])
                 continue
             await self._wait_changed()
 
+    async def _fresh(self, write_paths: tuple[Path, ...]) -> _Worker:
+        """A new worker whose sandbox mounts only `write_paths` writable."""
+        launch = dataclasses.replace(self._launches[True], write_paths=write_paths)
+        while True:
+            if self._live < self.options.max_workers:
+                return await self._start(launch)
+            if self._idle or self._idle_writers:
+                self._retire((self._idle or self._idle_writers)[0])
+                continue
+            await self._wait_changed()
+
+    async def _confine(self, worker: _Worker, write_paths: tuple[Path, ...]) -> _Worker:
+        """Have a writable worker in which nothing ran restrict itself to writing beneath
+        `write_paths` (`Confine`; sandbox/landlock.py) before its run. If it cannot, it is
+        stopped and a fresh worker with only the scope mounted writable serves instead."""
+        self._confines += 1
+        request_id = f"confine-{self._confines}"
+        worker.post(wire.Confine(id=request_id, write_paths=[str(p) for p in write_paths]))
+        why = f"it did not answer within {self.options.start_timeout_s:g} s"
+        with trio.move_on_after(self.options.start_timeout_s):
+            async for message in worker.messages:
+                if isinstance(message, wire.Confined) and message.id == request_id:
+                    if message.error is None:
+                        worker.confined = True
+                        return worker
+                    why = message.error
+                    break
+            else:
+                why = "it died"
+        self._log.warning("worker not confined; mounting the scope instead", error=why)
+        self._retire(worker)
+        return await self._fresh(write_paths)
+
     def _checkin(self, worker: _Worker, reusable: bool) -> None:
         if reusable and not self._closing:
-            self._idle.append(worker)
+            (self._idle_writers if worker.writable else self._idle).append(worker)
             self._notify()
         else:
             self._replace(worker)
 
     def _replace(self, worker: _Worker) -> None:
-        """Stop `worker` and start a fresh read-only one, so the pool stays warm."""
+        """Stop `worker` and start a fresh one (writable while `expect_writers` wants more,
+        else read-only), so the pool stays warm."""
         if self._retire(worker) and not self._closing:
             self._nursery.start_soon(self._start_idle)
 
     def _retire(self, worker: _Worker) -> bool:
         """Stop `worker` (its task shuts it down); False if it was retired already."""
         worker.scope.cancel()
-        if worker in self._idle:
-            self._idle.remove(worker)
+        for idle in (self._idle, self._idle_writers):
+            if worker in idle:
+                idle.remove(worker)
         if worker not in self._workers:
             return False
         self._workers.discard(worker)
@@ -771,12 +882,17 @@ class WorkerPool:
     async def _start_idle(self) -> None:
         if self._live >= self.options.max_workers or self._closing:
             return
+        ready = len(self._idle_writers) + self._starting[True]
+        writable = ready < self._writers_wanted
+        self._starting[writable] += 1
         try:
-            worker = await self._start(self._launches[False])
+            worker = await self._start(self._launches[writable])
         except WorkerStartError as exc:
             self._log.warning("worker failed to start", error=exc.message)
             return
-        self._idle.append(worker)
+        finally:
+            self._starting[writable] -= 1
+        (self._idle_writers if writable else self._idle).append(worker)
         self._notify()
 
     async def _start(self, launch: HostLaunch) -> _Worker:

@@ -33,6 +33,8 @@ policy ever enters its sandbox:
 
     coordinator                              worker (agent worker)
         |  <------------------------------------ Ready{version, pid, role, ...}
+        |  Confine{id, write_paths} ----------->                          (a scoped writer)
+        |  <------------------------------------ Confined{id, abi | error}
         |  RunAgent{id, prompt, system, tools, max_turns, ...} ---->
         |  <------------------------------------ ModelRequest{id, agent, keep, messages, ...}
         |  ModelEvent{id, block | retry} ------>                          (any number)
@@ -47,6 +49,11 @@ policy ever enters its sandbox:
         |  Cancel{id: the agent's} ------------>                          (optional)
         |  <------------------------------------ AgentResult{id, reason, result, usage, ...}
         |  (the next RunAgent, or Shutdown)
+
+`Confine` comes first, to a fresh writable worker only, when a scoped writer runs under
+Landlock (workers/pool.py): the worker restricts itself to writing beneath `write_paths`
+(`sandbox.landlock.restrict_writes`) before it runs anything the model controls, and answers
+`Confined`; the pool sends `RunAgent` only after a `Confined` without an error.
 
 Hooks stay with the coordinator too: `RunAgent.hook_events` names the events it has hooks
 for (PreToolUse, PostToolUse, SubagentStop), and only for those does the worker send a
@@ -108,6 +115,8 @@ __all__ = [
     "AgentEvent",
     "AgentResult",
     "Cancel",
+    "Confine",
+    "Confined",
     "HookAsk",
     "HookEventName",
     "HookReply",
@@ -307,6 +316,25 @@ class Malformed(_Wire):
     type: Literal["malformed"] = "malformed"
     detail: str
     id: str | None = None
+
+
+class Confine(_Wire):
+    """Restrict the worker, irreversibly, to writing beneath `write_paths` (and its private
+    scratch directories) before its one run; answered by one `Confined`."""
+
+    type: Literal["confine"] = "confine"
+    id: str
+    write_paths: list[str] = Field(min_length=1)
+    """Absolute directories without symlinks (orchestrator/scopes.py)."""
+
+
+class Confined(_Wire):
+    """The worker's answer to `Confine`: the Landlock ABI it used, or why it could not."""
+
+    type: Literal["confined"] = "confined"
+    id: str
+    abi: int = 0
+    error: str | None = None
 
 
 class RunAgent(_Wire):
@@ -572,6 +600,8 @@ Message = Annotated[
     | Cancel
     | Shutdown
     | Malformed
+    | Confine
+    | Confined
     | RunAgent
     | AgentEvent
     | AgentResult

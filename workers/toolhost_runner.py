@@ -223,8 +223,9 @@ class SandboxedSpawner:
 async def unsandboxed_spawner(launch: HostLaunch) -> AsyncIterator[HostProcess]:
     """No sandbox at all: for tests of the protocol itself and an explicit `--sandbox=off`.
     The host gets `host_environment()`; leaving stops it (end of stdin, SIGTERM, SIGKILL).
-    A scoped writer is refused: without the floor nothing would hold it to its scope, and
-    the scheduler runs it beside other writers on that promise."""
+    A launch with `write_paths` (a scope to mount) is refused: without the floor no mount
+    would hold it to its scope, and the scheduler runs it beside other writers on that
+    promise. (A worker the pool confines with Landlock holds itself; workers/pool.py.)"""
     if launch.write_paths:
         raise OSError("a write scope needs the sandbox (it is off)")
     process = await trio.lowlevel.open_process(

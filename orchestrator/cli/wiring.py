@@ -7,6 +7,7 @@ request (main agent and subagents) through one `ModelBroker` holding the session
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING
@@ -25,7 +26,18 @@ if TYPE_CHECKING:
     from policies.pool import PoolConfig
     from workers.broker import ModelBroker
 
-__all__ = ["open_broker", "open_mcp", "open_subagents", "open_tool_hosts", "session_parts"]
+__all__ = [
+    "SCOPES_ENV",
+    "open_broker",
+    "open_mcp",
+    "open_subagents",
+    "open_tool_hosts",
+    "session_parts",
+]
+
+SCOPES_ENV = "WARREN_SCOPES"
+"""`mount`: hold scoped writers to their scopes with mounts (a fresh worker each) even where
+the kernel has Landlock (`PoolOptions.scopes`); for tests and for comparing the two."""
 
 
 def session_parts() -> SessionParts:
@@ -81,7 +93,8 @@ async def open_subagents(
     """The worker pool behind dispatch_agent, on `pool`'s backend: at most
     `limits.max_subagents` sandboxed workers, their model requests through the session's
     broker (one is made if the session has none, so subagents are always held to the
-    limits).
+    limits); scoped writers confined with Landlock where the kernel has it, unless
+    `WARREN_SCOPES=mount`.
 
     **Errors:** `ConfigError` for the `ray` backend, which this build does not have yet (the
     session refuses to start rather than run the subagents anywhere else).
@@ -112,7 +125,9 @@ async def open_subagents(
         extra_roots=ctx.extra_roots,
         spawner=SandboxedSpawner(spec, read_denied=policy.read_denied()),
         options=PoolOptions(
-            max_workers=limits.max_subagents, thinking_budget=limits.max_thinking_tokens
+            max_workers=limits.max_subagents,
+            thinking_budget=limits.max_thinking_tokens,
+            scopes="mount" if os.environ.get(SCOPES_ENV) == "mount" else "auto",
         ),
     ) as workers:
         yield workers

@@ -65,6 +65,7 @@ from orchestrator.subagents import (
     SubagentRunner,
     SubagentStarted,
     SubagentUpdate,
+    WarmsWriters,
 )
 from orchestrator.tools.base import (
     CURRENT_TOOL_USE_ID,
@@ -180,6 +181,8 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
         """
         self._runner = runner
         self._types = dict(agent_types)
+        if isinstance(runner, WarmsWriters) and any(t.writable for t in self._types.values()):
+            runner.expect_writers()  # a writer's worker is warm before the first dispatch
         self._tools = tools
         self._permission = permission
         self._asker = asker

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -135,6 +137,45 @@ async def test_a_writable_agent_type_gets_a_writable_workspace_then_a_fresh_work
         assert again.worker_pid != out.worker_pid
         probe = model.requests[-1].messages[-1].tool_results()[0].text()
         assert "Read-only file system" in probe
+
+
+@pytest.mark.parametrize("where", ["var_tmp", "tmp"])
+async def test_a_scoped_writer_confines_the_warm_writer_or_gets_its_scope_mounted(
+    tmp_path: Path, where: str
+) -> None:
+    # Under /var/tmp the warm writer confines itself (Landlock). Under /tmp it must refuse:
+    # the rule for the sandbox's /tmp would cover the workspace bound beneath it. The pool
+    # would not even try there; made to, it falls back to a fresh worker with the scope
+    # mounted. max_workers=1: the warm writer counts within it.
+    base = Path(tempfile.mkdtemp(dir="/var/tmp")) if where == "var_tmp" else tmp_path
+    workspace = workspace_at(base)
+    writer = agent("writer", writable=True)
+    scope = workspace / "scope"
+    scope.mkdir()
+    try:
+        async with pool_for(workspace, probe_then_report(), max_workers=1) as (pool, model):
+            assert pool.landlock == (where == "var_tmp")
+            pool.landlock = True
+            pool.expect_writers()
+            with trio.fail_after(30):
+                await pool.wait_idle(1)
+            (warm,) = pool.worker_pids()
+            req = dataclasses.replace(request(writer, "w1"), write_paths=(scope,))
+            out = await run(pool, req)
+            assert out.reason == "completed"
+            probe = model.requests[-1].messages[-1].tool_results()[0].text()
+            if where == "var_tmp":  # the warm worker, confined: outside its scope, EACCES
+                assert out.worker_pid == warm
+                assert "write failed: Permission denied" in probe
+            else:  # a fresh worker with only the scope mounted writable
+                assert out.worker_pid != warm
+                assert "write failed: Read-only file system" in probe
+            assert not (workspace / "probe-w1.txt").exists()
+            assert out.worker_pid not in pool.worker_pids()  # never reused
+        assert descendants() == []
+    finally:
+        if where == "var_tmp":
+            shutil.rmtree(base)
 
 
 async def test_workers_are_reused_unless_the_run_could_leave_state(workspace: Path) -> None:

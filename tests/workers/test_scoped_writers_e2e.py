@@ -1,7 +1,9 @@
 """Scoped writers through the real `warren` CLI (issue 17's acceptance): real bwrap workers, the
-real SDK against the fake Messages API, everything checked on the host afterwards.
+real SDK against the fake Messages API, everything checked on the host afterwards. Run under
+both ways a scope is held (workers/pool.py): Landlock in a warm worker (EACCES outside the
+scope) and mounts in a fresh one (`WARREN_SCOPES=mount`: EROFS outside the scope).
 
-One run does it all, to pay for one warren start:
+One run per way does it all, to pay for one warren start:
 
 - turn 1: the main agent reads `pkg_a/mod.py`, then dispatches three writers with the disjoint
   scopes `pkg_a`, `pkg_b`, `pkg_c`. Each writer's first reply is held until all three are in
@@ -32,6 +34,7 @@ from typing import Any
 
 import pytest
 
+from sandbox.landlock import MIN_ABI, abi
 from tests.kit.fake_api import FakeMessagesAPI, FakeResponse, RecordedRequest, Reply
 from tests.kit.floor import needs_sandbox
 
@@ -43,6 +46,8 @@ SCRIBE = (
     "---\nname: scribe\ndescription: Edits the files of one package.\n"
     "tools: Bash, Read, Write, Edit\nwritable: true\n---\nEdit what you are told to.\n"
 )
+DENIED = {"landlock": "Permission denied", "mount": "Read-only file system"}
+"""What a write outside the scope gets under each way of holding it."""
 DISJOINT = ("a", "b", "c")
 OVERLAPPING = {"x": "shared", "y": "shared/inner"}
 
@@ -136,7 +141,17 @@ def _release_when_all_in_flight(api: FakeMessagesAPI, stop: threading.Event) -> 
     api.release(3)
 
 
-def test_scoped_writers_run_at_once_inside_their_scopes_only(home: Path) -> None:
+@pytest.mark.parametrize(
+    "scopes",
+    [
+        pytest.param(
+            "landlock",
+            marks=pytest.mark.skipif(abi() < MIN_ABI, reason=f"no Landlock ABI {MIN_ABI}"),
+        ),
+        "mount",
+    ],
+)
+def test_scoped_writers_run_at_once_inside_their_scopes_only(home: Path, scopes: str) -> None:
     ws = home / "ws"
 
     def route(request: RecordedRequest) -> FakeResponse:
@@ -168,6 +183,7 @@ def test_scoped_writers_run_at_once_inside_their_scopes_only(home: Path) -> None
         "XDG_STATE_HOME": str(home / "state"),
         "ANTHROPIC_API_KEY": "sk-test-e2e",
         "PYTHONPATH": str(ROOT),
+        "WARREN_SCOPES": "mount" if scopes == "mount" else "auto",
     }
     stop = threading.Event()
     with FakeMessagesAPI(route=route) as api:
@@ -200,8 +216,10 @@ def test_scoped_writers_run_at_once_inside_their_scopes_only(home: Path) -> None
         outcome = dict(line.split(": ", 1) for line in report.splitlines() if ": " in line)
         assert outcome["inside"] == "ok", report
         attacks = ("outside", "dotdot", "symlink", "other_scope", "rename_out", "proc_root")
-        for attack in (*attacks, "protected"):
-            assert "Read-only file system" in outcome[attack], (attack, report)
+        for attack in attacks:
+            assert DENIED[scopes] in outcome[attack], (attack, report)
+        # A protected name in the scope stays read-only: the floor mounts it so either way.
+        assert "Read-only file system" in outcome["protected"], report
         assert "Invalid cross-device link" in outcome["hard_link"], report
         assert (ws / f"pkg_{me}" / f"new_{me}.txt").read_text() == "new\n"
         assert "new_name" in (ws / f"pkg_{me}" / "mod.py").read_text()

@@ -124,6 +124,30 @@ def dispatcher(
     )
 
 
+class WarmingRunner(FakeRunner):
+    """A runner that can keep a writer warm (`WarmsWriters`), counting the requests."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.expected = 0
+
+    def expect_writers(self) -> None:
+        self.expected += 1
+
+
+def test_only_a_session_with_a_writable_type_has_a_writer_kept_warm() -> None:
+    runner = WarmingRunner()
+    for types in ({"general": GENERAL}, {"general": GENERAL, "writer": WRITER}):
+        DispatchAgentTool(
+            runner=runner,
+            agent_types=types,
+            tools=builtin_tools(),
+            permission=default_permission(),
+            asker=headless_asker,
+        )
+    assert runner.expected == 1
+
+
 def test_contract_and_per_type_concurrency() -> None:
     tool = dispatcher(FakeRunner())
     assert tool.name == "dispatch_agent"
