@@ -17,9 +17,11 @@ scope is held (workers/pool.py):
 Printed for each: the writers' wall / ideal from the first model request of the batch to the
 last answer (the issue's measure: goal <= 1.15; serial would be 3.0), the longest single
 writer, the whole batch / ideal (with the mounts, that adds the fresh workers' start), and the
-CPU time of the batch: the coordinator's (`time.process_time`) and the workers' (psutil, their
-process trees just before they stop, so a worker's start counts). Then unscoped writers
-(serial, today's order for writers without scopes) and the load average: the box is shared.
+CPU time of the batch: the coordinator's (`time.process_time`, from the batch's start to its
+end) and the workers' (psutil, their process trees just before they stop, less what a warm
+worker had used when the batch began: a fresh worker's start counts, a warm one's does not).
+Then unscoped writers (serial, today's order for writers without scopes) and the load
+average: the box is shared.
 
 Everything real but the model: the executor and pipeline, `DispatchAgentTool` (scope checked,
 made, hashed before and after), the worker pool under bwrap. The model is an in-process
@@ -65,12 +67,14 @@ WRITER = AgentType(
 
 
 class _WorkerCpu:
-    """CPU seconds of every worker the pool ran, each measured (psutil, its whole tree) just
-    before the pool stops it: the pool's `_retire` is wrapped for the benchmark only."""
+    """CPU seconds the workers used during the batch, each measured (psutil, its whole tree)
+    just before the pool stops it, less what a warm one had used when the batch began (its
+    start, paid before): the pool's `_retire` is wrapped for the benchmark only."""
 
     def __init__(self, pool: WorkerPool) -> None:
         self.seconds = 0.0
         self.seen: set[int] = set()
+        self.before: dict[int, float] = {}
         retire = pool._retire
 
         def measured(worker: Any) -> bool:
@@ -78,10 +82,15 @@ class _WorkerCpu:
             usage = tree_usage(pid) if pid not in self.seen else None
             if usage is not None:
                 self.seen.add(pid)
-                self.seconds += usage[1]
+                self.seconds += usage[1] - self.before.get(pid, 0.0)
             return retire(worker)
 
         pool._retire = measured  # type: ignore[method-assign]
+
+    def batch_begins(self, pids: list[int]) -> None:
+        for pid in pids:
+            usage = tree_usage(pid)
+            self.before[pid] = usage[1] if usage is not None else 0.0
 
 
 async def batch_wall(
@@ -114,7 +123,6 @@ async def batch_wall(
     model = FunctionModel(respond)
     warm = WRITERS if scopes == "auto" else 0
     options = PoolOptions(max_workers=WRITERS, start="lazy", scopes=scopes, warm_writers=warm)
-    cpu = time.process_time()
     async with open_worker_pool(
         broker=ModelBroker(model), workspace=workspace, options=options
     ) as pool:
@@ -136,6 +144,8 @@ async def batch_wall(
         )
         blocks = [_dispatch(i, scoped) for i in range(WRITERS)]
         await pool.wait_idle(warm)  # DispatchAgentTool asked for them (`expect_writers`)
+        workers.batch_begins(pool.worker_pids())
+        cpu = time.process_time()
         start = time.perf_counter()
         async with trio.open_nursery() as nursery:
             executor = StreamingToolExecutor(pipeline, nursery, trio.CapacityLimiter(10))
@@ -144,9 +154,9 @@ async def batch_wall(
             executor.message_complete(blocks)
             results = await executor.results()
         end = time.perf_counter()
+        cpu = time.process_time() - cpu
         for pid in pool.worker_pids():  # the warm ones started after the batch: not its cost
             workers.seen.add(pid)
-    cpu = time.process_time() - cpu
     assert not any(r.is_error for r in results), results
     assert len(model.requests) == WRITERS * TURNS
     firsts = [t for t, r in zip(model.started_at, model.requests, strict=True)
