@@ -839,18 +839,21 @@ class WorkerPool:
         request_id = f"confine-{self._confines}"
         worker.post(wire.Confine(id=request_id, write_paths=[str(p) for p in write_paths]))
         why = f"it did not answer within {self.options.start_timeout_s:g} s"
-        with trio.move_on_after(self.options.start_timeout_s):
-            async for message in worker.messages:
-                if isinstance(message, wire.Confined) and message.id == request_id:
-                    if message.error is None:
-                        worker.confined = True
-                        return worker
-                    why = message.error
-                    break
-            else:
-                why = "it died"
+        try:
+            with trio.move_on_after(self.options.start_timeout_s):
+                async for message in worker.messages:
+                    if isinstance(message, wire.Confined) and message.id == request_id:
+                        if message.error is None:
+                            worker.confined = True
+                            return worker
+                        why = message.error
+                        break
+                else:
+                    why = "it died"
+        finally:
+            if not worker.confined:  # refused, dead, or the run cancelled meanwhile
+                self._retire(worker)
         self._log.warning("worker not confined; mounting the scope instead", error=why)
-        self._retire(worker)
         return await self._fresh(write_paths)
 
     def _checkin(self, worker: _Worker, reusable: bool) -> None:
