@@ -31,8 +31,9 @@ Lifecycle of a worker:
   either way the slow part (interpreter, imports) is done before a dispatch reaches it;
 - reused for the next subagent when its run ended normally and its agent type cannot leave
   state behind (read-only tools, no shell); otherwise stopped, and a fresh worker is started
-  in its place, so the pool stays warm: writable while fewer than `warm_writers` are ready and
-  the session has a writable agent type (`expect_writers`; a session without one never
+  in its place, so the pool stays warm: writable while fewer writers are ready than wanted
+  (`warm_writers`, or the most scoped writers the session ran at once) and the session has a
+  writable agent type (`expect_writers`; a session without one never
   starts a writer ahead), else read-only;
 - killed when a run passes a limit: wall time, memory (resident set of its whole process tree,
   measured with psutil), CPU time of the tree, the size of its logs or output, or too many
@@ -171,7 +172,8 @@ class PoolOptions(BaseModel):
     `WARREN_SCOPES=mount` sets `mount` for a session (orchestrator/cli/wiring.py)."""
     warm_writers: int = Field(default=1, ge=0, le=64)
     """Writable workers kept ready, within `max_workers`, once `expect_writers` says the
-    session has an agent type that may write. Default 1."""
+    session has an agent type that may write; once the session ran more scoped writers at
+    once, that many. Default 1."""
 
 
 class WorkerStartError(WarrenError):
@@ -346,7 +348,9 @@ class WorkerPool:
         self._starting = {False: 0, True: 0}
         """Idle workers being started in the background, read-only (False) and writable."""
         self._writers_wanted = 0
-        """Writable workers to keep ready (`expect_writers`)."""
+        """Writable workers to keep ready (`expect_writers`; grown by `_note_scoped`)."""
+        self._scoped_running = 0
+        """Scoped writers running now (their most at once sets how many writers stay warm)."""
         self._confines = 0
         from sandbox.landlock import MIN_ABI, abi, beneath_scratch
 
@@ -413,7 +417,7 @@ class WorkerPool:
         """
         started = time.monotonic()
         agent_id = request.agent_id
-        async with self._slots:
+        async with self._slots, self._note_scoped(bool(request.write_paths)):
             try:
                 worker = await self._checkout(request.agent_type.writable, request.write_paths)
             except WorkerStartError as exc:
@@ -764,6 +768,11 @@ class WorkerPool:
         return [w.process.pid for w in self._workers if w.alive]
 
     @property
+    def idle_writers(self) -> int:
+        """Writable workers ready for a run right now (nothing ran in them)."""
+        return sum(1 for w in self._idle_writers if w.alive)
+
+    @property
     def idle(self) -> int:
         """Workers ready for a run right now, read-only and writable."""
         return sum(1 for w in (*self._idle, *self._idle_writers) if w.alive)
@@ -780,6 +789,22 @@ class WorkerPool:
             if self._live >= self.options.max_workers and self._idle:
                 self._retire(self._idle[0])
             self._nursery.start_soon(self._start_idle)
+
+    @contextlib.asynccontextmanager
+    async def _note_scoped(self, scoped: bool) -> AsyncIterator[None]:
+        """Count a scoped writer while it runs. A session that ran N at once keeps N writable
+        workers warm from then on (at most `max_workers`, never fewer than `warm_writers`):
+        its next batch of scoped writers then starts without a cold worker on its path."""
+        if not scoped:
+            yield
+            return
+        self._scoped_running += 1
+        wanted = min(self._scoped_running, self.options.max_workers)
+        self._writers_wanted = max(self._writers_wanted, wanted)
+        try:
+            yield
+        finally:
+            self._scoped_running -= 1
 
     def start_soon(self, count: int | None = None) -> None:
         """Start up to `count` (default `max_workers`) read-only workers in the background."""

@@ -178,6 +178,42 @@ async def test_a_scoped_writer_confines_the_warm_writer_or_gets_its_scope_mounte
             shutil.rmtree(base)
 
 
+async def test_the_pool_keeps_as_many_writers_warm_as_the_session_ran_scoped_at_once() -> None:
+    # One writer is kept warm at first; two scoped writers at once teach the pool to keep two,
+    # so the session's next batch of two finds both warm (Landlock, so under /var/tmp).
+    base = Path(tempfile.mkdtemp(dir="/var/tmp"))
+    workspace = workspace_at(base)
+    writer = agent("writer", writable=True)
+    scopes = [workspace / "a", workspace / "b"]
+    for scope in scopes:
+        scope.mkdir()
+    try:
+        async with pool_for(workspace, probe_then_report()) as (pool, _):
+            if not pool.landlock:
+                pytest.skip("no Landlock ABI 2 here: scoped writers get fresh workers")
+            pool.expect_writers()
+            with trio.fail_after(30):
+                while pool.idle_writers < 1:
+                    await trio.sleep(0.05)
+            assert pool.idle_writers == 1
+            outcomes: list[SubagentOutcome] = []
+
+            async def one(name: str, scope: Path) -> None:
+                req = dataclasses.replace(request(writer, name), write_paths=(scope,))
+                outcomes.append(await run(pool, req))
+
+            async with trio.open_nursery() as nursery:
+                for name, scope in zip(("w1", "w2"), scopes, strict=True):
+                    nursery.start_soon(one, name, scope)
+            assert [o.reason for o in outcomes] == ["completed", "completed"]
+            with trio.fail_after(30):
+                while pool.idle_writers < 2:
+                    await trio.sleep(0.05)
+            assert pool.idle_writers == 2
+    finally:
+        shutil.rmtree(base)
+
+
 async def test_workers_are_reused_unless_the_run_could_leave_state(workspace: Path) -> None:
     async def respond(req: ModelRequest) -> Sequence[ContentBlock]:
         if turn_of(req) == 1:
