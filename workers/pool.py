@@ -811,9 +811,10 @@ class WorkerPool:
         for _ in range(count if count is not None else self.options.max_workers):
             self._nursery.start_soon(self._start_idle)
 
-    async def wait_idle(self, count: int) -> None:
-        """Wait until `count` workers are ready (tests and benchmarks)."""
-        while self.idle < count:
+    async def wait_idle(self, count: int, *, writers: int = 0) -> None:
+        """Wait until `count` workers are ready, `writers` of them writable (tests and
+        benchmarks)."""
+        while self.idle < count or self.idle_writers < writers:
             await self._wait_changed()
 
     async def _checkout(self, writable: bool, write_paths: tuple[Path, ...] = ()) -> _Worker:

@@ -193,8 +193,7 @@ async def test_the_pool_keeps_as_many_writers_warm_as_the_session_ran_scoped_at_
                 pytest.skip("no Landlock ABI 2 here: scoped writers get fresh workers")
             pool.expect_writers()
             with trio.fail_after(30):
-                while pool.idle_writers < 1:
-                    await trio.sleep(0.05)
+                await pool.wait_idle(1, writers=1)
             assert pool.idle_writers == 1
             outcomes: list[SubagentOutcome] = []
 
@@ -207,8 +206,7 @@ async def test_the_pool_keeps_as_many_writers_warm_as_the_session_ran_scoped_at_
                     nursery.start_soon(one, name, scope)
             assert [o.reason for o in outcomes] == ["completed", "completed"]
             with trio.fail_after(30):
-                while pool.idle_writers < 2:
-                    await trio.sleep(0.05)
+                await pool.wait_idle(2, writers=2)
             assert pool.idle_writers == 2
     finally:
         shutil.rmtree(base)
