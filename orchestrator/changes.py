@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 import trio
@@ -155,6 +158,13 @@ def read_turns(log: Path) -> list[TurnRecord]:
     return [turns[number] for number in sorted(turns)]
 
 
+_T = TypeVar("_T")
+_Job = Callable[[], Awaitable[None]]
+
+JOB_LIMIT_S = 60.0
+"""Seconds one background job (a scan, a record) may take before it is given up."""
+
+
 class ChangeRecorder:
     """The session's recorder: scans around read-write calls, one record per writing turn.
 
@@ -162,6 +172,12 @@ class ChangeRecorder:
     the user changed since); `after_call` scans after each read-write call. When the turn's
     results are in (`ToolResultsMessage`, this object is an event sink), the difference
     between the turn's first and last scan is appended to the change log, when not empty.
+
+    Inside `running()`, only `before_call` is on a call's path: the after-scan and the
+    turn's record are queued to one background task, which does every step in the order it
+    was asked for, while the tool result goes back and the next model request is made. The
+    next turn's first scan is queued behind them, so no turn's record can take in what a
+    later turn wrote. Outside it (tests, the session's last turn), each step runs at once.
     """
 
     def __init__(
@@ -189,11 +205,70 @@ class ChangeRecorder:
         self._turn_keys: set[Key] | None = None
         """The names the refreshes since the turn's first scan touched (None: any)."""
         self._turns = 0
+        self._jobs: trio.MemorySendChannel[_Job] | None = None
+        """The background task's queue, while `running()`."""
+        self._nursery: trio.Nursery | None = None
         self.scan_seconds = 0.0
         """Time spent scanning, summed (tests/bench/bench_changes.py reads it)."""
 
     def close(self) -> None:
         self.tree.close()
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """Do the after-scans and the records in a background task while the block runs; on
+        leaving, what is queued is done first (shielded, each step bounded by `JOB_LIMIT_S`).
+
+        **Cancellation:** the queued steps still run: a call's changes are recorded even
+        when the session is cut short.
+        """
+        send, receive = trio.open_memory_channel[_Job](math.inf)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._work, receive)
+            self._jobs, self._nursery = send, nursery
+            try:
+                yield
+            finally:
+                self._jobs = None
+                send.close()  # the worker ends once the queue is empty
+
+    async def _work(self, receive: trio.MemoryReceiveChannel[_Job]) -> None:
+        with trio.CancelScope(shield=True):
+            async with receive:
+                async for job in receive:
+                    with trio.move_on_after(JOB_LIMIT_S):
+                        await job()
+
+    async def _run(self, job: _Job, *, wait: bool) -> None:
+        """`job` in the background task's order (awaited there when `wait`), or now."""
+        if self._jobs is None:
+            if wait:
+                await job()
+            else:  # as when queued: done even when the caller is cancelled (bounded)
+                with trio.CancelScope(shield=True), trio.move_on_after(JOB_LIMIT_S):
+                    await job()
+            return
+        if not wait:
+            self._jobs.send_nowait(job)
+            return
+        done = trio.Event()
+
+        async def then_say() -> None:
+            try:
+                await job()
+            finally:
+                done.set()
+
+        self._jobs.send_nowait(then_say)
+        await done.wait()
+
+    async def settled(self) -> None:
+        """Return once every step asked for so far is done (an undo reads the log)."""
+
+        async def nothing() -> None:
+            pass
+
+        await self._run(nothing, wait=True)
 
     async def _scan(self) -> Scan:
         started = time.perf_counter()
@@ -215,7 +290,9 @@ class ChangeRecorder:
         return result, diff(start.entries, result.entries, self._turn_keys)
 
     async def before_call(self, tool_use_id: str) -> None:
-        async with self._lock:
+        """Before a read-write call: the turn's first scan (done when this returns)."""
+
+        async def first_scan() -> None:
             self._tool_use_ids.append(tool_use_id)
             if self._turn_start is None:
                 try:
@@ -223,29 +300,46 @@ class ChangeRecorder:
                 except (OSError, ScanStopped) as exc:  # this turn is not recorded
                     structlog.get_logger().warning("change scan failed", error=str(exc))
 
+        await self._run(first_scan, wait=True)
+
     async def after_call(self) -> None:
-        async with self._lock:
+        """After a read-write call: the scan that sees what it changed (queued, not waited
+        for, inside `running()`)."""
+
+        async def after() -> None:
             try:
                 await self._scan()
             except (OSError, ScanStopped) as exc:
                 structlog.get_logger().warning("change scan failed", error=str(exc))
                 self._turn_start = None
 
+        await self._run(after, wait=False)
+
     def __call__(self, event: Event) -> None:
         if isinstance(event, ToolResultsMessage):
             self.end_turn()
 
     def end_turn(self) -> None:
-        """Append the current turn's change set to the log (if anything changed)."""
+        """Append the current turn's change set to the log (if anything changed): queued
+        behind the turn's scans inside `running()`, at once outside it."""
+        if self._jobs is not None:
+            self._jobs.send_nowait(self._record_turn)
+            return
+        record = self._turn_record()
+        if record is not None:
+            self._write(lambda: append_record(self.log, record))
+
+    def _turn_record(self) -> dict[str, Any] | None:
+        """The turn's record (None when nothing changed); the next turn starts afresh."""
         start, end, ids, changes = self._turn_start, self._last, self._tool_use_ids, self._changes
         self._turn_start, self._tool_use_ids, self._changes = None, [], []
         if start is None or end is None or not changes:
-            return
+            return None
         if self._turns == 0 and self.log.exists():  # a resumed session continues its numbers
             with contextlib.suppress(OSError, ValueError):
                 self._turns = max((turn.number for turn in read_turns(self.log)), default=0)
         self._turns += 1
-        record = {
+        return {
             "type": "turn",
             "turn": self._turns,
             "ts": round(time.time(), 3),
@@ -253,11 +347,51 @@ class ChangeRecorder:
             "complete": start.complete and end.complete,
             "changes": [change.to_json() for change in changes],
         }
-        self._write(lambda: append_record(self.log, record))
+
+    async def _record_turn(self) -> None:
+        """The background side of `end_turn`: the record is written (in a thread), then made
+        durable in a task of its own, so the next turn's first scan does not wait for the
+        disk (an fsync costs 1-10 ms on the dev box).
+
+        Why the fsync may trail the write: once written, the record survives the
+        coordinator's own crash or kill (it is in the kernel's page cache, where `warren
+        undo` and `/undo` read it); only the machine's crash within those milliseconds loses
+        it, and with it the undo of that turn, never a byte of the user's files: a Bash
+        command's writes are not fsynced either, and Warren's file tools fsync the user's
+        file before renaming it into place (policies/atomic.py)."""
+        record = self._turn_record()
+        if record is None:
+            return
+        written = await trio.to_thread.run_sync(_guarded_io, _write_record, self.log, record)
+        if isinstance(written, OSError):
+            self._write(partial(_raise, written))
+            return
+        if self._nursery is None:
+            _sync_and_close(written)
+            return
+        self._nursery.start_soon(self._sync, written)
+
+    async def _sync(self, fd: int) -> None:
+        with trio.CancelScope(shield=True):
+            failed = await trio.to_thread.run_sync(_guarded_io, _sync_and_close, fd)
+        if isinstance(failed, OSError):
+            self._write(partial(_raise, failed))
 
 
-def append_record(log: Path, record: Mapping[str, Any]) -> None:
-    """One JSON line, appended and fsynced (an undo must find the record after a crash)."""
+def _guarded_io(step: Callable[..., _T], *args: Any) -> _T | OSError:
+    """`step(*args)`, or the `OSError` it raised (handed to the session's I/O guard)."""
+    try:
+        return step(*args)
+    except OSError as exc:
+        return exc
+
+
+def _raise(exc: OSError) -> None:
+    raise exc
+
+
+def _write_record(log: Path, record: Mapping[str, Any]) -> int:
+    """One JSON line appended to `log`; the descriptor still open, for `_sync_and_close`."""
     log.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
@@ -265,9 +399,22 @@ def append_record(log: Path, record: Mapping[str, Any]) -> None:
         while data:
             written = os.write(fd, data)
             data = data[written:]
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _sync_and_close(fd: int) -> None:
+    try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def append_record(log: Path, record: Mapping[str, Any]) -> None:
+    """One JSON line, appended and fsynced (an undo must find the record after a crash)."""
+    _sync_and_close(_write_record(log, record))
 
 
 class RecordingRunner:
@@ -295,6 +442,7 @@ class RecordingRunner:
                 async for item in items:
                     yield item
         finally:
-            # Cancelled or not, what the call changed is recorded (bounded: one scan).
-            with trio.CancelScope(shield=True), trio.move_on_after(60):
+            # Cancelled or not, what the call changed is recorded (queued; or, outside the
+            # recorder's `running()`, at once, shielded and bounded: one scan).
+            with trio.CancelScope(shield=True):
                 await self.recorder.after_call()

@@ -792,6 +792,9 @@ async def _open_session(
         )
         stack.callback(changes.close)
         stack.callback(changes.end_turn)  # a turn cut short by the session's end
+        # After-scans and records off the calls' path; what is queued is done before the two
+        # callbacks above run.
+        await stack.enter_async_context(changes.running())
         sinks: list[EventSink] = [
             denials,
             changes,

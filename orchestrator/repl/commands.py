@@ -298,6 +298,7 @@ async def _undo(repl: Repl, session: Session, arg: str) -> Action | None:
     if recorder is None:
         _say(repl, "This session records no changes.", "yellow")
         return None
+    await recorder.settled()  # the last turn's record may still be on its way
     outcome = await trio.to_thread.run_sync(undo_last_turn, recorder.log, recorder.store)
     if outcome.undone:  # the model must not go on as if its changes were still there
         session.add_user_note(f"(The user ran /undo, which {outcome.message}.)")
