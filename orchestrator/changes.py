@@ -35,7 +35,7 @@ from orchestrator.events import Event, ToolResultsMessage
 from orchestrator.pipeline import ToolRunner
 from orchestrator.plan import CallPlan
 from orchestrator.tools.base import ToolContext, ToolOutput, ToolProgress
-from orchestrator.tree_state import Entry, Key, Scan, ScanStopped, TreeState
+from orchestrator.tree_state import Entry, Key, ScanStopped, TreeState
 
 __all__ = [
     "Change",
@@ -198,12 +198,12 @@ class ChangeRecorder:
         self._write = write or (lambda step: step())
         self._lock = trio.Lock()
         self.tree = TreeState(roots, store, index_dir, skip)
-        self._last: Scan | None = None
-        self._turn_start: Scan | None = None
+        self._turn_complete: bool | None = None
+        """Whether the turn's first scan was complete; None: no turn started (or its first
+        scan failed: the turn is not recorded)."""
+        self._last_complete = True
         self._tool_use_ids: list[str] = []
         self._changes: list[Change] = []
-        self._turn_keys: set[Key] | None = None
-        """The names the refreshes since the turn's first scan touched (None: any)."""
         self._turns = 0
         self._jobs: trio.MemorySendChannel[_Job] | None = None
         """The background task's queue, while `running()`."""
@@ -270,33 +270,31 @@ class ChangeRecorder:
 
         await self._run(nothing, wait=True)
 
-    async def _scan(self) -> Scan:
+    async def _scan(self) -> None:
+        """The turn's first scan (a `mark`: no copy of the tree), or a later one with the
+        turn's changes so far, worked out in the scan's thread, off the event loop."""
         started = time.perf_counter()
-        result, changes = await trio.to_thread.run_sync(self._refresh, self._turn_start)
-        self.scan_seconds += time.perf_counter() - started
-        self._last, self._changes = result, changes
-        return result
-
-    def _refresh(self, start: Scan | None) -> tuple[Scan, list[Change]]:
-        """A refresh, and the turn's changes so far (worked out here, off the event loop)."""
-        result = self.tree.refresh()
-        if start is None:  # the turn's first scan
-            self._turn_keys = set()
-            return result, []
-        if result.touched is None or self._turn_keys is None:
-            self._turn_keys = None
+        if self._turn_complete is None:
+            quiet = self.tree.mark_if_quiet()  # nothing to read: no trip to a thread
+            if quiet is None:
+                quiet = await trio.to_thread.run_sync(self.tree.mark)
+            self._turn_complete = self._last_complete = quiet
         else:
-            self._turn_keys |= result.touched
-        return result, diff(start.entries, result.entries, self._turn_keys)
+            self._last_complete, self._changes = await trio.to_thread.run_sync(self._since)
+        self.scan_seconds += time.perf_counter() - started
+
+    def _since(self) -> tuple[bool, list[Change]]:
+        before, after, keys, complete = self.tree.since_mark()
+        return complete, diff(before, after, keys)
 
     async def before_call(self, tool_use_id: str) -> None:
         """Before a read-write call: the turn's first scan (done when this returns)."""
 
         async def first_scan() -> None:
             self._tool_use_ids.append(tool_use_id)
-            if self._turn_start is None:
+            if self._turn_complete is None:
                 try:
-                    self._turn_start = await self._scan()
+                    await self._scan()
                 except (OSError, ScanStopped) as exc:  # this turn is not recorded
                     structlog.get_logger().warning("change scan failed", error=str(exc))
 
@@ -307,11 +305,13 @@ class ChangeRecorder:
         for, inside `running()`)."""
 
         async def after() -> None:
+            if self._turn_complete is None:
+                return  # the turn's first scan failed: the turn is not recorded
             try:
                 await self._scan()
             except (OSError, ScanStopped) as exc:
                 structlog.get_logger().warning("change scan failed", error=str(exc))
-                self._turn_start = None
+                self._turn_complete = None
 
         await self._run(after, wait=False)
 
@@ -331,9 +331,11 @@ class ChangeRecorder:
 
     def _turn_record(self) -> dict[str, Any] | None:
         """The turn's record (None when nothing changed); the next turn starts afresh."""
-        start, end, ids, changes = self._turn_start, self._last, self._tool_use_ids, self._changes
-        self._turn_start, self._tool_use_ids, self._changes = None, [], []
-        if start is None or end is None or not changes:
+        complete, ids, changes = self._turn_complete, self._tool_use_ids, self._changes
+        self._turn_complete, self._tool_use_ids, self._changes = None, [], []
+        if complete is not None:
+            self.tree.unmark()
+        if complete is None or not changes:
             return None
         if self._turns == 0 and self.log.exists():  # a resumed session continues its numbers
             with contextlib.suppress(OSError, ValueError):
@@ -344,7 +346,7 @@ class ChangeRecorder:
             "turn": self._turns,
             "ts": round(time.time(), 3),
             "tool_use_ids": ids,
-            "complete": start.complete and end.complete,
+            "complete": complete and self._last_complete,
             "changes": [change.to_json() for change in changes],
         }
 

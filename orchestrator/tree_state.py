@@ -17,7 +17,9 @@ git's own state), nor Warren's own state.
 
 from __future__ import annotations
 
+import array
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -25,6 +27,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import termios
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -375,6 +378,10 @@ class TreeState:
         self.complete = True
         self._touched: set[Key] | None = None
         """The names set or dropped since the last refresh; None after a whole scan."""
+        self._origin: dict[Key, Entry | None] | None = None
+        """Since `mark`: each name set or dropped, with its entry at the mark (None: absent)."""
+        self._origin_whole: dict[Key, Entry] | None = None
+        """Since `mark`, once a whole scan replaced the entries: all of them at the mark."""
         self.full_scans = 0
         """How many whole scans ran (tests/bench/bench_changes.py reports it)."""
         self._fd = -1
@@ -472,7 +479,7 @@ class TreeState:
             except (OSError, ValueError, TypeError, KeyError):
                 return False
         self.full_scans += 1
-        self.entries, self.complete, self._touched = entries, complete, None
+        self._replace(entries, complete)
         self._watches, self._degraded = watches, degraded
         return True
 
@@ -482,20 +489,78 @@ class TreeState:
         **Errors:** `ScanStopped` once closed; `OSError` from the file system.
         """
         with self._lock:
-            if self._closed:
-                raise ScanStopped
-            if self.full_scans == 0 and self._child is None and self._adopted is None:
-                self._spawn()
-            if self._child is not None:
-                self._adopt()  # without an answer, the scan below is the first
-            if self.full_scans == 0 or self._fd < 0 or self._degraded or not self._drain():
-                self._full()
+            self._update()
             touched, self._touched = self._touched, set()
             return Scan(
                 dict(self.entries),
                 self.complete,
                 None if touched is None else frozenset(touched),
             )
+
+    def mark(self) -> bool:
+        """Bring the entries up to date and remember them as they are now, for `since_mark`
+        (a turn's start), without copying them: from here each name's entry is noted the
+        first time a refresh sets or drops it. Whether the scan was complete. Blocking.
+
+        **Errors:** as `refresh`.
+        """
+        with self._lock:
+            self._update()
+            self._touched = set()
+            self._origin, self._origin_whole = {}, None
+            return self.complete
+
+    def unmark(self) -> None:
+        """Stop noting entries for `since_mark` (a turn's end)."""
+        with self._lock:
+            self._origin, self._origin_whole = None, None
+
+    def mark_if_quiet(self) -> bool | None:
+        """`mark` without blocking, when nothing is left to read: the first scan was taken
+        over, no event is queued and no refresh is running (a turn's first call then starts
+        without a trip to a thread). None otherwise: call `mark` (in a thread)."""
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            if self._closed or self._child is not None or self.full_scans == 0:
+                return None
+            if self._fd < 0 or self._degraded or _queued(self._fd) != 0:
+                return None
+            if self._touched is not None:
+                self._touched.clear()
+            self._origin, self._origin_whole = {}, None
+            return self.complete
+        finally:
+            self._lock.release()
+
+    def since_mark(self) -> tuple[dict[Key, Entry], dict[Key, Entry], frozenset[Key] | None, bool]:
+        """Refresh, then (before, after, names, complete): the entries at the last `mark` and
+        now, only for the names set or dropped in between (`names`; None: all of them, after
+        a whole scan), and whether this scan was complete. Blocking.
+
+        **Errors:** as `refresh`; `ValueError` without a `mark`.
+        """
+        with self._lock:
+            self._update()
+            self._touched = set()
+            if self._origin is None:
+                raise ValueError("since_mark without a mark")
+            if self._origin_whole is not None:
+                return self._origin_whole, dict(self.entries), None, self.complete
+            before = {key: old for key, old in self._origin.items() if old is not None}
+            after = {key: self.entries[key] for key in self._origin if key in self.entries}
+            return before, after, frozenset(self._origin), self.complete
+
+    def _update(self) -> None:
+        """Apply what changed since the last refresh (the lock held)."""
+        if self._closed:
+            raise ScanStopped
+        if self.full_scans == 0 and self._child is None and self._adopted is None:
+            self._spawn()
+        if self._child is not None:
+            self._adopt()  # without an answer, the scan below is the first
+        if self.full_scans == 0 or self._fd < 0 or self._degraded or not self._drain():
+            self._full()
 
     def close(self) -> None:
         """Stop watching, after a scan in progress stopped; keep the stamps for next time."""
@@ -533,7 +598,20 @@ class TreeState:
             result = scan(
                 self.roots, self.store, known, on_dir=on_dir, stop=self._stopping, skip=self.skip
             )
-        self.entries, self.complete, self._touched = result.entries, result.complete, None
+        self._replace(result.entries, result.complete)
+
+    def _replace(self, entries: dict[Key, Entry], complete: bool) -> None:
+        """Take a whole scan's entries; a mark's entries are kept whole first (the mark's
+        view, put back from what changed since)."""
+        if self._origin is not None and self._origin_whole is None:
+            whole = dict(self.entries)
+            for key, old in self._origin.items():
+                if old is None:
+                    whole.pop(key, None)
+                else:
+                    whole[key] = old
+            self._origin_whole = whole
+        self.entries, self.complete, self._touched = entries, complete, None
 
     def _stopping(self) -> bool:
         return self._closed
@@ -644,20 +722,37 @@ class TreeState:
             os.close(fd)
 
     def _set(self, key: Key, entry: Entry) -> None:
+        if self._origin is not None and key not in self._origin:
+            self._origin[key] = self.entries.get(key)
         self.entries[key] = entry
         if self._touched is not None:
             self._touched.add(key)
 
     def _forget(self, key: Key) -> None:
         """Drop `key` and, when it was a directory, everything below it."""
-        if self.entries.pop(key, None) is not None:
+        old = self.entries.pop(key, None)
+        if old is not None:
             below = key[1] + "/"
             gone = [k for k in self.entries if k[0] == key[0] and k[1].startswith(below)]
+            if self._origin is not None:
+                self._origin.setdefault(key, old)
+                for other in gone:
+                    self._origin.setdefault(other, self.entries[other])
             for other in gone:
                 del self.entries[other]
             if self._touched is not None:
                 self._touched.add(key)
                 self._touched.update(gone)
+
+
+def _queued(fd: int) -> int:
+    """Bytes of events waiting on the inotify descriptor `fd` (-1 when it cannot be told)."""
+    count = array.array("i", [0])
+    try:
+        fcntl.ioctl(fd, termios.FIONREAD, count)
+    except OSError:
+        return -1
+    return count[0]
 
 
 def load_index(root: Path, index: Path) -> dict[Key, Entry]:

@@ -79,28 +79,37 @@ def test_the_watched_tree_equals_a_whole_scan_after_every_kind_of_change(tmp_pat
         (ws / ("a" if i % 2 else "a/b") / f"{i}.txt").write_text(str(i))
     store = ContentStore(tmp_path / "objects")
     tree = TreeState([ws], store)
+    marked = TreeState([ws], store)  # the recorder's way: a mark, then what changed since
     rng = random.Random(17)
     try:
         start = tree.refresh()
+        marked.mark()
         touched: set[Key] = set()
         for batch in range(40):
             for _ in range(rng.randrange(1, 4)):
                 _mutate(ws, rng)
+            if batch == 22:
+                marked._degraded = True  # as at the watch limit: the next refresh is whole
             kept = tree.refresh()
             assert _content(kept.entries) == _content(scan([ws], store).entries)
             # A turn's changes worked out from the names the refreshes touched are the ones a
             # comparison of the whole tables finds (a turn: five batches here).
             assert kept.touched is not None
             touched |= kept.touched
-            whole = diff(start.entries, kept.entries)
-            assert [c.to_json() for c in diff(start.entries, kept.entries, touched)] == [
-                c.to_json() for c in whole
-            ]
+            whole = [c.to_json() for c in diff(start.entries, kept.entries)]
+            assert [c.to_json() for c in diff(start.entries, kept.entries, touched)] == whole
+            # So are those worked out from the entries noted since a mark (no copy of the
+            # tree), also across a whole scan in the middle of a turn.
+            before, after, names, _ = marked.since_mark()
+            assert [c.to_json() for c in diff(before, after, names)] == whole
             if batch % 5 == 4:
                 start, touched = kept, set()
+                marked.mark()
         assert tree.full_scans == 1  # every later refresh came from the events
+        assert marked.full_scans == 2
     finally:
         tree.close()
+        marked.close()
 
 
 def test_links_and_fifos_are_recorded_never_followed_or_opened(tmp_path: Path) -> None:
@@ -132,7 +141,7 @@ def test_an_undo_whose_old_content_is_damaged_refuses_and_changes_nothing(tmp_pa
     (ws / "lost.txt").write_text("after too")
     (ws / "new.txt").write_text("new")
     after = recorder.tree.refresh()
-    recorder._turn_start, recorder._last = before, after
+    recorder._turn_complete = True
     recorder._changes = diff(before.entries, after.entries)
     recorder.end_turn()
     recorder.close()
