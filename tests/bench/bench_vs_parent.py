@@ -16,11 +16,13 @@ both trees, interleaved, against one fake Messages API server on 127.0.0.1:
   Read / Grep / read-only Bash / Edit / writable Bash calls (one per turn); the cost of a call
   is the gap between the end of the reply that asked for it and the arrival of the next
   request, the median per kind over all rounds;
-- CPU per tool call: the CPU time (user + system, the processes' own, not their children's)
-  the coordinator and its tool hosts used between those two requests, read from /proc when
-  each request arrives, the mean per kind (the first call of a run, which overlaps the tool
-  hosts' start-up, left out). Wall-clock gaps on a shared machine measure its
-  load as much as the code; CPU time mostly does not.
+- CPU per tool call: the time the coordinator's and its tool hosts' threads ran (their own,
+  not their children's: ripgrep and shell commands are not counted) between those two
+  requests, read from /proc/PID/task/*/schedstat (nanoseconds, each thread's growth) when
+  each request arrives, the mean and median per kind (the first call of a run, which
+  overlaps the tool hosts' start-up, left out). Wall-clock gaps on a shared machine measure
+  its load as much as the code; CPU time mostly does not. What a tree does in the background
+  counts when it is done before the next request.
 
 Both trees see the same server, workspace and script; only the code differs. Both are
 prepared alike, as an install would leave them: `uv sync --frozen --compile-bytecode` and
@@ -111,36 +113,48 @@ def own_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 
-def running_time(pid: int) -> float:
-    """Seconds `pid`'s live threads have run (each thread's `schedstat`, in nanoseconds; 0
-    when it is gone). Unlike utime + stime, counted in clock ticks (10 ms here, as long as a
-    tool call), it resolves one call; a thread that ended since the last look is missed."""
-    total = 0
+def thread_times(pid: int) -> dict[int, int]:
+    """Nanoseconds each live thread of `pid` has run so far (its `schedstat`; empty when the
+    process is gone). Unlike utime + stime, counted in clock ticks (10 ms here, as long as a
+    tool call), it resolves one call."""
+    times: dict[int, int] = {}
     with contextlib.suppress(OSError):
         for task in os.listdir(f"/proc/{pid}/task"):
             with contextlib.suppress(OSError, ValueError, IndexError):
-                total += int(Path(f"/proc/{pid}/task/{task}/schedstat").read_text().split()[0])
-    return total / 1e9
+                ran = Path(f"/proc/{pid}/task/{task}/schedstat").read_text().split()[0]
+                times[int(task)] = int(ran)
+    return times
 
 
-def cpu_by_process(pid: int) -> dict[str, float]:
-    """CPU seconds so far of the coordinator `pid` and of each tool host below it (by role)."""
-    found = {"coordinator": running_time(pid)}
+def cpu_by_process(pid: int) -> dict[str, dict[int, int]]:
+    """The threads' run times so far of the coordinator `pid` and of each tool host below it
+    (by role)."""
+    found = {"coordinator": thread_times(pid)}
     with contextlib.suppress(psutil.Error):
         for child in psutil.Process(pid).children(recursive=True):
             with contextlib.suppress(psutil.Error):
                 argv = child.cmdline()
                 if "workers.toolhost" in argv and "--role" in argv:
                     role = argv[argv.index("--role") + 1]
-                    found[role] = found.get(role, 0.0) + running_time(child.pid)
+                    found.setdefault(role, {}).update(thread_times(child.pid))
     return found
 
 
+def cpu_between(before: dict[str, dict[int, int]], after: dict[str, dict[int, int]]) -> float:
+    """Seconds the threads ran between two samples: each thread's growth (a thread that
+    started in between, all of its time; one that ended in between is missed)."""
+    ran = 0
+    for role, threads in after.items():
+        earlier = before.get(role, {})
+        ran += sum(max(0, t - earlier.get(tid, 0)) for tid, t in threads.items())
+    return ran / 1e9
+
+
 def run_once(tree: Path, replies: list[Reply], ws: Path, env: dict[str, str],
-             extra: list[str]) -> tuple[float, float, list[float], list[dict[str, float]]]:
+             extra: list[str]) -> tuple[float, float, list[float], list[float]]:
     """Launch -> first request, the coordinator's CPU until then, the gap before each later
     request, and the CPU each process used in each gap."""
-    samples: list[dict[str, float]] = []
+    samples: list[dict[str, dict[int, int]]] = []
     running: list[subprocess.Popen[str]] = []
     first_cpu: list[float] = []
 
@@ -166,8 +180,7 @@ def run_once(tree: Path, replies: list[Reply], ws: Path, env: dict[str, str],
     for before, after in itertools.pairwise(requests):
         assert before.ended_at is not None
         gaps.append(after.started_at - before.ended_at)
-    cpu = [{k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
-           for before, after in itertools.pairwise(samples)]
+    cpu = [cpu_between(before, after) for before, after in itertools.pairwise(samples)]
     return launch, first_cpu[0] if first_cpu else 0.0, gaps, cpu
 
 
@@ -234,7 +247,7 @@ def main() -> None:
                     per_kind[label][kind].append(gap)
                 # The first call's CPU holds the tool hosts' start-up: left out.
                 for kind, used in zip(kinds[1:], cpu[1:], strict=False):
-                    cpu_kind[label][kind].append(sum(used.values()))
+                    cpu_kind[label][kind].append(used)
         print(f"base {args.base} vs this tree; {args.rounds} rounds, {FILES} files; "
               f"{before} at the start, {load()} at the end")
         b, t = statistics.median(launches["base"]), statistics.median(launches["this"])
