@@ -81,7 +81,7 @@ def bwrap_argv(
         mounts.append((facts.home_mask, ["--size", str(_HOME_TMPFS_BYTES), "--tmpfs", home]))
     for bind in facts.binds:
         flag = "--bind" if bind.mode == "rw" else "--ro-bind"
-        mounts.append((bind.path, [flag, str(bind.path), str(bind.path)]))
+        mounts.append((bind.path, [flag, str(bind.source or bind.path), str(bind.path)]))
     for _, args in sorted(mounts, key=lambda m: _depth_key(m[0])):
         out += args
     for source, inside in facts.file_binds:

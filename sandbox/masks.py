@@ -70,6 +70,8 @@ class BindMount(_Frozen):
     mode: Mode
     label: str
     """The spec field it came from (`workspaces[0]`), for error messages."""
+    source: Path | None = None
+    """The host directory shown at `path` (`WorkspaceRoot.source`); None: `path` itself."""
 
 
 class HostFacts(_Frozen):
@@ -197,11 +199,25 @@ class _FactsBuilder:
         self.file_binds: list[tuple[Path, Path]] = []
 
     def _resolve_binds(self) -> list[BindMount]:
-        entries = [(f"workspaces[{i}]", w.path, w.mode) for i, w in enumerate(self.spec.workspaces)]
+        binds: dict[Path, BindMount] = {}
+        entries: list[tuple[str, Path, Mode]] = []
+        for i, root in enumerate(self.spec.workspaces):
+            label = f"workspaces[{i}]"
+            if root.source is None:
+                entries.append((label, root.path, root.mode))
+                continue
+            if not root.source.is_dir():
+                raise SandboxConfigError(
+                    f"{label}: {root.source} is not a directory", fields=(label,)
+                )
+            # `path` names a place inside the sandbox: on this host it need not exist.
+            inside = Path(os.path.normpath(root.path))
+            binds[inside] = BindMount(
+                path=inside, mode="ro", label=label, source=root.source.resolve()
+            )
         entries += [
             (f"extra_binds[{i}]", b.path, b.mode) for i, b in enumerate(self.spec.extra_binds)
         ]
-        binds: dict[Path, BindMount] = {}
         for label, path, mode in entries:
             if not path.exists():
                 raise SandboxConfigError(f"{label}: {path} does not exist", fields=(label,))

@@ -54,20 +54,32 @@ class _Frozen(BaseModel):
 
 
 class WorkspaceRoot(_Frozen):
-    """A host directory bound into the sandbox at the same path."""
+    """A host directory bound into the sandbox at the same path (or `source` shown at `path`)."""
 
     path: Path
-    """Absolute host path of the directory. Required; it must exist when the sandbox starts."""
+    """Absolute host path of the directory. Required; it must exist when the sandbox starts
+    (unless `source` is set: then it is where `source` appears inside)."""
     mode: Mode = "rw"
     """`rw` lets the sandbox write (except protected paths), `ro` refuses every write. Default
     `rw`; auto-approved read-only commands get `ro`."""
+    source: Path | None = None
+    """A host directory shown read-only at `path` inside (a remote worker's snapshot of the
+    coordinator's workspace, workers/remote/actor.py), so tools name the user's paths.
+    Default None: `path` itself. Only with `mode = "ro"`: protected paths and the guard work
+    on host paths, which a root shown elsewhere does not have."""
 
-    @field_validator("path")
+    @field_validator("path", "source")
     @classmethod
-    def _absolute(cls, value: Path) -> Path:
-        if not value.is_absolute():
+    def _absolute(cls, value: Path | None) -> Path | None:
+        if value is not None and not value.is_absolute():
             raise ValueError(f"workspace path must be absolute, got {value}")
         return value
+
+    @model_validator(mode="after")
+    def _source_read_only(self) -> WorkspaceRoot:
+        if self.source is not None and self.mode != "ro":
+            raise ValueError("a workspace root with a `source` must have mode 'ro'")
+        return self
 
 
 class Bind(_Frozen):

@@ -212,3 +212,23 @@ def test_bind_contradiction_after_resolution(scratch: Path) -> None:
     with pytest.raises(SandboxConfigError) as info:
         gather_host_facts(spec, environ={})
     assert info.value.fields == ("workspaces[0]", "extra_binds[0]")
+
+
+def test_a_root_shown_at_another_path_is_bound_read_only_there(
+    tree: tuple[Path, Path], scratch: Path
+) -> None:
+    """A remote worker's snapshot view is shown at the coordinator's workspace path, which
+    need not exist on the node (workers/remote/actor.py)."""
+    from sandbox.argv import bwrap_argv
+
+    view, home = tree
+    inside = Path("/nowhere/on/this/host/repo")
+    spec = _spec(view, home, workspaces=(WorkspaceRoot(path=inside, mode="ro", source=view),))
+    facts = gather_host_facts(spec)
+    [bind] = [b for b in facts.binds if b.label == "workspaces[0]"]
+    assert (bind.path, bind.source, bind.mode) == (inside, view.resolve(), "ro")
+    argv = bwrap_argv(spec, ["true"], bwrap=Path("/bin/bwrap"), facts=facts)
+    at = argv.index(str(inside))
+    assert argv[at - 2 : at + 1] == ["--ro-bind", str(view.resolve()), str(inside)]
+    with pytest.raises(ValueError, match="mode 'ro'"):
+        WorkspaceRoot(path=inside, mode="rw", source=view)
