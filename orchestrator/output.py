@@ -267,6 +267,8 @@ def subagent_record(
                 "usage": outcome.usage.model_dump(),
                 "total_cost_usd": round(outcome.cost_usd, 6),
                 "worker_pid": outcome.worker_pid,
+                **({"worker_node": outcome.worker_node} if outcome.worker_node else {}),
+                **({"snapshot": outcome.snapshot} if outcome.snapshot else {}),
                 "parent_tool_use_id": parent_tool_use_id,
                 "session_id": session_id,
             }

@@ -496,7 +496,12 @@ class SubagentOutcome:
     cost_usd: float = 0.0
     duration_s: float = 0.0
     worker_pid: int | None = None
-    """The host pid of the worker's sandbox (bwrap), when one ran it."""
+    """The host pid of the worker's sandbox (bwrap), when one ran it (on `worker_node`, when
+    that is set)."""
+    worker_node: str | None = None
+    """Where a remote worker ran it (`node 1a2b3c4d (10.0.0.7)`); None: on this machine."""
+    snapshot: str | None = None
+    """The id of the workspace snapshot a remote worker read; None: the live workspace."""
 
 
 @dataclass(frozen=True)

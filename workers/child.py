@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 import pydantic
 import trio
@@ -46,6 +46,7 @@ __all__ = [
     "HostLaunch",
     "HostProcess",
     "HostSpawner",
+    "RemoteHostProcess",
     "SupervisedChild",
     "run_child",
 ]
@@ -121,6 +122,30 @@ class HostProcess(Protocol):
     def returncode(self) -> int | None: ...
     async def wait(self) -> int: ...
     def kill(self) -> None: ...
+
+
+@runtime_checkable
+class RemoteHostProcess(HostProcess, Protocol):
+    """A child running on another machine (a Ray pool worker, workers/remote/process.py): its
+    pid is the node's, so the coordinator asks it for its usage instead of measuring, and it
+    is brought up to date before each run (the workspace snapshot it reads)."""
+
+    @property
+    def where(self) -> str:
+        """Where it runs, for messages and results (`node 1a2b3c4d (10.0.0.7)`)."""
+        ...
+
+    async def usage(self) -> tuple[int, float] | None:
+        """Resident memory (bytes) and CPU time (seconds) of its process tree, measured on
+        its node; None when it is gone."""
+        ...
+
+    async def prepare_run(self) -> str | None:
+        """Bring what it reads up to date for the next run (called while it is idle); the
+        id of the workspace snapshot it will see, if any.
+
+        **Errors:** `OSError` when it cannot be reached or updated."""
+        ...
 
 
 HostSpawner = Callable[[HostLaunch], AbstractAsyncContextManager[HostProcess]]

@@ -107,6 +107,7 @@ from workers.child import (
     ChildStartError,
     HostLaunch,
     HostSpawner,
+    RemoteHostProcess,
     SupervisedChild,
 )
 from workers.entry import load_tools_factory
@@ -423,10 +424,16 @@ class WorkerPool:
             except WorkerStartError as exc:
                 text = f"No worker could be started for the subagent: {exc.message}."
                 return SubagentOutcome(agent_id, "worker_unavailable", text)
+            remote = worker.process if isinstance(worker.process, RemoteHostProcess) else None
+            snapshot: str | None = None
+            result: wire.AgentResult | None = None
             try:
-                model = request.agent_type.model or self._broker.model
-                run = _Run(request, model=model, max_tokens=output_limit(model))
-                result = await self._drive(worker, run, on_event, permission)
+                if remote is not None:
+                    snapshot = await self._prepare(worker, remote)
+                if worker.failure is None:
+                    model = request.agent_type.model or self._broker.model
+                    run = _Run(request, model=model, max_tokens=output_limit(model))
+                    result = await self._drive(worker, run, on_event, permission)
             finally:  # after a cancelled run too: a worker that answered is kept
                 reusable = worker.answered and worker.alive and worker.failure is None
                 reusable = reusable and not worker.confined
@@ -439,6 +446,7 @@ class WorkerPool:
             with trio.CancelScope(shield=True), trio.move_on_after(3 * self.options.stop_grace_s):
                 await worker.process.wait()
         pid = worker.process.pid
+        where = None if remote is None else remote.where
         if result is not None and worker.failure is None:  # a killed worker's answer is moot
             return SubagentOutcome(
                 agent_id,
@@ -449,6 +457,8 @@ class WorkerPool:
                 result.cost_usd,
                 time.monotonic() - started,
                 pid,
+                worker_node=where,
+                snapshot=snapshot,
             )
         with trio.move_on_after(self.options.stop_grace_s):
             await worker.process.wait()  # so the status below is known
@@ -460,10 +470,26 @@ class WorkerPool:
         else:
             kind, text = "worker_crashed", f"The subagent's worker died ({worker.status()})."
         return SubagentOutcome(
-            agent_id, kind, text, duration_s=time.monotonic() - started, worker_pid=pid
+            agent_id,
+            kind,
+            text,
+            duration_s=time.monotonic() - started,
+            worker_pid=pid,
+            worker_node=where,
+            snapshot=snapshot,
         )
 
     # -- one run ----------------------------------------------------------------------------
+
+    async def _prepare(self, worker: _Worker, remote: RemoteHostProcess) -> str | None:
+        """Bring a remote worker's view of the workspace up to date before its run (it is
+        idle now); the snapshot id it will see. A worker that cannot be updated is killed
+        (`worker_unavailable`)."""
+        try:
+            return await remote.prepare_run()
+        except OSError as exc:
+            worker.kill("worker_unavailable", f"its workspace snapshot could not be updated: {exc}")
+            return None
 
     async def _drive(
         self,
@@ -738,12 +764,19 @@ class WorkerPool:
         options = self.options
         if options.max_memory_bytes is None and options.max_cpu_s is None:
             return
-        first = tree_usage(worker.process.pid)
+        process = worker.process
+        remote = process if isinstance(process, RemoteHostProcess) else None
+
+        async def measure() -> tuple[int, float] | None:
+            # A remote worker's pid is its node's: it is measured there.
+            return tree_usage(process.pid) if remote is None else await remote.usage()
+
+        first = await measure()
         if first is None:
             return
         while True:
             await trio.sleep(options.monitor_interval_s)
-            usage = tree_usage(worker.process.pid)
+            usage = await measure()
             if usage is None:
                 return
             rss, cpu = usage

@@ -88,7 +88,11 @@ def open_broker(
 
 @asynccontextmanager
 async def open_subagents(
-    ctx: ToolContext, policy: SessionPolicy, model: ModelClient, limits: Limits, pool: PoolConfig
+    ctx: ToolContext,
+    policy: SessionPolicy,
+    model: ModelClient,
+    limits: Limits,
+    pool: PoolConfig,
 ) -> AsyncIterator[SubagentRunner]:
     """The worker pool behind dispatch_agent, on `pool`'s backend: at most
     `limits.max_subagents` sandboxed workers, their model requests through the session's
@@ -96,16 +100,10 @@ async def open_subagents(
     limits); scoped writers confined with Landlock where the kernel has it, unless
     `WARREN_SCOPES=mount`.
 
-    **Errors:** `ConfigError` for the `ray` backend, which this build does not have yet (the
-    session refuses to start rather than run the subagents anywhere else).
-    """
-    if pool.backend == "ray":
-        from orchestrator.errors import ConfigError
-
-        raise ConfigError(
-            "the Ray pool is not available in this build; run with --pool local",
-            source="--pool ray",
-        )
+    `ray` (workers/remote/backend.py): read-only subagents run as actors on the cluster at
+    `pool.address` (up to 64 at once), under each node's floor with the session's masks;
+    writable ones in the local pool (at most 10); all of them locally, with one line on
+    stderr, when the cluster cannot be reached."""
     from sandbox.spec import SandboxSpec
     from workers.broker import ModelBroker
     from workers.pool import PoolOptions, open_worker_pool
@@ -118,19 +116,43 @@ async def open_subagents(
         extra_protected=policy.protected(),
         extra_home_allow=policy.home_allow(),
     )
+    spawner = SandboxedSpawner(spec, read_denied=policy.read_denied())
+    options = PoolOptions(
+        max_workers=max(1, min(limits.max_subagents, LOCAL_MAX_SUBAGENTS)),
+        thinking_budget=limits.max_thinking_tokens,
+        scopes="mount" if os.environ.get(SCOPES_ENV) == "mount" else "auto",
+    )
+    if pool.backend == "ray" and pool.address is not None:
+        from workers.remote.backend import open_ray_subagents
+
+        async with open_ray_subagents(
+            address=pool.address,
+            broker=broker,
+            workspace=ctx.workspace,
+            cwd=ctx.cwd,
+            extra_roots=ctx.extra_roots,
+            spec=spec,
+            local_spawner=spawner,
+            remote_options=options.model_copy(update={"max_workers": max(1, limits.max_subagents)}),
+            local_options=options,
+            read_denied=policy.read_denied(),
+            prestart=2,
+        ) as runner:
+            yield runner
+        return
     async with open_worker_pool(
         broker=broker,
         workspace=ctx.workspace,
         cwd=ctx.cwd,
         extra_roots=ctx.extra_roots,
-        spawner=SandboxedSpawner(spec, read_denied=policy.read_denied()),
-        options=PoolOptions(
-            max_workers=limits.max_subagents,
-            thinking_budget=limits.max_thinking_tokens,
-            scopes="mount" if os.environ.get(SCOPES_ENV) == "mount" else "auto",
-        ),
+        spawner=spawner,
+        options=options.model_copy(update={"max_workers": limits.max_subagents}),
     ) as workers:
         yield workers
+
+
+LOCAL_MAX_SUBAGENTS = 10
+"""Workers of the local pool, whatever the limits say (a Ray session's may say up to 64)."""
 
 
 MCP_NICENESS = 10

@@ -537,6 +537,8 @@ def _result_line(outcome: SubagentOutcome, changes: Sequence[FileChange] = ()) -
         "usage": outcome.usage.model_dump(),
         "total_cost_usd": outcome.cost_usd,
         "worker_pid": outcome.worker_pid,
+        **({"worker_node": outcome.worker_node} if outcome.worker_node else {}),
+        **({"snapshot": outcome.snapshot} if outcome.snapshot else {}),
         "ts_end": round(time.time(), 3),
         **(
             {
@@ -555,7 +557,10 @@ def _usage_note(outcome: SubagentOutcome, agent_type: AgentType) -> str:
     return (
         f"[{outcome.agent_id} ({agent_type.name}): {outcome.reason}, {outcome.num_turns} turns, "
         f"{outcome.duration_s:.1f} s; tokens: {usage.input_tokens} in, {usage.output_tokens} "
-        f"out, {usage.cache_read_input_tokens} cache read; cost ${outcome.cost_usd:.4f}]"
+        f"out, {usage.cache_read_input_tokens} cache read; cost ${outcome.cost_usd:.4f}"
+        + (f"; ran on {outcome.worker_node}" if outcome.worker_node else "")
+        + (f", workspace snapshot {outcome.snapshot}" if outcome.snapshot else "")
+        + "]"
     )
 
 

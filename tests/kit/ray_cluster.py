@@ -34,6 +34,7 @@ def free_port() -> int:
 
 @dataclass
 class LocalRayCluster:
+    ENV_NAMES = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")
     address: str
     """`127.0.0.1:PORT`, the head's GCS."""
     token: str
@@ -41,6 +42,20 @@ class LocalRayCluster:
     """What a driver needs (the auth mode and token), to add to a process's environment."""
     temp_dir: Path
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    def members(self) -> set[int]:
+        """Pids of every live process of the cluster: its nodes, their daemons and workers
+        (the actors), and whatever those started."""
+        import psutil
+
+        found: set[int] = set()
+        for process in self.processes:
+            try:
+                root = psutil.Process(process.pid)
+                found |= {root.pid, *(p.pid for p in root.children(recursive=True))}
+            except psutil.NoSuchProcess:
+                continue
+        return found
 
     def stop(self) -> None:
         """Stop every node by its process group (SIGTERM, 10 s, SIGKILL)."""

@@ -1,0 +1,287 @@
+"""What runs on a Ray node: `NodeWorker`, the actor holding one pool worker, and `prove_node`.
+
+The coordinator's `RaySpawner` (workers/remote/process.py) creates one `NodeWorker` per pool
+worker. At `start` the actor proves its node's floor with the same probe `warren doctor` runs
+(bwrap with user namespaces, read-only root, no network, no capabilities...); a node without
+one refuses the work and says why. Then it starts the same `python -m workers.agent_worker`
+under the node's floor, read-only: the workspace is the node's snapshot view of the
+coordinator's workspace (`view`), shown at the coordinator's workspace path so tool results
+name the user's paths (`sandbox.spec.WorkspaceRoot.source`); without a view (a file system
+the nodes share), the workspace path itself, read-only.
+
+The actor only relays bytes: `write` to the worker's stdin (numbered, so writes the
+coordinator sends without waiting go in order whatever thread runs them), `read` (a long
+poll) of what the worker wrote on stdout and stderr, with its exit status at the end. The
+worker's sandbox is measured here (`usage`, psutil on this node), killed here (`kill`) and
+stopped here (`stop`: end of stdin, the sandbox's SIGTERM, grace, SIGKILL, reaping). Model
+calls, permission asks, hooks and transcripts are the coordinator's: nothing in the actor
+holds a key or decides anything.
+
+Ray runs the actor's methods on its threads; the sandbox code is trio, so the actor runs one
+trio loop on a thread of its own and each method is a `trio.from_thread.run` into it.
+Actors are owned by the coordinator's driver (not detached): they die with it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from sandbox.spec import SandboxSpec, WorkspaceRoot
+
+__all__ = ["MAX_BUFFER_BYTES", "NodeWorker", "mount_point_problem", "prove_node"]
+
+MAX_BUFFER_BYTES = 4 * 1024**2
+"""Bytes of a worker's output held on the node before it is read (then its pipe fills)."""
+
+
+def prove_node() -> tuple[bool, str]:
+    """Prove this node's floor (`sandbox.probe.probe_floor`, what `warren doctor` runs): True
+    and how long it took, or False and what failed with its fix. Runs as a Ray task on each
+    node for `warren doctor --pool ray`, and in each `NodeWorker` before it takes work."""
+    from sandbox.probe import probe_floor
+
+    return _verdict(trio.run(probe_floor))
+
+
+def _verdict(report: Any) -> tuple[bool, str]:
+    if report.proven:
+        return True, f"floor proven in {report.duration_ms:.0f} ms (bwrap {report.bwrap_version})"
+    failed = [f"{check.name}: {check.detail}" for check in report.checks if not check.ok]
+    fixes = [f"{d.message} (fix: {d.fix})" for d in report.diagnoses]
+    return False, "the sandbox floor is not proven: " + (
+        "; ".join(failed + fixes) or "the probe found no floor"
+    )
+
+
+def mount_point_problem(workspace: Path) -> str | None:
+    """Why the coordinator's workspace path cannot be where the snapshot is shown on this node
+    (bwrap makes a missing mount point only on a tmpfs: the sandbox's private /tmp), or None."""
+    if workspace.is_dir() or workspace.is_relative_to("/tmp"):
+        return None
+    if workspace.exists():
+        return f"{workspace} exists on this node and is not a directory"
+    return (
+        f"the workspace path {workspace} does not exist on this node, so the snapshot cannot "
+        "be mounted there: create it (an empty directory) on every node, or run Warren from "
+        "a workspace under /tmp"
+    )
+
+
+class NodeWorker:
+    """One pool worker on this node, as the coordinator drives it. Made into a Ray actor by
+    `workers.remote.process` (`ray.remote(NodeWorker)`), which calls `start` first."""
+
+    def __init__(self) -> None:
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._nursery: trio.Nursery | None = None
+        self._process: Any = None
+        self._out = bytearray()
+        self._err = bytearray()
+        self._out_eof = self._err_eof = False
+        self._returncode: int | None = None
+        self._changed = trio.Event()
+        self._next_seq = 0
+        self._stop = trio.Event()
+        self._stopped = trio.Event()
+        ready = threading.Event()
+        self._thread = threading.Thread(
+            target=trio.run, args=(self._main, ready), name="warren-node-worker", daemon=True
+        )
+        self._thread.start()
+        ready.wait()
+
+    # -- the trio side ---------------------------------------------------------------------
+
+    async def _main(self, ready: threading.Event) -> None:
+        self._token = trio.lowlevel.current_trio_token()
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            ready.set()
+            await trio.sleep_forever()
+
+    def _call(self, afn: Any, *args: Any) -> Any:
+        return trio.from_thread.run(afn, *args, trio_token=self._token)
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+
+    async def _start(self, start: dict[str, Any]) -> dict[str, Any]:
+        from sandbox.probe import probe_floor
+
+        ok, detail = _verdict(await probe_floor())
+        if not ok:
+            return {"ok": False, "detail": detail}
+        workspace = Path(start["workspace"])
+        view = Path(start["view"]) if start.get("view") else None
+        if view is not None:
+            problem = mount_point_problem(workspace)
+            if problem is not None:
+                return {"ok": False, "detail": problem}
+            view.mkdir(parents=True, exist_ok=True)
+        spec = SandboxSpec.model_validate(start["spec"])
+        root = WorkspaceRoot(path=workspace, mode="ro", source=view)
+        values = {**spec.env.values, "PYTHONDONTWRITEBYTECODE": "1"}
+        spec = spec.model_copy(
+            update={
+                "workspaces": (root,),
+                "env": spec.env.model_copy(update={"values": values}),
+            }
+        ).read_only()
+        # The node's own interpreter and Warren, not the coordinator's paths.
+        argv = [sys.executable, *start["argv"][1:]]
+        try:
+            assert self._nursery is not None
+            self._process = await self._nursery.start(self._run, spec, argv, Path(start["cwd"]))
+        except Exception as exc:  # SandboxError, OSError: the node's message, one line
+            return {"ok": False, "detail": f"the worker's sandbox did not start: {exc}"}
+        return {"ok": True, "pid": self._process.pid, "detail": detail}
+
+    async def _run(
+        self,
+        spec: SandboxSpec,
+        argv: list[str],
+        cwd: Path,
+        task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        from sandbox.run import open_sandboxed_process
+
+        try:
+            async with (
+                open_sandboxed_process(
+                    spec, argv, cwd=cwd, stderr="pipe", private_pipes=True
+                ) as process,
+                trio.open_nursery() as nursery,
+            ):
+                task_status.started(process)
+                nursery.start_soon(self._pump, process.stdout, self._out, "out")
+                nursery.start_soon(self._pump, process.stderr, self._err, "err")
+                nursery.start_soon(self._reap, process)
+                await self._stop.wait()
+                if process.stdin is not None:
+                    await process.stdin.aclose()
+                nursery.cancel_scope.cancel()
+        finally:
+            if self._process is not None:
+                self._returncode = self._process.returncode
+            self._out_eof = self._err_eof = True
+            self._stopped.set()
+            self._wake()
+
+    async def _pump(self, stream: Any, buffer: bytearray, name: str) -> None:
+        try:
+            while True:
+                while len(buffer) >= MAX_BUFFER_BYTES:
+                    await self._changed.wait()
+                data = await stream.receive_some(65536)
+                if not data:
+                    break
+                buffer += data
+                self._wake()
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            pass
+        finally:
+            if name == "out":
+                self._out_eof = True
+            else:
+                self._err_eof = True
+            self._wake()
+
+    async def _reap(self, process: Any) -> None:
+        self._returncode = await process.wait()
+        self._wake()
+
+    async def _read(self, max_bytes: int) -> tuple[bytes, bytes, bool, bool, int | None]:
+        while True:
+            ended = self._out_eof and self._err_eof and self._returncode is not None
+            if self._out or self._err or ended or self._stopped.is_set():
+                break
+            await self._changed.wait()
+        out, err = bytes(self._out[:max_bytes]), bytes(self._err[:max_bytes])
+        del self._out[: len(out)], self._err[: len(err)]
+        self._wake()  # room for the pumps
+        out_eof = self._out_eof and not self._out
+        err_eof = self._err_eof and not self._err
+        done = out_eof and err_eof and (self._returncode is not None or self._stopped.is_set())
+        return out, err, out_eof, err_eof, self._returncode if done else None
+
+    async def _write(self, seq: int, data: bytes) -> bool:
+        while seq != self._next_seq:
+            await self._changed.wait()
+        try:
+            stdin = None if self._process is None else self._process.stdin
+            if stdin is None:
+                return False
+            await stdin.send_all(data)
+            return True
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return False
+        finally:
+            self._next_seq += 1
+            self._wake()
+
+    async def _stop_worker(self, timeout_s: float) -> int | None:
+        self._stop.set()
+        with trio.move_on_after(timeout_s):
+            await self._stopped.wait()
+        return self._returncode
+
+    def _kill(self) -> None:
+        if self._process is not None and self._process.returncode is None:
+            self._process.kill()
+
+    # -- the actor's methods (Ray threads) ------------------------------------------------
+
+    def start(self, start: dict[str, Any]) -> dict[str, Any]:
+        """Prove the floor, then start the worker. `start`: `spec` (the coordinator's
+        `SandboxSpec` as JSON: masks, protected paths, limits), `argv`, `workspace`, `cwd`,
+        `view` (this actor's snapshot view directory, or None). Returns `ok`, `detail` and,
+        when ok, the worker's `pid`; plus where it runs."""
+        import ray
+
+        context = ray.get_runtime_context()
+        where = {
+            "node_id": context.get_node_id(),
+            "ip": ray.util.get_node_ip_address(),  # type: ignore[no-untyped-call]
+            "actor_id": context.get_actor_id(),
+            "actor_pid": os.getpid(),
+            "runtime_env": dict(context.runtime_env or {}),
+        }
+        result: dict[str, Any] = self._call(self._start, start)
+        return {**result, **where}
+
+    def write(self, seq: int, data: bytes) -> bool:
+        """Write `data` to the worker's stdin after write `seq - 1`; False when it is gone."""
+        ok: bool = self._call(self._write, seq, data)
+        return ok
+
+    def read(self, max_bytes: int) -> tuple[bytes, bytes, bool, bool, int | None]:
+        """Wait for output: (stdout, stderr, stdout ended, stderr ended, exit status once
+        both ended and the worker exited)."""
+        got: tuple[bytes, bytes, bool, bool, int | None] = self._call(self._read, max_bytes)
+        return got
+
+    def usage(self) -> tuple[int, float] | None:
+        """Resident memory and CPU seconds of the worker's process tree on this node."""
+        from workers.pool import tree_usage
+
+        process = self._process
+        if process is None or process.returncode is not None:
+            return None
+        return tree_usage(process.pid)
+
+    def kill(self) -> None:
+        """Kill the worker's sandbox now (SIGKILL)."""
+        trio.from_thread.run_sync(self._kill, trio_token=self._token)
+
+    def stop(self, timeout_s: float) -> int | None:
+        """Stop the worker (end of stdin, then the sandbox's SIGTERM, grace, SIGKILL) and
+        return its exit status (None if it is still stopping after `timeout_s`)."""
+        code: int | None = self._call(self._stop_worker, timeout_s)
+        return code

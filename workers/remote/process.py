@@ -1,0 +1,421 @@
+"""`RaySpawner`: the pool's `HostSpawner` whose workers run on Ray nodes (`RemoteProcess`).
+
+The worker pool (workers/pool.py) talks to each worker through a `HostProcess`: a pid, stdin,
+stdout, stderr, an exit status, `wait` and `kill`. A `RemoteProcess` is that surface over a
+`NodeWorker` actor (workers/remote/actor.py) relaying a worker process on its node, so the
+pool serves a remote worker exactly as a local one: its model requests go through the
+coordinator's broker, its asks to the coordinator's permission function, its events and
+transcript stay here. Only bytes cross the cluster.
+
+Costs: an actor call's round trip is about 1.4 ms here, so nothing waits on one per line:
+
+- writes are numbered and sent without waiting (the actor puts them back in order); their
+  results are checked as they complete, and a failed one makes the next send fail;
+- one long poll per worker (`NodeWorker.read`) brings stdout and stderr back together;
+- a call's result wakes the trio loop from Ray's callback (`ObjectRef.future()`), with no
+  thread per pending call.
+
+Placement: each new worker goes to the alive node with the fewest of this session's workers,
+never to a node that refused work (no floor) or lost a worker (`avoid`); Ray may still move it
+(soft affinity) when that node is gone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import signal
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+import trio
+
+from sandbox.spec import SandboxSpec
+from workers.child import HostLaunch, HostProcess
+from workers.remote.cluster import RayCluster
+
+__all__ = ["ACTOR_CONCURRENCY", "RaySpawner", "RemoteProcess", "resolve"]
+
+ACTOR_CONCURRENCY = 16
+"""Threads of one `NodeWorker` actor: its long poll, writes in flight, usage, kill, stop."""
+
+_READ_BYTES = 1024**2
+_MAX_WRITES_IN_FLIGHT = 256
+"""Writes sent and not yet acknowledged before a send waits for the oldest."""
+
+
+async def resolve(ref: Any) -> Any:
+    """The value of a Ray `ObjectRef`, waited for in trio: Ray's completion callback wakes the
+    loop (no thread waits).
+
+    **Cancellation:** stops waiting; the call goes on in the cluster.
+    **Errors:** what `ray.get` raises (`RayActorError` when the actor died...).
+    """
+    token = trio.lowlevel.current_trio_token()
+    done = trio.Event()
+    future = ref.future()
+
+    def wake(_: object) -> None:
+        with contextlib.suppress(trio.RunFinishedError):
+            token.run_sync_soon(done.set)
+
+    future.add_done_callback(wake)
+    await done.wait()
+    return future.result()
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one worker runs."""
+
+    node_id: str
+    ip: str
+    actor_id: str
+    actor_pid: int
+    """The actor's process on its node."""
+    runtime_env: dict[str, Any] = field(default_factory=dict)
+    """The actor's Ray runtime environment: empty, since nothing is shipped with the job."""
+
+    def describe(self) -> str:
+        return f"node {self.node_id[:8]} ({self.ip})"
+
+
+class _Inbound(trio.abc.ReceiveStream):
+    """stdout or stderr of a remote worker: what its relay put here."""
+
+    def __init__(self) -> None:
+        self._send, self._receive = trio.open_memory_channel[bytes](math.inf)
+        self._pending = b""
+
+    def feed(self, data: bytes) -> None:
+        if data:
+            with contextlib.suppress(trio.ClosedResourceError, trio.BrokenResourceError):
+                self._send.send_nowait(data)
+
+    def end(self) -> None:
+        self._send.close()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        if not self._pending:
+            try:
+                self._pending = await self._receive.receive()
+            except trio.EndOfChannel:
+                return b""
+        size = len(self._pending) if max_bytes is None else max_bytes
+        data, self._pending = self._pending[:size], self._pending[size:]
+        return data
+
+    async def aclose(self) -> None:
+        self._receive.close()
+
+
+class _Outbound(trio.abc.SendStream):
+    """stdin of a remote worker: each `send_all` is one numbered `NodeWorker.write`, sent
+    without waiting for it; a write that failed makes the next send fail."""
+
+    def __init__(self, process: RemoteProcess) -> None:
+        self._process = process
+        self._seq = 0
+        self._in_flight = 0
+        self._settled = trio.Event()
+        self._failed = False
+        self._closed = False
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        while self._in_flight >= _MAX_WRITES_IN_FLIGHT and not self._failed:
+            await self._settled.wait()
+        if self._closed or self._failed:
+            raise trio.BrokenResourceError("the remote worker is gone")
+        write = self._process.actor.write.options(concurrency_group="write")
+        ref = write.remote(self._seq, bytes(data))
+        self._seq += 1
+        self._in_flight += 1
+        self._process.nursery.start_soon(self._settle, ref)
+        await trio.lowlevel.checkpoint()
+
+    async def _settle(self, ref: Any) -> None:
+        try:
+            ok = await resolve(ref)
+        except Exception:
+            ok = False
+        self._in_flight -= 1
+        self._failed = self._failed or not ok
+        self._settled.set()
+        self._settled = trio.Event()
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await trio.lowlevel.checkpoint()
+
+    async def aclose(self) -> None:
+        self._closed = True
+        await trio.lowlevel.checkpoint()
+
+
+class RemoteProcess:
+    """A worker process on a Ray node, as the pool's `HostProcess` (and `RemoteHostProcess`)."""
+
+    def __init__(
+        self,
+        actor: Any,
+        placement: Placement,
+        pid: int,
+        nursery: trio.Nursery,
+        prepare: Callable[[RemoteProcess], Any] | None = None,
+    ) -> None:
+        self.actor = actor
+        self.placement = placement
+        self.nursery = nursery
+        self._pid = pid
+        self._prepare = prepare
+        self._stdin = _Outbound(self)
+        self._stdout = _Inbound()
+        self._stderr = _Inbound()
+        self._returncode: int | None = None
+        self._exited = trio.Event()
+        self.lost: str | None = None
+        """Why the actor stopped answering (its node died...), when it did."""
+
+    # -- HostProcess ------------------------------------------------------------------------
+
+    @property
+    def pid(self) -> int:
+        """The worker's sandbox pid on its node (not a pid of this machine)."""
+        return self._pid
+
+    @property
+    def stdin(self) -> trio.abc.SendStream:
+        return self._stdin
+
+    @property
+    def stdout(self) -> trio.abc.ReceiveStream:
+        return self._stdout
+
+    @property
+    def stderr(self) -> trio.abc.ReceiveStream:
+        return self._stderr
+
+    @property
+    def returncode(self) -> int | None:
+        return self._returncode
+
+    async def wait(self) -> int:
+        await self._exited.wait()
+        assert self._returncode is not None
+        return self._returncode
+
+    def kill(self) -> None:
+        """Kill the worker's sandbox on its node (sent, not waited for)."""
+        if self._returncode is None:
+            self.actor.kill.remote()
+
+    # -- RemoteHostProcess -----------------------------------------------------------------
+
+    @property
+    def where(self) -> str:
+        return self.placement.describe()
+
+    async def usage(self) -> tuple[int, float] | None:
+        if self._returncode is not None:
+            return None
+        try:
+            got = await resolve(self.actor.usage.remote())
+        except Exception:
+            return None
+        return None if got is None else (int(got[0]), float(got[1]))
+
+    async def prepare_run(self) -> str | None:
+        if self._prepare is None:
+            return None
+        snapshot: str | None = await self._prepare(self)
+        return snapshot
+
+    # -- the relay -------------------------------------------------------------------------
+
+    async def relay(self) -> None:
+        """Long-poll the actor for output until the worker has exited (or the actor is lost:
+        the worker then counts as killed)."""
+        out_open = err_open = True
+        try:
+            while True:
+                out, err, out_eof, err_eof, code = await resolve(
+                    self.actor.read.remote(_READ_BYTES)
+                )
+                self._stdout.feed(out)
+                self._stderr.feed(err)
+                if out_eof and out_open:
+                    out_open = False
+                    self._stdout.end()
+                if err_eof and err_open:
+                    err_open = False
+                    self._stderr.end()
+                if code is not None:
+                    self._exit(int(code))
+                    return
+        except Exception as exc:  # RayActorError and kin: the actor or its node is gone
+            self.lost = f"its Ray actor on {self.where} is gone ({type(exc).__name__})"
+            structlog.get_logger().warning(
+                "remote worker lost", where=self.where, error=str(exc).splitlines()[0][:300]
+            )
+            self._exit(-signal.SIGKILL)
+        finally:
+            self._stdout.end()
+            self._stderr.end()
+
+    def _exit(self, code: int) -> None:
+        if self._returncode is None:
+            self._returncode = code
+        self._exited.set()
+
+
+@dataclass
+class _Nodes:
+    """This session's view of where its workers run."""
+
+    workers: dict[str, int] = field(default_factory=dict)
+    """Live workers per node id."""
+    avoided: dict[str, str] = field(default_factory=dict)
+    """Nodes not to place workers on, with why."""
+    described: dict[str, str] = field(default_factory=dict)
+    """Node ids by how `Placement.describe` names them."""
+
+
+class RaySpawner:
+    """Starts pool workers as `NodeWorker` actors on the cluster (read-only workers only:
+    writable agent types stay in the local pool, workers/remote/backend.py)."""
+
+    def __init__(
+        self,
+        cluster: RayCluster,
+        *,
+        spec: SandboxSpec,
+        stop_grace_s: float = 2.0,
+        prepare: Callable[[RemoteProcess], Any] | None = None,
+        view_root: str | None = None,
+    ) -> None:
+        """`spec`: the session's sandbox (masks, protected paths, limits) that each node
+        applies to its worker. `prepare(process)`: brings a worker's view up to date before a
+        run and returns the snapshot id (workers/remote/shipping.py); None: the nodes read
+        the workspace at its own path (a file system they share). `view_root`: the directory
+        on each node under which every actor keeps its view."""
+        self._cluster = cluster
+        self._spec = spec
+        self._stop_grace_s = stop_grace_s
+        self._prepare = prepare
+        self._view_root = view_root
+        self._nodes = _Nodes()
+        self._actor_class: Any = None
+        self.processes: list[RemoteProcess] = []
+        """The live remote workers (tests and benchmarks)."""
+
+    def avoid(self, node_id: str, why: str) -> None:
+        """Place no more workers on `node_id` (it lost a worker, or has no floor)."""
+        self._nodes.avoided[node_id] = why
+
+    def avoid_where(self, where: str, why: str) -> None:
+        """`avoid` the node a worker's `where` names (`RemoteProcess.where`)."""
+        node_id = self._nodes.described.get(where)
+        if node_id is not None:
+            self.avoid(node_id, why)
+
+    def _place(self) -> str | None:
+        ray = self._cluster.ray
+        alive = [str(n["NodeID"]) for n in ray.nodes() if n.get("Alive")]
+        usable = [n for n in alive if n not in self._nodes.avoided] or alive
+        if not usable:
+            return None
+        return min(usable, key=lambda n: self._nodes.workers.get(n, 0))
+
+    @asynccontextmanager
+    async def __call__(self, launch: HostLaunch) -> AsyncIterator[HostProcess]:
+        if launch.writable:
+            raise OSError("the Ray pool runs read-only workers only")
+        if not await self._cluster.wait():
+            raise OSError(self._cluster.failure or "the Ray cluster is not connected")
+        ray = self._cluster.ray
+        node = await trio.to_thread.run_sync(self._place)
+        actor = self._create(node)
+        view = None if self._view_root is None else f"{self._view_root}/{uuid.uuid4().hex}"
+        try:
+            started = await resolve(
+                actor.start.remote(
+                    {
+                        "spec": self._spec.model_dump(mode="json"),
+                        "argv": list(launch.argv),
+                        "workspace": str(launch.workspace),
+                        "cwd": str(launch.cwd),
+                        "view": view,
+                    }
+                )
+            )
+        except BaseException as exc:
+            ray.kill(actor)
+            if isinstance(exc, Exception):
+                raise OSError(f"its Ray actor failed to start: {_line(exc)}") from exc
+            raise
+        placement = Placement(
+            started["node_id"],
+            started["ip"],
+            started["actor_id"],
+            started["actor_pid"],
+            started["runtime_env"],
+        )
+        if not started["ok"]:
+            ray.kill(actor)
+            self.avoid(placement.node_id, started["detail"])
+            raise OSError(f"{placement.describe()} refused the work: {started['detail']}")
+        self._nodes.workers[placement.node_id] = self._nodes.workers.get(placement.node_id, 0) + 1
+        self._nodes.described[placement.describe()] = placement.node_id
+        try:
+            async with trio.open_nursery() as nursery:
+                process = RemoteProcess(
+                    actor, placement, int(started["pid"]), nursery, prepare=self._prepare
+                )
+                self.processes.append(process)
+                nursery.start_soon(process.relay)
+                try:
+                    yield process
+                finally:
+                    with trio.CancelScope(shield=True):
+                        await self._stop(process)
+                    nursery.cancel_scope.cancel()
+        finally:
+            self.processes = [p for p in self.processes if p.actor is not actor]
+            self._nodes.workers[placement.node_id] -= 1
+            ray.kill(actor)
+
+    async def _stop(self, process: RemoteProcess) -> None:
+        """End of stdin, the sandbox's SIGTERM, grace and SIGKILL, on the node (bounded)."""
+        if process.returncode is not None or process.lost is not None:
+            return
+        with trio.move_on_after(3 * self._stop_grace_s + 5):
+            with contextlib.suppress(Exception):
+                await resolve(process.actor.stop.remote(2 * self._stop_grace_s + 2))
+            await process.wait()
+
+    def _create(self, node: str | None) -> Any:
+        ray = self._cluster.ray
+        if self._actor_class is None:
+            from workers.remote.actor import NodeWorker
+
+            # Writes wait in their own threads: a worker that stops reading its stdin must not
+            # take the threads that read its output or kill it.
+            self._actor_class = ray.remote(concurrency_groups={"write": 8})(NodeWorker)
+        options: dict[str, Any] = {
+            "num_cpus": 0,
+            "max_concurrency": ACTOR_CONCURRENCY,
+            "max_restarts": 0,
+        }
+        if node is not None:
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=True)
+        return self._actor_class.options(**options).remote()
+
+
+def _line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return (lines[0] if lines else type(exc).__name__)[:300]
