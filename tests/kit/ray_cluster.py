@@ -62,7 +62,7 @@ class LocalRayCluster:
         for process in reversed(self.processes):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGTERM)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 3
         for process in reversed(self.processes):
             try:
                 process.wait(timeout=max(0.1, deadline - time.monotonic()))
@@ -71,7 +71,8 @@ class LocalRayCluster:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
             process.wait()
-        shutil.rmtree(self.temp_dir, ignore_errors=True)
+        if not os.environ.get("WARREN_KEEP_RAY_LOGS"):
+            shutil.rmtree(self.temp_dir, ignore_errors=True)
 
 
 def _start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
@@ -113,6 +114,8 @@ def local_ray_cluster(nodes: int = 2) -> Iterator[LocalRayCluster]:
         "HOME": os.environ.get("HOME", "/root"),
         "LANG": "C.UTF-8",
         "RAY_USAGE_STATS_ENABLED": "0",
+        # The nodes' snapshot caches and views (workers/remote/actor.py), removed with the rest.
+        "WARREN_RAY_CACHE": str(temp_dir / "cache"),
         **auth,
     }
     port = free_port()

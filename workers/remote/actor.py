@@ -25,6 +25,7 @@ Actors are owned by the coordinator's driver (not detached): they die with it.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import threading
 from pathlib import Path
@@ -34,7 +35,7 @@ import trio
 
 from sandbox.spec import SandboxSpec, WorkspaceRoot
 
-__all__ = ["MAX_BUFFER_BYTES", "NodeWorker", "mount_point_problem", "prove_node"]
+__all__ = ["MAX_BUFFER_BYTES", "NodeWorker", "cache_root", "mount_point_problem", "prove_node"]
 
 MAX_BUFFER_BYTES = 4 * 1024**2
 """Bytes of a worker's output held on the node before it is read (then its pipe fills)."""
@@ -59,6 +60,18 @@ def _verdict(report: Any) -> tuple[bool, str]:
     )
 
 
+def cache_root() -> Path:
+    """Where this node keeps snapshot blobs and the actors' views: `WARREN_RAY_CACHE`, else
+    `$XDG_CACHE_HOME/warren/ray` (`~/.cache/warren/ray`). Kept across sessions: blobs are
+    content-addressed, so a later session sends only what changed."""
+    explicit = os.environ.get("WARREN_RAY_CACHE", "")
+    if explicit and Path(explicit).is_absolute():
+        return Path(explicit)
+    cache = os.environ.get("XDG_CACHE_HOME", "")
+    base = Path(cache) if cache and Path(cache).is_absolute() else Path.home() / ".cache"
+    return base / "warren" / "ray"
+
+
 def mount_point_problem(workspace: Path) -> str | None:
     """Why the coordinator's workspace path cannot be where the snapshot is shown on this node
     (bwrap makes a missing mount point only on a tmpfs: the sandbox's private /tmp), or None."""
@@ -73,13 +86,17 @@ def mount_point_problem(workspace: Path) -> str | None:
     )
 
 
-class NodeWorker:
-    """One pool worker on this node, as the coordinator drives it. Made into a Ray actor by
-    `workers.remote.process` (`ray.remote(NodeWorker)`), which calls `start` first."""
+class _Relay:
+    """The trio side of a `NodeWorker`: the worker's sandbox and its pipes, run on the actor's
+    own trio thread. Apart from the actor class because Ray runs an actor that has any
+    coroutine method as an asyncio actor, one call at a time on its event loop: a pending
+    `read` would then hold up every other call."""
 
     def __init__(self) -> None:
         self._token: trio.lowlevel.TrioToken | None = None
         self._nursery: trio.Nursery | None = None
+        self._view: Path | None = None
+        """This actor's snapshot view (`cache_root()/mounts/NAME`), when it has one."""
         self._process: Any = None
         self._out = bytearray()
         self._err = bytearray()
@@ -96,8 +113,6 @@ class NodeWorker:
         self._thread.start()
         ready.wait()
 
-    # -- the trio side ---------------------------------------------------------------------
-
     async def _main(self, ready: threading.Event) -> None:
         self._token = trio.lowlevel.current_trio_token()
         async with trio.open_nursery() as nursery:
@@ -105,26 +120,40 @@ class NodeWorker:
             ready.set()
             await trio.sleep_forever()
 
-    def _call(self, afn: Any, *args: Any) -> Any:
+    @property
+    def process(self) -> Any:
+        """The worker's `SandboxProcess`, once started."""
+        return self._process
+
+    @property
+    def view(self) -> Path | None:
+        return self._view
+
+    def call(self, afn: Any, *args: Any) -> Any:
+        """Run `afn(*args)` on the trio thread and return its result (from a Ray thread)."""
         return trio.from_thread.run(afn, *args, trio_token=self._token)
+
+    def call_sync(self, fn: Any, *args: Any) -> Any:
+        return trio.from_thread.run_sync(fn, *args, trio_token=self._token)
 
     def _wake(self) -> None:
         self._changed.set()
         self._changed = trio.Event()
 
-    async def _start(self, start: dict[str, Any]) -> dict[str, Any]:
+    async def start(self, start: dict[str, Any]) -> dict[str, Any]:
         from sandbox.probe import probe_floor
 
         ok, detail = _verdict(await probe_floor())
         if not ok:
             return {"ok": False, "detail": detail}
         workspace = Path(start["workspace"])
-        view = Path(start["view"]) if start.get("view") else None
-        if view is not None:
+        view = None
+        if start.get("view"):
             problem = mount_point_problem(workspace)
             if problem is not None:
                 return {"ok": False, "detail": problem}
-            view.mkdir(parents=True, exist_ok=True)
+            view = self._view = cache_root() / "mounts" / start["view"]
+            view.mkdir(parents=True, exist_ok=True, mode=0o755)
         spec = SandboxSpec.model_validate(start["spec"])
         root = WorkspaceRoot(path=workspace, mode="ro", source=view)
         values = {**spec.env.values, "PYTHONDONTWRITEBYTECODE": "1"}
@@ -197,7 +226,7 @@ class NodeWorker:
         self._returncode = await process.wait()
         self._wake()
 
-    async def _read(self, max_bytes: int) -> tuple[bytes, bytes, bool, bool, int | None]:
+    async def read(self, max_bytes: int) -> tuple[bytes, bytes, bool, bool, int | None]:
         while True:
             ended = self._out_eof and self._err_eof and self._returncode is not None
             if self._out or self._err or ended or self._stopped.is_set():
@@ -211,7 +240,7 @@ class NodeWorker:
         done = out_eof and err_eof and (self._returncode is not None or self._stopped.is_set())
         return out, err, out_eof, err_eof, self._returncode if done else None
 
-    async def _write(self, seq: int, data: bytes) -> bool:
+    async def write(self, seq: int, data: bytes) -> bool:
         while seq != self._next_seq:
             await self._changed.wait()
         try:
@@ -226,17 +255,27 @@ class NodeWorker:
             self._next_seq += 1
             self._wake()
 
-    async def _stop_worker(self, timeout_s: float) -> int | None:
+    async def stop(self, timeout_s: float) -> int | None:
         self._stop.set()
         with trio.move_on_after(timeout_s):
             await self._stopped.wait()
         return self._returncode
 
-    def _kill(self) -> None:
+    def kill(self) -> None:
         if self._process is not None and self._process.returncode is None:
             self._process.kill()
 
-    # -- the actor's methods (Ray threads) ------------------------------------------------
+
+class NodeWorker:
+    """One pool worker on this node, as the coordinator drives it. Made into a Ray actor by
+    `workers.remote.process` (`ray.remote(NodeWorker)`), which calls `start` first. Its
+    methods run on Ray's threads (no coroutine methods here: see `_Relay`)."""
+
+    def __init__(self) -> None:
+        self._relay = _Relay()
+
+    def _call(self, afn: Any, *args: Any) -> Any:
+        return self._relay.call(afn, *args)
 
     def start(self, start: dict[str, Any]) -> dict[str, Any]:
         """Prove the floor, then start the worker. `start`: `spec` (the coordinator's
@@ -253,35 +292,64 @@ class NodeWorker:
             "actor_pid": os.getpid(),
             "runtime_env": dict(context.runtime_env or {}),
         }
-        result: dict[str, Any] = self._call(self._start, start)
+        result: dict[str, Any] = self._call(self._relay.start, start)
         return {**result, **where}
 
     def write(self, seq: int, data: bytes) -> bool:
         """Write `data` to the worker's stdin after write `seq - 1`; False when it is gone."""
-        ok: bool = self._call(self._write, seq, data)
+        ok: bool = self._call(self._relay.write, seq, data)
         return ok
 
     def read(self, max_bytes: int) -> tuple[bytes, bytes, bool, bool, int | None]:
         """Wait for output: (stdout, stderr, stdout ended, stderr ended, exit status once
         both ended and the worker exited)."""
-        got: tuple[bytes, bytes, bool, bool, int | None] = self._call(self._read, max_bytes)
+        got: tuple[bytes, bytes, bool, bool, int | None] = self._call(self._relay.read, max_bytes)
         return got
 
     def usage(self) -> tuple[int, float] | None:
         """Resident memory and CPU seconds of the worker's process tree on this node."""
         from workers.pool import tree_usage
 
-        process = self._process
+        process = self._relay.process
         if process is None or process.returncode is not None:
             return None
         return tree_usage(process.pid)
 
+    def sync(self, manifest: Any, offered: dict[str, Any]) -> list[str]:
+        """Mirror `manifest` (a `workers.remote.snapshot.Manifest`) into this actor's view,
+        fetching from `offered` (digest -> ObjectRef) the blobs this node's cache lacks. The
+        worker is idle meanwhile. Returns the digests still lacking (not offered): nothing is
+        synced then.
+
+        **Errors:** `SnapshotError` (a blob with another sha256, a name that cannot be
+        written).
+        """
+        import ray
+
+        from workers.remote.snapshot import NodeCache
+
+        view = self._relay.view
+        assert view is not None, "started without a view"
+        cache = NodeCache(cache_root())
+        missing = cache.missing(manifest)
+        lacking = [d for d in missing if d not in offered]
+        if lacking:
+            return lacking
+        if missing:
+            blobs = ray.get([offered[d] for d in missing])
+            cache.add_blobs(dict(zip(missing, blobs, strict=True)))
+        cache.sync_view(manifest, view)
+        return []
+
     def kill(self) -> None:
         """Kill the worker's sandbox now (SIGKILL)."""
-        trio.from_thread.run_sync(self._kill, trio_token=self._token)
+        self._relay.call_sync(self._relay.kill)
 
     def stop(self, timeout_s: float) -> int | None:
         """Stop the worker (end of stdin, then the sandbox's SIGTERM, grace, SIGKILL) and
-        return its exit status (None if it is still stopping after `timeout_s`)."""
-        code: int | None = self._call(self._stop_worker, timeout_s)
+        return its exit status (None if it is still stopping after `timeout_s`); its view
+        goes (the blobs stay in the node's cache for the next session)."""
+        code: int | None = self._call(self._relay.stop, timeout_s)
+        if self._relay.view is not None and code is not None:
+            shutil.rmtree(self._relay.view, ignore_errors=True)
         return code

@@ -150,6 +150,8 @@ async def open_ray_subagents(
     tools: str = DEFAULT_TOOLS,
     notice: Callable[[str], None] = _stderr_line,
     prestart: int = 0,
+    read_denied: Callable[[str], bool] | None = None,
+    snapshot: bool = True,
 ) -> AsyncIterator[RaySubagents]:
     """The Ray backend for one session: connects to the cluster at `address` in the
     background (the session starts meanwhile), opens the remote and the local pools.
@@ -158,14 +160,25 @@ async def open_ray_subagents(
     `remote_options`/`local_options`: each pool's size and limits (the local one stays at
     most 10). `notice`: where the backend's one-line notices go (default: stderr).
     `prestart`: remote workers started as soon as the cluster is connected (warm for the
-    first dispatch).
+    first dispatch). `read_denied`: the policy's `Read` deny rules, whose files stay out of
+    the snapshot. `snapshot`: ship a snapshot of the workspace to the nodes before each run
+    (default); False: the nodes read the workspace at its own path (a shared file system).
 
     **Cancellation:** leaving the block stops every worker: each remote one on its node,
     then its actor is killed; then the driver disconnects. All shielded and bounded.
     """
     cluster = RayCluster(address)
     options = remote_options or PoolOptions()
-    spawner = RaySpawner(cluster, spec=spec, stop_grace_s=options.stop_grace_s)
+    prepare = None
+    if snapshot:
+        from workers.remote.shipping import SnapshotShipper
+        from workers.remote.snapshot import SnapshotBuilder
+
+        builder = SnapshotBuilder(
+            workspace, read_denied=read_denied, deny_read=spec.extra_deny_read
+        )
+        prepare = SnapshotShipper(builder, lambda: cluster.ray).prepare
+    spawner = RaySpawner(cluster, spec=spec, stop_grace_s=options.stop_grace_s, prepare=prepare)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(cluster.connect)
         try:

@@ -294,18 +294,16 @@ class RaySpawner:
         spec: SandboxSpec,
         stop_grace_s: float = 2.0,
         prepare: Callable[[RemoteProcess], Any] | None = None,
-        view_root: str | None = None,
     ) -> None:
         """`spec`: the session's sandbox (masks, protected paths, limits) that each node
         applies to its worker. `prepare(process)`: brings a worker's view up to date before a
-        run and returns the snapshot id (workers/remote/shipping.py); None: the nodes read
-        the workspace at its own path (a file system they share). `view_root`: the directory
-        on each node under which every actor keeps its view."""
+        run and returns the snapshot id (workers/remote/shipping.py), each actor keeping a view
+        of its own; None: the nodes read the workspace at its own path (a file system they
+        share, and tests of the relay alone)."""
         self._cluster = cluster
         self._spec = spec
         self._stop_grace_s = stop_grace_s
         self._prepare = prepare
-        self._view_root = view_root
         self._nodes = _Nodes()
         self._actor_class: Any = None
         self.processes: list[RemoteProcess] = []
@@ -338,7 +336,7 @@ class RaySpawner:
         ray = self._cluster.ray
         node = await trio.to_thread.run_sync(self._place)
         actor = self._create(node)
-        view = None if self._view_root is None else f"{self._view_root}/{uuid.uuid4().hex}"
+        view = None if self._prepare is None else uuid.uuid4().hex
         try:
             started = await resolve(
                 actor.start.remote(
@@ -403,12 +401,10 @@ class RaySpawner:
 
             # Writes wait in their own threads: a worker that stops reading its stdin must not
             # take the threads that read its output or kill it.
-            self._actor_class = ray.remote(concurrency_groups={"write": 8})(NodeWorker)
-        options: dict[str, Any] = {
-            "num_cpus": 0,
-            "max_concurrency": ACTOR_CONCURRENCY,
-            "max_restarts": 0,
-        }
+            self._actor_class = ray.remote(
+                max_concurrency=ACTOR_CONCURRENCY, concurrency_groups={"write": 8}
+            )(NodeWorker)
+        options: dict[str, Any] = {"num_cpus": 0, "max_restarts": 0}
         if node is not None:
             from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 

@@ -117,6 +117,8 @@ async def test_three_read_only_subagents_run_as_actors_on_the_cluster(
     assert result.reason == "completed"
     outcomes = runner.outcomes
     assert [o.reason for o in outcomes] == ["completed"] * 3
+    # Each read the same snapshot of the workspace.
+    assert len({o.snapshot for o in outcomes}) == 1 and outcomes[0].snapshot
     # Three actors, on the cluster's nodes, not processes of the coordinator.
     placements = seen["placements"]
     assert len({p.actor_id for p in placements}) == 3
