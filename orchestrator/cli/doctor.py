@@ -17,6 +17,13 @@ def add_commands(sub: Any, summaries: dict[str, str]) -> None:
         "doctor", prog="warren doctor", help=summaries["doctor"], description=summaries["doctor"]
     )
     doctor.add_argument("--json", action="store_true", help="print the report as JSON")
+    doctor.add_argument(
+        "--pool",
+        choices=["local", "ray"],
+        default="local",
+        help="ray: also prove the floor on every node of the Ray cluster at $RAY_ADDRESS "
+        "(else the policy's [pool] address)",
+    )
     doctor.set_defaults(handler=_doctor)
 
     sandbox = sub.add_parser(
@@ -62,7 +69,39 @@ def _doctor(args: argparse.Namespace) -> int:
             print("  add more with `[sandbox] home_allow = [...]` in a policy file")
         for line in _mcp_servers_here(report.floor.proven):
             print(line)
+    if args.pool == "ray":
+        return _ray_nodes(args.json) or (0 if report.floor.proven else 1)
     return 0 if report.floor.proven else 1
+
+
+def _ray_nodes(as_json: bool) -> int:
+    """Each alive node of the Ray cluster with its floor (workers/remote/cluster.py's
+    `check_nodes`): 1 when a node has none or the cluster cannot be reached, else 0."""
+    import os
+
+    from orchestrator.session_policy import load_session_policy
+    from policies.pool import PoolSetting, resolve_pool
+    from policies.sources import PolicyError
+    from workers.remote.cluster import check_nodes
+
+    try:
+        setting = load_session_policy(Path.cwd(), floor_proven=True).effective.pool
+    except Exception:
+        setting = PoolSetting()  # no policy here: RAY_ADDRESS decides
+    try:
+        address = resolve_pool(setting, "ray", os.environ).address
+        assert address is not None
+        reports = check_nodes(address)
+    except (PolicyError, ConnectionError, ModuleNotFoundError) as exc:
+        print(f"warren doctor: {exc}", file=sys.stderr)
+        return 1
+    if as_json:
+        print(json.dumps([vars(r) for r in reports], indent=2))
+    else:
+        print(f"ray cluster {address}: {len(reports)} nodes")
+        for report in reports:
+            print(report.render())
+    return 0 if reports and all(r.ok for r in reports) else 1
 
 
 def _mcp_servers_here(floor_proven: bool) -> list[str]:

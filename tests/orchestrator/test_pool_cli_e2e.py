@@ -81,12 +81,6 @@ def test_a_bad_pool_choice_is_one_line_and_exit_2(root: Path) -> None:
             ["-p", "hi"], "", '[pool]\nbackend = "ray"\naddress = "evil:6379"\n', {},
             "a repository cannot send your code to a cluster",
         ),
-        # 20 passes the cap on a cluster, and the effective PoolConfig reaches open_subagents,
-        # whose Ray branch this build does not have yet (the Ray pool's branch replaces it).
-        "ray": (
-            ray, twenty, "", {"RAY_ADDRESS": "127.0.0.1:1"},
-            "the Ray pool is not available in this build",
-        ),
     }  # fmt: skip
     started = {}
     for name, (args, user, project, extra, _) in cases.items():

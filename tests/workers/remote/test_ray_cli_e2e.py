@@ -1,0 +1,172 @@
+"""`warren -p --pool ray` end to end: the real CLI, the real SDK against the fake Messages API,
+three subagents on the test's two-node Ray cluster (127.0.0.1), each under its node's floor
+with a snapshot of the workspace; and an unreachable cluster."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from tests.kit.fake_api import FakeMessagesAPI, FakeResponse, RecordedRequest, Reply
+from tests.kit.floor import needs_sandbox
+from tests.kit.ray_cluster import LocalRayCluster, free_port
+from tests.workers.remote.conftest import live_actors
+
+pytestmark = [needs_sandbox, pytest.mark.in_process]  # it watches the CLI's process tree
+
+ROOT = Path(__file__).resolve().parents[3]
+WARREN = [sys.executable, "-m", "orchestrator.cli"]
+KEY = "sk-ant-ray-e2e-key-never-on-a-node"
+AREAS = ("billing", "catalog", "shipping")
+
+
+def _setup(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    repo = tmp_path / "shop"
+    for area in AREAS:
+        (repo / area).mkdir(parents=True)
+        (repo / area / "core.py").write_text(f"def {area}():\n    return '{area}'\n")
+    agents = tmp_path / "config" / "warren" / "agents"
+    agents.mkdir(parents=True)
+    (agents / "surveyor.md").write_text(
+        "---\nname: surveyor\ndescription: Surveys one area.\ntools: Bash, Read\n---\n"
+        "Survey the area you are given.\n"
+    )
+    env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
+    env.update(
+        XDG_CONFIG_HOME=str(tmp_path / "config"),
+        XDG_STATE_HOME=str(tmp_path / "state"),
+        ANTHROPIC_API_KEY=KEY,
+        PYTHONPATH=str(ROOT),
+    )
+    return repo, env
+
+
+def _first_text(request: RecordedRequest) -> str:
+    content = request.messages[0]["content"]
+    return content if isinstance(content, str) else "".join(b.get("text", "") for b in content)
+
+
+@pytest.mark.xdist_group("ray")
+def test_a_survey_by_three_subagents_on_the_cluster(
+    ray_cluster: LocalRayCluster, tmp_path: Path
+) -> None:
+    repo, env = _setup(tmp_path)
+
+    def route(request: RecordedRequest) -> FakeResponse:
+        text = _first_text(request)
+        area = next((a for a in AREAS if f"[survey:{a}]" in text), None)
+        if area is None:  # the main agent
+            if len(request.messages) == 1:
+                return Reply(
+                    content=[
+                        {"type": "tool_use", "id": f"toolu_d{i}", "name": "dispatch_agent",
+                         "input": {"description": f"survey {a}", "subagent_type": "surveyor",
+                                   "prompt": f"[survey:{a}] look around"}}
+                        for i, a in enumerate(AREAS)
+                    ]
+                )  # fmt: skip
+            return Reply.text("surveyed")
+        if len(request.messages) == 1:  # write into the snapshot, then print the environment
+            command = f"touch {repo}/{area}/pwned.txt; env"
+            return Reply.tool_use("Bash", {"command": command}, hold_before_stop=True)
+        if len(request.messages) == 3:
+            return Reply.tool_use("Read", {"file_path": f"{repo}/{area}/core.py"})
+        return Reply.text(f"report on {area}")
+
+    seen: dict[str, Any] = {}
+    args = ["-p", "survey the shop", "--cwd", str(repo), "--pool", "ray"]
+    args += ["--output-format", "stream-json", "--allowed-tools", "Bash(touch:*)"]
+    with FakeMessagesAPI(route=route) as api:
+        cli = subprocess.Popen(
+            [*WARREN, *args],
+            env={**env, "RAY_ADDRESS": ray_cluster.address, "ANTHROPIC_BASE_URL": api.base_url},
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        output: list[str] = []
+        reader = threading.Thread(target=lambda: output.extend(cli.communicate(timeout=240)))
+        reader.start()
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and cli.poll() is None:
+            held = [r for r in api.requests if "[survey:" in _first_text(r) and r.ended_at is None]
+            if len(held) == 3:
+                break
+            time.sleep(0.05)
+        # All three are in flight: look at who runs them before they go on.
+        coordinator = {p.pid for p in psutil.Process(cli.pid).children(recursive=True)}
+        cluster = ray_cluster.members()
+        seen["actors"] = _processes(cluster, "NodeWorker")
+        seen["workers"] = _processes(cluster, "workers.agent_worker")
+        seen["coordinator"] = coordinator | {cli.pid}
+        api.release(3)
+        reader.join(timeout=240)
+        requests = api.requests
+    stdout, stderr = output
+    assert cli.returncode == 0, stderr
+    events = [json.loads(line) for line in stdout.splitlines()]
+    results = [e for e in events if e.get("subtype") == "subagent_result"]
+    assert [e["terminal_reason"] for e in results] == ["completed"] * 3
+    # Three Ray actors on the cluster's nodes, none of them the coordinator's process.
+    actors, workers = seen["actors"], seen["workers"]
+    assert len(actors) >= 3 and len(workers) >= 3
+    assert not {p.pid for p in actors + workers} & seen["coordinator"]
+    assert all(e["worker_node"].startswith("node ") for e in results)
+    # No key in an actor's environment or a worker's sandbox (nor the cluster's token).
+    for process in actors:
+        assert "ANTHROPIC_API_KEY" not in process.environ()
+    for process in workers:
+        assert not {"ANTHROPIC_API_KEY", "RAY_AUTH_TOKEN"} & set(process.environ())
+    # They read one snapshot; none could write it, and the workspace is as it was.
+    assert len({e["snapshot"] for e in results}) == 1
+    touched = [r.messages[2]["content"][0] for r in requests if len(r.messages) == 3]
+    assert len(touched) == 3
+    for result in touched:
+        text = json.dumps(result["content"])
+        assert "Read-only file system" in text and KEY not in text and "PATH=" in text
+    assert not list(repo.rglob("pwned.txt"))
+    # Their reports reached the main agent, in dispatch order, naming the snapshot.
+    main = [r for r in requests if "[survey:" not in _first_text(r)]
+    reports = [json.dumps(b["content"]) for b in main[-1].messages[-1]["content"]]
+    for area, report in zip(AREAS, reports, strict=True):
+        assert f"report on {area}" in report and "workspace snapshot" in report
+    # Nothing is left running on the cluster.
+    assert live_actors() == []
+    assert "Traceback" not in stderr
+
+
+def _processes(members: set[int], marker: str) -> list[psutil.Process]:
+    found = []
+    for pid in members:
+        try:
+            process = psutil.Process(pid)
+            if marker in " ".join(process.cmdline()):
+                found.append(process)
+        except psutil.Error:
+            continue
+    return found
+
+
+def test_an_unreachable_cluster_is_one_line_and_the_local_pool(tmp_path: Path) -> None:
+    repo, env = _setup(tmp_path)
+    dispatch = {"description": "survey", "prompt": "look around", "subagent_type": "general"}
+    replies = [Reply.tool_use("dispatch_agent", dispatch), Reply.text("local"), Reply.text("ok")]
+    with FakeMessagesAPI(replies) as api:
+        done = subprocess.run(
+            [*WARREN, "-p", "survey", "--cwd", str(repo), "--pool", "ray"],
+            env={**env, "RAY_ADDRESS": f"127.0.0.1:{free_port()}",
+                 "ANTHROPIC_BASE_URL": api.base_url},
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
+    [line] = done.stderr.splitlines()
+    assert line.startswith("warren: the Ray cluster at 127.0.0.1:")
+    assert line.endswith("is unreachable; subagents run in the local pool")
