@@ -334,8 +334,11 @@ class RaySpawner:
         if not await self._cluster.wait():
             raise OSError(self._cluster.failure or "the Ray cluster is not connected")
         ray = self._cluster.ray
-        node = await trio.to_thread.run_sync(self._place)
-        actor = self._create(node)
+        try:  # Ray's errors (a cluster gone meanwhile) are the pool's start errors
+            node = await trio.to_thread.run_sync(self._place)
+            actor = self._create(node)
+        except Exception as exc:
+            raise OSError(f"no Ray actor could be placed: {_line(exc)}") from exc
         view = None if self._prepare is None else uuid.uuid4().hex
         try:
             started = await resolve(
@@ -350,7 +353,7 @@ class RaySpawner:
                 )
             )
         except BaseException as exc:
-            ray.kill(actor)
+            _kill_actor(ray, actor)
             if isinstance(exc, Exception):
                 raise OSError(f"its Ray actor failed to start: {_line(exc)}") from exc
             raise
@@ -362,7 +365,7 @@ class RaySpawner:
             started["runtime_env"],
         )
         if not started["ok"]:
-            ray.kill(actor)
+            _kill_actor(ray, actor)
             self.avoid(placement.node_id, started["detail"])
             raise OSError(f"{placement.describe()} refused the work: {started['detail']}")
         self._nodes.workers[placement.node_id] = self._nodes.workers.get(placement.node_id, 0) + 1
@@ -383,7 +386,7 @@ class RaySpawner:
         finally:
             self.processes = [p for p in self.processes if p.actor is not actor]
             self._nodes.workers[placement.node_id] -= 1
-            ray.kill(actor)
+            _kill_actor(ray, actor)
 
     async def _stop(self, process: RemoteProcess) -> None:
         """End of stdin, the sandbox's SIGTERM, grace and SIGKILL, on the node (bounded)."""
@@ -410,6 +413,13 @@ class RaySpawner:
 
             options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=True)
         return self._actor_class.options(**options).remote()
+
+
+def _kill_actor(ray: Any, actor: Any) -> None:
+    """Kill an actor of ours (not detached, so its driver's end would too); a cluster already
+    gone is no error here."""
+    with contextlib.suppress(Exception):
+        ray.kill(actor)
 
 
 def _line(exc: BaseException) -> str:

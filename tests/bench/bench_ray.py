@@ -1,0 +1,176 @@
+"""Ray pool benchmarks (issue 18): numbers from one run on a private two-node cluster, printed.
+
+    .venv/bin/python tests/bench/bench_ray.py
+
+(a) dispatch to a warm remote worker until the subagent's first model request reaches the
+    coordinator's model client (snapshot build and sync included), median of 30
+                                                                            (goal <= 50 ms)
+(b) per-call overhead of a brokered model call from a remote worker over one from a local
+    worker: a 20-turn subagent (a Think call per turn), time per turn, remote - local
+                                                                            (goal <= 5 ms)
+(c) 40 subagents x 5 turns at 200 ms model latency, max_subagents = 20 over two nodes: wall
+    time / ideal (2 waves x 5 x 200 ms = 2 s)                               (goal <= 1.3)
+
+The cluster is a head and a second node on 127.0.0.1 (tests/kit/ray_cluster.py), both on
+this machine: the load average is printed with the numbers, and the coordinator's CPU time.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import structlog
+import trio
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from orchestrator.messages import ContentBlock, TextBlock, ToolUseBlock  # noqa: E402
+from orchestrator.model.base import ModelRequest  # noqa: E402
+from sandbox.spec import SandboxSpec  # noqa: E402
+from tests.bench.bench_pool import allow, ignore, request  # noqa: E402
+from tests.kit.ray_cluster import local_ray_cluster  # noqa: E402
+from tests.workers.agent_kit import FunctionModel  # noqa: E402
+from workers.broker import ModelBroker  # noqa: E402
+from workers.pool import PoolOptions, open_worker_pool  # noqa: E402
+from workers.remote.backend import open_ray_subagents  # noqa: E402
+
+DISPATCHES = 30
+TURNS = 20
+
+
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def thinker(turns: int, latency_s: float = 0.0) -> FunctionModel:
+    async def respond(req: ModelRequest) -> Sequence[ContentBlock]:
+        if latency_s:
+            await trio.sleep(latency_s)
+        turn = (len(req.messages) + 1) // 2
+        if turn < turns:
+            return [ToolUseBlock(id=f"toolu_{turn}", name="Think", input={"thought": "hmm"})]
+        return [TextBlock(text="done")]
+
+    return FunctionModel(respond)
+
+
+async def dispatch_latency(address: str, workspace: Path) -> list[float]:
+    model = thinker(1)
+    latencies = []
+    async with open_ray_subagents(
+        address=address,
+        broker=ModelBroker(model),
+        workspace=workspace,
+        spec=SandboxSpec(),
+        remote_options=PoolOptions(max_workers=1),
+    ) as backend:
+        await backend.run(request("warm-up", workspace), on_event=ignore, permission=allow)
+        for i in range(DISPATCHES):
+            start = time.perf_counter()
+            outcome = await backend.run(
+                request(f"a{i}", workspace), on_event=ignore, permission=allow
+            )
+            assert outcome.worker_node is not None, outcome
+            latencies.append(model.started_at[-1] - start)
+    return latencies
+
+
+async def per_turn(address: str | None, workspace: Path) -> float:
+    """Seconds per turn of a warm `TURNS`-turn subagent, remote (`address`) or local."""
+    model = thinker(TURNS)
+
+    async def timed(runner: object) -> float:
+        run = runner.run  # type: ignore[attr-defined]
+        await run(request("warm-up", workspace), on_event=ignore, permission=allow)
+        best = float("inf")
+        for i in range(3):
+            start = time.perf_counter()
+            await run(request(f"t{i}", workspace), on_event=ignore, permission=allow)
+            best = min(best, (time.perf_counter() - start) / TURNS)
+        return best
+
+    if address is None:
+        async with open_worker_pool(
+            broker=ModelBroker(model), workspace=workspace, options=PoolOptions(max_workers=1)
+        ) as pool:
+            return await timed(pool)
+    async with open_ray_subagents(
+        address=address,
+        broker=ModelBroker(model),
+        workspace=workspace,
+        spec=SandboxSpec(),
+        remote_options=PoolOptions(max_workers=1),
+    ) as backend:
+        return await timed(backend)
+
+
+async def parallel_ratio(address: str, workspace: Path) -> tuple[float, dict[str, int]]:
+    model = thinker(5, latency_s=0.2)
+    async with open_ray_subagents(
+        address=address,
+        broker=ModelBroker(model),
+        workspace=workspace,
+        spec=SandboxSpec(),
+        remote_options=PoolOptions(max_workers=20),
+        prestart=20,
+    ) as backend:
+        with trio.fail_after(300):
+            await backend.remote.wait_idle(20)
+        nodes: dict[str, int] = {}
+
+        async def one(agent_id: str) -> None:
+            outcome = await backend.run(
+                request(agent_id, workspace), on_event=ignore, permission=allow
+            )
+            assert outcome.reason == "completed", outcome
+            node = outcome.worker_node or "local"
+            nodes[node] = nodes.get(node, 0) + 1
+
+        start = time.perf_counter()
+        async with trio.open_nursery() as nursery:
+            for i in range(40):
+                nursery.start_soon(one, f"p{i}")
+        wall = time.perf_counter() - start
+    assert len(model.requests) == 40 * 5
+    return wall / 2.0, nodes
+
+
+async def main(address: str, workspace: Path) -> None:
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))
+    print(f"load average before: {load()}")
+    cpu = time.process_time()
+    latencies = await dispatch_latency(address, workspace)
+    print(
+        f"(a) dispatch to a warm remote worker -> its first model request: median "
+        f"{statistics.median(latencies) * 1000:.1f} ms, p90 "
+        f"{statistics.quantiles(latencies, n=10)[-1] * 1000:.1f} ms over {DISPATCHES}"
+        f"   goal <= 50 ms   (load {load()})"
+    )
+    local = await per_turn(None, workspace)
+    remote = await per_turn(address, workspace)
+    print(
+        f"(b) a brokered model call, per turn: local {local * 1000:.2f} ms, remote "
+        f"{remote * 1000:.2f} ms: overhead {(remote - local) * 1000:.2f} ms"
+        f"   goal <= 5 ms   (load {load()})"
+    )
+    ratio, nodes = await parallel_ratio(address, workspace)
+    print(
+        f"(c) 40 subagents x 5 turns x 200 ms, 20 at once on {len(nodes)} nodes "
+        f"{sorted(nodes.values())}: wall / ideal = {ratio:.3f}   goal <= 1.3   (load {load()})"
+    )
+    print(f"coordinator CPU time for all of it: {time.process_time() - cpu:.1f} s")
+
+
+if __name__ == "__main__":
+    with tempfile.TemporaryDirectory(dir="/var/tmp") as tmp, local_ray_cluster(nodes=2) as cluster:
+        os.environ.update(cluster.env)
+        workspace = Path(tmp).resolve()
+        (workspace / "a.txt").write_text("alpha\n")
+        trio.run(main, cluster.address, workspace)
