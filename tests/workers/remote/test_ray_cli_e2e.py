@@ -55,7 +55,7 @@ def _first_text(request: RecordedRequest) -> str:
     return content if isinstance(content, str) else "".join(b.get("text", "") for b in content)
 
 
-@pytest.mark.xdist_group("ray")
+@pytest.mark.xdist_group(name="ray")
 def test_a_survey_by_three_subagents_on_the_cluster(
     ray_cluster: LocalRayCluster, tmp_path: Path
 ) -> None:
@@ -85,10 +85,19 @@ def test_a_survey_by_three_subagents_on_the_cluster(
     seen: dict[str, Any] = {}
     args = ["-p", "survey the shop", "--cwd", str(repo), "--pool", "ray"]
     args += ["--output-format", "stream-json", "--allowed-tools", "Bash(touch:*)"]
+    # Under `uv run`, Ray's uv integration would package the current directory and upload it
+    # to the cluster: the CLI runs below a process that looks like `uv run` to Ray.
+    (tmp_path / "uv").symlink_to(Path(sys.executable).resolve())
+    (tmp_path / "run").write_text(
+        "import json, os, subprocess, sys\n"
+        "sys.exit(subprocess.call(json.loads(os.environ['TEST_ARGV'])))\n"
+    )
     with FakeMessagesAPI(route=route) as api:
         cli = subprocess.Popen(
-            [*WARREN, *args],
-            env={**env, "RAY_ADDRESS": ray_cluster.address, "ANTHROPIC_BASE_URL": api.base_url},
+            [str(tmp_path / "uv"), "run"],
+            cwd=tmp_path,
+            env={**env, "RAY_ADDRESS": ray_cluster.address, "ANTHROPIC_BASE_URL": api.base_url,
+                 "TEST_ARGV": json.dumps([*WARREN, *args])},
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
         output: list[str] = []
@@ -106,6 +115,8 @@ def test_a_survey_by_three_subagents_on_the_cluster(
         seen["actors"] = _processes(cluster, "NodeWorker")
         seen["workers"] = _processes(cluster, "workers.agent_worker")
         seen["coordinator"] = coordinator | {cli.pid}
+        seen["actor_env"] = _environments(seen["actors"])
+        seen["worker_env"] = _environments(seen["workers"])
         api.release(3)
         reader.join(timeout=240)
         requests = api.requests
@@ -120,10 +131,9 @@ def test_a_survey_by_three_subagents_on_the_cluster(
     assert not {p.pid for p in actors + workers} & seen["coordinator"]
     assert all(e["worker_node"].startswith("node ") for e in results)
     # No key in an actor's environment or a worker's sandbox (nor the cluster's token).
-    for process in actors:
-        assert "ANTHROPIC_API_KEY" not in process.environ()
-    for process in workers:
-        assert not {"ANTHROPIC_API_KEY", "RAY_AUTH_TOKEN"} & set(process.environ())
+    assert all("ANTHROPIC_API_KEY" not in env for env in seen["actor_env"])
+    assert all(not {"ANTHROPIC_API_KEY", "RAY_AUTH_TOKEN"} & set(env) for env in seen["worker_env"])
+    assert len(seen["actor_env"]) >= 3 and len(seen["worker_env"]) >= 3
     # They read one snapshot; none could write it, and the workspace is as it was.
     assert len({e["snapshot"] for e in results}) == 1
     touched = [r.messages[2]["content"][0] for r in requests if len(r.messages) == 3]
@@ -137,9 +147,23 @@ def test_a_survey_by_three_subagents_on_the_cluster(
     reports = [json.dumps(b["content"]) for b in main[-1].messages[-1]["content"]]
     for area, report in zip(AREAS, reports, strict=True):
         assert f"report on {area}" in report and "workspace snapshot" in report
-    # Nothing is left running on the cluster.
+    # Nothing of this machine was uploaded, and nothing is left running on the cluster.
+    from ray.experimental import internal_kv
+
+    assert internal_kv._internal_kv_list("gcs://_ray_pkg") == []
     assert live_actors() == []
     assert "Traceback" not in stderr
+
+
+def _environments(processes: list[psutil.Process]) -> list[dict[str, str]]:
+    """The environments of those still alive (a spare worker may be replaced meanwhile)."""
+    found = []
+    for process in processes:
+        try:
+            found.append(process.environ())
+        except psutil.Error:
+            continue
+    return found
 
 
 def _processes(members: set[int], marker: str) -> list[psutil.Process]:

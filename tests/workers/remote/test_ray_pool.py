@@ -40,7 +40,7 @@ from workers.pool import PoolOptions
 from workers.remote.backend import RaySubagents, open_ray_subagents
 
 pytestmark = needs_sandbox
-on_the_cluster = pytest.mark.xdist_group("ray")
+on_the_cluster = pytest.mark.xdist_group(name="ray")
 """Every test using the cluster runs in the one test process that started it."""
 
 
