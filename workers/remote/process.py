@@ -165,7 +165,12 @@ class RemoteProcess:
         pid: int,
         nursery: trio.Nursery,
         prepare: Callable[[RemoteProcess], Any] | None = None,
+        on_lost: Callable[[str], None] | None = None,
     ) -> None:
+        """`prepare`: `RemoteHostProcess.prepare_run`'s work. `on_lost(node_id)`: told
+        before the worker counts as exited when its actor is lost (the spawner then places
+        the pool's replacement elsewhere)."""
+        self._on_lost = on_lost
         self.actor = actor
         self.placement = placement
         self.nursery = nursery
@@ -257,6 +262,8 @@ class RemoteProcess:
                     return
         except Exception as exc:  # RayActorError and kin: the actor or its node is gone
             self.lost = f"its Ray actor on {self.where} is gone ({type(exc).__name__})"
+            if self._on_lost is not None:
+                self._on_lost(self.placement.node_id)
             structlog.get_logger().warning(
                 "remote worker lost", where=self.where, error=str(exc).splitlines()[0][:300]
             )
@@ -373,7 +380,12 @@ class RaySpawner:
         try:
             async with trio.open_nursery() as nursery:
                 process = RemoteProcess(
-                    actor, placement, int(started["pid"]), nursery, prepare=self._prepare
+                    actor,
+                    placement,
+                    int(started["pid"]),
+                    nursery,
+                    prepare=self._prepare,
+                    on_lost=lambda node: self.avoid(node, "it lost a worker's actor"),
                 )
                 self.processes.append(process)
                 nursery.start_soon(process.relay)

@@ -1,6 +1,7 @@
 """`warren -p --pool ray` end to end: the real CLI, the real SDK against the fake Messages API,
 three subagents on the test's two-node Ray cluster (127.0.0.1), each under its node's floor
-with a snapshot of the workspace; and an unreachable cluster."""
+with a snapshot of the workspace (`survey_through_the_cli`, run by test_ray_pool.py on the
+run's one cluster); and an unreachable cluster: one line, the local pool, exit 0."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from tests.kit.floor import needs_sandbox
 from tests.kit.ray_cluster import LocalRayCluster, free_port
 from tests.workers.remote.conftest import live_actors
 
-pytestmark = [needs_sandbox, pytest.mark.in_process]  # it watches the CLI's process tree
+pytestmark = [needs_sandbox, pytest.mark.in_process]
 
 ROOT = Path(__file__).resolve().parents[3]
 WARREN = [sys.executable, "-m", "orchestrator.cli"]
@@ -55,10 +56,9 @@ def _first_text(request: RecordedRequest) -> str:
     return content if isinstance(content, str) else "".join(b.get("text", "") for b in content)
 
 
-@pytest.mark.xdist_group(name="ray")
-def test_a_survey_by_three_subagents_on_the_cluster(
-    ray_cluster: LocalRayCluster, tmp_path: Path
-) -> None:
+def survey_through_the_cli(ray_cluster: LocalRayCluster, tmp_path: Path) -> None:
+    """`warren -p --pool ray`: three surveyors on the cluster (tests/workers/remote/
+    test_ray_pool.py runs it on the one cluster of the run)."""
     repo, env = _setup(tmp_path)
 
     def route(request: RecordedRequest) -> FakeResponse:
@@ -136,7 +136,11 @@ def test_a_survey_by_three_subagents_on_the_cluster(
     assert len(seen["actor_env"]) >= 3 and len(seen["worker_env"]) >= 3
     # They read one snapshot; none could write it, and the workspace is as it was.
     assert len({e["snapshot"] for e in results}) == 1
-    touched = [r.messages[2]["content"][0] for r in requests if len(r.messages) == 3]
+    touched = [
+        r.messages[2]["content"][0]
+        for r in requests
+        if len(r.messages) == 3 and "[survey:" in _first_text(r)
+    ]
     assert len(touched) == 3
     for result in touched:
         text = json.dumps(result["content"])
@@ -181,7 +185,13 @@ def _processes(members: set[int], marker: str) -> list[psutil.Process]:
 def test_an_unreachable_cluster_is_one_line_and_the_local_pool(tmp_path: Path) -> None:
     repo, env = _setup(tmp_path)
     dispatch = {"description": "survey", "prompt": "look around", "subagent_type": "general"}
-    replies = [Reply.tool_use("dispatch_agent", dispatch), Reply.text("local"), Reply.text("ok")]
+    two = Reply(
+        content=[
+            {"type": "tool_use", "id": f"toolu_{i}", "name": "dispatch_agent", "input": dispatch}
+            for i in range(2)
+        ]
+    )
+    replies = [two, Reply.text("local"), Reply.text("local"), Reply.text("ok")]
     with FakeMessagesAPI(replies) as api:
         done = subprocess.run(
             [*WARREN, "-p", "survey", "--cwd", str(repo), "--pool", "ray"],
