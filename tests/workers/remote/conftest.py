@@ -28,7 +28,7 @@ def ray_cluster() -> Iterator[LocalRayCluster]:
         ray = import_ray()
         try:
             ray.init(address=cluster.address, log_to_driver=False, logging_level="ERROR")
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + 120  # a loaded machine is slow to start a node
             while len(alive_nodes(ray)) < 2:
                 assert time.monotonic() < deadline, "the second Ray node never joined"
                 time.sleep(0.1)
