@@ -7,8 +7,8 @@ not finished.
 
 What is never done:
 
-- start a cluster: an address is required (`RAY_ADDRESS` or `[pool] address`, `HOST:PORT`
-  for the cluster's GCS or `ray://HOST:PORT` for Ray Client);
+- start a cluster: an address is required (`policies.pool.PoolConfig.address`: `RAY_ADDRESS`
+  or `[pool] address`, `HOST:PORT` for the cluster's GCS or `ray://HOST:PORT` for Ray Client);
 - send anything of this machine to the cluster. `ray.init` under `uv run` would package the
   current directory and upload it to the cluster (Ray's uv integration: 3.57 MiB of the
   user's workspace, measured); it is turned off before ray is imported
@@ -27,63 +27,28 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import socket
 from dataclasses import dataclass
 from typing import Any
 
 import trio
 
-from orchestrator.errors import WarrenError
-
 __all__ = [
     "CONNECT_TIMEOUT_S",
-    "ClusterAddressError",
     "NodeReport",
     "RayCluster",
     "check_nodes",
-    "cluster_address",
     "import_ray",
 ]
 
 CONNECT_TIMEOUT_S = 30.0
 """Seconds `ray.init` may take before the cluster counts as unreachable."""
 
-_ADDRESS = re.compile(r"^(ray://)?(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(\d{1,5})$")
-
 _QUIET_RAY = {
     # `uv run` must not make Ray package and upload the current directory.
     "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0",
     "RAY_USAGE_STATS_ENABLED": "0",
 }
-
-
-class ClusterAddressError(WarrenError):
-    """No usable cluster address: missing, or not `HOST:PORT` / `ray://HOST:PORT`."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
-
-
-def cluster_address(configured: str | None, environ: dict[str, str] | None = None) -> str:
-    """The cluster to use: `configured` (the policy's `[pool] address`), else `RAY_ADDRESS`.
-
-    **Errors:** `ClusterAddressError` when there is none (Warren never starts a cluster of
-    its own) or it is not `HOST:PORT` or `ray://HOST:PORT`.
-    """
-    env = os.environ if environ is None else environ
-    address = (configured or env.get("RAY_ADDRESS") or "").strip()
-    if not address:
-        raise ClusterAddressError(
-            "the Ray pool needs a cluster address: set RAY_ADDRESS=HOST:PORT (or "
-            "ray://HOST:PORT) or `[pool] address` in your policy; Warren never starts a cluster"
-        )
-    if not _ADDRESS.match(address) or not 0 < int(address.rsplit(":", 1)[1]) < 65536:
-        raise ClusterAddressError(
-            f"the Ray cluster address {address!r} is not HOST:PORT or ray://HOST:PORT"
-        )
-    return address
 
 
 def _host_port(address: str) -> tuple[str, int]:
@@ -217,8 +182,8 @@ def check_nodes(address: str, timeout_s: float = 60.0) -> list[NodeReport]:
     node runs the same probe as `warren doctor`), blocking. A node whose probe does not answer
     within `timeout_s` is reported as failed.
 
-    **Errors:** `ClusterAddressError`, or `ConnectionError` with one line when the cluster
-    cannot be reached.
+    **Errors:** `ConnectionError` with one line when the cluster cannot be reached. The
+    address is checked by `policies.pool` (the same forms Ray accepts).
     """
 
     async def connect() -> RayCluster:
