@@ -106,6 +106,7 @@ from workers.child import (
     ChildStarter,
     ChildStartError,
     HostLaunch,
+    HostProcess,
     HostSpawner,
     RemoteHostProcess,
     SupervisedChild,
@@ -353,6 +354,8 @@ class WorkerPool:
         self._scoped_running = 0
         """Scoped writers running now (their most at once sets how many writers stay warm)."""
         self._confines = 0
+        self._shunned: list[Callable[[HostProcess], bool]] = []
+        """Workers no run is given to (`shun`)."""
         from sandbox.landlock import MIN_ABI, abi, beneath_scratch
 
         self.landlock = (
@@ -867,8 +870,11 @@ class WorkerPool:
         while True:
             while idle:
                 worker = idle.pop()
-                if worker.alive:
+                if not worker.alive:
+                    continue
+                if not self._shunned_worker(worker):
                     return worker
+                self._retire(worker)
             if self._starting[writable]:
                 await self._wait_changed()  # one of its kind is nearly ready: sooner than new
                 continue
@@ -927,6 +933,19 @@ class WorkerPool:
         else read-only), so the pool stays warm."""
         if self._retire(worker) and not self._closing:
             self._nursery.start_soon(self._start_idle)
+
+    def shun(self, unwanted: Callable[[HostProcess], bool]) -> None:
+        """From now on, give no run to a warm worker whose process is `unwanted` (a remote
+        pool's workers on a node that lost one): idle ones are stopped now and replaced, one
+        still starting is stopped when a run would take it. A worker started for a run that
+        is waiting is not checked (the spawner decides where it goes)."""
+        self._shunned.append(unwanted)
+        for worker in [*self._idle, *self._idle_writers]:
+            if unwanted(worker.process) and self._retire(worker):
+                self._nursery.start_soon(self._start_idle)
+
+    def _shunned_worker(self, worker: _Worker) -> bool:
+        return any(unwanted(worker.process) for unwanted in self._shunned)
 
     def _retire(self, worker: _Worker) -> bool:
         """Stop `worker` (its task shuts it down); False if it was retired already."""

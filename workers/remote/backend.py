@@ -39,7 +39,7 @@ from orchestrator.subagents import (
 from sandbox.spec import SandboxSpec
 from workers.agent_worker import DEFAULT_TOOLS
 from workers.broker import ModelBroker
-from workers.child import HostSpawner
+from workers.child import HostProcess, HostSpawner, RemoteHostProcess
 from workers.pool import PoolOptions, WorkerPool, open_worker_pool
 from workers.remote.cluster import RayCluster
 from workers.remote.process import RaySpawner
@@ -105,7 +105,11 @@ class RaySubagents:
             self._fall_back(f"the Ray cluster at {self.cluster.address} became unreachable")
             return await self.local.run(request, on_event=on_event, permission=permission)
         if outcome.worker_node is not None:
-            self.spawner.avoid_where(outcome.worker_node, outcome.result)
+            lost_on = outcome.worker_node
+            self.spawner.avoid_where(lost_on, outcome.result)
+            # The retry must not take a warm worker of that node either (one placed there
+            # before the loss was known).
+            self.remote.shun(lambda p: _runs_on(p, lost_on))
         self._log.warning(
             "remote subagent retried", agent_id=request.agent_id, reason=outcome.reason
         )
@@ -216,3 +220,7 @@ async def open_ray_subagents(
             with trio.CancelScope(shield=True):
                 await cluster.aclose()
             nursery.cancel_scope.cancel()
+
+
+def _runs_on(process: HostProcess, where: str) -> bool:
+    return isinstance(process, RemoteHostProcess) and process.where == where
