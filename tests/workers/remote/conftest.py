@@ -18,7 +18,7 @@ import pytest
 from tests.kit.ray_cluster import LocalRayCluster, local_ray_cluster
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def ray_cluster() -> Iterator[LocalRayCluster]:
     from workers.remote.cluster import import_ray
 

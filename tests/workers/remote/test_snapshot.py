@@ -152,9 +152,7 @@ async def test_a_nested_repository_runs_nothing_and_stays_out(
     assert "README.md" in paths(inner)
 
 
-async def test_a_link_to_a_secret_is_recorded_never_followed(
-    tmp_path: Path, outside: Path
-) -> None:
+async def test_a_link_to_a_secret_is_recorded_never_followed(tmp_path: Path, outside: Path) -> None:
     repo = make_repo(tmp_path / "ws")
     secret = outside / "home" / ".ssh" / "id_rsa"
     (repo / "notes.md").symlink_to(secret)
