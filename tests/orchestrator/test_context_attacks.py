@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.kit.fake_api import FakeMessagesAPI, Reply
+from tests.kit.git_repo import git, make_repo
 
 REPO = Path(__file__).resolve().parents[2]
 WARREN = [sys.executable, "-m", "orchestrator.cli"]
@@ -52,25 +53,6 @@ def env(tmp_path: Path, outside: Path) -> dict[str, str]:
         "PYTHONPATH": str(REPO),
         "GIT_CONFIG_NOSYSTEM": "1",
     }
-
-
-def git(cwd: Path, *args: str) -> None:
-    subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
-        cwd=cwd,
-        check=True,
-        capture_output=True,
-        env={**os.environ, "HOME": str(cwd), "GIT_CONFIG_NOSYSTEM": "1"},
-    )
-
-
-def make_repo(path: Path) -> Path:
-    path.mkdir(parents=True, exist_ok=True)
-    git(path, "init", "-q", "-b", "main")
-    (path / "README.md").write_text("hello\n")
-    git(path, "add", "README.md")
-    git(path, "commit", "-q", "-m", "init")
-    return path
 
 
 def plant_fsmonitor(repo: Path, marker: Path) -> None:

@@ -22,6 +22,7 @@ import trio
 
 from policies.rules import compile_path_pattern
 from tests.kit.floor import needs_sandbox
+from tests.kit.git_repo import git, make_repo
 from workers.remote import snapshot
 from workers.remote.snapshot import (
     Manifest,
@@ -51,25 +52,6 @@ def outside(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
     yield root
     shutil.rmtree(root, ignore_errors=True)
-
-
-def git(cwd: Path, *args: str) -> None:
-    subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
-        cwd=cwd,
-        check=True,
-        capture_output=True,
-        env={**os.environ, "HOME": str(cwd), "GIT_CONFIG_NOSYSTEM": "1"},
-    )
-
-
-def make_repo(path: Path) -> Path:
-    path.mkdir(parents=True, exist_ok=True)
-    git(path, "init", "-q", "-b", "main")
-    (path / "README.md").write_text("hello\n")
-    git(path, "add", "README.md")
-    git(path, "commit", "-q", "-m", "init")
-    return path
 
 
 def plant_hooks(repo: Path, marker: Path) -> None:
