@@ -9,9 +9,13 @@ coordinator's workspace (`view`), shown at the coordinator's workspace path so t
 name the user's paths (`sandbox.spec.WorkspaceRoot.source`); without a view (a file system
 the nodes share), the workspace path itself, read-only.
 
-The actor only relays bytes: `write` to the worker's stdin (numbered, so writes the
+The actor only relays bytes: over a direct connection to the coordinator when it can make
+one (workers/remote/channel.py: the worker's stdin in, its stdout, stderr and exit status
+out, framed), else over Ray: `write` to the worker's stdin (numbered, so writes the
 coordinator sends without waiting go in order whatever thread runs them), `read` (a long
-poll) of what the worker wrote on stdout and stderr, with its exit status at the end. The
+poll) of what the worker wrote on stdout and stderr, with its exit status at the end (with a
+direct connection, `read` only returns once the worker ended: the coordinator's sign that
+the actor is alive). The
 worker's sandbox is measured here (`usage`, psutil on this node), killed here (`kill`) and
 stopped here (`stop`: end of stdin, the sandbox's SIGTERM, grace, SIGKILL, reaping). Model
 calls, permission asks, hooks and transcripts are the coordinator's: nothing in the actor
@@ -24,8 +28,10 @@ Actors are owned by the coordinator's driver (not detached): they die with it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import struct
 import sys
 import threading
 from pathlib import Path
@@ -106,6 +112,9 @@ class _Relay:
         self._next_seq = 0
         self._stop = trio.Event()
         self._stopped = trio.Event()
+        self._channel: trio.SocketStream | None = None
+        """The direct connection to the coordinator, when there is one."""
+        self._send_lock = trio.Lock()
         ready = threading.Event()
         self._thread = threading.Thread(
             target=trio.run, args=(self._main, ready), name="warren-node-worker", daemon=True
@@ -165,12 +174,19 @@ class _Relay:
         ).read_only()
         # The node's own interpreter and Warren, not the coordinator's paths.
         argv = [sys.executable, *start["argv"][1:]]
+        channel = "not offered"
+        if start.get("channel"):
+            from workers.remote.channel import connect
+
+            self._channel, channel = await connect(start["channel"])
         try:
             assert self._nursery is not None
             self._process = await self._nursery.start(self._run, spec, argv, Path(start["cwd"]))
         except Exception as exc:  # SandboxError, OSError: the node's message, one line
+            if self._channel is not None:
+                await self._channel.aclose()
             return {"ok": False, "detail": f"the worker's sandbox did not start: {exc}"}
-        return {"ok": True, "pid": self._process.pid, "detail": detail}
+        return {"ok": True, "pid": self._process.pid, "detail": detail, "channel": channel}
 
     async def _run(
         self,
@@ -192,6 +208,9 @@ class _Relay:
                 nursery.start_soon(self._pump, process.stdout, self._out, "out")
                 nursery.start_soon(self._pump, process.stderr, self._err, "err")
                 nursery.start_soon(self._reap, process)
+                if self._channel is not None:
+                    nursery.start_soon(self._feed_stdin, self._channel, process.stdin)
+                    nursery.start_soon(self._report_exit)
                 await self._stop.wait()
                 if process.stdin is not None:
                     await process.stdin.aclose()
@@ -202,6 +221,9 @@ class _Relay:
             self._out_eof = self._err_eof = True
             self._stopped.set()
             self._wake()
+            if self._channel is not None:
+                with trio.CancelScope(shield=True):
+                    await self._channel.aclose()
 
     async def _pump(self, stream: Any, buffer: bytearray, name: str) -> None:
         try:
@@ -211,6 +233,11 @@ class _Relay:
                 data = await stream.receive_some(65536)
                 if not data:
                     break
+                if self._channel is not None:
+                    from workers.remote.channel import STDERR, STDOUT, frame
+
+                    await self._send(frame(STDOUT if name == "out" else STDERR, data))
+                    continue
                 buffer += data
                 self._wake()
         except (trio.ClosedResourceError, trio.BrokenResourceError):
@@ -221,6 +248,28 @@ class _Relay:
             else:
                 self._err_eof = True
             self._wake()
+
+    async def _send(self, data: bytes) -> None:
+        """Send on the direct connection (both pumps share it); a connection gone drops the
+        output: the coordinator is gone, or stops this worker."""
+        assert self._channel is not None
+        async with self._send_lock:
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                await self._channel.send_all(data)
+
+    async def _feed_stdin(self, channel: trio.SocketStream, stdin: Any) -> None:
+        """The coordinator's bytes to the worker's stdin, as they come."""
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            while data := await channel.receive_some(65536):
+                await stdin.send_all(data)
+
+    async def _report_exit(self) -> None:
+        """Once the worker's output ended and it exited: its exit status, the last frame."""
+        from workers.remote.channel import EXIT, frame
+
+        while not (self._out_eof and self._err_eof and self._returncode is not None):
+            await self._changed.wait()
+        await self._send(frame(EXIT, struct.pack(">i", self._returncode)))
 
     async def _reap(self, process: Any) -> None:
         self._returncode = await process.wait()
@@ -280,8 +329,10 @@ class NodeWorker:
     def start(self, start: dict[str, Any]) -> dict[str, Any]:
         """Prove the floor, then start the worker. `start`: `spec` (the coordinator's
         `SandboxSpec` as JSON: masks, protected paths, limits), `argv`, `workspace`, `cwd`,
-        `view` (this actor's snapshot view directory, or None). Returns `ok`, `detail` and,
-        when ok, the worker's `pid`; plus where it runs."""
+        `view` (this actor's snapshot view directory, or None), `channel` (the coordinator's
+        `ChannelOffer.for_actor`, or None). Returns `ok`, `detail` and, when ok, the
+        worker's `pid` and `channel` ("direct", or why its stdio goes over Ray); plus where
+        it runs."""
         import ray
 
         context = ray.get_runtime_context()

@@ -7,7 +7,14 @@ pool serves a remote worker exactly as a local one: its model requests go throug
 coordinator's broker, its asks to the coordinator's permission function, its events and
 transcript stay here. Only bytes cross the cluster.
 
-Costs: an actor call's round trip is about 1.4 ms here, so nothing waits on one per line:
+Costs: an actor call's round trip is about 1.4 ms here (several under load), and a
+subagent's turn waits on four in a row (its model request, the response, its permission ask,
+the reply). So a worker's stdio takes a direct TCP connection from its actor to the
+coordinator when the cluster can reach this machine (workers/remote/channel.py: a listener per
+start, a one-use token, nothing listening between starts); Ray then only places, starts,
+syncs, measures, kills and stops it, and one `NodeWorker.read` stays pending for the
+worker's life, whose failure says the actor is lost. Without that connection (Ray Client, a
+firewall) the bytes go over Ray, where nothing waits on a call per line:
 
 - writes are numbered and sent without waiting (the actor puts them back in order); their
   results are checked as they complete, and a failed one makes the next send fail;
@@ -25,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import math
 import signal
+import struct
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -36,6 +44,15 @@ import trio
 
 from sandbox.spec import SandboxSpec
 from workers.child import HostLaunch, HostProcess
+from workers.remote.channel import (
+    EXIT,
+    HEADER,
+    STDERR,
+    STDOUT,
+    ChannelOffer,
+    facing_address,
+    receive_exactly,
+)
 from workers.remote.cluster import RayCluster
 
 __all__ = ["ACTOR_CONCURRENCY", "RaySpawner", "RemoteProcess", "resolve"]
@@ -155,6 +172,31 @@ class _Outbound(trio.abc.SendStream):
         await trio.lowlevel.checkpoint()
 
 
+class _ChannelOutbound(trio.abc.SendStream):
+    """stdin of a remote worker over its direct connection."""
+
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self._stream = stream
+        self._lock = trio.Lock()
+        self._closed = False
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        if self._closed:
+            raise trio.BrokenResourceError("the remote worker is gone")
+        async with self._lock:
+            try:
+                await self._stream.send_all(data)
+            except (trio.ClosedResourceError, OSError) as exc:
+                raise trio.BrokenResourceError("the remote worker is gone") from exc
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await trio.lowlevel.checkpoint()
+
+    async def aclose(self) -> None:
+        self._closed = True
+        await trio.lowlevel.checkpoint()
+
+
 class RemoteProcess:
     """A worker process on a Ray node, as the pool's `HostProcess` (and `RemoteHostProcess`)."""
 
@@ -166,17 +208,22 @@ class RemoteProcess:
         nursery: trio.Nursery,
         prepare: Callable[[RemoteProcess], Any] | None = None,
         on_lost: Callable[[str], None] | None = None,
+        channel: trio.SocketStream | None = None,
     ) -> None:
         """`prepare`: `RemoteHostProcess.prepare_run`'s work. `on_lost(node_id)`: told
         before the worker counts as exited when its actor is lost (the spawner then places
-        the pool's replacement elsewhere)."""
+        the pool's replacement elsewhere). `channel`: the actor's direct connection, if it
+        made one (else the stdio goes over Ray)."""
         self._on_lost = on_lost
         self.actor = actor
         self.placement = placement
         self.nursery = nursery
         self._pid = pid
         self._prepare = prepare
-        self._stdin = _Outbound(self)
+        self.channel = channel
+        self._stdin: trio.abc.SendStream = (
+            _Outbound(self) if channel is None else _ChannelOutbound(channel)
+        )
         self._stdout = _Inbound()
         self._stderr = _Inbound()
         self._returncode: int | None = None
@@ -241,25 +288,13 @@ class RemoteProcess:
     # -- the relay -------------------------------------------------------------------------
 
     async def relay(self) -> None:
-        """Long-poll the actor for output until the worker has exited (or the actor is lost:
-        the worker then counts as killed)."""
-        out_open = err_open = True
+        """Relay the worker's output until it has exited (or the actor is lost: the worker
+        then counts as killed)."""
         try:
-            while True:
-                out, err, out_eof, err_eof, code = await resolve(
-                    self.actor.read.remote(_READ_BYTES)
-                )
-                self._stdout.feed(out)
-                self._stderr.feed(err)
-                if out_eof and out_open:
-                    out_open = False
-                    self._stdout.end()
-                if err_eof and err_open:
-                    err_open = False
-                    self._stderr.end()
-                if code is not None:
-                    self._exit(int(code))
-                    return
+            if self.channel is None:
+                await self._relay_over_ray()
+            else:
+                await self._relay_direct(self.channel)
         except Exception as exc:  # RayActorError and kin: the actor or its node is gone
             self.lost = f"its Ray actor on {self.where} is gone ({type(exc).__name__})"
             if self._on_lost is not None:
@@ -271,6 +306,75 @@ class RemoteProcess:
         finally:
             self._stdout.end()
             self._stderr.end()
+            if self.channel is not None:
+                with trio.CancelScope(shield=True):
+                    await self.channel.aclose()
+
+    async def _relay_direct(self, stream: trio.SocketStream) -> None:
+        """Frames from the direct connection, while one `NodeWorker.read` waits for the
+        worker's end: it raises when the actor is lost (a connection may just hang then)."""
+        ended = trio.Event()
+        codes: list[int] = []
+
+        async def frames() -> None:
+            try:
+                while header := await receive_exactly(stream, HEADER.size):
+                    kind, size = HEADER.unpack(header)
+                    payload = await receive_exactly(stream, size) if size else b""
+                    if payload is None:
+                        break
+                    if kind == STDOUT:
+                        self._stdout.feed(payload)
+                    elif kind == STDERR:
+                        self._stderr.feed(payload)
+                    elif kind == EXIT and len(payload) == 4:
+                        codes.append(struct.unpack(">i", payload)[0])
+                        break
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                pass
+            finally:
+                ended.set()
+
+        async def watch(done: trio.CancelScope) -> None:
+            try:
+                *_, code = await resolve(self.actor.read.remote(0))
+            except Exception as exc:  # the actor is lost: whatever the connection says
+                lost.append(exc)
+                done.cancel()
+                return
+            with trio.move_on_after(2):  # the output still on its way
+                await ended.wait()
+            if not codes and code is not None:
+                codes.append(int(code))
+            done.cancel()
+
+        lost: list[Exception] = []
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(frames)
+            nursery.start_soon(watch, nursery.cancel_scope)
+            await ended.wait()
+            if codes:
+                nursery.cancel_scope.cancel()
+        if lost:
+            raise lost[0]
+        self._exit(codes[0] if codes else -signal.SIGKILL)
+
+    async def _relay_over_ray(self) -> None:
+        """Long-poll the actor for output until the worker has exited."""
+        out_open = err_open = True
+        while True:
+            out, err, out_eof, err_eof, code = await resolve(self.actor.read.remote(_READ_BYTES))
+            self._stdout.feed(out)
+            self._stderr.feed(err)
+            if out_eof and out_open:
+                out_open = False
+                self._stdout.end()
+            if err_eof and err_open:
+                err_open = False
+                self._stderr.end()
+            if code is not None:
+                self._exit(int(code))
+                return
 
     def _exit(self, code: int) -> None:
         if self._returncode is None:
@@ -301,13 +405,19 @@ class RaySpawner:
         spec: SandboxSpec,
         stop_grace_s: float = 2.0,
         prepare: Callable[[RemoteProcess], Any] | None = None,
+        direct: bool = True,
     ) -> None:
         """`spec`: the session's sandbox (masks, protected paths, limits) that each node
         applies to its worker. `prepare(process)`: brings a worker's view up to date before a
         run and returns the snapshot id (workers/remote/shipping.py), each actor keeping a view
         of its own; None: the nodes read the workspace at its own path (a file system they
-        share, and tests of the relay alone)."""
+        share, and tests of the relay alone). `direct`: offer each worker's actor a direct
+        connection for its stdio (workers/remote/channel.py); False: always over Ray."""
         self._cluster = cluster
+        self.direct = direct
+        """Whether the next worker's actor is offered a direct connection."""
+        self._facing: str | None = None
+        """This machine's address towards the cluster (`facing_address`), once known."""
         self._spec = spec
         self._stop_grace_s = stop_grace_s
         self._prepare = prepare
@@ -347,23 +457,41 @@ class RaySpawner:
         except Exception as exc:
             raise OSError(f"no Ray actor could be placed: {_line(exc)}") from exc
         view = None if self._prepare is None else uuid.uuid4().hex
+        offer = await self._offer()
+        channel: trio.SocketStream | None = None
         try:
-            started = await resolve(
-                actor.start.remote(
-                    {
-                        "spec": self._spec.model_dump(mode="json"),
-                        "argv": list(launch.argv),
-                        "workspace": str(launch.workspace),
-                        "cwd": str(launch.cwd),
-                        "view": view,
-                    }
+            async with trio.open_nursery() as accepting:
+                if offer is not None:
+                    accepting.start_soon(offer.accept)
+                started = await resolve(
+                    actor.start.remote(
+                        {
+                            "spec": self._spec.model_dump(mode="json"),
+                            "argv": list(launch.argv),
+                            "workspace": str(launch.workspace),
+                            "cwd": str(launch.cwd),
+                            "view": view,
+                            "channel": None if offer is None else offer.for_actor(),
+                        }
+                    )
                 )
-            )
+                accepting.cancel_scope.cancel()
+            if offer is not None and offer.stream is not None:
+                channel, offer.stream = offer.stream, None
+                if started.get("channel") != "direct":  # it gave up waiting for the proof
+                    await channel.aclose()
+                    channel = None
         except BaseException as exc:
             _kill_actor(ray, actor)
             if isinstance(exc, Exception):
                 raise OSError(f"its Ray actor failed to start: {_line(exc)}") from exc
             raise
+        finally:
+            if offer is not None:
+                with trio.CancelScope(shield=True):
+                    await offer.aclose()
+                    if offer.stream is not None:
+                        await offer.stream.aclose()
         placement = Placement(
             started["node_id"],
             started["ip"],
@@ -371,7 +499,13 @@ class RaySpawner:
             started["actor_pid"],
             started["runtime_env"],
         )
+        if offer is not None and channel is None and started["ok"]:
+            structlog.get_logger().info(
+                "remote worker relayed over Ray", why=started.get("channel", "")
+            )
         if not started["ok"]:
+            if channel is not None:
+                await channel.aclose()
             _kill_actor(ray, actor)
             self.avoid(placement.node_id, started["detail"])
             raise OSError(f"{placement.describe()} refused the work: {started['detail']}")
@@ -386,6 +520,7 @@ class RaySpawner:
                     nursery,
                     prepare=self._prepare,
                     on_lost=lambda node: self.avoid(node, "it lost a worker's actor"),
+                    channel=channel,
                 )
                 self.processes.append(process)
                 nursery.start_soon(process.relay)
@@ -399,6 +534,21 @@ class RaySpawner:
             self.processes = [p for p in self.processes if p.actor is not actor]
             self._nodes.workers[placement.node_id] -= 1
             _kill_actor(ray, actor)
+
+    async def _offer(self) -> ChannelOffer | None:
+        """A direct connection's listener for one worker start, when the cluster can reach
+        this machine (`facing_address`); None: its stdio goes over Ray."""
+        if not self.direct:
+            return None
+        if self._facing is None:
+            self._facing = facing_address(self._cluster.address) or ""
+        if not self._facing:
+            return None
+        try:
+            return await ChannelOffer.open(self._facing)
+        except OSError as exc:
+            structlog.get_logger().info("no listener for a direct relay", error=str(exc))
+            return None
 
     async def _stop(self, process: RemoteProcess) -> None:
         """End of stdin, the sandbox's SIGTERM, grace and SIGKILL, on the node (bounded)."""

@@ -40,8 +40,8 @@ async def test_the_ray_pool_on_a_two_node_cluster(
 async def a_worker_lost_mid_run_is_run_again_on_the_other_node(
     ray_cluster: LocalRayCluster, tmp_path: Path
 ) -> None:
-    """Its actor is killed (as when its node dies) while its model request is out: the run
-    ends with the retried result in a fresh worker (on the other node unless Ray placed it
+    """Its actor is killed (as when its node dies) while its model request is out, its stdio
+    on the direct connection: the run ends with the retried result in a fresh worker (on the other node unless Ray placed it
     back: the affinity is soft); the lost actor is not reused."""
     await trio.Path(tmp_path).mkdir()
     workspace = workspace_at(tmp_path)
@@ -71,6 +71,10 @@ async def a_worker_lost_mid_run_is_run_again_on_the_other_node(
                 while not api.requests:  # noqa: ASYNC110
                     await trio.sleep(0.02)
                 [process] = backend.spawner.processes
+                # Its stdio came over the direct connection; the retry's goes over Ray (the
+                # relay of a cluster that cannot reach the coordinator).
+                assert process.channel is not None
+                backend.spawner.direct = False
                 lost.append(process.where)
                 lost_pid.append(process.pid)
                 os.kill(process.placement.actor_pid, signal.SIGKILL)
