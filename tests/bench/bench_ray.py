@@ -124,8 +124,8 @@ _KINDS = ("raylet", "gcs_server", "NodeWorker", "bwrap", "workers.agent_worker")
 
 
 def cpu_by_process(cluster: LocalRayCluster) -> dict[int, tuple[str, float]]:
-    """CPU seconds so far of this process and of every process of the cluster, by pid, with
-    its kind (`_KINDS`, else "other Ray")."""
+    """CPU seconds so far of this process and of every process of the cluster (with the
+    children each reaped), by pid, with its kind (`_KINDS`, else "other Ray")."""
     found = {}
     for pid in {os.getpid(), *cluster.members()}:
         try:
@@ -135,7 +135,9 @@ def cpu_by_process(cluster: LocalRayCluster) -> dict[int, tuple[str, float]]:
         except psutil.Error:
             continue
         kind = next((k for k in _KINDS if k in line), "other Ray")
-        found[pid] = ("coordinator" if pid == os.getpid() else kind, times.user + times.system)
+        # With its reaped children's: the floor probe's sandboxes, gone by the next look.
+        cpu = times.user + times.system + times.children_user + times.children_system
+        found[pid] = ("coordinator" if pid == os.getpid() else kind, cpu)
     return found
 
 
