@@ -89,20 +89,24 @@ async def dispatch_latency(address: str, workspace: Path) -> list[float]:
     return latencies
 
 
-async def per_turn(address: str | None, workspace: Path, *, direct: bool = True) -> float:
+async def per_turn(
+    address: str | None, workspace: Path, cluster: LocalRayCluster, *, direct: bool = True
+) -> tuple[float, float]:
     """Seconds per turn of a warm `TURNS`-turn subagent, remote (`address`; its stdio on the
-    direct connection, or over Ray) or local."""
+    direct connection, or over Ray) or local: the best of 3 runs, and the CPU seconds per turn
+    of every process involved over the 3 (the coordinator, its local workers, the cluster)."""
     model = thinker(TURNS)
 
-    async def timed(runner: object) -> float:
+    async def timed(runner: object) -> tuple[float, float]:
         run = runner.run  # type: ignore[attr-defined]
         await run(request("warm-up", workspace), on_event=ignore, permission=allow)
         best = float("inf")
+        before = cpu_by_process(cluster)
         for i in range(3):
             start = time.perf_counter()
             await run(request(f"t{i}", workspace), on_event=ignore, permission=allow)
             best = min(best, (time.perf_counter() - start) / TURNS)
-        return best
+        return best, sum(cpu_used(before, cpu_by_process(cluster)).values()) / (3 * TURNS)
 
     if address is None:
         async with open_worker_pool(
@@ -124,10 +128,12 @@ _KINDS = ("raylet", "gcs_server", "NodeWorker", "bwrap", "workers.agent_worker")
 
 
 def cpu_by_process(cluster: LocalRayCluster) -> dict[int, tuple[str, float]]:
-    """CPU seconds so far of this process and of every process of the cluster (with the
-    children each reaped), by pid, with its kind (`_KINDS`, else "other Ray")."""
+    """CPU seconds so far of this process, its children (local workers) and every process of
+    the cluster (with the children each reaped), by pid, with its kind (`_KINDS`, else
+    "other Ray")."""
     found = {}
-    for pid in {os.getpid(), *cluster.members()}:
+    ours = {p.pid for p in psutil.Process().children(recursive=True)}
+    for pid in {os.getpid(), *ours, *cluster.members()}:
         try:
             process = psutil.Process(pid)
             line = " ".join(process.cmdline())
@@ -217,15 +223,17 @@ async def main(address: str, workspace: Path, cluster: LocalRayCluster) -> None:
         f"{statistics.quantiles(latencies, n=10)[-1] * 1000:.1f} ms over {DISPATCHES}"
         f"   goal <= 50 ms   (load {load()})"
     )
-    local = await per_turn(None, workspace)
-    remote = await per_turn(address, workspace)
-    over_ray = await per_turn(address, workspace, direct=False)
+    local, local_cpu = await per_turn(None, workspace, cluster)
+    remote, remote_cpu = await per_turn(address, workspace, cluster)
+    over_ray, over_ray_cpu = await per_turn(address, workspace, cluster, direct=False)
     print(
         f"(b) a brokered model call, per turn: local {local * 1000:.2f} ms, remote "
         f"{remote * 1000:.2f} ms: overhead {(remote - local) * 1000:.2f} ms"
         f"   goal <= 5 ms   (load {load()})\n"
         f"    relayed over Ray instead of the direct connection: {over_ray * 1000:.2f} ms, "
-        f"overhead {(over_ray - local) * 1000:.2f} ms"
+        f"overhead {(over_ray - local) * 1000:.2f} ms\n"
+        f"    CPU per turn, every process: local {local_cpu * 1000:.1f} ms, remote "
+        f"{remote_cpu * 1000:.1f} ms, over Ray {over_ray_cpu * 1000:.1f} ms"
     )
     ratio, nodes = await parallel_ratio(address, workspace, cluster)
     print(

@@ -230,6 +230,8 @@ class RemoteProcess:
         self._exited = trio.Event()
         self.lost: str | None = None
         """Why the actor stopped answering (its node died...), when it did."""
+        self.synced: str | None = None
+        """The id of the snapshot manifest its view shows (workers/remote/shipping.py)."""
 
     # -- HostProcess ------------------------------------------------------------------------
 

@@ -5,14 +5,17 @@ Before each remote run the pool asks the worker's process to `prepare_run`
 
 1. the coordinator builds the snapshot (`workers.remote.snapshot.SnapshotBuilder.build`:
    incremental, unchanged files are not read again) of the workspace as the subagent may see
-   it;
+   it; runs dispatched together share one build (one that started after they asked: each
+   still sees the workspace as it was at its dispatch or later), not one each in a row;
 2. each blob goes into the object store once per session (`ray.put`, its `ObjectRef` kept by
    digest), the manifest once per workspace state;
 3. the worker's actor gets the manifest and the refs of the blobs its node is not known to
    have (`NodeWorker.sync`): it fetches only the ones its node's cache lacks, then mirrors the
    manifest into its view directory, which its idle worker's sandbox shows read-only at the
    workspace path (a bind of the directory: the worker sees the update). A node that has
-   synced a manifest is known to hold its blobs, so later runs there send no refs at all.
+   synced a manifest is known to hold its blobs, so later runs there send no refs at all;
+   a worker whose view shows the manifest already (only `sync` writes a view, and its
+   worker's sandbox has it read-only) is not called at all.
 
 The run's outcome names the snapshot it saw (`SubagentOutcome.snapshot`: the manifest id's
 first 12 hex digits).
@@ -50,6 +53,12 @@ class SnapshotShipper:
         self._on_node: dict[str, set[str]] = {}
         """node id -> digests its cache is known to hold."""
         self._lock = trio.Lock()
+        self._asked = 0
+        """Calls of `current` so far."""
+        self._served = 0
+        """Calls of `current` that the last build (started after them) answers."""
+        self.builds = 0
+        """Snapshots built so far (tests: runs dispatched together share one)."""
         self.blobs_put = 0
         """Blobs put into the object store so far (tests: unchanged files are not re-sent)."""
 
@@ -59,12 +68,19 @@ class SnapshotShipper:
         **Errors:** `OSError` with the snapshot's one-line reason (a cap, a file that keeps
         changing...).
         """
+        self._asked += 1
+        ticket = self._asked
         async with self._lock:
             from workers.remote.snapshot import SnapshotError
 
+            if self._manifest is not None and self._served >= ticket:
+                return self._manifest  # built after this call began
+            serves = self._asked  # every call so far began before this build
             try:
+                self.builds += 1
                 manifest = await self._builder.build()
                 if self._manifest is not None and self._manifest[0].id == manifest.id:
+                    self._served = serves
                     return self._manifest
                 new = sorted(
                     {e.digest for e in manifest.entries if e.digest and e.digest not in self._refs}
@@ -73,6 +89,7 @@ class SnapshotShipper:
             except SnapshotError as exc:
                 raise OSError(f"the workspace snapshot failed: {exc.message}") from exc
             self._manifest = (manifest, self._ray().put(manifest))
+            self._served = serves
             return self._manifest
 
     def _put(self, digests: list[str]) -> None:
@@ -87,6 +104,8 @@ class SnapshotShipper:
         **Errors:** `OSError` when the snapshot cannot be built or the node cannot take it.
         """
         manifest, ref = await self.current()
+        if process.synced == manifest.id:
+            return short_id(manifest)
         node = process.placement.node_id
         known = self._on_node.setdefault(node, set())
         digests = {e.digest for e in manifest.entries if e.digest is not None}
@@ -102,6 +121,7 @@ class SnapshotShipper:
         if lacking:
             raise OSError(f"{process.where} still lacks {len(lacking)} blobs of the snapshot")
         known |= digests
+        process.synced = manifest.id
         return short_id(manifest)
 
 

@@ -32,17 +32,45 @@ async def test_the_ray_pool_on_a_two_node_cluster(
     ray_cluster: LocalRayCluster, tmp_path: Path
 ) -> None:
     """The run's one test of a live cluster (a cluster takes long to start, and test
-    processes cannot share one): the CLI's survey, then a worker lost mid-run."""
+    processes cannot share one): the CLI's survey, a worker lost mid-run, the snapshot's
+    builds."""
     await trio.to_thread.run_sync(survey_through_the_cli, ray_cluster, tmp_path / "cli")
     await a_worker_lost_mid_run_is_run_again_on_the_other_node(ray_cluster, tmp_path / "lost")
+    await runs_dispatched_together_share_one_snapshot_build(tmp_path / "ship")
+
+
+async def runs_dispatched_together_share_one_snapshot_build(tmp_path: Path) -> None:
+    """Twenty runs asking for the snapshot at once get one built after they asked (not twenty
+    builds in a row, each with git's sandbox in a repository); a later one sees a change."""
+    import ray
+
+    from workers.remote.shipping import SnapshotShipper
+    from workers.remote.snapshot import Manifest, SnapshotBuilder
+
+    await trio.Path(tmp_path).mkdir()
+    workspace = workspace_at(tmp_path)
+    shipper = SnapshotShipper(SnapshotBuilder(workspace, read_denied=None), lambda: ray)
+    first, _ = await shipper.current()
+    manifests: list[Manifest] = []
+
+    async def ask() -> None:
+        manifests.append((await shipper.current())[0])
+
+    (workspace / "a.txt").write_text("changed before they asked\n")
+    async with trio.open_nursery() as nursery:
+        for _ in range(20):
+            nursery.start_soon(ask)
+    assert len({m.id for m in manifests}) == 1 and manifests[0].id != first.id
+    assert shipper.builds <= 3  # the first, then one or two for the twenty
 
 
 async def a_worker_lost_mid_run_is_run_again_on_the_other_node(
     ray_cluster: LocalRayCluster, tmp_path: Path
 ) -> None:
     """Its actor is killed (as when its node dies) while its model request is out, its stdio
-    on the direct connection: the run ends with the retried result in a fresh worker (on the other node unless Ray placed it
-    back: the affinity is soft); the lost actor is not reused."""
+    on the direct connection: the run ends with the retried result in a fresh worker (on the
+    other node unless Ray placed it back: the affinity is soft), over Ray; the lost actor is
+    not reused."""
     await trio.Path(tmp_path).mkdir()
     workspace = workspace_at(tmp_path)
     replies: list[FakeResponse] = [
