@@ -155,8 +155,8 @@ class ChannelOffer:
                     and self.stream is None
                     and hmac.compare_digest(token, self.token)
                 ):
+                    self.stream = stream  # claimed before any checkpoint: once only
                     await stream.send_all(self.proof)
-                    self.stream = stream
                     kept = True
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             pass
