@@ -11,9 +11,11 @@ a terminal and `--quiet` is not given (CI and pipes get nothing of it).
 Every string from the model, a tool, a policy file or a server is escaped (`escape_controls`)
 and handed to rich as `Text`, never as markup, so none can move the cursor or restyle a line.
 The region is redrawn by `animate`, a trio task of the CLI's nursery (no thread), ten times a
-second; the sinks only update state and queue finished lines, which the next draw prints
-above the region in the same write: drawing never runs inside an event, so it never stands
-between a tool result and the next model request (tests/bench/bench_repl.py measures it). It
+second, each time once the run is idle (`orchestrator.idle`: every task waits on the network,
+a tool or a worker); the sinks only hand events over (a deque append), which the next draw
+applies, printing the finished lines above the region in the same write: no display work runs
+inside an event or between a tool result and the next model request (tests/bench/bench_repl.py
+measures it, tests/orchestrator/test_display_pace.py pins the order). It
 is taken down while a permission question waits at the terminal (the question is written to
 `/dev/tty`, which the redraw would overwrite) and put back once it is answered.
 """
@@ -21,6 +23,7 @@ is taken down while a permission question waits at the terminal (the question is
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -39,6 +42,7 @@ from orchestrator.events import (
     ToolResultsMessage,
     ToolStarted,
 )
+from orchestrator.idle import until_idle
 from orchestrator.messages import Usage
 from orchestrator.subagents import SubagentEvent, SubagentFinished, SubagentStarted, SubagentUpdate
 from orchestrator.text import duration, escape_controls
@@ -53,6 +57,8 @@ __all__ = ["TerminalProgress", "stderr_console"]
 
 _REFRESH_S = 0.1
 """How often the live region is redrawn (the spinner and elapsed times move)."""
+_MAX_WAIT_S = 0.5
+"""The longest a draw waits for the run to be idle (`orchestrator.idle`)."""
 
 
 def stderr_console() -> Console:
@@ -91,6 +97,8 @@ class TerminalProgress:
     _queued: list[Text] = field(default_factory=list)
     _live: Live | None = None
     _closed: bool = False
+    _inbox: deque[Event | SubagentUpdate] = field(default_factory=deque)
+    """Events handed over by the sinks, applied at the next draw."""
 
     def __post_init__(self) -> None:
         self._since = self.clock()
@@ -102,6 +110,28 @@ class TerminalProgress:
         self._set_phase("waiting for the model")
 
     def __call__(self, event: Event) -> None:
+        """An event of the main agent: kept for the next draw (at once while the region is
+        down, and for an ask, which takes it down before the question is written)."""
+        self._inbox.append(event)
+        if self._live is None or _asks(event):
+            self._redraw()
+
+    def subagent(self, update: SubagentUpdate) -> None:
+        """A subagent's start, event or end, as `__call__`."""
+        self._inbox.append(update)
+        if self._live is None or (isinstance(update, SubagentEvent) and _asks(update.event)):
+            self._redraw()
+
+    def _apply(self) -> None:
+        inbox = self._inbox
+        while inbox:  # popped one by one: a pause below redraws, which applies the rest
+            item = inbox.popleft()
+            if isinstance(item, SubagentStarted | SubagentEvent | SubagentFinished):
+                self._on_subagent(item)
+            else:
+                self._on_event(item)
+
+    def _on_event(self, event: Event) -> None:
         match event:
             case TextStreamed() if self._phase != "writing":
                 self._set_phase("writing")
@@ -146,8 +176,8 @@ class TerminalProgress:
             case _:
                 return
 
-    def subagent(self, update: SubagentUpdate) -> None:
-        """A subagent's start, event or end: its row, and a summary line when it ends."""
+    def _on_subagent(self, update: SubagentUpdate) -> None:
+        """A subagent's row, and a summary line when it ends."""
         match update:
             case SubagentStarted(agent_id=agent_id):
                 self._agents[agent_id] = _Agent(
@@ -216,12 +246,10 @@ class TerminalProgress:
             self._since = self.clock()
 
     def _line(self, *parts: tuple[str, str]) -> None:
-        """A finished line: printed above the region at its next draw (at once without one)."""
+        """A finished line: printed above the region by the draw that applies its event."""
         from rich.text import Text
 
         self._queued.append(Text.assemble(*parts, overflow="ellipsis", no_wrap=True))
-        if self._live is None:
-            self._redraw()
 
     def render(self) -> RenderableType:
         """The live region: the spinner, running tools, subagent rows."""
@@ -263,7 +291,9 @@ class TerminalProgress:
         return Group(*parts)
 
     def _redraw(self) -> None:
-        """Print the queued lines above the region and draw it (one write), or draw it."""
+        """Apply the events handed over, print the finished lines above the region and draw
+        it (one write), or draw it."""
+        self._apply()
         queued, self._queued = self._queued, []
         if queued:
             from rich.console import Group
@@ -300,6 +330,7 @@ class TerminalProgress:
         """
         try:
             while True:
+                await until_idle(_MAX_WAIT_S)
                 self._resume()
                 self._redraw()
                 await trio.sleep(_REFRESH_S)
@@ -310,6 +341,10 @@ class TerminalProgress:
         """Take the region down for good (idempotent)."""
         self._closed = True
         self._pause()
+
+
+def _asks(event: Event) -> bool:
+    return isinstance(event, PermissionDecided) and event.decision == "ask"
 
 
 def _tokens(usage: Usage) -> int:
@@ -323,5 +358,3 @@ def _tokens(usage: Usage) -> int:
 
 def _count(n: int) -> str:
     return f"{n / 1000:.1f}k" if n >= 10_000 else f"{n:,}"
-
-

@@ -9,17 +9,21 @@ the elapsed time and the tokens so far, and what the user types ahead. Everythin
 a model, a tool or a repository wrote is escaped (`escape_controls`) and never read as rich
 markup.
 
-All of it runs in the trio thread, the one that forwards every subagent's model requests, so
-drawing is kept off the loop's path: the sinks only update state and queue finished lines;
-`animate` draws (queued lines and the live area together, one terminal write) at its own
-pace, ten times a second, and at once only for a key typed ahead (its echo). Rows are plain
-segments (`orchestrator.columns`), one spinner frame for all: a draw with ten subagent rows
-costs about a millisecond where rich's Table and Spinners cost tens (tests/bench/bench_repl.py).
+All of it runs in the trio thread, the one that streams the main agent's replies and forwards
+every subagent's model requests, so display work is kept off the loop's path: the sinks only
+hand events over (a deque append, `__call__` and `subagent`); `animate` applies them, renders
+(Markdown included) and draws (queued lines and the live area together, one terminal write)
+ten times a second, and at once for a key typed ahead (its echo), each time only once the run
+is idle (`orchestrator.idle`: every task waits on the network, a tool or a worker), so never
+between a reply and the next request. Rows are plain segments (`orchestrator.columns`), one
+spinner frame for all: a draw with ten subagent rows costs about a millisecond where rich's
+Table and Spinners cost tens (tests/bench/bench_repl.py).
 """
 
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -41,6 +45,7 @@ from orchestrator.events import (
     ToolFinished,
     ToolStarted,
 )
+from orchestrator.idle import until_idle
 from orchestrator.subagents import (
     SubagentEvent,
     SubagentFinished,
@@ -56,6 +61,8 @@ _REFRESH_S = 0.1
 """How often the live area is redrawn (the spinner and the elapsed times move)."""
 _FRAMES = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 """The spinner's frames (rich's "dots"), 12.5 a second."""
+_MAX_WAIT_S = 0.5
+"""The longest a draw waits for the run to be idle (`orchestrator.idle`)."""
 _TEXT_TAIL_LINES = 12
 """Lines of a still-streaming text block shown in the live area."""
 
@@ -117,6 +124,8 @@ class TurnView:
     _live: Live | None = None
     _queued: list[RenderableType | Callable[[], RenderableType]] = field(default_factory=list)
     _echo: trio.Event = field(default_factory=trio.Event)
+    _inbox: deque[Event | SubagentUpdate] = field(default_factory=deque)
+    """Events handed over by the sinks, applied at the next draw."""
     interrupting: bool = False
     typed: str = ""
     """Keys typed ahead while the turn runs (the next prompt starts with them)."""
@@ -147,6 +156,7 @@ class TurnView:
     def finish(self) -> None:
         """The turn is over: what still streamed is printed, calls still running (an
         interrupted turn) are shown stopped, subagents still listed are summarised."""
+        self._apply()
         self._flush_text()
         now = time.monotonic()
         for running in self._running.values():
@@ -163,16 +173,20 @@ class TurnView:
         self.typed = ""
 
     async def animate(self) -> None:
-        """Draw until cancelled: every `_REFRESH_S`, and at once when a key is typed ahead."""
+        """Draw until cancelled: every `_REFRESH_S`, and at once when a key is typed ahead;
+        each time once the run is idle (`orchestrator.idle`)."""
         while True:
             with trio.move_on_after(_REFRESH_S):
                 await self._echo.wait()
             self._echo = trio.Event()
+            await until_idle(_MAX_WAIT_S)
             self.redraw()
 
     def redraw(self) -> None:
         """Print the queued lines above the live area and draw it (one write), or just draw
-        it; the queued lines alone while it is down."""
+        it; the queued lines alone while it is down. The events handed over are applied
+        first."""
+        self._apply()
         queued, self._queued = self._queued, []
         shown = [item() if callable(item) else item for item in queued]
         if shown:
@@ -192,9 +206,33 @@ class TurnView:
         self.typed = typed
         self._echo.set()
 
-    # -- the main agent's events --
+    # -- the sinks: a hand-off, applied at the next draw --
 
     def __call__(self, event: Event) -> None:
+        """The main agent's event: kept for the next draw (at once while the live area is
+        down: a dialog, before or after the turn)."""
+        self._inbox.append(event)
+        if self._live is None:
+            self.redraw()
+
+    def subagent(self, update: SubagentUpdate) -> None:
+        """A subagent's update, as `__call__`."""
+        self._inbox.append(update)
+        if self._live is None:
+            self.redraw()
+
+    def _apply(self) -> None:
+        inbox = self._inbox
+        while inbox:  # popped one by one: a print below may redraw (the area down) and apply
+            item = inbox.popleft()
+            if isinstance(item, SubagentStarted | SubagentEvent | SubagentFinished):
+                self._on_subagent(item)
+            else:
+                self._on_event(item)
+
+    # -- the main agent's events --
+
+    def _on_event(self, event: Event) -> None:
         match event:
             case TextStreamed(text=text):
                 self._text.append(text)
@@ -251,7 +289,7 @@ class TurnView:
 
     # -- subagents --
 
-    def subagent(self, update: SubagentUpdate) -> None:
+    def _on_subagent(self, update: SubagentUpdate) -> None:
         match update:
             case SubagentStarted(agent_id=agent_id, description=description):
                 self._agents[agent_id] = _AgentRow(agent_id, description, time.monotonic())
