@@ -15,6 +15,12 @@ script reads, answering the terminal's cursor-position queries as a terminal wou
     - the main agent's turn: the last subagent's last request ended -> the main agent's next
       request arrived (ten results collected, ten tool lines drawn).
     Medians and p90 over every gap of every round; goal: the UI within 1 ms of `-p` piped.
+    Next to the wall-clock times, the CPU time the coordinator's threads ran (their
+    `/proc/PID/task/*/schedstat`, sampled by the fake API as each request arrives and once its
+    answer is written; the steadier figure on a shared machine): per subagent turn, the
+    coordinator's CPU from the round's first subagent request to the end of its last,
+    divided by their number (relaying the streams included); per main turn, its CPU in that
+    gap.
 (c) what one redraw of the live area with 10 subagent rows costs, in process.
 
 Each round: the main agent dispatches 10 subagents; each streams 3 turns of text (50
@@ -46,7 +52,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from orchestrator.demo.sample_repo import generate  # noqa: E402
-from tests.kit.fake_api import FakeMessagesAPI, RecordedRequest, Reply  # noqa: E402
+from tests.bench.bench_vs_parent import cpu_between, thread_times  # noqa: E402
+from tests.kit.fake_api import FakeMessagesAPI, FakeResponse, RecordedRequest, Reply  # noqa: E402
 
 AGENTS = 10
 TURNS = 3
@@ -165,12 +172,38 @@ def _route(request: RecordedRequest) -> Reply:
     )
 
 
+class CoordinatorCpu:
+    """The coordinator's threads' CPU time, sampled by the fake API (in its threads) as each
+    request arrives and once it is answered."""
+
+    def __init__(self) -> None:
+        self.pid: int | None = None
+        self.at_start: dict[int, dict[str, dict[int, int]]] = {}
+        self.at_end: dict[int, dict[str, dict[int, int]]] = {}
+
+    def _sample(self) -> dict[str, dict[int, int]]:
+        return {"coordinator": thread_times(self.pid)} if self.pid is not None else {}
+
+    def route(self, request: RecordedRequest) -> FakeResponse:
+        self.at_start[request.number] = self._sample()
+        return _route(request)
+
+    def answered(self, request: RecordedRequest) -> None:
+        self.at_end[request.number] = self._sample()
+
+    def api(self) -> FakeMessagesAPI:
+        return FakeMessagesAPI([], route=self.route, on_answered=self.answered)
+
+
 def _prompt(round_no: int) -> str:
     return f"[main r{round_no}] survey the shop, one subagent per part"
 
 
-def _gaps(requests: list[RecordedRequest], round_no: int) -> tuple[list[float], float]:
-    """(each subagent turn's gap, the main agent's gap) of one round, in seconds."""
+def _gaps(
+    requests: list[RecordedRequest], round_no: int, cpu: CoordinatorCpu
+) -> tuple[list[float], float, float, float]:
+    """Each subagent turn's gap, the main agent's gap, the coordinator's CPU per subagent
+    turn and in the main agent's gap, of one round, in seconds."""
     by_agent: dict[str, list[RecordedRequest]] = {}
     main_next: RecordedRequest | None = None
     for request in requests:
@@ -184,14 +217,20 @@ def _gaps(requests: list[RecordedRequest], round_no: int) -> tuple[list[float], 
                 main_next = request
     assert len(by_agent) == AGENTS and main_next is not None, "a round did not complete"
     turn_gaps: list[float] = []
-    last_end = 0.0
+    ending: RecordedRequest | None = None  # the round's last subagent request to end
     for turns in by_agent.values():
         turns.sort(key=lambda r: r.started_at)
         for before, after in itertools.pairwise(turns):
             assert before.ended_at is not None
             turn_gaps.append(after.started_at - before.ended_at)
-        last_end = max(last_end, turns[-1].ended_at or 0.0)
-    return turn_gaps, main_next.started_at - last_end
+        if ending is None or (turns[-1].ended_at or 0.0) > (ending.ended_at or 0.0):
+            ending = turns[-1]
+    assert ending is not None and ending.ended_at is not None
+    subs = [r for turns in by_agent.values() for r in turns]
+    opening = min(subs, key=lambda r: r.started_at)
+    per_turn = cpu_between(cpu.at_start[opening.number], cpu.at_end[ending.number]) / len(subs)
+    main_cpu = cpu_between(cpu.at_end[ending.number], cpu.at_start[main_next.number])
+    return turn_gaps, main_next.started_at - ending.ended_at, per_turn, main_cpu
 
 
 def _env(tmp: Path, api: FakeMessagesAPI, mode: str) -> dict[str, str]:
@@ -232,17 +271,23 @@ class Results:
     def __init__(self) -> None:
         self.turn_gaps: dict[str, list[float]] = {}
         self.main_gaps: dict[str, list[float]] = {}
+        self.turn_cpu: dict[str, list[float]] = {}
+        self.main_cpu: dict[str, list[float]] = {}
         self.echo: dict[str, list[float]] = {"idle": [], "busy": []}
 
-    def add(self, mode: str, api: FakeMessagesAPI, round_no: int) -> None:
-        turn_gaps, main_gap = _gaps(api.requests, round_no)
+    def add(self, mode: str, api: FakeMessagesAPI, round_no: int, cpu: CoordinatorCpu) -> None:
+        turn_gaps, main_gap, turn_cpu, main_cpu = _gaps(api.requests, round_no, cpu)
         self.turn_gaps.setdefault(mode, []).extend(turn_gaps)
         self.main_gaps.setdefault(mode, []).append(main_gap)
+        self.turn_cpu.setdefault(mode, []).append(turn_cpu)
+        self.main_cpu.setdefault(mode, []).append(main_cpu)
 
 
 def run_repl(tmp: Path, sample: Path, rounds: int, results: Results) -> None:
-    with FakeMessagesAPI([], route=_route) as api:
+    cpu = CoordinatorCpu()
+    with cpu.api() as api:
         pty = Pty(WARREN, _env(tmp, api, "repl"), sample)
+        cpu.pid = pty.process.pid
         try:
             pty.wait_for(b"/help for commands")
             pty.wait_for(b">", after=pty.output.rindex(b"/help for commands"))
@@ -262,7 +307,7 @@ def run_repl(tmp: Path, sample: Path, rounds: int, results: Results) -> None:
                     busy_until = time.monotonic() + 1.0  # the subagents' streaming lasts ~1.5 s
                     results.echo["busy"] += _type_and_time(pty, _BUSY_KEYS, busy_until)
                 pty.wait_for(f"Round {round_no} done".encode(), after=mark, timeout=120)
-                results.add("repl", api, round_no)
+                results.add("repl", api, round_no, cpu)
                 pty.wait_for(b">", after=pty.output.rindex(f"Round {round_no} done".encode()))
                 pty.write(b"\x03")  # what was typed ahead is the next prompt's start: clear
             pty.write(b"/exit\r")
@@ -273,19 +318,27 @@ def run_repl(tmp: Path, sample: Path, rounds: int, results: Results) -> None:
 
 def run_headless(tmp: Path, sample: Path, rounds: int, results: Results, tty: bool) -> None:
     mode = "-p tty" if tty else "-p piped"
-    with FakeMessagesAPI([], route=_route) as api:
+    cpu = CoordinatorCpu()
+    with cpu.api() as api:
         for round_no in range(1, rounds + 1):
             argv = [*WARREN, "-p", _prompt(round_no)]
             env = _env(tmp, api, mode.replace(" ", ""))
             if tty:
                 pty = Pty(argv, env, sample)
+                cpu.pid = pty.process.pid
                 try:
                     pty.process.wait(120)
                 finally:
                     pty.close()
             else:
-                subprocess.run(argv, env=env, cwd=sample, check=True, capture_output=True)
-            results.add(mode, api, round_no)
+                with subprocess.Popen(
+                    argv, env=env, cwd=sample, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+                ) as process:
+                    cpu.pid = process.pid
+                    _, err = process.communicate(timeout=120)
+                if process.returncode != 0:
+                    raise RuntimeError(f"warren -p exited {process.returncode}: {err[-2000:]!r}")
+            results.add(mode, api, round_no, cpu)
 
 
 def redraw_cost() -> tuple[float, float, float]:
@@ -372,18 +425,27 @@ def main() -> None:
     print(f"    10 subagents streaming        {_ms(results.echo['busy'])}"
           f"  ({len(results.echo['busy'])} keys)")  # fmt: skip
     print(f"(b) coordinator time between turns, 10 subagents streaming, {args.rounds} rounds")
-    base_turn = statistics.median(results.turn_gaps["-p piped"])
-    base_main = statistics.median(results.main_gaps["-p piped"])
+    median = statistics.median
+    base = {
+        "turn": median(results.turn_gaps["-p piped"]),
+        "main": median(results.main_gaps["-p piped"]),
+        "turn cpu": median(results.turn_cpu["-p piped"]),
+        "main cpu": median(results.main_cpu["-p piped"]),
+    }
     for mode in ("-p piped", "repl", "-p tty"):
-        turn, main_gap = results.turn_gaps[mode], results.main_gaps[mode]
-        print(
-            f"    {mode:9} subagent turn {_ms(turn)}  "
-            f"(median {(statistics.median(turn) - base_turn) * 1000:+.2f} ms vs -p piped)"
-        )
-        print(
-            f"    {'':9} main turn     {_ms(main_gap)}  "
-            f"(median {(statistics.median(main_gap) - base_main) * 1000:+.2f} ms vs -p piped)"
-        )
+        for what, wall, cpu in (
+            ("subagent turn", results.turn_gaps[mode], results.turn_cpu[mode]),
+            ("main turn", results.main_gaps[mode], results.main_cpu[mode]),
+        ):
+            key = "turn" if what == "subagent turn" else "main"
+            print(
+                f"    {mode if what == 'subagent turn' else '':9} {what:13} wall {_ms(wall)}  "
+                f"({(median(wall) - base[key]) * 1000:+.2f} ms vs -p piped)"
+            )
+            print(
+                f"    {'':9} {'':13} cpu  median {median(cpu) * 1000:7.2f} ms"
+                f"  ({(median(cpu) - base[key + ' cpu']) * 1000:+.2f} ms vs -p piped)"
+            )
     redraw, rows, old = redraw_cost()
     print(
         f"(c) one redraw of the live area with {AGENTS} subagent rows: {redraw:.2f} ms "

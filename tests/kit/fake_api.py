@@ -794,6 +794,7 @@ class FakeMessagesAPI:
         host: str = "127.0.0.1",
         route: Callable[[RecordedRequest], FakeResponse | None] | None = None,
         keep_bodies: bool = True,
+        on_answered: Callable[[RecordedRequest], None] | None = None,
     ) -> None:
         """`route`: chooses the response to a request from its content (None: the script's
         next); called in the server's threads, so it must be thread-safe.
@@ -802,9 +803,14 @@ class FakeMessagesAPI:
         sees it; `api.requests` then show `{}`). For long sessions: a 1,000-turn session's
         bodies parsed and kept are over 1 GB in the test process, whose full garbage
         collections (seconds each, a minute in all) compete with the client being measured
-        (tests/bench/bench_long_session.py)."""
+        (tests/bench/bench_long_session.py).
+
+        `on_answered`: called with each request once its answer is written (in the server's
+        threads, as `route`): a benchmark samples the client's CPU time there
+        (tests/bench/bench_repl.py)."""
         self._host = host
         self._route = route
+        self._on_answered = on_answered
         self._keep_bodies = keep_bodies
         self._lock = threading.Condition()
         self._holds = threading.Semaphore(0)
@@ -934,6 +940,8 @@ class FakeMessagesAPI:
             if not self._keep_bodies:
                 record.body = {}
             self._lock.notify_all()
+        if self._on_answered is not None:
+            self._on_answered(record.snapshot())
 
     def _hold(self) -> bool:
         """Wait for `release()`; False when woken because the server is closing."""
