@@ -9,8 +9,9 @@ session id is printed with the command that resumes it.
 
 Threads: prompt_toolkit's prompt and the dialogs' key reads run in worker threads (their
 asyncio loop cannot run under trio), the Esc watcher in its own; everything else, including
-all drawing, happens in the trio thread, paced by the display (`TurnView.animate`) so that a
-draw never stands between a tool result and the next model request.
+all drawing, happens in the trio thread: the display's sinks only hand events over and
+`TurnView.animate` draws once the run is idle (`orchestrator.idle`), so a draw never stands
+between a tool result and the next model request.
 """
 
 from __future__ import annotations
