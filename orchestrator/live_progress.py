@@ -57,8 +57,6 @@ __all__ = ["TerminalProgress", "stderr_console"]
 
 _REFRESH_S = 0.1
 """How often the live region is redrawn (the spinner and elapsed times move)."""
-_MAX_WAIT_S = 0.5
-"""The longest a draw waits for the run to be idle (`orchestrator.idle`)."""
 
 
 def stderr_console() -> Console:
@@ -86,6 +84,9 @@ class TerminalProgress:
     pause_on_ask: bool = False
     """Take the region down while a question waits at the terminal (asks are answered there)."""
     clock: Callable[[], float] = time.monotonic
+    idle_wait_s: float = 0.5
+    """The longest a draw waits for the run to be idle (`orchestrator.idle`), in seconds: a
+    run never idle that long is drawn anyway."""
     _phase: str = "starting"
     _since: float = field(default=0.0)
     _tokens: int = 0
@@ -330,7 +331,7 @@ class TerminalProgress:
         """
         try:
             while True:
-                await until_idle(_MAX_WAIT_S)
+                await until_idle(self.idle_wait_s)
                 self._resume()
                 self._redraw()
                 await trio.sleep(_REFRESH_S)

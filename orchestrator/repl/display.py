@@ -61,8 +61,6 @@ _REFRESH_S = 0.1
 """How often the live area is redrawn (the spinner and the elapsed times move)."""
 _FRAMES = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 """The spinner's frames (rich's "dots"), 12.5 a second."""
-_MAX_WAIT_S = 0.5
-"""The longest a draw waits for the run to be idle (`orchestrator.idle`)."""
 _TEXT_TAIL_LINES = 12
 """Lines of a still-streaming text block shown in the live area."""
 
@@ -126,6 +124,9 @@ class TurnView:
     _echo: trio.Event = field(default_factory=trio.Event)
     _inbox: deque[Event | SubagentUpdate] = field(default_factory=deque)
     """Events handed over by the sinks, applied at the next draw."""
+    idle_wait_s: float = 0.5
+    """The longest a draw waits for the run to be idle (`orchestrator.idle`), in seconds: a
+    run never idle that long is drawn anyway."""
     interrupting: bool = False
     typed: str = ""
     """Keys typed ahead while the turn runs (the next prompt starts with them)."""
@@ -179,7 +180,7 @@ class TurnView:
             with trio.move_on_after(_REFRESH_S):
                 await self._echo.wait()
             self._echo = trio.Event()
-            await until_idle(_MAX_WAIT_S)
+            await until_idle(self.idle_wait_s)
             self.redraw()
 
     def redraw(self) -> None:

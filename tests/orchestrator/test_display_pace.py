@@ -5,9 +5,9 @@ A session runs against the fake Messages API with a display as its sink (the REP
 `TurnView`, `-p`'s `TerminalProgress`) drawing on a terminal whose write of the tool's line
 blocks until the API holds the next request, as a display stuck in a slow draw would. The
 loop's own work before that request is made a quarter of a second of runnable steps (longer
-than the displays' refresh period, shorter than their longest wait for an idle run): a draw
-paced by time alone, or one made inside a sink, would fall in it and hold the request back,
-so the write would give up waiting and the test fails.
+than the displays' refresh period; their longest wait for an idle run made longer than the
+test): a draw paced by time alone, or one made inside a sink, would fall in it and hold the
+request back, so the write would give up waiting and the test fails.
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ Display = Callable[[Console], tuple[EventSink, Callable[[], Awaitable[None]], Ca
 def _turn_view(
     console: Console,
 ) -> tuple[EventSink, Callable[[], Awaitable[None]], Callable[[], None]]:
-    view = TurnView(console)
+    view = TurnView(console, idle_wait_s=_HELD_UP_TO_S)
     view.start()
 
     def done() -> None:
@@ -101,7 +101,7 @@ def _turn_view(
 def _terminal_progress(
     console: Console,
 ) -> tuple[EventSink, Callable[[], Awaitable[None]], Callable[[], None]]:
-    progress = TerminalProgress(console)
+    progress = TerminalProgress(console, idle_wait_s=_HELD_UP_TO_S)
     progress.begin()
     return progress, progress.animate, progress.close
 
@@ -144,4 +144,4 @@ async def test_the_next_request_is_sent_before_the_display_draws_the_turn(
 
 def test_the_idle_wait_is_trios_own() -> None:
     """`orchestrator.idle` imports it from trio's core (trio.testing imports pytest)."""
-    assert idle.wait_all_tasks_blocked is trio.testing.wait_all_tasks_blocked
+    assert idle.wait_all_tasks_blocked is trio.testing.wait_all_tasks_blocked  # type: ignore[attr-defined]
