@@ -15,9 +15,9 @@ second, each time once the run is idle (`orchestrator.idle`: every task waits on
 a tool or a worker); the sinks only hand events over (a deque append), which the next draw
 applies, printing the finished lines above the region in the same write: no display work runs
 inside an event or between a tool result and the next model request (tests/bench/bench_repl.py
-measures it, tests/orchestrator/test_display_pace.py pins the order). It
-is taken down while a permission question waits at the terminal (the question is written to
-`/dev/tty`, which the redraw would overwrite) and put back once it is answered.
+measures it, tests/orchestrator/test_display_pace.py pins the order). It is taken down while
+a permission question waits at the terminal (the question is written to `/dev/tty`, which the
+redraw would overwrite), at once when the ask is reported, and put back once it is answered.
 """
 
 from __future__ import annotations
