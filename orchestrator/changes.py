@@ -32,6 +32,7 @@ import trio
 from orchestrator.aio import closing_iter
 from orchestrator.content_store import ContentStore
 from orchestrator.events import Event, ToolResultsMessage
+from orchestrator.idle import until_idle
 from orchestrator.pipeline import ToolRunner
 from orchestrator.plan import CallPlan
 from orchestrator.tools.base import ToolContext, ToolOutput, ToolProgress
@@ -164,6 +165,9 @@ _Job = Callable[[], Awaitable[None]]
 JOB_LIMIT_S = 60.0
 """Seconds one background job (a scan, a record) may take before it is given up."""
 
+IDLE_WAIT_S = 0.5
+"""Seconds a job nobody waits for waits for the run to be idle before it runs anyway."""
+
 
 class ChangeRecorder:
     """The session's recorder: scans around read-write calls, one record per writing turn.
@@ -175,9 +179,13 @@ class ChangeRecorder:
 
     Inside `running()`, only `before_call` is on a call's path: the after-scan and the
     turn's record are queued to one background task, which does every step in the order it
-    was asked for, while the tool result goes back and the next model request is made. The
-    next turn's first scan is queued behind them, so no turn's record can take in what a
-    later turn wrote. Outside it (tests, the session's last turn), each step runs at once.
+    was asked for. A step nobody waits for starts once the run is idle (`until_idle`: the
+    tool result has gone back and the next model request is out, waiting on the network), so
+    its CPU (the scan's thread holds the GIL) does not sit between a call's end and the next
+    request; after `IDLE_WAIT_S` it runs anyway. A step someone waits for (the next turn's
+    first scan, `settled`) makes the queue ahead of it run at once. The next turn's first
+    scan is queued behind the others, so no turn's record can take in what a later turn
+    wrote. Outside it (tests, the session's last turn), each step runs at once.
     """
 
     def __init__(
@@ -208,6 +216,10 @@ class ChangeRecorder:
         self._jobs: trio.MemorySendChannel[_Job] | None = None
         """The background task's queue, while `running()`."""
         self._nursery: trio.Nursery | None = None
+        self._awaited = 0
+        """Queued steps someone waits for: while any is, no step waits for idleness."""
+        self._idle_wait: trio.CancelScope | None = None
+        """The background task's wait for idleness, cancelled when a waited step comes."""
         self.scan_seconds = 0.0
         """Time spent scanning, summed (tests/bench/bench_changes.py reads it)."""
 
@@ -230,14 +242,23 @@ class ChangeRecorder:
                 yield
             finally:
                 self._jobs = None
+                self._hurry()  # what is left runs now
                 send.close()  # the worker ends once the queue is empty
 
     async def _work(self, receive: trio.MemoryReceiveChannel[_Job]) -> None:
         with trio.CancelScope(shield=True):
             async with receive:
                 async for job in receive:
+                    if self._awaited == 0 and self._jobs is not None:
+                        with trio.CancelScope() as self._idle_wait:
+                            await until_idle(IDLE_WAIT_S)
+                        self._idle_wait = None
                     with trio.move_on_after(JOB_LIMIT_S):
                         await job()
+
+    def _hurry(self) -> None:
+        if self._idle_wait is not None:
+            self._idle_wait.cancel()
 
     async def _run(self, job: _Job, *, wait: bool) -> None:
         """`job` in the background task's order (awaited there when `wait`), or now."""
@@ -257,8 +278,11 @@ class ChangeRecorder:
             try:
                 await job()
             finally:
+                self._awaited -= 1
                 done.set()
 
+        self._awaited += 1
+        self._hurry()
         self._jobs.send_nowait(then_say)
         await done.wait()
 

@@ -12,8 +12,17 @@ import os
 import random
 import time
 from pathlib import Path
+from typing import Any
 
-from orchestrator.changes import ChangeRecorder, append_record, change_log_path, diff
+import trio
+
+from orchestrator.changes import (
+    ChangeRecorder,
+    append_record,
+    change_log_path,
+    diff,
+    read_turns,
+)
 from orchestrator.content_store import ContentStore
 from orchestrator.session import _may_write
 from orchestrator.store_gc import collect, hold
@@ -268,3 +277,77 @@ def test_the_store_keeps_what_an_undo_can_need_and_prunes_the_rest(tmp_path: Pat
     assert [after.has(sha) for sha in (older, newer, recent)] == [False, True, True]
     assert not stamps[str(tmp_path / "older")].exists()  # its next session reads it again
     assert capped.kept == 3000 + len(b"recent")
+
+
+def _recorder(tmp_path: Path) -> tuple[ChangeRecorder, Path]:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a.txt").write_text("a")
+    log = change_log_path(tmp_path / "s.jsonl")
+    return ChangeRecorder([ws], ContentStore(tmp_path / "objects"), log), ws
+
+
+def test_a_calls_after_scan_waits_until_the_run_is_idle(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """The scan after a writing call holds the GIL in its thread: it must not run while the
+    loop still has work (sending the tool result and the next request), only once every
+    task waits; the turn's record is then complete."""
+    import orchestrator.changes as changes
+
+    monkeypatch.setattr(changes, "IDLE_WAIT_S", 60.0)
+    recorder, ws = _recorder(tmp_path)
+
+    async def main() -> None:
+        async with recorder.running():
+            await recorder.before_call("toolu_1")
+            scanned = recorder.scan_seconds
+            (ws / "a.txt").write_text("changed")
+            await recorder.after_call()
+            recorder.end_turn()
+            busy_until = trio.current_time() + 0.3  # a scan in a thread takes a millisecond
+            while trio.current_time() < busy_until:  # busy: a task is always runnable
+                await trio.lowlevel.checkpoint()
+                assert recorder.scan_seconds == scanned
+            await trio.sleep(0.01)  # idle now: the queued scan and record run
+            await recorder.settled()
+            assert recorder.scan_seconds > scanned
+
+    trio.run(main)
+    recorder.close()
+    turns = read_turns(recorder.log)
+    assert [[c.key[1] for c in turn.changes] for turn in turns] == [["a.txt"]]
+
+
+def test_a_waited_step_never_waits_for_idleness(tmp_path: Path, monkeypatch: Any) -> None:
+    """The next turn's first scan (`before_call`, `settled`) is on a call's path: queued
+    behind steps that wait for an idle run, it makes them run at once, even while another
+    task (a subagent's stream) keeps the run busy."""
+    import orchestrator.changes as changes
+
+    monkeypatch.setattr(changes, "IDLE_WAIT_S", 60.0)
+    recorder, ws = _recorder(tmp_path)
+    busy_until_s = 20.0
+
+    async def main() -> None:
+        stop = trio.Event()
+
+        async def busy() -> None:
+            deadline = trio.current_time() + busy_until_s
+            while not stop.is_set() and trio.current_time() < deadline:
+                await trio.lowlevel.checkpoint()
+
+        async with trio.open_nursery() as nursery, recorder.running():
+            await recorder.before_call("toolu_1")
+            (ws / "a.txt").write_text("changed")
+            await recorder.after_call()
+            recorder.end_turn()
+            nursery.start_soon(busy)
+            started = trio.current_time()
+            await recorder.before_call("toolu_2")
+            assert trio.current_time() - started < busy_until_s  # not held back by `busy`
+            stop.set()
+
+    trio.run(main)
+    recorder.close()
+    assert [[c.key[1] for c in t.changes] for t in read_turns(recorder.log)] == [["a.txt"]]
