@@ -287,9 +287,7 @@ def _recorder(tmp_path: Path) -> tuple[ChangeRecorder, Path]:
     return ChangeRecorder([ws], ContentStore(tmp_path / "objects"), log), ws
 
 
-def test_a_calls_after_scan_waits_until_the_run_is_idle(
-    tmp_path: Path, monkeypatch: Any
-) -> None:
+def test_a_calls_after_scan_waits_until_the_run_is_idle(tmp_path: Path, monkeypatch: Any) -> None:
     """The scan after a writing call holds the GIL in its thread: it must not run while the
     loop still has work (sending the tool result and the next request), only once every
     task waits; the turn's record is then complete."""
