@@ -192,7 +192,7 @@ def _held_session(env: dict[str, str], workspace: Path, server: psutil.Process) 
             if any(_cmd(p).startswith("sleep 3") or _cmd(p).endswith("sleep 3") for p in tree):
                 print(f"a session tree with `sleep 3` in flight (load {os.getloadavg()[0]:.2f})")
                 session_tree(session)
-                out, err = client.communicate(timeout=120)
+                _, err = client.communicate(timeout=120)
                 if client.returncode != 0:
                     raise SystemExit(f"the held session failed: {err}")
                 return
