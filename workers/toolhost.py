@@ -20,6 +20,10 @@ corrupt the stream nor swallow coordinator input. Logs are JSON lines on stderr.
 
 The host exits 0 on `Shutdown`, end of stdin or SIGTERM, after cancelling running calls and
 closing the context's resources (bounded).
+
+Its logs are written by `HostLog`, not structlog: importing structlog (with rich, pygments and
+asyncio) added 5 MB to each of a session's two hosts (tests/workers/test_worker_imports.py
+pins what a host imports on its way to `Ready`).
 """
 
 from __future__ import annotations
@@ -28,12 +32,13 @@ import argparse
 import json
 import os
 import sys
+import time
+import traceback
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pydantic
-import structlog
 import trio
 
 from orchestrator.aio import closing_iter
@@ -55,6 +60,7 @@ from workers.entry import (
 __all__ = [
     "CLOSE_TIMEOUT_S",
     "DEFAULT_TOOLS",
+    "HostLog",
     "ToolHost",
     "host_tools",
     "main",
@@ -65,6 +71,34 @@ DEFAULT_TOOLS = "workers.toolhost:host_tools"
 
 CLOSE_TIMEOUT_S = 10.0
 """Seconds the host gives its context's resources (the persistent shell) to close on exit."""
+
+
+class HostLog:
+    """The host's log: one JSON object per line on stderr (`event`, `level`, `timestamp`, the
+    role and the fields given), which the coordinator relays into its own log
+    (`workers.child`)."""
+
+    def __init__(self, role: str) -> None:
+        self.role = role
+
+    def info(self, event: str, **fields: Any) -> None:
+        self._write(event, "info", fields)
+
+    def warning(self, event: str, **fields: Any) -> None:
+        self._write(event, "warning", fields)
+
+    def exception(self, event: str, **fields: Any) -> None:
+        """`event` at level error, with the traceback of the exception being handled."""
+        self._write(event, "error", {**fields, "exception": traceback.format_exc()})
+
+    def _write(self, event: str, level: str, fields: dict[str, Any]) -> None:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        record = {"event": event, "level": level, "timestamp": stamp, "role": self.role, **fields}
+        try:
+            sys.stderr.write(json.dumps(record, default=str) + "\n")
+            sys.stderr.flush()
+        except (OSError, ValueError):  # a log that cannot be written must not stop the host
+            pass
 
 
 def host_tools(role: wire.HostRole) -> ToolRegistry:
@@ -151,7 +185,7 @@ class ToolHost:
         self._send_lock = trio.Lock()
         self._calls: dict[str, trio.CancelScope] = {}
         self._serving: trio.CancelScope | None = None
-        self._log = structlog.get_logger().bind(role=role)
+        self._log = HostLog(role)
 
     async def serve(self, reader: wire.LineReader) -> None:
         """Answer messages until `Shutdown` or end of input, then close the context.
@@ -373,19 +407,6 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _configure_logging(stream: Any) -> None:
-    structlog.configure(
-        processors=[
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
-            structlog.processors.JSONRenderer(),
-        ],
-        logger_factory=structlog.PrintLoggerFactory(stream),
-        cache_logger_on_first_use=True,
-    )
-
-
 async def _serve(args: argparse.Namespace, proto_in: int, proto_out: int) -> None:
     workspace = args.workspace.resolve()
     roots: Iterable[Path] = (p.resolve() for p in args.extra_root)
@@ -402,7 +423,7 @@ async def _serve(args: argparse.Namespace, proto_in: int, proto_out: int) -> Non
         role=role, tools=load_tools_factory(args.tools)(role), ctx=ctx, send=out.send_all
     )
     await serve_until_sigterm(
-        host.serve, proto_in, on_sigterm=lambda: structlog.get_logger().info("SIGTERM: stopping")
+        host.serve, proto_in, on_sigterm=lambda: HostLog(role).info("SIGTERM: stopping")
     )
 
 
@@ -413,8 +434,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.role == "read_only":  # only one-shots run here: see orchestrator.orphans
         adopt_orphans()
     proto_in, proto_out = take_stdio()
-    _configure_logging(sys.stderr)
-    structlog.get_logger().info("tool host starting", role=args.role, pid=os.getpid())
+    HostLog(args.role).info("tool host starting", pid=os.getpid())
     trio.run(_serve, args, proto_in, proto_out)
     return 0
 

@@ -2,6 +2,8 @@
 tree costs in memory.
 
     uv run python tests/bench/bench_server.py [--sessions 200] [--concurrent 16]
+        [--tree CHECKOUT]...     the session tree of each checkout (default: this one),
+                                 e.g. `--tree /tmp/base --tree .` to compare before and after
 
 Against one fake Messages API server on 127.0.0.1 and one private server (its own
 `WARREN_SERVER_DIR`, stopped at the end):
@@ -39,7 +41,6 @@ sys.path.insert(0, str(ROOT))
 
 from tests.kit.fake_api import FakeMessagesAPI, RecordedRequest, Reply  # noqa: E402
 
-WARREN = [sys.executable, "-m", "orchestrator.cli"]
 MB = 1024 * 1024
 
 
@@ -160,18 +161,18 @@ def leftovers(work: Path, server_pid: int) -> list[str]:
     return found
 
 
-def _session(env: dict[str, str], cwd: Path, prompt: str) -> tuple[int, str]:
+def _session(warren: list[str], env: dict[str, str], cwd: Path, prompt: str) -> tuple[int, str]:
     done = subprocess.run(
-        [*WARREN, "-p", prompt], env=env, cwd=cwd, capture_output=True, text=True, timeout=600
+        [*warren, "-p", prompt], env=env, cwd=cwd, capture_output=True, text=True, timeout=600
     )
     return done.returncode, done.stdout.strip() if done.returncode == 0 else done.stderr[-300:]
 
 
-def _wait_for_floor(env: dict[str, str]) -> None:
+def _wait_for_floor(warren: list[str], env: dict[str, str]) -> None:
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         status = subprocess.run(
-            [*WARREN, "server", "status"], env=env, capture_output=True, text=True
+            [*warren, "server", "status"], env=env, capture_output=True, text=True
         ).stdout
         if "floor proven" in status and "not proven" not in status:
             return
@@ -179,9 +180,11 @@ def _wait_for_floor(env: dict[str, str]) -> None:
     raise SystemExit("the server never proved the floor")
 
 
-def _held_session(env: dict[str, str], workspace: Path, server: psutil.Process) -> None:
+def _held_session(
+    warren: list[str], env: dict[str, str], workspace: Path, server: psutil.Process
+) -> None:
     client = subprocess.Popen(
-        [*WARREN, "-p", "hold"], env=env, cwd=workspace,
+        [*warren, "-p", "hold"], env=env, cwd=workspace,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     deadline = time.monotonic() + 120
@@ -201,66 +204,92 @@ def _held_session(env: dict[str, str], workspace: Path, server: psutil.Process) 
     raise SystemExit("the held session never ran its sleep")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--sessions", type=int, default=200)
-    parser.add_argument("--concurrent", type=int, default=16)
-    args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="wsbench", dir="/tmp"))
-    workspace = work / "ws"
-    workspace.mkdir()
-    (workspace / "a.py").write_text("print('hi')\n")
+def _env(checkout: Path, work: Path) -> dict[str, str]:
     env = {
         **os.environ,
-        "PYTHONPATH": str(ROOT),
+        "PYTHONPATH": str(checkout),
         "WARREN_SERVER_DIR": str(work / "srv"),
         "XDG_STATE_HOME": str(work / "state"),
         "XDG_CONFIG_HOME": str(work / "config"),
         "ANTHROPIC_API_KEY": "sk-bench",
     }
     env.pop("WARREN_NO_SERVER", None)
-    codes: list[int] = []
+    return env
+
+
+def _warren(checkout: Path) -> list[str]:
+    """`warren` of `checkout`: its own virtual environment's Python (a tool host runs
+    `python -I`, which finds Warren's code through that environment, not PYTHONPATH)."""
+    python = checkout / ".venv" / "bin" / "python"
+    return [str(python if python.exists() else Path(sys.executable)), "-m", "orchestrator.cli"]
+
+
+def _start_server(warren: list[str], env: dict[str, str]) -> psutil.Process:
+    subprocess.run([*warren, "server", "start"], env=env, check=True, capture_output=True)
+    status = subprocess.run(
+        [*warren, "server", "status"], env=env, capture_output=True, text=True
+    ).stdout
+    server = psutil.Process(int(status.split("server pid ", 1)[1].split()[0]))
+    _wait_for_floor(warren, env)
+    return server
+
+
+def measure_tree(checkout: Path, work: Path, workspace: Path, api: FakeMessagesAPI) -> None:
+    """The session tree of `checkout`'s Warren, forked by its own server, with a tool call
+    in flight."""
+    warren = _warren(checkout)
+    env = {**_env(checkout, work), "ANTHROPIC_BASE_URL": api.base_url}
+    try:
+        server = _start_server(warren, env)
+        code, out = _session(warren, env, workspace, "warm up")  # the page cache, the first fork
+        if code != 0:
+            raise SystemExit(f"the first session failed: {out}")
+        print(f"\n{checkout}: ", end="")
+        _held_session(warren, env, workspace, server)
+    finally:
+        subprocess.run([*warren, "server", "stop"], env=env, capture_output=True)
+
+
+def measure_load(
+    sessions: int, concurrent: int, work: Path, workspace: Path, api: FakeMessagesAPI
+) -> None:
+    """`sessions` sessions, `concurrent` at a time, through one server of this checkout."""
+    warren = _warren(ROOT)
+    env = {**_env(ROOT, work), "ANTHROPIC_BASE_URL": api.base_url}
     failures: list[str] = []
     try:
-        with FakeMessagesAPI([], route=_route(workspace)) as api:
-            env["ANTHROPIC_BASE_URL"] = api.base_url
-            subprocess.run([*WARREN, "server", "start"], env=env, check=True, capture_output=True)
-            status = subprocess.run(
-                [*WARREN, "server", "status"], env=env, capture_output=True, text=True
-            ).stdout
-            server = psutil.Process(int(status.split("server pid ", 1)[1].split()[0]))
-            _wait_for_floor(env)
-            code, out = _session(env, workspace, "warm up")  # the page cache, the first fork
+        server = _start_server(warren, env)
+        for i in range(2):  # the page cache, the first forks; a held session's whole tree
+            code, out = _session(warren, env, workspace, f"warm up {i}")
             if code != 0:
-                raise SystemExit(f"the first session failed: {out}")
-            _held_session(env, workspace, server)
-            time.sleep(0.5)  # the sessions' exits reaped
-            before = _server_figures(server)
-            load_before = os.getloadavg()
-            started = time.monotonic()
-            cpu_before = server.cpu_times()
-            with ThreadPoolExecutor(args.concurrent) as pool:
-                for code, out in pool.map(
-                    lambda i: _session(env, workspace, f"session {i}"), range(args.sessions)
-                ):
-                    codes.append(code)
-                    if code != 0 or out != "done":
-                        failures.append(f"{code}: {out}")
-            wall = time.monotonic() - started
-            cpu_after = server.cpu_times()
-            deadline = time.monotonic() + 10
-            while server.children() and time.monotonic() < deadline:
-                time.sleep(0.05)
-            after = _server_figures(server)
-            left = leftovers(work, server.pid)
-            load_after = os.getloadavg()
+                raise SystemExit(f"a first session failed: {out}")
+        deadline = time.monotonic() + 10
+        while server.children() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        before = _server_figures(server)
+        load_before = os.getloadavg()
+        started = time.monotonic()
+        cpu_before = server.cpu_times()
+        with ThreadPoolExecutor(concurrent) as pool:
+            for code, out in pool.map(
+                lambda i: _session(warren, env, workspace, f"session {i}"), range(sessions)
+            ):
+                if code != 0 or out != "done":
+                    failures.append(f"{code}: {out}")
+        wall = time.monotonic() - started
+        cpu_after = server.cpu_times()
+        deadline = time.monotonic() + 10
+        while server.children() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        after = _server_figures(server)
+        left = leftovers(work, server.pid)
+        load_after = os.getloadavg()
     finally:
-        subprocess.run([*WARREN, "server", "stop"], env=env, capture_output=True)
-        shutil.rmtree(work, ignore_errors=True)
+        subprocess.run([*warren, "server", "stop"], env=env, capture_output=True)
 
-    print(f"\n{args.sessions} sessions, {args.concurrent} at a time, in {wall:.1f} s "
+    print(f"\n{sessions} sessions, {concurrent} at a time, in {wall:.1f} s "
           f"(load average {load_before[0]:.2f} before, {load_after[0]:.2f} after)")  # fmt: skip
-    print(f"  exit 0 with the answer: {args.sessions - len(failures)} of {args.sessions}")
+    print(f"  exit 0 with the answer: {sessions - len(failures)} of {sessions}")
     for failure in failures[:10]:
         print(f"    failed: {failure}")
     cpu = cpu_after.user - cpu_before.user + cpu_after.system - cpu_before.system
@@ -275,6 +304,34 @@ def main() -> None:
     if extra:
         print(f"  descriptors opened and not closed: {extra}")
     print(f"  processes left behind: {left or 'none'}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sessions", type=int, default=200, help="0: the session tree only")
+    parser.add_argument("--concurrent", type=int, default=16)
+    parser.add_argument(
+        "--tree",
+        type=Path,
+        action="append",
+        default=None,
+        metavar="CHECKOUT",
+        help="measure the session tree of this checkout of Warren (with its .venv); "
+        "repeatable, to compare before and after in one run (default: this one)",
+    )
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="wsbench", dir="/tmp"))
+    workspace = work / "ws"
+    workspace.mkdir()
+    (workspace / "a.py").write_text("print('hi')\n")
+    try:
+        with FakeMessagesAPI([], route=_route(workspace)) as api:
+            for checkout in args.tree or [ROOT]:
+                measure_tree(checkout.resolve(), work, workspace, api)
+            if args.sessions:
+                measure_load(args.sessions, args.concurrent, work, workspace, api)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

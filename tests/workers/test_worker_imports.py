@@ -2,7 +2,11 @@
 the worker's start-up is on the dispatch's critical path (tests/bench/bench_parallel_writers.py),
 and every module it needs no more than the coordinator does is CPU three workers starting at
 once pay on a shared machine. Pinned here: not the SDK (the model is brokered), not the floor
-(the worker runs inside it; it only adopts orphans), not psutil (a kill path's helper)."""
+(the worker runs inside it; it only adopts orphans), not psutil (a kill path's helper).
+
+The same for a tool host, of which every session starts two (a read-only and a read-write
+one): not structlog, whose import (with rich, pygments and asyncio) cost each host 5 MB
+(tests/bench/bench_server.py prints the PSS of a live session tree)."""
 
 from __future__ import annotations
 
@@ -18,15 +22,19 @@ ROOT = Path(__file__).resolve().parents[2]
 _REPORT_MODULES = """
 import atexit, sys
 atexit.register(lambda: sys.stderr.write("MODULES " + " ".join(sorted(sys.modules)) + "\\n"))
-from workers.agent_worker import main
-sys.exit(main(["--workspace", sys.argv[1], "--role", "read_write"]))
+if sys.argv[2] == "host":
+    from workers.toolhost import main
+else:
+    from workers.agent_worker import main
+sys.exit(main(["--workspace", sys.argv[1], "--role", sys.argv[3]]))
 """
 
 
-def test_a_worker_reaches_ready_without_the_sdk_the_floor_or_psutil(tmp_path: Path) -> None:
-    # Stdin at end of file: the worker starts, rehearses, sends Ready, and exits.
+def _modules_at_ready(workspace: Path, kind: str, role: str) -> set[str]:
+    """The modules a worker (`kind` "worker") or tool host ("host") of `role` has loaded when
+    it has sent `Ready` (stdin at end of file: it starts, sends Ready, and exits)."""
     done = subprocess.run(
-        [sys.executable, "-c", _REPORT_MODULES, str(tmp_path)],
+        [sys.executable, "-c", _REPORT_MODULES, str(workspace), kind, role],
         stdin=subprocess.DEVNULL,
         capture_output=True,
         cwd=ROOT,
@@ -35,9 +43,21 @@ def test_a_worker_reaches_ready_without_the_sdk_the_floor_or_psutil(tmp_path: Pa
     )
     assert b'"type":"ready"' in done.stdout
     line = next(x for x in done.stderr.decode().splitlines() if x.startswith("MODULES "))
-    modules = set(line.split()[1:])
+    return set(line.split()[1:])
+
+
+def test_a_worker_reaches_ready_without_the_sdk_the_floor_or_psutil(tmp_path: Path) -> None:
+    modules = _modules_at_ready(tmp_path, "worker", "read_write")
     assert "workers.agent_worker" in modules and "sandbox.reaper" in modules
     unwanted = {"anthropic", "httpx", "psutil", "sandbox.probe", "sandbox.run", "sandbox.spec"}
+    assert modules & unwanted == set()
+
+
+def test_a_tool_host_reaches_ready_without_structlog_the_sdk_or_the_floor(tmp_path: Path) -> None:
+    modules = _modules_at_ready(tmp_path, "host", "read_only")  # read_write imports the same
+    assert "workers.toolhost" in modules and "orchestrator.tools.bash" in modules
+    unwanted = {"structlog", "rich", "pygments", "asyncio", "anthropic", "httpx", "psutil"}
+    unwanted |= {"sandbox.probe", "sandbox.run", "sandbox.spec"}
     assert modules & unwanted == set()
 
 
