@@ -257,7 +257,7 @@ def serve(directory: Path, idle_timeout: float, entry_spec: str | None = None) -
                 state.floor = prober.result() or state.floor
                 state.prober = None
             if listener.fileno() in readable:
-                _accept(listener, state, lock, entry)
+                _accept(listener, state, (lock, wake_r, wake_w), entry)
                 idle_since = time.monotonic()
                 if uses_floor and state.prober is None and _floor_is_old(state):
                     state.prober = _FloorProber.start(state, own_fds)
@@ -374,7 +374,13 @@ def _reap(state: _ServerState) -> None:
         state.sessions.discard(pid)
 
 
-def _accept(listener: socket.socket, state: _ServerState, lock: int, entry: SessionEntry) -> None:
+def _accept(
+    listener: socket.socket, state: _ServerState, own_fds: tuple[int, ...], entry: SessionEntry
+) -> None:
+    """Accept one client and fork its session process. The session keeps none of the
+    server's descriptors (the listener, `own_fds`: the lock and the signal wake-up pipe, the
+    floor probe's pipe), which it would otherwise hold for its whole life
+    (tests/orchestrator/server/test_server_load.py)."""
     try:
         conn, _ = listener.accept()
     except (BlockingIOError, InterruptedError, ConnectionAbortedError):
@@ -384,8 +390,12 @@ def _accept(listener: socket.socket, state: _ServerState, lock: int, entry: Sess
         return
     pid = os.fork()
     if pid == 0:
+        signal.set_wakeup_fd(-1)  # before its pipe closes: a signal must not write elsewhere
         listener.close()
-        os.close(lock)
+        probe = () if state.prober is None else (state.prober.fd,)
+        for fd in (*own_fds, *probe):
+            with contextlib.suppress(OSError):
+                os.close(fd)
         _session_process(conn, state, entry)
     conn.close()
     state.sessions.add(pid)

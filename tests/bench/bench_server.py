@@ -72,6 +72,15 @@ def _pss(process: psutil.Process) -> int:
         return 0
 
 
+def _uss(process: psutil.Process) -> int:
+    """Memory only this process maps: what it costs beyond what it shares (a forked
+    session process shares most of its pages with the server, and PSS charges it half)."""
+    try:
+        return int(process.memory_full_info().uss)
+    except psutil.Error:
+        return 0
+
+
 def _rss(process: psutil.Process) -> int:
     try:
         return int(process.memory_info().rss)
@@ -98,11 +107,11 @@ def _part_name(root: psutil.Process, tree: list[psutil.Process]) -> str:
 
 def session_tree(session: psutil.Process) -> None:
     """Print the PSS and RSS of `session` and of each part under it."""
-    print(f"  {'part / process':58} {'PSS MB':>8} {'RSS MB':>8}")
-    own_pss, own_rss = _pss(session), _rss(session)
+    print(f"  {'part / process':58} {'PSS MB':>8} {'RSS MB':>8} {'USS MB':>8}")
+    own_pss, own_rss, own_uss = _pss(session), _rss(session), _uss(session)
     print(f"  {'session process (forked from the server)':58} {own_pss / MB:8.1f} "
-          f"{own_rss / MB:8.1f}")  # fmt: skip
-    total_pss, total_rss = own_pss, own_rss
+          f"{own_rss / MB:8.1f} {own_uss / MB:8.1f}")  # fmt: skip
+    total_pss, total_rss, total_uss = own_pss, own_rss, own_uss
     for child in session.children():
         try:
             tree = child.children(recursive=True)
@@ -111,12 +120,14 @@ def session_tree(session: psutil.Process) -> None:
         parts = [child, *tree]
         pss = sum(_pss(p) for p in parts)
         rss = sum(_rss(p) for p in parts)
-        total_pss, total_rss = total_pss + pss, total_rss + rss
-        print(f"  {_part_name(child, tree):58} {pss / MB:8.1f} {rss / MB:8.1f}")
+        uss = sum(_uss(p) for p in parts)
+        total_pss, total_rss, total_uss = total_pss + pss, total_rss + rss, total_uss + uss
+        print(f"  {_part_name(child, tree):58} {pss / MB:8.1f} {rss / MB:8.1f} {uss / MB:8.1f}")
         for process in parts:
             print(f"    {_cmd(process)[:56]:56} {_pss(process) / MB:8.1f} "
-                  f"{_rss(process) / MB:8.1f}")  # fmt: skip
-    print(f"  {'whole session tree':58} {total_pss / MB:8.1f} {total_rss / MB:8.1f}")
+                  f"{_rss(process) / MB:8.1f} {_uss(process) / MB:8.1f}")  # fmt: skip
+    print(f"  {'whole session tree':58} {total_pss / MB:8.1f} {total_rss / MB:8.1f} "
+          f"{total_uss / MB:8.1f}")  # fmt: skip
 
 
 def _server_figures(server: psutil.Process) -> dict[str, Any]:

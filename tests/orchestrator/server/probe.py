@@ -2,7 +2,8 @@
 seam): instead of a Warren session it reports what the session process was given (argv,
 cwd, environment, umask, descriptors, terminal) and which signals reach it.
 
-    echo CODE                 stdin, argv, cwd, env, umask, ttys as JSON on stdout; exit CODE
+    echo CODE                 stdin, argv, cwd, env, umask, ttys, open descriptors as JSON on
+                              stdout; exit CODE
     signals FILE              print `ready`, then each signal as `got N` (also appended to
                               FILE); SIGTERM or SIGHUP end it with 128 + N
     wait                      print pid and $MARK, then wait for a line on stdin
@@ -25,6 +26,17 @@ def _tty(fd: int) -> str | None:
         return None
 
 
+def _descriptors() -> dict[int, str]:
+    """This process's open descriptors and what each is (`readlink /proc/self/fd/N`)."""
+    found = {}
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            found[int(name)] = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:  # the directory's own descriptor, closed by now
+            pass
+    return found
+
+
 def session(argv: list[str], terminal: Path | None, known_floor: object = None) -> int:
     mode = argv[0]
     if mode == "echo":
@@ -41,6 +53,7 @@ def session(argv: list[str], terminal: Path | None, known_floor: object = None) 
             "ttys": [_tty(0), _tty(1), _tty(2)],
             "terminal": None if terminal is None else str(terminal),
             "pid": os.getpid(),
+            "fds": _descriptors(),
         }
         print(json.dumps(report))
         print("this went to stderr", file=sys.stderr)

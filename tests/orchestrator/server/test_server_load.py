@@ -1,0 +1,64 @@
+"""Many sessions from one server leave it as they found them (issue 15: "16 concurrent
+sessions from one server: all complete; no fd, process or memory leak after 200 sessions";
+tests/bench/bench_server.py runs those with real Warren sessions). Here, lean, with the probe
+entry: four sessions at once, then three one after another."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+
+from tests.orchestrator.server.conftest import WARREN, Server
+
+
+def _descriptors(pid: int) -> dict[int, str]:
+    found = {}
+    for name in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            found[int(name)] = os.readlink(f"/proc/{pid}/fd/{name}")
+        except OSError:
+            pass
+    return found
+
+
+def _beyond_stdio(descriptors: dict[int, str]) -> set[str]:
+    return {target for fd, target in descriptors.items() if fd > 2}
+
+
+def _wait(server: Server, mark: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [*WARREN, "wait"], env={**server.env, "MARK": mark}, text=True,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+
+
+def test_sessions_leave_the_server_as_they_found_it(server: Server) -> None:
+    pid = server.start()
+    before = _descriptors(pid)
+    waiting = [_wait(server, str(i)) for i in range(4)]
+    for client in waiting:  # all four run at once
+        assert client.stdout is not None
+        assert json.loads(client.stdout.readline())["mark"] is not None
+    assert len(server.sessions()) == 4
+    for i, client in enumerate(waiting):
+        out, err = client.communicate("go\n", timeout=60)
+        assert (client.returncode, out.strip()) == (0, f"done {i}"), err
+    reports = []
+    for code in range(3):
+        done = subprocess.run(
+            [*WARREN, "echo", str(code)], env=server.env, capture_output=True, text=True,
+            timeout=60,
+        )  # fmt: skip
+        assert done.returncode == code, done.stderr
+        reports.append(json.loads(done.stdout))
+    deadline = time.monotonic() + 30
+    while server.sessions():  # each reaped (a zombie is a child too)
+        assert time.monotonic() < deadline, f"sessions not reaped: {server.sessions()}"
+        time.sleep(0.02)
+    assert _descriptors(pid) == before
+    server_own = _beyond_stdio(before)  # the lock, the listener, the wake-up pipe
+    for report in reports:
+        held = _beyond_stdio({int(fd): target for fd, target in report["fds"].items()})
+        assert held & server_own == set(), report["fds"]
