@@ -293,8 +293,13 @@ class _FloorProber:
         state.probed = time.monotonic()
         try:
             read_end, write_end = os.pipe2(os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
             pid = os.fork()
         except OSError:
+            os.close(read_end)
+            os.close(write_end)
             return None
         if pid == 0:
             code = 1
@@ -388,7 +393,13 @@ def _accept(
     if _peer_uid(conn) != os.getuid():  # the directory is 0700; this is the second lock
         conn.close()
         return
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except OSError as exc:  # no process or memory to spare: the client runs it itself
+        with contextlib.suppress(OSError):
+            ServerLink(conn).send({"refused": f"the server could not fork: {exc.strerror}"})
+        conn.close()
+        return
     if pid == 0:
         signal.set_wakeup_fd(-1)  # before its pipe closes: a signal must not write elsewhere
         listener.close()

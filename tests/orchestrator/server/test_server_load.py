@@ -5,10 +5,15 @@ entry: four sessions at once, then three one after another."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import socket
 import subprocess
 import time
+from pathlib import Path
+
+import pytest
 
 from tests.orchestrator.server.conftest import WARREN, Server
 
@@ -62,3 +67,31 @@ def test_sessions_leave_the_server_as_they_found_it(server: Server) -> None:
     for report in reports:
         held = _beyond_stdio({int(fd): target for fd, target in report["fds"].items()})
         assert held & server_own == set(), report["fds"]
+
+
+def test_a_fork_that_fails_refuses_the_client_and_keeps_serving(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Out of processes (EAGAIN) or memory, the server cannot fork a session: the client is
+    told so (it then runs the session itself, as with any refusal) and the server goes on,
+    with nothing of that client kept."""
+    from orchestrator.cli import server as srv
+    from orchestrator.cli.client import ServerLink
+
+    path = str(tmp_path / "s.sock")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        listener.bind(path)
+        listener.listen()
+        client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        client.connect(path)
+
+        def no_fork() -> int:
+            raise OSError(errno.EAGAIN, os.strerror(errno.EAGAIN))
+
+        monkeypatch.setattr(srv.os, "fork", no_fork)
+        state = srv._ServerState(version="v", idle_timeout=60.0)
+        srv._accept(listener, state, (), lambda argv, terminal, floor: 0)
+        message, _ = ServerLink(client).receive()
+        client.close()
+    assert message is not None and "could not fork" in message["refused"]
+    assert state.sessions == set() and state.served == 0
