@@ -53,6 +53,7 @@ def bwrap_argv(
     prlimit: Path | None = None,
     seccomp_fd: int | None = None,
     cwd: Path | None = None,
+    nested_uid: int | None = None,
 ) -> list[str]:
     """The full command line: `bwrap <floor> <mounts> -- [prlimit <limits> --] argv...`.
 
@@ -60,18 +61,29 @@ def bwrap_argv(
     exists, so RLIMIT_NPROC counts only the sandbox's own processes. `seccomp_fd` is an fd
     the runner passes to bwrap holding the program from `sandbox.seccomp`. `cwd` defaults to
     the first workspace (`/` without one).
+
+    `nested_uid` (a zygote's sandbox, workers/zygote.py): the process inside makes namespaces
+    of its own, so no `--disable-userns`; it runs as that uid; bwrap's proc is at
+    `sandbox.nsfork.RW_PROC` and the host's read-only one stays at /proc, for the zygote to
+    mount its own on (sandbox/nsfork.py says why).
     """
     if not argv:
         raise ValueError("argv must name a command to run")
     floor = MANDATORY_FLAGS
     if spec.network == "host":
         floor = tuple(flag for flag in floor if flag != "--unshare-net")
+    if nested_uid is not None:
+        floor = tuple(flag for flag in floor if flag != "--disable-userns")
+        floor += ("--uid", str(nested_uid), "--gid", str(nested_uid))
     out = [str(bwrap), *floor, "--clearenv"]
     for name, value in facts.env:
         out += ["--setenv", name, value]
 
     limits = spec.limits
-    out += ["--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev"]
+    out += ["--ro-bind", "/", "/"]
+    out += ["--proc", "/proc"] if nested_uid is None else []
+    out += ["--dev", "/dev"]
+    out += [] if nested_uid is None else ["--proc", _RW_PROC]
     out += [*_size(limits), "--tmpfs", "/dev/shm", "--remount-ro", "/dev"]
     out += [*_size(limits), "--tmpfs", "/tmp"]
 
@@ -130,6 +142,9 @@ def prlimit_argv(limits: Limits, prlimit: Path) -> list[str]:
     out.append("--")
     return out
 
+
+_RW_PROC = "/dev/.proc"
+"""`sandbox.nsfork.RW_PROC` (pinned equal by tests/sandbox/test_nsfork.py)."""
 
 _HOME_TMPFS_BYTES = 1024**2
 """Size of the hidden home's tmpfs: it only holds mount points, and is read-only anyway."""

@@ -319,6 +319,8 @@ async def _sandbox(
     host: SandboxHost,
     run_as: RunAs | None,
     graceful: bool,
+    pass_fds: tuple[int, ...] = (),
+    nested_uid: int | None = None,
 ) -> AsyncIterator[SandboxProcess]:
     executables = [host.bwrap.path] + ([host.prlimit] if host.prlimit else [])
     facts, guard = await trio.to_thread.run_sync(
@@ -352,8 +354,9 @@ async def _sandbox(
                 prlimit=host.prlimit,
                 seccomp_fd=seccomp_fd,
                 cwd=cwd,
+                nested_uid=nested_uid,
             )
-            passed = () if seccomp_fd is None else (seccomp_fd,)
+            passed = pass_fds + (() if seccomp_fd is None else (seccomp_fd,))
             owned, pipes = pipes, None  # _spawn closes them, whatever happens
             proc = _spawn(command, io, pass_fds=passed, pipes=owned)
             proc.warnings = facts.warnings
@@ -644,8 +647,13 @@ async def open_sandboxed_process(
     host: SandboxHost | None = None,
     run_as: RunAs | None = None,
     private_pipes: bool = False,
+    pass_fds: tuple[int, ...] = (),
+    nested_uid: int | None = None,
 ) -> AsyncIterator[SandboxProcess]:
     """Start a long-lived sandboxed process with stdin/stdout pipes (and stderr as asked).
+
+    `pass_fds`: more descriptors it inherits, at the same numbers (a zygote's control
+    socket). `nested_uid`: a zygote's sandbox (`sandbox.argv.bwrap_argv`).
 
     `private_pipes`: the two pipes are not the process's fd 0 and 1 but extra descriptors it
     finds named in `PIPE_FDS_ENV` (its fd 0 is /dev/null, fd 1 goes where stderr goes). bwrap's
@@ -666,6 +674,14 @@ async def open_sandboxed_process(
         host = await detect_host()
     io = _Io(stdin=b"", stdout="pipe", stderr=stderr, private=private_pipes)
     async with _sandbox(
-        spec, argv, io=io, cwd=cwd, host=host, run_as=run_as, graceful=True
+        spec,
+        argv,
+        io=io,
+        cwd=cwd,
+        host=host,
+        run_as=run_as,
+        graceful=True,
+        pass_fds=pass_fds,
+        nested_uid=nested_uid,
     ) as proc:
         yield proc

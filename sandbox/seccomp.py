@@ -37,7 +37,7 @@ import platform
 import struct
 from dataclasses import dataclass
 
-__all__ = ["SUPPORTED_ARCHES", "build_filter"]
+__all__ = ["SUPPORTED_ARCHES", "build_filter", "build_no_userns_filter"]
 
 # struct seccomp_data offsets (little-endian): nr, arch, instruction pointer, args[6].
 _NR = 0
@@ -74,6 +74,8 @@ class _Arch:
     enosys: tuple[int, ...]
     eperm: tuple[int, ...]
     """Calls refused outright: reaching into another process, or kernel help for races."""
+    clone: int = 56
+    unshare: int = 272
 
 
 _X86_64 = _Arch(
@@ -101,6 +103,8 @@ _AARCH64 = _Arch(
     # ptrace, process_vm_readv/writev, kcmp, process_madvise, pidfd_getfd, perf_event_open,
     # userfaultfd
     eperm=(117, 270, 271, 272, 440, 438, 241, 282),
+    clone=220,
+    unshare=97,
 )
 
 SUPPORTED_ARCHES: dict[str, _Arch] = {"x86_64": _X86_64, "aarch64": _AARCH64}
@@ -115,6 +119,41 @@ def build_filter(*, allow_unix_sockets: bool, machine: str | None = None) -> byt
     if arch is None:
         return None
     return _assemble(_program(arch, allow_unix_sockets=allow_unix_sockets))
+
+
+_CLONE_NEWUSER = 0x10000000
+_CLONE3 = 435
+
+
+def build_no_userns_filter(machine: str | None = None) -> bytes | None:
+    """A filter stacked by a worker forked from a zygote (sandbox/nsfork.py) once its own
+    namespaces exist: `unshare` and `clone` with CLONE_NEWUSER fail with EPERM, `clone3`
+    (whose flags sit in a struct) with ENOSYS so programs fall back to `clone`. What bwrap's
+    `--disable-userns` gives a fresh sandbox, which the zygote's sandbox cannot have (it
+    makes the namespaces). None on an unsupported machine."""
+    arch = SUPPORTED_ARCHES.get(machine or platform.machine())
+    if arch is None:
+        return None
+    prog: list[_Insn | str] = [
+        ("ld", _ARCH, None, None),
+        ("jeq", arch.audit, None, "kill"),
+        ("ld", _NR, None, None),
+        ("jeq", _CLONE3, "enosys", None),
+        ("jeq", arch.unshare, "flags", None),
+        ("jeq", arch.clone, "flags", None),
+        ("ret", _RET_ALLOW, None, None),
+        "flags",
+        ("ld", _arg_lo(0), None, None),
+        ("jset", _CLONE_NEWUSER, "eperm", None),
+        ("ret", _RET_ALLOW, None, None),
+        "eperm",
+        ("ret", _RET_ERRNO | errno.EPERM, None, None),
+        "enosys",
+        ("ret", _RET_ERRNO | errno.ENOSYS, None, None),
+        "kill",
+        ("ret", _RET_KILL_PROCESS, None, None),
+    ]
+    return _assemble(prog)
 
 
 def _program(arch: _Arch, *, allow_unix_sockets: bool) -> list[_Insn | str]:

@@ -172,6 +172,11 @@ class PoolOptions(BaseModel):
     a warm writable worker restricts itself with Landlock when the kernel has ABI 2 or later,
     else as `mount`; `mount`, a fresh worker whose sandbox mounts only the scope writable.
     `WARREN_SCOPES=mount` sets `mount` for a session (orchestrator/cli/wiring.py)."""
+    zygote: Literal["auto", "off"] = "auto"
+    """`auto` (default): with the floor's spawner (`SandboxedSpawner`), read-only workers are
+    forked from a warm zygote, each in namespaces of its own (workers/zygote.py), about a
+    third of a fresh worker's memory; fresh workers when the zygote cannot be made (the log
+    says why). `off`: every worker a fresh interpreter. `WARREN_ZYGOTE=off` sets `off`."""
     warm_writers: int = Field(default=1, ge=0, le=64)
     """Writable workers kept ready, within `max_workers`, once `expect_writers` says the
     session has an agent type that may write; once the session ran more scoped writers at
@@ -1128,7 +1133,17 @@ async def open_worker_pool(
     **Cancellation:** leaving the block (normally, by error or cancellation) stops every
     worker, concurrently, shielded and bounded by about three times `stop_grace_s`.
     """
+    from workers.toolhost_runner import SandboxedSpawner
+
+    options = options or PoolOptions()
+    if spawner is None:
+        spawner = SandboxedSpawner()
     async with trio.open_nursery() as nursery:
+        zygote = None
+        if options.zygote == "auto" and type(spawner) is SandboxedSpawner:
+            from workers.zygote_spawner import ZygoteSpawner
+
+            spawner = zygote = ZygoteSpawner(spawner, nursery)
         pool = WorkerPool(
             nursery,
             broker=broker,
@@ -1145,4 +1160,6 @@ async def open_worker_pool(
             yield pool
         finally:
             await pool.aclose()
+            if zygote is not None:
+                await zygote.aclose()
             nursery.cancel_scope.cancel()

@@ -169,14 +169,24 @@ class SandboxedSpawner:
             return spec.model_copy(update={"extra_binds": spec.extra_binds + scopes})
         return spec if launch.writable else spec.read_only()
 
-    @asynccontextmanager
-    async def __call__(self, launch: HostLaunch) -> AsyncIterator[HostProcess]:
+    async def host(self) -> SandboxHost:
+        """The machine's sandbox facts (detected on first use)."""
         if self._host is None:
             self._host = await detect_host()
+        return self._host
+
+    async def full_spec(self, launch: HostLaunch) -> SandboxSpec:
+        """`spec_for(launch)` with the files the read deny rules cover masked."""
         spec = self.spec_for(launch)
         denied = await self._denied_paths(launch)
         if denied:
             spec = spec.model_copy(update={"extra_deny_read": spec.extra_deny_read + denied})
+        return spec
+
+    @asynccontextmanager
+    async def __call__(self, launch: HostLaunch) -> AsyncIterator[HostProcess]:
+        await self.host()
+        spec = await self.full_spec(launch)
         async with open_sandboxed_process(
             spec, launch.argv, cwd=launch.cwd, stderr="pipe", host=self._host, private_pipes=True
         ) as process:

@@ -1,0 +1,345 @@
+"""`ZygoteSpawner`: the pool's spawner that forks read-only workers from a zygote.
+
+A `HostSpawner` (workers/child.py) wrapped around the session's `SandboxedSpawner`: a launch
+of `workers.agent_worker` in the read-only role is forked by the zygote (workers/zygote.py),
+sandboxed with the same spec as a fresh read-only worker; everything else (writable and scoped
+writers, other programs) goes to the fresh spawner. When the zygote cannot be made (no user
+namespaces inside the sandbox, an unsupported machine) every launch goes to the fresh spawner,
+and the log says why, once.
+
+What differs from a fresh worker's sandbox (workers/README.md "Zygote"): its proc is
+read-only; it shares no cgroup of its own (its rlimits are its own: memory per process, its
+processes counted in its own user namespace); nested user namespaces are refused by seccomp
+rather than by bwrap's `--disable-userns`.
+"""
+
+from __future__ import annotations
+
+import array
+import contextlib
+import json
+import os
+import signal
+import socket
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import structlog
+import trio
+
+from sandbox import nsfork
+from sandbox.errors import SandboxError
+from sandbox.run import KILL_GRACE_S, open_sandboxed_process
+from sandbox.seccomp import SUPPORTED_ARCHES
+from workers.child import HostLaunch, HostProcess
+from workers.toolhost_runner import SandboxedSpawner
+
+__all__ = ["ForkedWorker", "ZygoteSpawner"]
+
+_MESSAGE_BYTES = 65_536
+_READY_TIMEOUT_S = 30.0
+_EXIT_RECORD_WAIT_S = 2.0
+
+
+class ForkedWorker:
+    """A worker the zygote forked, as the pool sees it (the `HostProcess` surface): its host
+    pid, its protocol pipes and stderr, signals through a pidfd, its exit status as the
+    zygote reaped it."""
+
+    def __init__(
+        self, *, pidfd: int, stdin: int, stdout: int, stderr: int, zygote: _Zygote
+    ) -> None:
+        self._pidfd = pidfd
+        self.pid = _pid_of(pidfd)
+        self.stdin: trio.lowlevel.FdStream | None = trio.lowlevel.FdStream(stdin)
+        self.stdout: trio.lowlevel.FdStream | None = trio.lowlevel.FdStream(stdout)
+        self.stderr: trio.lowlevel.FdStream | None = trio.lowlevel.FdStream(stderr)
+        self._zygote = zygote
+        self._status: int | None = None
+        self.exited = trio.Event()
+        """Set when the zygote reported its exit status (`returncode`)."""
+
+    @property
+    def returncode(self) -> int | None:
+        return self._status
+
+    def _exited(self, status: int) -> None:
+        self._status = status
+        self.exited.set()
+
+    async def wait(self) -> int:
+        """Wait until it is gone and its status known (the zygote reaps it; a zygote that is
+        gone itself took the worker along: SIGKILL)."""
+        if self._status is None:
+            await trio.lowlevel.wait_readable(self._pidfd)
+            with trio.move_on_after(_EXIT_RECORD_WAIT_S):
+                await self.exited.wait()
+            if self._status is None:
+                self._exited(-signal.SIGKILL)
+        assert self._status is not None
+        return self._status
+
+    def send_signal(self, sig: int) -> None:
+        if self._status is None:
+            with contextlib.suppress(ProcessLookupError, OSError):
+                signal.pidfd_send_signal(self._pidfd, sig)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    async def aclose(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self._pidfd)
+        for stream in (self.stdin, self.stdout, self.stderr):
+            if stream is not None:
+                await stream.aclose()
+
+
+def _pid_of(pidfd: int) -> int:
+    """The host pid of a pidfd (its `Pid:` in fdinfo is given in our pid namespace)."""
+    for line in Path(f"/proc/self/fdinfo/{pidfd}").read_text().splitlines():
+        if line.startswith("Pid:"):
+            return int(line.split()[1])
+    raise OSError(f"no pid for pidfd {pidfd}")
+
+
+class _Zygote:
+    """One running zygote: its sandbox, its control socket, the workers it forked."""
+
+    def __init__(self, control: trio.socket.SocketType, process: HostProcess) -> None:
+        self.control = control
+        self.process = process
+        self.lock = trio.Lock()
+        self.replies: trio.MemorySendChannel[tuple[dict[str, Any], list[int]]]
+        self.replies, self._replies = trio.open_memory_channel(1)
+        self.workers: dict[int, ForkedWorker] = {}
+        """By pid as the zygote sees it (its exit records name them so)."""
+        self.early: dict[int, int] = {}
+        """Exit records read before `fork` had registered their worker."""
+        self.alive = True
+
+    async def read(self) -> None:
+        """Route the zygote's messages: exit records to their worker, the rest to `fork`."""
+        try:
+            while True:
+                fds = array.array("i")
+                data, ancillary, _, _ = await self.control.recvmsg(
+                    _MESSAGE_BYTES, socket.CMSG_SPACE(fds.itemsize)
+                )
+                if not data:
+                    break
+                for level, kind, raw in ancillary:
+                    if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                        fds.frombytes(raw[: len(raw) - len(raw) % fds.itemsize])
+                message = json.loads(data)
+                if "exited" in message:
+                    pid, status = int(message["exited"]), int(message["status"])
+                    worker = self.workers.pop(pid, None)
+                    if worker is not None:
+                        worker._exited(status)
+                    else:
+                        self.early[pid] = status
+                else:
+                    await self.replies.send((message, list(fds)))
+        except (OSError, ValueError, trio.ClosedResourceError):
+            pass
+        finally:
+            self.alive = False
+            self.replies.close()
+            for worker in self.workers.values():
+                worker._exited(-signal.SIGKILL)
+
+    async def next_reply(self) -> tuple[dict[str, Any], list[int]]:
+        try:
+            reply: tuple[dict[str, Any], list[int]] = await self._replies.receive()
+            return reply
+        except (trio.EndOfChannel, trio.ClosedResourceError) as exc:
+            raise OSError("the zygote is gone") from exc
+
+    async def fork(
+        self, launch: HostLaunch, limits: dict[str, Any], tmp: int | None
+    ) -> ForkedWorker:
+        """Ask for one worker. **Errors:** `OSError` when the zygote cannot make it."""
+        argv = list(launch.argv[launch.argv.index("workers.agent_worker") + 1 :])
+        request = json.dumps({"argv": argv, "limits": limits, "tmp_bytes": tmp}).encode()
+        child_in, ours_in = os.pipe()
+        ours_out, child_out = os.pipe()
+        ours_err, child_err = os.pipe()
+        ours = [ours_in, ours_out, ours_err]
+        try:
+            async with self.lock:
+                rights = array.array("i", [child_in, child_out, child_err])
+                await self.control.sendmsg(
+                    [request], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, rights)]
+                )
+                for fd in (child_in, child_out, child_err):
+                    os.close(fd)
+                child_in = child_out = child_err = -1
+                reply, fds = await self.next_reply()
+            if "pid" not in reply or len(fds) != 1:
+                for fd in fds:
+                    os.close(fd)
+                raise OSError(f"the zygote could not fork a worker: {reply.get('failed')}")
+            worker = ForkedWorker(
+                pidfd=fds[0], stdin=ours_in, stdout=ours_out, stderr=ours_err, zygote=self
+            )
+            ours = []
+            pid = int(reply["pid"])
+            if pid in self.early:
+                worker._exited(self.early.pop(pid))
+            else:
+                self.workers[pid] = worker
+            return worker
+        finally:
+            for fd in (*ours, child_in, child_out, child_err):
+                if fd >= 0:
+                    os.close(fd)
+
+
+class ZygoteSpawner:
+    """Read-only pool workers forked from a zygote, everything else by `fresh` (see the
+    module docstring). The zygote starts on the first read-only launch and lives on
+    `nursery` until `aclose`."""
+
+    def __init__(self, fresh: SandboxedSpawner, nursery: trio.Nursery) -> None:
+        self.fresh = fresh
+        self._nursery = nursery
+        self._zygote: _Zygote | None = None
+        self._start_lock = trio.Lock()
+        self._stop = trio.Event()
+        self.unavailable: str | None = None
+        """Why there is no zygote (then every worker is fresh); None while there may be one."""
+        self._log = structlog.get_logger().bind(component="zygote")
+
+    def _forkable(self, launch: HostLaunch) -> bool:
+        return (
+            self.unavailable is None
+            and launch.role == "read_only"
+            and not launch.write_paths
+            and "workers.agent_worker" in launch.argv
+            and launch.argv[0] == sys.executable
+        )
+
+    @asynccontextmanager
+    async def __call__(self, launch: HostLaunch) -> AsyncIterator[HostProcess]:
+        zygote = await self._zygote_for(launch) if self._forkable(launch) else None
+        worker: ForkedWorker | None = None
+        if zygote is not None:
+            spec = self.fresh.spec_for(launch)
+            try:
+                worker = await zygote.fork(
+                    launch, spec.limits.model_dump(), spec.limits.tmp_bytes
+                )
+            except OSError as exc:
+                self._log.warning("zygote fork failed: a fresh worker instead", error=str(exc))
+        if worker is None:
+            async with self.fresh(launch) as process:
+                yield process
+            return
+        try:
+            yield worker
+        finally:
+            with trio.CancelScope(shield=True):
+                await _stop(worker)
+
+    async def _zygote_for(self, launch: HostLaunch) -> _Zygote | None:
+        async with self._start_lock:
+            if self._zygote is not None and self._zygote.alive:
+                return self._zygote
+            if self.unavailable is not None:
+                return None
+            try:
+                self._zygote = await self._nursery.start(self._run_zygote, launch)
+            except (OSError, RuntimeError, SandboxError) as exc:
+                self.unavailable = str(exc)
+                self._log.warning(
+                    "no zygote for pool workers: each starts a fresh interpreter", reason=str(exc)
+                )
+                return None
+            return self._zygote
+
+    async def _run_zygote(
+        self, launch: HostLaunch, task_status: trio.TaskStatus[_Zygote] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        if SUPPORTED_ARCHES.get(os.uname().machine) is None:
+            raise RuntimeError(f"no seccomp filter for {os.uname().machine}")
+        spec = await self.fresh.full_spec(launch)
+        # Limits that would count every worker together stay off the zygote's own sandbox:
+        # each worker sets them for itself (sandbox.nsfork.set_limits).
+        spec = spec.model_copy(
+            update={"limits": spec.limits.model_copy(update={"processes": None})}
+        )
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        worker_uid = os.getuid()
+        nested_uid = nsfork.NESTED_UID if worker_uid == 0 else worker_uid
+        argv = [launch.argv[0], "-I", "-m", "workers.zygote"]
+        argv += ["--control-fd", str(theirs.fileno()), "--worker-uid", str(worker_uid)]
+        try:
+            async with open_sandboxed_process(
+                spec,
+                argv,
+                cwd=launch.cwd,
+                stderr="pipe",
+                host=await self.fresh.host(),
+                private_pipes=True,
+                pass_fds=(theirs.fileno(),),
+                nested_uid=nested_uid,
+            ) as process:
+                theirs.close()
+                control = trio.socket.from_stdlib_socket(ours)
+                zygote = _Zygote(control, process)
+                tail = bytearray()
+                async with trio.open_nursery() as nursery:
+                    assert process.stderr is not None
+                    nursery.start_soon(self._relay, process.stderr, tail)
+                    hello = b""
+                    with trio.move_on_after(_READY_TIMEOUT_S):
+                        hello = await control.recv(_MESSAGE_BYTES)
+                    if hello and json.loads(hello).get("ready"):
+                        nursery.start_soon(zygote.read)
+                        task_status.started(zygote)
+                        await self._stop.wait()
+                        control.close()
+                    else:
+                        process.kill()
+                    nursery.cancel_scope.cancel()
+                if not hello:
+                    raise RuntimeError(
+                        "the zygote did not start: "
+                        + (tail.decode(errors="replace").strip()[-500:] or "no output")
+                    )
+        finally:
+            theirs.close()
+            ours.close()
+
+    async def _relay(self, stream: trio.abc.ReceiveStream, tail: bytearray) -> None:
+        with contextlib.suppress(trio.ClosedResourceError, trio.BrokenResourceError):
+            async for chunk in stream:
+                tail += chunk
+                del tail[:-4096]
+                for line in chunk.decode(errors="replace").splitlines():
+                    if line.strip():
+                        self._log.info("zygote output", line=line[:2000])
+
+    async def aclose(self) -> None:
+        """Stop the zygote (its workers, if any are left, go with its sandbox)."""
+        self._stop.set()
+
+
+async def _stop(worker: ForkedWorker) -> None:
+    """What `sandbox.run` does for a fresh one: end of stdin, SIGTERM, grace, SIGKILL."""
+    if worker.returncode is None:
+        if worker.stdin is not None:
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                await worker.stdin.aclose()
+        worker.send_signal(signal.SIGTERM)
+        with trio.move_on_after(KILL_GRACE_S):
+            await worker.wait()
+    if worker.returncode is None:
+        worker.kill()
+        with trio.move_on_after(KILL_GRACE_S):
+            await worker.wait()
+    await worker.aclose()
