@@ -59,6 +59,7 @@ class ForkedWorker:
         self.stderr: trio.lowlevel.FdStream | None = trio.lowlevel.FdStream(stderr)
         self._zygote = zygote
         self._status: int | None = None
+        self._wait_lock = trio.Lock()
         self.exited = trio.Event()
         """Set when the zygote reported its exit status (`returncode`)."""
 
@@ -73,12 +74,13 @@ class ForkedWorker:
     async def wait(self) -> int:
         """Wait until it is gone and its status known (the zygote reaps it; a zygote that is
         gone itself took the worker along: SIGKILL)."""
-        if self._status is None:
-            await trio.lowlevel.wait_readable(self._pidfd)
-            with trio.move_on_after(_EXIT_RECORD_WAIT_S):
-                await self.exited.wait()
+        async with self._wait_lock:  # one task at a time may wait on a descriptor
             if self._status is None:
-                self._exited(-signal.SIGKILL)
+                await trio.lowlevel.wait_readable(self._pidfd)
+                with trio.move_on_after(_EXIT_RECORD_WAIT_S):
+                    await self.exited.wait()
+                if self._status is None:
+                    self._exited(-signal.SIGKILL)
         assert self._status is not None
         return self._status
 
