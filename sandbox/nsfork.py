@@ -204,9 +204,7 @@ def install_filter(program: bytes) -> None:
 
     prog = _SockFprog(len(program) // 8, ctypes.addressof(buf))
     _check(
-        libc.prctl(
-            _PR_SET_SECCOMP, ctypes.c_ulong(_SECCOMP_MODE_FILTER), ctypes.byref(prog), 0, 0
-        ),
+        libc.prctl(_PR_SET_SECCOMP, ctypes.c_ulong(_SECCOMP_MODE_FILTER), ctypes.byref(prog), 0, 0),
         "seccomp",
     )
 

@@ -162,9 +162,7 @@ def _reap(control: socket.socket) -> None:
         control.send(json.dumps({"exited": pid, "status": code}).encode())
 
 
-def _fork_worker(
-    request: dict[str, Any], fds: list[int], ids: tuple[int, int]
-) -> int:
+def _fork_worker(request: dict[str, Any], fds: list[int], ids: tuple[int, int]) -> int:
     """Fork a middle process that makes the worker's namespaces and forks the worker (pid 1
     of its pid namespace), then exits: the worker is then our child (we are pid 1 here).
     Returns the worker's pid; the worker never returns."""

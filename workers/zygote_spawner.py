@@ -232,9 +232,7 @@ class ZygoteSpawner:
         if zygote is not None:
             spec = self.fresh.spec_for(launch)
             try:
-                worker = await zygote.fork(
-                    launch, spec.limits.model_dump(), spec.limits.tmp_bytes
-                )
+                worker = await zygote.fork(launch, spec.limits.model_dump(), spec.limits.tmp_bytes)
             except OSError as exc:
                 self._log.warning("zygote fork failed: a fresh worker instead", error=str(exc))
         if worker is None:

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SCOPES_ENV",
+    "ZYGOTE_ENV",
     "open_broker",
     "open_mcp",
     "open_subagents",
@@ -38,6 +39,11 @@ __all__ = [
 SCOPES_ENV = "WARREN_SCOPES"
 """`mount`: hold scoped writers to their scopes with mounts (a fresh worker each) even where
 the kernel has Landlock (`PoolOptions.scopes`); for tests and for comparing the two."""
+
+
+ZYGOTE_ENV = "WARREN_ZYGOTE"
+"""`off`: every pool worker a fresh interpreter, none forked from the zygote
+(`PoolOptions.zygote`); for comparing the two and as a way out."""
 
 
 def session_parts() -> SessionParts:
@@ -121,6 +127,7 @@ async def open_subagents(
         max_workers=max(1, min(limits.max_subagents, LOCAL_MAX_SUBAGENTS)),
         thinking_budget=limits.max_thinking_tokens,
         scopes="mount" if os.environ.get(SCOPES_ENV) == "mount" else "auto",
+        zygote="off" if os.environ.get(ZYGOTE_ENV) == "off" else "auto",
     )
     if pool.backend == "ray" and pool.address is not None:
         from workers.remote.backend import open_ray_subagents

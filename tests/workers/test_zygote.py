@@ -75,24 +75,35 @@ ATTACK = textwrap.dedent(
         except OSError:
             pass
         return got
+    def status(pid, key):
+        for line in open(f"/proc/{pid}/status"):
+            if line.startswith(key + ":"):
+                return line.split()[1]
+    # Ours: this process, its shell, and the worker they run under (forked, so its command
+    # line is the zygote's), with their threads.
+    mine, pid = [], os.getpid()
+    while pid:
+        mine.append(pid)
+        if b"workers.zygote" in open(f"/proc/{pid}/cmdline", "rb").read():
+            break
+        pid = int(status(pid, "PPid"))
+    mine += [int(t) for p in mine for t in os.listdir(f"/proc/{p}/task")]
     visible = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
-    for pid in list(visible):  # and their threads (not listed, but each a valid target)
-        visible += [int(t) for t in os.listdir(f"/proc/{pid}/task") if int(t) != pid]
     seen = []
     for pid in visible:
         try:
-            seen.append(open(f"/proc/{pid}/cmdline", "rb").read().decode(errors="replace"))
+            seen.append(open(f"/proc/{pid}/cmdline", "rb").read())
         except OSError:
             pass
     child = subprocess.Popen(["sleep", "30"])
     control = attempts(child.pid)
     child.wait()
-    hits = {t: attempts(t) for t in map(int, sys.argv[1:]) if t not in visible}
+    hits = {t: attempts(t) for t in map(int, sys.argv[1:]) if t not in mine}
     print("ATTACK " + json.dumps({
         "control": control,
         "hits": {t: h for t, h in hits.items() if h},
         "tried": len(hits),
-        "sees_victim": any("victim-mark" in c for c in seen),
+        "sees_victim": b"sleep\\x0099\\x00" in b"".join(seen),
         "tmp": os.listdir("/tmp"),
         "zygote_proc": os.listdir("/dev/.proc") if os.path.isdir("/dev/.proc") else [],
         "userns": libc.unshare(0x10000000),
@@ -142,32 +153,31 @@ async def test_a_forked_worker_cannot_reach_its_sibling_or_the_zygote(tmp_path: 
         workspace=workspace,
         tools=FACTORY,
         options=PoolOptions(max_workers=2),
-    ) as pool:
-        async with trio.open_nursery() as nursery:
-            victim = request(shell, "victim", "agent-victim")
-            nursery.start_soon(
-                lambda: pool.run(victim, on_event=Collected(), permission=allow_all)
+    ) as pool, trio.open_nursery() as nursery:
+        victim = request(shell, "victim", "agent-victim")
+        nursery.start_soon(lambda: pool.run(victim, on_event=Collected(), permission=allow_all))
+        with trio.fail_after(60):
+            while (sleep := _victim_sleep()) is None:  # noqa: ASYNC110 (a process: poll)
+                await trio.sleep(0.05)
+        # The victim's tool, its worker and the zygote (every ancestor up to the pool).
+        ours = psutil.Process()
+        targets += [sleep, *(p for p in sleep.parents() if p.pid != ours.pid)]
+        targets = [p for p in targets if p.pid not in {a.pid for a in ours.parents()}]
+        before = {p.pid: p.create_time() for p in targets}
+        names = [p.name() for p in targets]
+        # sleep, bash, the worker, then the zygote (not bwrap: a forked worker), its
+        # waiting parent and the two bwrap processes of its sandbox.
+        assert names[3].startswith("python") and names.count("bwrap") == 2, names
+        with trio.fail_after(60):
+            attack = await pool.run(
+                request(shell, "attacker", "agent-attacker"),
+                on_event=Collected(),
+                permission=allow_all,
             )
-            with trio.fail_after(60):
-                while (sleep := _victim_sleep()) is None:
-                    await trio.sleep(0.05)
-            # The victim's tool, its worker and the zygote (every ancestor up to the pool).
-            ours = psutil.Process()
-            targets += [sleep, *(p for p in sleep.parents() if p.pid != ours.pid)]
-            targets = [p for p in targets if p.pid not in {a.pid for a in ours.parents()}]
-            before = {p.pid: p.create_time() for p in targets}
-            names = [p.name() for p in targets]
-            assert names.count("bwrap") == 2 and len(names) >= 6, names  # zygote's tree too
-            with trio.fail_after(60):
-                attack = await pool.run(
-                    request(shell, "attacker", "agent-attacker"),
-                    on_event=Collected(),
-                    permission=allow_all,
-                )
-            assert attack.reason == "completed", attack
-            assert {p.pid: p.create_time() for p in targets if p.is_running()} == before
-            assert all(p.status() != psutil.STATUS_ZOMBIE for p in targets)
-            nursery.cancel_scope.cancel()
+        assert attack.reason == "completed", attack
+        assert {p.pid: p.create_time() for p in targets if p.is_running()} == before
+        assert all(p.status() != psutil.STATUS_ZOMBIE for p in targets)
+        nursery.cancel_scope.cancel()
     result = next(
         r.messages[-1].tool_results()[0].text()
         for r in model.requests
