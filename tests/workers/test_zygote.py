@@ -148,12 +148,15 @@ async def test_a_forked_worker_cannot_reach_its_sibling_or_the_zygote(tmp_path: 
         return tool_use("Bash", {"command": f"python3 -I -S attack.py {pids}"})
 
     model = FunctionModel(respond)
-    async with open_worker_pool(
-        broker=ModelBroker(model),
-        workspace=workspace,
-        tools=FACTORY,
-        options=PoolOptions(max_workers=2),
-    ) as pool, trio.open_nursery() as nursery:
+    async with (
+        open_worker_pool(
+            broker=ModelBroker(model),
+            workspace=workspace,
+            tools=FACTORY,
+            options=PoolOptions(max_workers=2),
+        ) as pool,
+        trio.open_nursery() as nursery,
+    ):
         victim = request(shell, "victim", "agent-victim")
         nursery.start_soon(lambda: pool.run(victim, on_event=Collected(), permission=allow_all))
         with trio.fail_after(60):
