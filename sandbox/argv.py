@@ -144,7 +144,7 @@ def prlimit_argv(limits: Limits, prlimit: Path) -> list[str]:
 
 
 _RW_PROC = "/dev/.proc"
-"""`sandbox.nsfork.RW_PROC` (pinned equal by tests/sandbox/test_nsfork.py)."""
+"""`sandbox.nsfork.RW_PROC` (pinned equal by tests/sandbox/test_argv.py)."""
 
 _HOME_TMPFS_BYTES = 1024**2
 """Size of the hidden home's tmpfs: it only holds mount points, and is read-only anyway."""

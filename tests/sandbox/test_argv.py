@@ -151,6 +151,27 @@ def test_host_network_drops_only_the_network_namespace() -> None:
     assert argv == [flag for flag in private if flag != "--unshare-net"]
 
 
+def test_a_zygotes_sandbox_differs_only_where_it_must() -> None:
+    """workers/zygote.py's sandbox (sandbox/nsfork.py says why each): no --disable-userns,
+    a uid of its own, and bwrap's proc beside the host's read-only one, not over it."""
+    from sandbox import nsfork
+
+    spec, facts, _ = CASES["rw_workspace"]
+    spec = spec.read_only()
+    plain = bwrap_argv(spec, ["z"], bwrap=BWRAP, facts=facts, prlimit=PRLIMIT, seccomp_fd=3)
+    nested = bwrap_argv(
+        spec, ["z"], bwrap=BWRAP, facts=facts, prlimit=PRLIMIT, seccomp_fd=3, nested_uid=1000
+    )
+    expected = [flag for flag in plain if flag != "--disable-userns"]
+    at = expected.index("--proc")
+    del expected[at : at + 2]
+    at = expected.index("--dev") + 2
+    expected[at:at] = ["--proc", nsfork.RW_PROC]
+    at = expected.index("ALL") + 1
+    expected[at:at] = ["--uid", "1000", "--gid", "1000"]
+    assert nested == expected
+
+
 def _mount_positions(argv: list[str]) -> list[tuple[int, str, str]]:
     """(index, flag, destination) of every mount operation, in order."""
     out = []

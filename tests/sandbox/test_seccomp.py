@@ -11,7 +11,7 @@ import pytest
 
 from sandbox.host import SandboxHost
 from sandbox.run import run_sandboxed
-from sandbox.seccomp import SUPPORTED_ARCHES, build_filter
+from sandbox.seccomp import SUPPORTED_ARCHES, build_filter, build_no_userns_filter
 from sandbox.spec import Limits, SandboxSpec, WorkspaceRoot
 
 ALLOW = "allow"
@@ -120,6 +120,26 @@ def test_aarch64_program() -> None:
     for nr in (117, 270, 271, 272, 440, 438, 241, 282):  # ptrace, process_vm_*, ...
         assert run_bpf(program, arch=AARCH64, nr=nr, args=(1,)) == "EPERM", nr
     assert run_bpf(program, arch=X86_64, nr=0, args=()) == KILL
+
+
+@pytest.mark.parametrize(
+    ("machine", "arch", "clone", "unshare"),
+    [("x86_64", X86_64, 56, 272), ("aarch64", AARCH64, 220, 97)],
+)
+def test_a_forked_worker_gets_no_nested_user_namespace(
+    machine: str, arch: int, clone: int, unshare: int
+) -> None:
+    """What bwrap's --disable-userns gives a fresh sandbox, stacked by a zygote's worker
+    (workers/zygote.py): CLONE_NEWUSER refused, other namespaces and plain forks allowed."""
+    program = build_no_userns_filter(machine)
+    assert program is not None
+    newuser, newns, sigchld = 0x10000000, 0x00020000, 17
+    assert run_bpf(program, arch=arch, nr=unshare, args=(newuser | newns,)) == "EPERM"
+    assert run_bpf(program, arch=arch, nr=clone, args=(newuser | sigchld,)) == "EPERM"
+    assert run_bpf(program, arch=arch, nr=435, args=(0,)) == "ENOSYS"  # clone3: a struct
+    assert run_bpf(program, arch=arch, nr=unshare, args=(newns,)) == ALLOW
+    assert run_bpf(program, arch=arch, nr=clone, args=(sigchld,)) == ALLOW
+    assert run_bpf(program, arch=I386 if machine == "x86_64" else X86_64, nr=1) == KILL
 
 
 def test_unsupported_machine_gets_no_filter() -> None:
