@@ -22,7 +22,7 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -206,8 +206,13 @@ class ZygoteSpawner:
     module docstring). The zygote starts on the first read-only launch and lives on
     `nursery` until `aclose`."""
 
-    def __init__(self, fresh: SandboxedSpawner, nursery: trio.Nursery) -> None:
+    def __init__(
+        self, fresh: SandboxedSpawner, nursery: trio.Nursery, *, module: str = "workers.zygote"
+    ) -> None:
+        """`module`: the zygote's entry point (`python -I -m module`); tests name one that
+        cannot start, to see the fallback."""
         self.fresh = fresh
+        self._module = module
         self._nursery = nursery
         self._zygote: _Zygote | None = None
         self._start_lock = trio.Lock()
@@ -275,8 +280,9 @@ class ZygoteSpawner:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         worker_uid = os.getuid()
         nested_uid = nsfork.NESTED_UID if worker_uid == 0 else worker_uid
-        argv = [launch.argv[0], "-I", "-m", "workers.zygote"]
+        argv = [launch.argv[0], "-I", "-m", self._module]
         argv += ["--control-fd", str(theirs.fileno()), "--worker-uid", str(worker_uid)]
+        failure: str | None = None
         try:
             async with open_sandboxed_process(
                 spec,
@@ -292,41 +298,62 @@ class ZygoteSpawner:
                 control = trio.socket.from_stdlib_socket(ours)
                 zygote = _Zygote(control, process)
                 tail = bytearray()
+                drained = trio.Event()
                 async with trio.open_nursery() as nursery:
                     assert process.stderr is not None
-                    nursery.start_soon(self._relay, process.stderr, tail)
+                    nursery.start_soon(self._relay, process.stderr, tail, drained)
                     hello = b""
                     with trio.move_on_after(_READY_TIMEOUT_S):
                         hello = await control.recv(_MESSAGE_BYTES)
                     if hello and json.loads(hello).get("ready"):
                         nursery.start_soon(zygote.read)
                         task_status.started(zygote)
-                        await self._stop.wait()
+                        await _first_of(self._stop.wait, process.wait)
                         control.close()
                     else:
                         process.kill()
+                        with trio.move_on_after(KILL_GRACE_S):
+                            await drained.wait()  # its last words, for the message
                     nursery.cancel_scope.cancel()
                 if not hello:
-                    raise RuntimeError(
-                        "the zygote did not start: "
-                        + (tail.decode(errors="replace").strip()[-500:] or "no output")
-                    )
+                    failure = tail.decode(errors="replace").strip()[-500:] or "no output"
         finally:
             theirs.close()
             ours.close()
+        if failure is not None:  # raised here, not inside the sandbox's nursery
+            raise RuntimeError(f"the zygote did not start: {failure}")
 
-    async def _relay(self, stream: trio.abc.ReceiveStream, tail: bytearray) -> None:
-        with contextlib.suppress(trio.ClosedResourceError, trio.BrokenResourceError):
+    async def _relay(
+        self, stream: trio.abc.ReceiveStream, tail: bytearray, drained: trio.Event
+    ) -> None:
+        """The zygote's stderr into our log (a worker's goes to the pool's relay)."""
+        try:
             async for chunk in stream:
                 tail += chunk
                 del tail[:-4096]
                 for line in chunk.decode(errors="replace").splitlines():
                     if line.strip():
                         self._log.info("zygote output", line=line[:2000])
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            pass
+        finally:
+            drained.set()
 
     async def aclose(self) -> None:
         """Stop the zygote (its workers, if any are left, go with its sandbox)."""
         self._stop.set()
+
+
+async def _first_of(*waits: Callable[[], Awaitable[object]]) -> None:
+    """Return as soon as one of `waits` does (the pool closing, the zygote gone)."""
+    async with trio.open_nursery() as nursery:
+
+        async def one(wait: Callable[[], Awaitable[object]]) -> None:
+            await wait()
+            nursery.cancel_scope.cancel()
+
+        for wait in waits:
+            nursery.start_soon(one, wait)
 
 
 async def _stop(worker: ForkedWorker) -> None:

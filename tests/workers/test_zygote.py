@@ -19,6 +19,7 @@ from pathlib import Path
 
 import psutil
 import trio
+from structlog.testing import capture_logs
 
 from orchestrator.messages import ContentBlock
 from orchestrator.model.base import ModelRequest
@@ -39,6 +40,8 @@ from tests.workers.agent_kit import (
 )
 from workers.broker import ModelBroker
 from workers.pool import PoolOptions, open_worker_pool
+from workers.toolhost_runner import SandboxedSpawner
+from workers.zygote_spawner import ZygoteSpawner
 
 pytestmark = needs_sandbox
 
@@ -192,4 +195,36 @@ async def test_a_forked_worker_cannot_reach_its_sibling_or_the_zygote(tmp_path: 
     assert report["tried"] > 5 and report["hits"] == {}, report
     assert not report["sees_victim"] and "victim-mark" not in report["tmp"], report
     assert report["zygote_proc"] == [] and report["userns"] == -1, report
+    assert descendants() == []
+
+
+async def test_without_a_zygote_workers_start_fresh_and_the_log_says_why_once(
+    tmp_path: Path,
+) -> None:
+    workspace = workspace_at(tmp_path)
+
+    async def respond(req: ModelRequest) -> Sequence[ContentBlock]:
+        return text("done")
+
+    with capture_logs() as logs:
+        async with trio.open_nursery() as nursery:
+            spawner = ZygoteSpawner(SandboxedSpawner(), nursery, module="tests.workers.no_zygote")
+            async with open_worker_pool(
+                broker=ModelBroker(FunctionModel(respond)),
+                workspace=workspace,
+                spawner=spawner,
+                tools=FACTORY,
+                options=PoolOptions(max_workers=2, start="eager"),
+            ) as pool:
+                await pool.wait_idle(2)
+                out = await pool.run(
+                    request(agent("probe"), "x"), on_event=Collected(), permission=allow_all
+                )
+                assert out.reason == "completed", out
+                assert out.worker_pid is not None
+                assert psutil.Process(out.worker_pid).name() == "bwrap"  # a fresh worker
+            await spawner.aclose()
+    assert spawner.unavailable is not None and "not permitted" in spawner.unavailable
+    said = [e for e in logs if e["event"].startswith("no zygote for pool workers")]
+    assert len(said) == 1, said
     assert descendants() == []
