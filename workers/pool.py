@@ -175,7 +175,7 @@ class PoolOptions(BaseModel):
     zygote: Literal["auto", "off"] = "auto"
     """`auto` (default): with the floor's spawner (`SandboxedSpawner`), read-only workers are
     forked from a warm zygote, each in namespaces of its own (workers/zygote.py), about a
-    third of a fresh worker's memory; fresh workers when the zygote cannot be made (the log
+    third of a fresh worker's memory (tests/bench/bench_pool.py); fresh workers when the zygote cannot be made (the log
     says why). `off`: every worker a fresh interpreter. `WARREN_ZYGOTE=off` sets `off`."""
     warm_writers: int = Field(default=1, ge=0, le=64)
     """Writable workers kept ready, within `max_workers`, once `expect_writers` says the
