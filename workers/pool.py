@@ -174,9 +174,10 @@ class PoolOptions(BaseModel):
     `WARREN_SCOPES=mount` sets `mount` for a session (orchestrator/cli/wiring.py)."""
     zygote: Literal["auto", "off"] = "auto"
     """`auto` (default): with the floor's spawner (`SandboxedSpawner`), read-only workers are
-    forked from a warm zygote, each in namespaces of its own (workers/zygote.py), about a
-    third of a fresh worker's memory (tests/bench/bench_pool.py); fresh workers when the zygote cannot be made (the log
-    says why). `off`: every worker a fresh interpreter. `WARREN_ZYGOTE=off` sets `off`."""
+    forked from a warm zygote, each in namespaces of its own (workers/zygote.py), at about a
+    third of a fresh worker's memory (tests/bench/bench_pool.py); fresh workers when the
+    zygote cannot be made (the log says why). `off`: every worker a fresh interpreter.
+    `WARREN_ZYGOTE=off` sets `off`."""
     warm_writers: int = Field(default=1, ge=0, le=64)
     """Writable workers kept ready, within `max_workers`, once `expect_writers` says the
     session has an agent type that may write; once the session ran more scoped writers at

@@ -32,7 +32,7 @@ import trio
 
 from sandbox import nsfork
 from sandbox.errors import SandboxError
-from sandbox.run import KILL_GRACE_S, open_sandboxed_process
+from sandbox.run import KILL_GRACE_S, WATCHDOG_INTERVAL_S, open_sandboxed_process
 from sandbox.seccomp import SUPPORTED_ARCHES
 from workers.child import HostLaunch, HostProcess
 from workers.toolhost_runner import SandboxedSpawner
@@ -245,10 +245,34 @@ class ZygoteSpawner:
                 yield process
             return
         try:
-            yield worker
+            async with trio.open_nursery() as nursery:
+                if spec.limits.processes is not None:
+                    nursery.start_soon(self._watch_processes, worker, spec.limits.processes)
+                try:
+                    yield worker
+                finally:
+                    nursery.cancel_scope.cancel()
         finally:
             with trio.CancelScope(shield=True):
                 await _stop(worker)
+
+    async def _watch_processes(self, worker: ForkedWorker, limit: int) -> None:
+        """`sandbox.run`'s process watchdog for a forked worker, which has no cgroup of its
+        own and whose RLIMIT_NPROC does not bind host root: its processes are counted
+        through its own proc, and it is killed (its pid namespace with it) at `limit`."""
+        while worker.returncode is None:
+            await trio.sleep(WATCHDOG_INTERVAL_S)
+            try:
+                own = f"/proc/{worker.pid}/root/proc"
+                if os.stat(own).st_dev == os.stat("/proc").st_dev:
+                    continue  # not its own proc (yet)
+                count = sum(1 for name in os.listdir(own) if name.isdigit())
+            except OSError:
+                return
+            if count >= limit:
+                self._log.warning("forked worker at its process limit: killed", limit=limit)
+                worker.kill()
+                return
 
     async def _zygote_for(self, launch: HostLaunch) -> _Zygote | None:
         async with self._start_lock:

@@ -23,6 +23,7 @@ from structlog.testing import capture_logs
 
 from orchestrator.messages import ContentBlock
 from orchestrator.model.base import ModelRequest
+from sandbox.spec import Limits, SandboxSpec
 from tests.kit.floor import needs_sandbox
 from tests.workers.agent_kit import (
     FACTORY,
@@ -227,4 +228,33 @@ async def test_without_a_zygote_workers_start_fresh_and_the_log_says_why_once(
     assert spawner.unavailable is not None and "not permitted" in spawner.unavailable
     said = [e for e in logs if e["event"].startswith("no zygote for pool workers")]
     assert len(said) == 1, said
+    assert descendants() == []
+
+
+async def test_a_forked_worker_past_its_process_limit_is_killed(tmp_path: Path) -> None:
+    """A forked worker has no cgroup of its own, and RLIMIT_NPROC does not bind host root:
+    the spawner's watchdog counts its processes through its own proc."""
+    workspace = workspace_at(tmp_path)
+    bomb = "for i in $(seq 40); do sleep 60 & done; wait"
+
+    async def respond(req: ModelRequest) -> Sequence[ContentBlock]:
+        if turn_of(req) == 1:
+            return tool_use("Bash", {"command": bomb})
+        return text("done")
+
+    limits = Limits(wall_time_s=None, cpu_time_s=None, processes=16)
+    async with open_worker_pool(
+        broker=ModelBroker(FunctionModel(respond)),
+        workspace=workspace,
+        spawner=SandboxedSpawner(SandboxSpec(limits=limits)),
+        tools=FACTORY,
+        options=PoolOptions(max_workers=1),
+    ) as pool:
+        with trio.fail_after(60):
+            out = await pool.run(
+                request(agent("shell", tools=("Bash",)), "bomb"),
+                on_event=Collected(),
+                permission=allow_all,
+            )
+    assert out.reason == "worker_crashed", out
     assert descendants() == []
