@@ -8,9 +8,10 @@ namespaces inside the sandbox, an unsupported machine) every launch goes to the 
 and the log says why, once.
 
 What differs from a fresh worker's sandbox (workers/README.md "Zygote"): its proc is
-read-only; it shares no cgroup of its own (its rlimits are its own: memory per process, its
-processes counted in its own user namespace); nested user namespaces are refused by seccomp
-rather than by bwrap's `--disable-userns`.
+read-only; it has no cgroup of its own (its rlimits are its own: memory per process, its
+processes counted in its own user namespace, and by a watchdog here, as `sandbox.run` does for
+a fresh one); nested user namespaces are refused by seccomp rather than by bwrap's
+`--disable-userns`.
 """
 
 from __future__ import annotations
