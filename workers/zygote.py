@@ -5,8 +5,8 @@ forks read-only pool workers on request, each into namespaces of its own.
 
 Started by `workers.zygote_spawner.ZygoteSpawner` under the same floor as a read-only worker
 (its bwrap sandbox made with `nested_uid`, see sandbox/argv.py). A forked worker shares the
-zygote's pages copy-on-write, so an idle one costs its own dirty pages only (about 11 MB PSS
-against 29 MB for a fresh interpreter: tests/bench/bench_pool.py).
+zygote's pages copy-on-write, so an idle one costs its own dirty pages only (about 10 MB PSS
+against 26 MB for a fresh interpreter: tests/bench/bench_pool.py).
 
 Isolation between forked workers (pinned by tests/workers/test_zygote.py, by attack): each
 worker is pid 1 of its own pid namespace, with its own user, mount, IPC, UTS, network and
