@@ -68,6 +68,7 @@ from orchestrator.tools.base import Tool, ToolContext, ToolInput
 from orchestrator.tools.registry import ToolRegistry, builtin_tools
 from workers import protocol as wire
 from workers.entry import (
+    exit_now,
     load_tools_factory,
     make_undumpable,
     serve_until_sigterm,
@@ -612,4 +613,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

@@ -29,7 +29,6 @@ pins what a host imports on its way to `Ready`).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import sys
@@ -37,7 +36,7 @@ import time
 import traceback
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import pydantic
 import trio
@@ -52,6 +51,7 @@ from orchestrator.tools.bash import MAX_OUTPUT_CHARS, SHELL_RESOURCE
 from orchestrator.tools.registry import ToolRegistry, builtin_tools
 from workers import protocol as wire
 from workers.entry import (
+    exit_now,
     load_tools_factory,
     make_undumpable,
     serve_until_sigterm,
@@ -63,7 +63,6 @@ __all__ = [
     "DEFAULT_TOOLS",
     "HostLog",
     "ToolHost",
-    "exit_now",
     "host_tools",
     "main",
 ]
@@ -439,16 +438,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     HostLog(args.role).info("tool host starting", pid=os.getpid())
     trio.run(_serve, args, proto_in, proto_out)
     return 0
-
-
-def exit_now(code: int) -> NoReturn:
-    """Leave without the interpreter's teardown of the host's imported objects (a third of a
-    second on a busy machine, which the session's exit waits for): `serve` has closed
-    everything the host started, and its log lines are flushed as written
-    (tests/workers/test_toolhost_exit.py)."""
-    with contextlib.suppress(OSError, ValueError):
-        sys.stderr.flush()
-    os._exit(code)
 
 
 if __name__ == "__main__":
