@@ -265,11 +265,18 @@ def _counter(text: str | None, key: str) -> int:
 
 def sandbox_init_pid(bwrap_pid: int) -> int | None:
     """Host pid of the sandbox's init (bwrap's child, pid 1 in the sandbox), if running."""
+    children = _children(bwrap_pid)
+    return children[0] if children else None
+
+
+def _children(pid: int) -> list[int]:
+    """The children of `pid`'s main thread (a raw read: the sandbox watchdog asks ten times a
+    second per sandbox, from the coordinator's trio thread)."""
     try:
-        children = Path(f"/proc/{bwrap_pid}/task/{bwrap_pid}/children").read_text().split()
+        with open(f"/proc/{pid}/task/{pid}/children", "rb") as children:
+            return [int(child) for child in children.read().split()]
     except OSError:
-        return None
-    return int(children[0]) if children else None
+        return []
 
 
 def sandbox_command_pids(bwrap_pid: int) -> list[int]:
@@ -277,10 +284,7 @@ def sandbox_command_pids(bwrap_pid: int) -> list[int]:
     init = sandbox_init_pid(bwrap_pid)
     if init is None:
         return []
-    try:
-        return [int(p) for p in Path(f"/proc/{init}/task/{init}/children").read_text().split()]
-    except OSError:
-        return []
+    return _children(init)
 
 
 def count_sandbox_processes(bwrap_pid: int) -> int | None:
