@@ -255,9 +255,7 @@ class ToolPipeline:
             # host's `updatedInput`) cannot take it past a deny rule: the policy sees it again
             # (tests/orchestrator/test_sdk_control.py).
             decision, original, scheduled = plan.decision, plan.input, plan.write_scope
-            plan = plan_call(
-                block, tool, rewritten, self.assessor, workspace=self.ctx.workspace
-            )
+            plan = plan_call(block, tool, rewritten, self.assessor, workspace=self.ctx.workspace)
             if scheduled is not None and plan.write_scope != scheduled:
                 return self._error(block, _SCOPE_CHANGED)
             plan = plan if decision is None else plan.decided(decision)

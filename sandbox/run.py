@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import subprocess
 import time
@@ -46,6 +47,7 @@ from sandbox.limits import (
 from sandbox.masks import HostFacts, gather_host_facts, python_runtime_paths, warren_code_paths
 from sandbox.reaper import reap_adopted_sandbox_inits
 from sandbox.seccomp import build_filter
+from sandbox.spare import Adopted, SpareRecipe, SpareSource
 from sandbox.spec import LimitName, Limits, SandboxSpec
 
 __all__ = [
@@ -146,7 +148,7 @@ class SandboxProcess:
 
     def __init__(
         self,
-        popen: subprocess.Popen[bytes],
+        popen: subprocess.Popen[bytes] | _AdoptedPopen,
         *,
         stdin: trio.lowlevel.FdStream | None,
         stdout: trio.lowlevel.FdStream | None,
@@ -161,7 +163,13 @@ class SandboxProcess:
         self._wait_lock = trio.Lock()
         self._pidfd: int | None = None
         with contextlib.suppress(OSError, AttributeError):
-            self._pidfd = os.pidfd_open(popen.pid)
+            self._pidfd = (
+                os.dup(popen.pidfd)
+                if isinstance(popen, _AdoptedPopen)
+                else os.pidfd_open(popen.pid)
+            )
+        self.adopted = isinstance(popen, _AdoptedPopen)
+        """Started by another process (a spare, `sandbox.spare`), which reaps it."""
         self.killed_by_limit: LimitName | None = None
         """Set when the runner stops the sandbox for a limit (or after exit, from its
         status)."""
@@ -223,6 +231,8 @@ class SandboxProcess:
         if init is None:
             self._popen.send_signal(signal.SIGKILL)
             return
+        if isinstance(self._popen, _AdoptedPopen):
+            self._popen.signalled(signal.SIGKILL)
         with contextlib.suppress(ProcessLookupError):
             os.kill(init, signal.SIGKILL)
 
@@ -236,6 +246,52 @@ class SandboxProcess:
             trio.lowlevel.notify_closing(self._pidfd)
             os.close(self._pidfd)
             self._pidfd = None
+        if isinstance(self._popen, _AdoptedPopen):
+            self._popen.close()
+
+
+class _AdoptedPopen:
+    """The `Popen` surface `SandboxProcess` uses, for a sandbox another process started and
+    reaps (a spare): signals go through its pidfd (no pid reuse can misdirect them) and its
+    end is the pidfd becoming readable. Its exit status is its parent's to read: we know
+    the signal we sent it, else report 0 (a tool host exits 0 when told to stop)."""
+
+    def __init__(self, adopted: Adopted, args: Sequence[str]) -> None:
+        self.pid = adopted.pid
+        self.pidfd = adopted.pidfd
+        self.args = list(args)
+        self.returncode: int | None = None
+        self._signalled = 0
+
+    def poll(self) -> int | None:
+        if self.returncode is None and self.pidfd >= 0:
+            ready, _, _ = select.select([self.pidfd], [], [], 0)
+            if ready:
+                self.returncode = -self._signalled
+        return self.returncode
+
+    def wait(self) -> int:
+        if self.returncode is None and self.pidfd >= 0:
+            select.select([self.pidfd], [], [])
+        return self.poll() or 0
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is not None:
+            return
+        self.signalled(sig)
+        with contextlib.suppress(ProcessLookupError):
+            signal.pidfd_send_signal(self.pidfd, sig)
+
+    def signalled(self, sig: int) -> None:
+        """`sig` was sent to it (or its sandbox's init): its status, if it ends now."""
+        if sig in (signal.SIGKILL, signal.SIGTERM):
+            self._signalled = sig
+
+    def close(self) -> None:
+        self.poll()
+        if self.pidfd >= 0:
+            os.close(self.pidfd)
+            self.pidfd = -1
 
 
 def launch_prefix(
@@ -321,6 +377,7 @@ async def _sandbox(
     graceful: bool,
     pass_fds: tuple[int, ...] = (),
     nested_uid: int | None = None,
+    spares: SpareSource | None = None,
 ) -> AsyncIterator[SandboxProcess]:
     executables = [host.bwrap.path] + ([host.prlimit] if host.prlimit else [])
     facts, guard = await trio.to_thread.run_sync(
@@ -328,44 +385,38 @@ async def _sandbox(
     )
     cgroup: SandboxCgroup | None = None
     proc: SandboxProcess | None = None
-    pipes: _PrivatePipes | None = None
+    recipe: SpareRecipe | None = None
+    adopted: Adopted | None = None
     try:
-        if io.private:
-            pipes = _PrivatePipes.open()
-            facts = pipes.named_in(facts)
-        cgroup = SandboxCgroup.create(host.cgroups, spec.limits)
-        program = (
-            build_filter(allow_unix_sockets=spec.allow_unix_sockets, machine=host.machine)
-            if host.seccomp_supported
-            else None
-        )
-        seccomp_fd = _data_fd(program) if program is not None else None
-        try:
-            command = launch_prefix(
-                shell=host.shell,
-                cgroup_procs=cgroup.procs_files if cgroup else [],
-                setpriv=host.setpriv,
-                run_as=run_as,
-            ) + bwrap_argv(
+        if (
+            spares is not None
+            and io.private
+            and run_as is None
+            and not pass_fds
+            and nested_uid is None
+        ):
+            recipe = SpareRecipe.gather(spec, facts, argv, cwd, host)
+            adopted = await spares.claim(recipe)
+        if adopted is not None:
+            proc, cgroup = _adopt(adopted, argv)
+        else:
+            cgroup = SandboxCgroup.create(host.cgroups, spec.limits)
+            proc = _start(
                 spec,
                 argv,
-                bwrap=host.bwrap.path,
-                facts=facts,
-                prlimit=host.prlimit,
-                seccomp_fd=seccomp_fd,
+                io=io,
                 cwd=cwd,
+                host=host,
+                run_as=run_as,
+                facts=facts,
+                cgroup=cgroup,
+                pass_fds=pass_fds,
                 nested_uid=nested_uid,
             )
-            passed = pass_fds + (() if seccomp_fd is None else (seccomp_fd,))
-            owned, pipes = pipes, None  # _spawn closes them, whatever happens
-            proc = _spawn(command, io, pass_fds=passed, pipes=owned)
-            proc.warnings = facts.warnings
-            proc.guard = guard
-        finally:
-            if seccomp_fd is not None:
-                os.close(seccomp_fd)
-            if pipes is not None:
-                pipes.close_all()
+        proc.warnings = facts.warnings
+        proc.guard = guard
+        if adopted is None and recipe is not None and spares is not None:
+            spares.report(recipe)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_watch_processes, proc, spec.limits, cgroup)
             if spec.limits.wall_time_s is not None:
@@ -394,6 +445,72 @@ async def _sandbox(
                 guard.close()
             if proc is not None:
                 await reap_adopted_sandbox_inits(REAP_TIMEOUT_S)
+
+
+def _start(
+    spec: SandboxSpec,
+    argv: Sequence[str],
+    *,
+    io: _Io,
+    cwd: Path | None,
+    host: SandboxHost,
+    run_as: RunAs | None,
+    facts: HostFacts,
+    cgroup: SandboxCgroup | None,
+    pass_fds: tuple[int, ...] = (),
+    nested_uid: int | None = None,
+) -> SandboxProcess:
+    """Spawn bwrap for `spec` in `cgroup` (the cold start)."""
+    pipes: _PrivatePipes | None = None
+    if io.private:
+        pipes = _PrivatePipes.open()
+        facts = pipes.named_in(facts)
+    seccomp_fd: int | None = None
+    try:
+        program = (
+            build_filter(allow_unix_sockets=spec.allow_unix_sockets, machine=host.machine)
+            if host.seccomp_supported
+            else None
+        )
+        seccomp_fd = _data_fd(program) if program is not None else None
+        command = launch_prefix(
+            shell=host.shell,
+            cgroup_procs=cgroup.procs_files if cgroup else [],
+            setpriv=host.setpriv,
+            run_as=run_as,
+        ) + bwrap_argv(
+            spec,
+            argv,
+            bwrap=host.bwrap.path,
+            facts=facts,
+            prlimit=host.prlimit,
+            seccomp_fd=seccomp_fd,
+            cwd=cwd,
+            nested_uid=nested_uid,
+        )
+        passed = pass_fds + (() if seccomp_fd is None else (seccomp_fd,))
+        owned, pipes = pipes, None  # _spawn closes them, whatever happens
+        return _spawn(command, io, pass_fds=passed, pipes=owned)
+    finally:
+        if seccomp_fd is not None:
+            os.close(seccomp_fd)
+        if pipes is not None:
+            pipes.close_all()
+
+
+def _adopt(adopted: Adopted, argv: Sequence[str]) -> tuple[SandboxProcess, SandboxCgroup | None]:
+    """A spare handed to us (`sandbox.spare`) as a `SandboxProcess` we own from now on."""
+    cgroup = None
+    if adopted.cgroup and adopted.cgroup_version in (1, 2):
+        version: Literal[1, 2] = 1 if adopted.cgroup_version == 1 else 2
+        cgroup = SandboxCgroup(directories=list(adopted.cgroup), version=version)
+    proc = SandboxProcess(
+        _AdoptedPopen(adopted, argv),
+        stdin=trio.lowlevel.FdStream(adopted.stdin),
+        stdout=trio.lowlevel.FdStream(adopted.stdout),
+        stderr=trio.lowlevel.FdStream(adopted.stderr),
+    )
+    return proc, cgroup
 
 
 def _prepare(
@@ -649,11 +766,16 @@ async def open_sandboxed_process(
     private_pipes: bool = False,
     pass_fds: tuple[int, ...] = (),
     nested_uid: int | None = None,
+    spares: SpareSource | None = None,
 ) -> AsyncIterator[SandboxProcess]:
     """Start a long-lived sandboxed process with stdin/stdout pipes (and stderr as asked).
 
     `pass_fds`: more descriptors it inherits, at the same numbers (a zygote's control
     socket). `nested_uid`: a zygote's sandbox (`sandbox.argv.bwrap_argv`).
+
+    `spares` (with `private_pipes`): adopt a spare started from the very recipe this start
+    would use (`sandbox.spare`; the recipe is gathered afresh here, so masks of files that
+    appeared since count), else start cold and report the recipe.
 
     `private_pipes`: the two pipes are not the process's fd 0 and 1 but extra descriptors it
     finds named in `PIPE_FDS_ENV` (its fd 0 is /dev/null, fd 1 goes where stderr goes). bwrap's
@@ -683,5 +805,6 @@ async def open_sandboxed_process(
         graceful=True,
         pass_fds=pass_fds,
         nested_uid=nested_uid,
+        spares=spares,
     ) as proc:
         yield proc

@@ -60,6 +60,7 @@ from orchestrator.tools.base import Tool, ToolContext, ToolInput, ToolOutput, To
 from sandbox.guard import find_denied
 from sandbox.host import SandboxHost, detect_host
 from sandbox.run import open_sandboxed_process
+from sandbox.spare import SpareSource
 from sandbox.spec import Bind, Limits, SandboxSpec, WorkspaceRoot
 from workers import protocol as wire
 from workers.child import (
@@ -130,13 +131,17 @@ class SandboxedSpawner:
         *,
         host: SandboxHost | None = None,
         read_denied: Callable[[str], bool] | None = None,
+        spares: SpareSource | None = None,
     ):
         """`spec`: the session's sandbox (protected paths, masks, limits); its workspaces
         default to the launch's workspace and extra roots. Default: the floor's defaults
         with `HOST_LIMITS`. `host`: detected on first use when None. `read_denied`: the
         policy's read deny rules (`SessionPolicy.read_denied`); the files they cover in the
-        workspace when the first sandbox starts are masked in every sandbox."""
+        workspace when the first sandbox starts are masked in every sandbox. `spares`: where
+        a warm server's spare hosts come from (`sandbox.spare`; a host started from an
+        identical recipe is adopted instead of started)."""
         self._spec = spec or SandboxSpec(limits=HOST_LIMITS)
+        self._spares = spares
         self._host = host
         self._read_denied = read_denied
         self._denied_lock = trio.Lock()
@@ -188,7 +193,13 @@ class SandboxedSpawner:
         await self.host()
         spec = await self.full_spec(launch)
         async with open_sandboxed_process(
-            spec, launch.argv, cwd=launch.cwd, stderr="pipe", host=self._host, private_pipes=True
+            spec,
+            launch.argv,
+            cwd=launch.cwd,
+            stderr="pipe",
+            host=self._host,
+            private_pipes=True,
+            spares=self._spares,
         ) as process:
             if process.guard is not None and self._read_denied is not None:
                 process.guard.denied = self._read_denied
@@ -756,7 +767,8 @@ class SandboxedToolRunner:
             cwd=ctx.cwd,
             extra_roots=ctx.extra_roots,
             tools=self._tools,
-            session_id=ctx.session_id,
+            # No session id: nothing in a host uses it, and a host without one can be a warm
+            # server's spare, started before the session it serves (sandbox/spare.py).
             read_deny=ctx.read_deny,
         )
 
@@ -765,6 +777,7 @@ class SandboxedToolRunner:
             "tool host ready",
             role=host.role,
             pid=host.process.pid,
+            warm=getattr(host.process, "adopted", False),
             sandbox_warnings=list(getattr(host.process, "warnings", ())),
         )
 

@@ -185,6 +185,10 @@ class ServerLink:
             raise ValueError("a server message is a JSON object")
         return message, fds
 
+    def buffered(self) -> bool:
+        """A whole message is already read (the next `receive` takes no bytes)."""
+        return b"\n" in self._buffer
+
     def close(self) -> None:
         self.sock.close()
 

@@ -36,6 +36,7 @@ from orchestrator.cli.commands import COMMANDS, is_command
 
 if TYPE_CHECKING:
     from sandbox.probe import KnownFloor
+    from sandbox.spare import SpareSource
 
 __all__ = ["COMMANDS", "build_parser", "exit_now", "main", "run_and_exit", "run_in_process"]
 
@@ -499,17 +500,22 @@ def exit_now(code: int) -> NoReturn:
 
 
 def run_in_process(
-    argv: list[str], terminal: Path | None = None, known_floor: KnownFloor | None = None
+    argv: list[str],
+    terminal: Path | None = None,
+    known_floor: KnownFloor | None = None,
+    *,
+    spares: SpareSource | None = None,
 ) -> int:
     """`warren ARGV` in this process: what a server's session process runs too, with the
-    client's `terminal` (its path) for permission asks and the floor the server proved."""
+    client's `terminal` (its path) for permission asks, the floor the server proved and its
+    spare tool hosts."""
     _import_structlog()
     try:
         if is_command(argv):
             args = build_parser().parse_args(argv)
             handler: Callable[[argparse.Namespace], int] = args.handler
             return handler(args)
-        return _prompt(_prompt_parser().parse_args(argv), terminal, known_floor)
+        return _prompt(_prompt_parser().parse_args(argv), terminal, known_floor, spares)
     finally:
         _flush_stdout()
 
@@ -573,6 +579,7 @@ def _prompt(
     args: argparse.Namespace,
     terminal: Path | None = None,
     known_floor: KnownFloor | None = None,
+    spares: SpareSource | None = None,
 ) -> int:
     import dataclasses
     import os
@@ -661,7 +668,13 @@ def _prompt(
         from orchestrator.live_progress import TerminalProgress, stderr_console
 
         progress = TerminalProgress(stderr_console(), pause_on_ask=config.asks == "terminal")
-    parts = dataclasses.replace(session_parts(), known_floor=known_floor)
+    host = None
+    if known_floor is not None:
+        from sandbox.probe import reuse_known
+
+        reused = reuse_known(known_floor)
+        host = reused[0] if reused is not None else None
+    parts = dataclasses.replace(session_parts(spares, host), known_floor=known_floor)
     if terminal is not None:
         parts = dataclasses.replace(parts, terminal=terminal)
     try:

@@ -25,9 +25,7 @@ def add_commands(sub: Any, summaries: dict[str, str]) -> None:
     )
     listing.add_argument("--cwd", type=Path, default=None, help="the workspace (default: here)")
     listing.set_defaults(handler=_list)
-    get = commands.add_parser(
-        "get", help="one server in force, as its policy table, with its file"
-    )
+    get = commands.add_parser("get", help="one server in force, as its policy table, with its file")
     get.add_argument("name")
     get.add_argument("--cwd", type=Path, default=None, help="the workspace (default: here)")
     get.set_defaults(handler=_get)
@@ -227,9 +225,7 @@ def _add(args: argparse.Namespace) -> int:
         say(f"warren: mcp add: {exc.errors()[0]['msg']}")
         return 2
     return printed(
-        commands.mcp_set(
-            (args.cwd or Path.cwd()).absolute(), args.name, server, scope=args.scope
-        )
+        commands.mcp_set((args.cwd or Path.cwd()).absolute(), args.name, server, scope=args.scope)
     )
 
 

@@ -71,6 +71,7 @@ from orchestrator.cli.client import (
 )
 
 if TYPE_CHECKING:
+    from orchestrator.cli.spares import SpareKeeper, SpareLink
     from sandbox.probe import KnownFloor
 
 __all__ = ["DEFAULT_IDLE_TIMEOUT", "SessionEntry", "add_commands", "serve"]
@@ -78,9 +79,10 @@ __all__ = ["DEFAULT_IDLE_TIMEOUT", "SessionEntry", "add_commands", "serve"]
 DEFAULT_IDLE_TIMEOUT = 1800.0
 """Seconds without a session before the server exits: 30 minutes."""
 
-SessionEntry = Callable[[list[str], Path | None, "KnownFloor | None"], int]
+SessionEntry = Callable[..., int]
 """What a session process runs: argv, the client's terminal and the floor the server
-proved (if it has), to an exit code."""
+proved (if it has), to an exit code; a Warren session (`run_in_process`) also takes
+`spares=`, its link to the server's warm tool hosts (`orchestrator.cli.spares`)."""
 
 _REPROBE_AFTER = 300.0
 """Seconds after which a session start has the server prove the floor again (a proof
@@ -130,6 +132,8 @@ class _ServerState:
     prober: _FloorProber | None = None
     probed: float = 0.0
     """`time.monotonic()` when the last probe child started (one a minute at most)."""
+    spares: SpareKeeper | None = None
+    """The warm tool hosts (None for a test's entry that runs no Warren session)."""
 
 
 def _preload() -> None:
@@ -237,6 +241,10 @@ def serve(directory: Path, idle_timeout: float, entry_spec: str | None = None) -
     uses_floor = entry_spec is None or getattr(entry, "uses_floor", False) is True
     if uses_floor:
         state.prober = _FloorProber.start(state, own_fds)
+    if entry_spec is None:
+        from orchestrator.cli.spares import SpareKeeper
+
+        state.spares = SpareKeeper()
     try:
         while not stop:
             _reap(state)
@@ -248,7 +256,13 @@ def serve(directory: Path, idle_timeout: float, entry_spec: str | None = None) -
             watched = [listener.fileno(), wake_r]
             if state.prober is not None:
                 watched.append(state.prober.fd)
-            readable, _, _ = select.select(watched, [], [], min(timeout, 60.0))
+            links = state.spares.link_fds() if state.spares is not None else {}
+            watched += links
+            wait = min(timeout, 60.0, state.spares.wake_in() if state.spares else 60.0)
+            readable, _, _ = select.select(watched, [], [], wait)
+            for fd in readable:
+                if fd in links and state.spares is not None:
+                    state.spares.serve(links[fd])
             if wake_r in readable:
                 with contextlib.suppress(BlockingIOError):
                     os.read(wake_r, 512)
@@ -270,6 +284,8 @@ def serve(directory: Path, idle_timeout: float, entry_spec: str | None = None) -
             if os.stat(directory / SOCKET_NAME, follow_symlinks=False).st_ino == own:
                 (directory / SOCKET_NAME).unlink()
         os.close(lock)
+        if state.spares is not None:
+            state.spares.stop()  # after the lock: a new server may start meanwhile
     return 0
 
 
@@ -309,7 +325,8 @@ class _FloorProber:
                 for sig in (signal.SIGTERM, signal.SIGCHLD):
                     signal.signal(sig, signal.SIG_DFL)
                 signal.signal(signal.SIGINT, signal.default_int_handler)
-                for fd in (*close, read_end):
+                spares = state.spares.inherited_fds() if state.spares is not None else []
+                for fd in (*close, read_end, *spares):
                     with contextlib.suppress(OSError):
                         os.close(fd)
                 import trio
@@ -377,6 +394,10 @@ def _reap(state: _ServerState) -> None:
             if done == 0:
                 continue
         state.sessions.discard(pid)
+        if state.spares is not None:
+            state.spares.session_ended(pid)
+    if state.spares is not None:
+        state.spares.reap()
 
 
 def _accept(
@@ -393,27 +414,40 @@ def _accept(
     if _peer_uid(conn) != os.getuid():  # the directory is 0700; this is the second lock
         conn.close()
         return
+    keeper = state.spares
+    ours, theirs = keeper.new_link() if keeper is not None else (None, None)
     try:
         pid = os.fork()
     except OSError as exc:  # no process or memory to spare: the client runs it itself
         with contextlib.suppress(OSError):
             ServerLink(conn).send({"refused": f"the server could not fork: {exc.strerror}"})
         conn.close()
+        for sock in (ours, theirs):
+            if sock is not None:
+                sock.close()
         return
     if pid == 0:
         signal.set_wakeup_fd(-1)  # before its pipe closes: a signal must not write elsewhere
         listener.close()
         probe = () if state.prober is None else (state.prober.fd,)
-        for fd in (*own_fds, *probe):
+        # Every spare and every other session's link too: this session holds only what it
+        # claims (orchestrator/cli/spares.py).
+        spares = () if keeper is None or ours is None else (ours.fileno(), *keeper.inherited_fds())
+        for fd in (*own_fds, *probe, *spares):
             with contextlib.suppress(OSError):
                 os.close(fd)
-        _session_process(conn, state, entry)
+        _session_process(conn, state, entry, theirs)
     conn.close()
+    if keeper is not None and ours is not None and theirs is not None:
+        theirs.close()
+        keeper.attach(pid, ours)
     state.sessions.add(pid)
     state.served += 1
 
 
-def _session_process(conn: socket.socket, state: _ServerState, entry: SessionEntry) -> NoReturn:
+def _session_process(
+    conn: socket.socket, state: _ServerState, entry: SessionEntry, spares: socket.socket | None
+) -> NoReturn:
     """The forked child: read the request, become the client's session, run it, exit."""
     code = 1
     link = ServerLink(conn)
@@ -447,7 +481,12 @@ def _session_process(conn: socket.socket, state: _ServerState, entry: SessionEnt
             os._exit(1)
         done = threading.Event()
         threading.Thread(target=_forward_signals, args=(link, done), daemon=True).start()
-        code = _run(entry, list(request["argv"]), terminal, state.floor)
+        warm: SpareLink | None = None
+        if spares is not None:
+            from orchestrator.cli.spares import SpareLink
+
+            warm = SpareLink(spares)
+        code = _run(entry, list(request["argv"]), terminal, state.floor, warm)
         done.set()
         with contextlib.suppress(OSError):  # a client that is gone has nobody to tell
             link.send({"exit": code})
@@ -469,6 +508,7 @@ def _status(state: _ServerState) -> dict[str, Any]:
         "served": state.served,
         "idle_timeout": state.idle_timeout,
         "floor_proven_at": None if state.floor is None else state.floor.proven_at,
+        **(state.spares.status() if state.spares is not None else {}),
     }
 
 
@@ -550,10 +590,16 @@ def _forward_signals(link: ServerLink, done: threading.Event) -> None:
 
 
 def _run(
-    entry: SessionEntry, argv: list[str], terminal: Path | None, floor: KnownFloor | None
+    entry: SessionEntry,
+    argv: list[str],
+    terminal: Path | None,
+    floor: KnownFloor | None,
+    spares: SpareLink | None,
 ) -> int:
     try:
-        code = entry(argv, terminal, floor)
+        code = (
+            entry(argv, terminal, floor, spares=spares) if spares else entry(argv, terminal, floor)
+        )
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         if isinstance(exc.code, str):
@@ -645,10 +691,16 @@ def _show_status(args: argparse.Namespace) -> int:
         if proven is None
         else f"floor proven {time.time() - proven:.0f} s ago"
     )
+    spares = (
+        f", {status['spares']} spare tool host(s) for {len(status['warm_workspaces'])} "
+        f"workspace(s), {status['spares_handed_out']} handed out"
+        if "spares" in status
+        else ""
+    )
     print(
         f"server pid {status['pid']} ({current}), up {time.time() - status['started']:.0f} s, "
         f"{status['sessions']} session(s) running, {status['served']} served, idle timeout "
-        f"{status['idle_timeout']:.0f} s, {floor}, socket {server_dir() / SOCKET_NAME}"
+        f"{status['idle_timeout']:.0f} s, {floor}{spares}, socket {server_dir() / SOCKET_NAME}"
     )
     return 0
 

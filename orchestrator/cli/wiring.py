@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from functools import partial
 from typing import TYPE_CHECKING
 
 from orchestrator.session import SessionParts
@@ -24,6 +25,8 @@ if TYPE_CHECKING:
     from orchestrator.subagents import SubagentRunner
     from orchestrator.tools.base import ToolContext
     from policies.pool import PoolConfig
+    from sandbox.host import SandboxHost
+    from sandbox.spare import SpareSource
     from workers.broker import ModelBroker
 
 __all__ = [
@@ -46,18 +49,31 @@ ZYGOTE_ENV = "WARREN_ZYGOTE"
 (`PoolOptions.zygote`); for comparing the two and as a way out."""
 
 
-def session_parts() -> SessionParts:
-    """The sandboxed tool hosts, the worker pool, the broker and the MCP servers."""
-    return SessionParts(
-        runner=open_tool_hosts, subagents=open_subagents, broker=open_broker, mcp=open_mcp
+def session_parts(
+    spares: SpareSource | None = None, host: SandboxHost | None = None
+) -> SessionParts:
+    """The sandboxed tool hosts, the worker pool, the broker and the MCP servers. In a
+    session process of `warren server`: `spares`, the server's spare tool hosts, and `host`,
+    the sandbox host the server detected when this session would detect the same (so the
+    tool hosts do not detect it again on their way to the first call)."""
+    runner = (
+        open_tool_hosts
+        if spares is None and host is None
+        else partial(open_tool_hosts, spares=spares, host=host)
     )
+    return SessionParts(runner=runner, subagents=open_subagents, broker=open_broker, mcp=open_mcp)
 
 
 def open_tool_hosts(
-    ctx: ToolContext, policy: SessionPolicy
+    ctx: ToolContext,
+    policy: SessionPolicy,
+    *,
+    spares: SpareSource | None = None,
+    host: SandboxHost | None = None,
 ) -> AbstractAsyncContextManager[ToolRunner]:
     """Where every tool call of the main agent runs: the sandboxed tool hosts, with the
-    policy's read masks and protected paths added to the floor."""
+    policy's read masks and protected paths added to the floor; each adopted from `spares`
+    when one there was started from exactly the recipe this session would use."""
     from sandbox.spec import SandboxSpec
     from workers.toolhost_runner import HOST_LIMITS, SandboxedSpawner, open_tool_runner
 
@@ -68,7 +84,8 @@ def open_tool_hosts(
         extra_home_allow=policy.home_allow(),
     )
     return open_tool_runner(
-        spawner=SandboxedSpawner(spec, read_denied=policy.read_denied()), prestart=ctx
+        spawner=SandboxedSpawner(spec, host=host, read_denied=policy.read_denied(), spares=spares),
+        prestart=ctx,
     )
 
 

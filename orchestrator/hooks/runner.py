@@ -94,8 +94,7 @@ class HookCallback(Protocol):
     **Errors:** any `Exception` when the host could not answer: a non-blocking hook error.
     """
 
-    async def __call__(self, input: dict[str, Any], tool_use_id: str | None) -> dict[str, Any]:
-        ...
+    async def __call__(self, input: dict[str, Any], tool_use_id: str | None) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True, slots=True)

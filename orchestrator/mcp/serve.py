@@ -174,9 +174,7 @@ class BearerToken:
         await self._app(scope, receive, send)
 
 
-async def serve_http(
-    config: SessionConfig, parts: SessionParts, *, port: int, token: str
-) -> None:
+async def serve_http(config: SessionConfig, parts: SessionParts, *, port: int, token: str) -> None:
     """Serve streamable HTTP on 127.0.0.1:`port` (0: any free port) until cancelled
     (Ctrl-C); one line on stderr says where.
 

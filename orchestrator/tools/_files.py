@@ -382,6 +382,7 @@ HARD_LINK_NOTE = (
 )
 """The sentence every writing tool's description carries about how files are replaced."""
 
+
 def _write_failed(path: Path, why: str, exc: OSError | None, *, existed: bool) -> ToolError:
     reason = f" ({exc.strerror or exc})" if exc is not None else ""
     if exc is not None and exc.errno in (errno.ENOSPC, errno.EDQUOT):

@@ -7,12 +7,17 @@ Against one fake Messages API server on 127.0.0.1, interleaved, the median over 
 - warm launch -> first model request: `warren -p` handed to a running `warren server`;
 - cold launch -> first model request: `warren -p --no-server`, next to the time of
   `python -c "import anthropic"` (the floor no in-process trick gets under);
-- last message_stop -> process exit, warm and cold.
+- last message_stop -> process exit, warm and cold;
+- first tool turnaround, warm and cold: the end of the reply asking for a Read
+  (`message_stop`) -> the next request (with its tool_result); and the second, the hosts
+  long up, for scale (under load both grow, and the ratio stays). Warm, the server's spare
+  tool hosts serve the session (orchestrator/cli/spares.py); cold, they start alongside
+  the first request (`--no-server`).
 
-A session of one turn in a small workspace (the tool hosts start; a cold run proves the
-floor, a warm one reuses the proof its server made, `sandbox.probe.reuse_floor`). The
-server runs in a private directory and is stopped at the end. The load average is printed
-with the figures: on a busy machine they are noise.
+A session of two turns (a Read, then the answer) in a small workspace (the tool hosts
+start; a cold run proves the floor, a warm one reuses the proof its server made,
+`sandbox.probe.reuse_floor`). The server runs in a private directory and is stopped at the
+end. The load average is printed with the figures: on a busy machine they are noise.
 
 Side by side: when Claude Code is installed (`$CLAUDE_BIN`, else where `../shared/peers/`
 installs it: `~/peers/cc/node_modules/@anthropic-ai/claude-code/bin/claude.exe`), each round
@@ -24,6 +29,8 @@ Warren's. `--no-peer` leaves it out.
 from __future__ import annotations
 
 import argparse
+import itertools
+import json
 import os
 import shutil
 import statistics
@@ -43,17 +50,43 @@ WARREN = [sys.executable, "-m", "orchestrator.cli"]
 
 def _run(
     args: list[str], env: dict[str, str], cwd: Path, api: FakeMessagesAPI
-) -> tuple[float, float]:
-    """(launch -> first request, last message_stop -> exit) of one run, in seconds."""
+) -> tuple[float, float, float, float]:
+    """(launch -> first request, last message_stop -> exit, first and second tool
+    turnaround) of one run, in seconds."""
     before = len(api.requests)
-    api.add(Reply.text("done"))
+    _add_turns(api, cwd)
     launched = time.monotonic()
     done = subprocess.run([*WARREN, "-p", "hi", *args], env=env, cwd=cwd, capture_output=True)
     exited = time.monotonic()
     if done.returncode != 0:
         raise SystemExit(f"warren failed: {done.stderr.decode()}")
     request = api.requests[before]
-    return request.started_at - launched, exited - request.event_time("message_stop")
+    last = api.requests[-1]
+    return (
+        request.started_at - launched,
+        exited - last.event_time("message_stop"),
+        *_turnarounds(api, before),
+    )
+
+
+def _add_turns(api: FakeMessagesAPI, cwd: Path) -> None:
+    api.add(Reply.tool_use("Read", {"file_path": str(cwd / "a.py")}))
+    api.add(Reply.tool_use("Read", {"file_path": str(cwd / "b.py")}))
+    api.add(Reply.text("done"))
+
+
+def _turnarounds(api: FakeMessagesAPI, before: int) -> tuple[float, float]:
+    """The end of a reply asking for a Read -> the request carrying its result: the first,
+    and the second (the hosts long up: a turnaround without any start-up, for scale)."""
+    requests = api.requests[before:]
+    found = [
+        request.started_at - previous.event_time("message_stop")
+        for previous, request in itertools.pairwise(requests)
+        if "tool_result" in json.dumps(request.messages[-1:])
+    ]
+    if len(found) < 2:
+        raise SystemExit("fewer than two requests carried a tool_result")
+    return found[0], found[1]
 
 
 CLAUDE_BIN = Path(
@@ -84,10 +117,12 @@ def _claude_env(work: Path, api: FakeMessagesAPI) -> dict[str, str]:
     }
 
 
-def _run_claude(env: dict[str, str], cwd: Path, api: FakeMessagesAPI) -> tuple[float, float]:
-    """(launch -> first request, last message_stop -> exit) of one `claude -p` run."""
+def _run_claude(
+    env: dict[str, str], cwd: Path, api: FakeMessagesAPI
+) -> tuple[float, float, float, float]:
+    """`_run`'s figures for one `claude -p` run."""
     before = len(api.requests)
-    api.add(Reply.text("done"))
+    _add_turns(api, cwd)
     argv = [str(CLAUDE_BIN), "-p", "hi", "--output-format", "stream-json", "--verbose",
             "--dangerously-skip-permissions"]  # fmt: skip
     launched = time.monotonic()
@@ -96,7 +131,11 @@ def _run_claude(env: dict[str, str], cwd: Path, api: FakeMessagesAPI) -> tuple[f
     if done.returncode != 0 or len(api.requests) <= before:
         raise SystemExit(f"claude failed: {done.stderr.decode()[-500:]}")
     first, last = api.requests[before], api.requests[-1]
-    return first.started_at - launched, exited - last.event_time("message_stop")
+    return (
+        first.started_at - launched,
+        exited - last.event_time("message_stop"),
+        *_turnarounds(api, before),
+    )
 
 
 def _import_anthropic() -> float:
@@ -115,6 +154,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="wbench", dir="/tmp"))
     (work / "ws").mkdir()
     (work / "ws" / "a.py").write_text("print('hi')\n")
+    (work / "ws" / "b.py").write_text("print('ho')\n")
     env = {
         **os.environ,
         "PYTHONPATH": str(ROOT),
@@ -125,9 +165,9 @@ def main() -> None:
     }
     env.pop("WARREN_NO_SERVER", None)
     load_before = os.getloadavg()[0]
-    warm: list[tuple[float, float]] = []
-    cold: list[tuple[float, float]] = []
-    claude: list[tuple[float, float]] = []
+    warm: list[tuple[float, float, float, float]] = []
+    cold: list[tuple[float, float, float, float]] = []
+    claude: list[tuple[float, float, float, float]] = []
     imports: list[float] = []
     try:
         with FakeMessagesAPI([]) as api:
@@ -159,6 +199,8 @@ def main() -> None:
 
     launch = [c[0] for c in claude]
     leave = [c[1] for c in claude]
+    turn = [c[2] for c in claude]
+    later = [c[3] for c in claude]
     print(f"warren start-up, median of {rounds} interleaved rounds "
           f"(load average {load_before:.2f} before, {load_after:.2f} after)")  # fmt: skip
     if not peer:
@@ -173,6 +215,12 @@ def main() -> None:
           f"{versus([w[1] for w in warm], leave)}")  # fmt: skip
     print(f"  cold last message_stop -> exit   {median([c[1] for c in cold])}"
           f"{versus([c[1] for c in cold], leave)}")  # fmt: skip
+    print(f"  warm first tool turnaround       {median([w[2] for w in warm])}"
+          f"{versus([w[2] for w in warm], turn)}")  # fmt: skip
+    print(f"  cold first tool turnaround       {median([c[2] for c in cold])}"
+          f"{versus([c[2] for c in cold], turn)}")  # fmt: skip
+    print(f"  warm second tool turnaround      {median([w[3] for w in warm])}"
+          f"{versus([w[3] for w in warm], later)}")  # fmt: skip
 
 
 if __name__ == "__main__":

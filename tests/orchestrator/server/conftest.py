@@ -4,6 +4,7 @@ every session process it forked (checked with psutil)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -86,6 +87,16 @@ class Server:
         return status
 
     def sessions(self) -> list[psutil.Process]:
+        """The server's session processes (not its spare tool hosts: orchestrator/cli/
+        spares.py)."""
+        found = []
+        for process in self.children():
+            with contextlib.suppress(psutil.Error):
+                if process.name() != "bwrap":
+                    found.append(process)
+        return found
+
+    def children(self) -> list[psutil.Process]:
         assert self.process is not None
         try:
             return psutil.Process(self.process.pid).children()
@@ -95,7 +106,7 @@ class Server:
     def stop(self) -> None:
         if self.process is None:
             return
-        family = self.sessions()
+        family = self.children()
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:

@@ -1,0 +1,341 @@
+"""Warm tool hosts: the server's spare sandboxes (`SpareKeeper`) and a session's link to them
+(`SpareLink`).
+
+A session that started its tool hosts cold reports the recipe of each (`sandbox.spare.
+SpareRecipe`: spec, host facts, command, as gathered by the session); when that session has
+ended (its own hosts are no longer starting), the server starts one spare from each recipe
+it has not got a spare of. The next
+session on the workspace gathers its own recipe, and adopts a spare only if the keys are
+equal (a changed deny rule, a new secret file, another environment or tool list: cold, as
+without a server). A spare serves exactly one session: it is handed out once, the server
+closes its ends of the pipes at once and starts a fresh replacement from the same recipe
+(`REPLACE_AFTER_S` later, or when that session ends), so no shell, environment or process of
+one session reaches the next.
+
+The server reads no policy and nothing in a workspace: it only starts what a session reported
+(`sandbox.spare.spawn_spare`: the same argv builder, cgroup and seccomp filter, no environment
+of its own). It is every spare's parent (it reaps them and removes their cgroups); the
+adopting session gets a pidfd to signal and wait on, and the pipes.
+
+Each session process has its own link to the server: one end of a socketpair made before the
+fork, so the server knows which session asks, and claims are atomic (the server is one
+thread and marks a spare taken before it answers). The forked session closes the
+descriptors of every spare and every other session's link at once (`SpareKeeper.
+inherited_fds`); it holds only what it claims.
+
+Bounds: spares of the last `MAX_WORKSPACES` workspaces, `MAX_SPARES` in all; a spare
+unclaimed for `SPARE_IDLE_S` is stopped; all are stopped when the server stops. A spare
+handed out outlives the server's stop as long as its session runs: the server gives up its
+socket and lock at once (a new server may start) and waits for those to be reaped, since
+bwrap's `--die-with-parent` would kill them with it. A server that dies takes them along:
+the session's next call starts a fresh host, as after any host crash.
+
+What is not in the key: the trust state and the policy as such. Only what they make of the
+host counts (the masks, protected paths, `--read-deny`, tools factory, environment are all in
+the recipe); allow rules and hooks are decisions the coordinator makes, not the host.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.cli.client import ServerLink
+
+if TYPE_CHECKING:
+    from sandbox.spare import Adopted, SpareChild, SpareRecipe
+
+__all__ = [
+    "MAX_SPARES",
+    "MAX_WORKSPACES",
+    "REPLACE_AFTER_S",
+    "SPARE_IDLE_S",
+    "SpareKeeper",
+    "SpareLink",
+]
+
+MAX_WORKSPACES = 4
+"""Workspaces the server keeps spares for (the most recently used)."""
+
+SPARE_IDLE_S = 900.0
+"""Seconds an unclaimed spare lives: 15 minutes."""
+
+MAX_SPARES = 2 * MAX_WORKSPACES
+"""Spares kept at once (a workspace's sessions in several directories each have their own;
+the oldest goes first)."""
+
+REPLACE_AFTER_S = 3.0
+"""Seconds after a claim that the spare's replacement starts, unless the session that
+claimed it ends first: its start-up (half a second of CPU) would otherwise compete with that
+session's first tool calls; a session coming sooner than that starts cold or finds it
+starting."""
+
+_LINK_TIMEOUT_S = 5.0
+"""Seconds either side waits on a link message before giving up (a wedged peer)."""
+
+
+@dataclass(eq=False)
+class _Spare:
+    key: str
+    recipe: SpareRecipe
+    child: SpareChild
+    started: float = field(default_factory=time.monotonic)
+
+
+class SpareKeeper:
+    """The server's side: spares by recipe key, the links of running sessions, the recipes
+    each session reported. Used from the server's one thread only."""
+
+    def __init__(
+        self, *, max_workspaces: int = MAX_WORKSPACES, idle_s: float = SPARE_IDLE_S
+    ) -> None:
+        self._max_workspaces = max_workspaces
+        self._idle_s = idle_s
+        self._idle: dict[str, _Spare] = {}
+        self._handed: list[SpareChild] = []
+        self._links: dict[int, ServerLink] = {}
+        self._reported: dict[int, dict[tuple[str, ...], SpareRecipe]] = {}
+        """Per session, the last recipe it used for each slot (`SpareRecipe.slot`: a host
+        restarted with new masks replaces its first recipe)."""
+        self._recent: OrderedDict[Path, None] = OrderedDict()
+        self._replacing: dict[int, list[tuple[float, str, SpareRecipe]]] = {}
+        """Per session, the spares it claimed, to replace at its end or when due."""
+        self.handed_out = 0
+        """Spares handed to sessions so far (`warren server status`)."""
+
+    # -- links -------------------------------------------------------------------------------
+
+    def new_link(self) -> tuple[socket.socket, socket.socket]:
+        """The server's end and the session's end of a new session's link (made before the
+        fork; `attach` the server's end to the session's pid after it)."""
+        ours, theirs = socket.socketpair()
+        ours.settimeout(_LINK_TIMEOUT_S)
+        return ours, theirs
+
+    def attach(self, pid: int, link: socket.socket) -> None:
+        self._links[pid] = ServerLink(link)
+
+    def link_fds(self) -> dict[int, int]:
+        """Descriptor -> session pid, for the server's select."""
+        return {link.sock.fileno(): pid for pid, link in self._links.items()}
+
+    def inherited_fds(self) -> list[int]:
+        """What a process forked from the server must close first: every spare's descriptors
+        and every session's link."""
+        fds = [fd for spare in self._idle.values() for fd in spare.child.descriptors()]
+        return fds + [link.sock.fileno() for link in self._links.values()]
+
+    def serve(self, pid: int) -> None:
+        """Answer the messages on the link of session `pid` (its end closed: detach it)."""
+        link = self._links.get(pid)
+        while link is not None:
+            try:
+                message, _ = link.receive()
+            except (OSError, ValueError):
+                message = None
+            if message is None:
+                self._detach(pid)
+                return
+            op = message.get("op")
+            with contextlib.suppress(OSError):
+                if op == "claim":
+                    self._claim(pid, link, str(message.get("key")))
+                elif op == "report":
+                    self._report(pid, message.get("recipe"))
+            if not link.buffered():
+                return
+
+    def _claim(self, pid: int, link: ServerLink, key: str) -> None:
+        spare = self._idle.pop(key, None)
+        if spare is None or spare.child.reaped():
+            link.send({"spare": None})
+            return
+        child = spare.child
+        cgroup = child.cgroup
+        link.send(
+            {
+                "key": key,
+                "spare": child.pid,
+                "cgroup": [str(d) for d in cgroup.directories] if cgroup else [],
+                "cgroup_version": cgroup.version if cgroup else None,
+            },
+            fds=child.descriptors(),
+        )
+        child.close_descriptors()  # the session's alone now
+        child.handed = True
+        self._handed.append(child)
+        self.handed_out += 1
+        # Replaced shortly (`REPLACE_AFTER_S`), or when this session ends: the next session
+        # may come before this one ends.
+        due = time.monotonic() + REPLACE_AFTER_S
+        self._replacing.setdefault(pid, []).append((due, key, spare.recipe))
+
+    def _report(self, pid: int, data: Any) -> None:
+        from sandbox.spare import SpareRecipe
+
+        try:
+            recipe = SpareRecipe.model_validate(data)
+        except ValueError:
+            return
+        self._reported.setdefault(pid, {})[recipe.slot] = recipe
+
+    def _detach(self, pid: int) -> None:
+        link = self._links.pop(pid, None)
+        if link is not None:
+            link.close()
+
+    # -- spares ------------------------------------------------------------------------------
+
+    def session_ended(self, pid: int) -> None:
+        """Session `pid` was reaped: its link goes, and a spare starts for each recipe it
+        used that has none."""
+        self._detach(pid)
+        for _, key, recipe in self._replacing.pop(pid, []):
+            self._start(key, recipe)
+        recipes = {recipe.key(): recipe for recipe in self._reported.pop(pid, {}).values()}
+        slots = {recipe.slot for recipe in recipes.values()}
+        for key, spare in list(self._idle.items()):
+            # A spare of a slot this session used, with another recipe, is out of date (the
+            # session started cold: a deny rule, a mask, its environment changed).
+            if spare.recipe.slot in slots and key not in recipes:
+                self._stop(key)
+        for key, recipe in recipes.items():
+            self._start(key, recipe)
+
+    def _start(self, key: str, recipe: SpareRecipe) -> None:
+        """A spare from `recipe`, unless one is idle already (the oldest goes when there are
+        `MAX_SPARES`); a spare that cannot start is left out (sessions start cold)."""
+        from sandbox.spare import spawn_spare
+
+        if key in self._idle:
+            return
+        self._touch(recipe.workspace)
+        while len(self._idle) >= MAX_SPARES:
+            self._stop(min(self._idle, key=lambda k: self._idle[k].started))
+        try:
+            child = spawn_spare(recipe)
+        except (OSError, ValueError):
+            return
+        self._idle[key] = _Spare(key, recipe, child)
+
+    def _touch(self, workspace: Path) -> None:
+        self._recent[workspace] = None
+        self._recent.move_to_end(workspace)
+        while len(self._recent) > self._max_workspaces:
+            old, _ = self._recent.popitem(last=False)
+            for key, spare in list(self._idle.items()):
+                if spare.recipe.workspace == old:
+                    self._stop(key)
+
+    def _stop(self, key: str) -> None:
+        spare = self._idle.pop(key)
+        spare.child.close_descriptors()  # end of input: the host exits by itself
+        spare.child.kill()
+        self._handed.append(spare.child)  # reaped with the others
+
+    def wake_in(self) -> float:
+        """Seconds until a replacement is due (the server's select waits no longer)."""
+        dues = [due for waiting in self._replacing.values() for due, _, _ in waiting]
+        return max(0.0, min(dues) - time.monotonic()) if dues else 60.0
+
+    def reap(self) -> None:
+        """Reap spares that exited (idle or handed out), stop those idle too long, start
+        the replacements that are due."""
+        now = time.monotonic()
+        for pid, waiting in list(self._replacing.items()):
+            self._replacing[pid] = [entry for entry in waiting if entry[0] > now]
+            for due, key, recipe in waiting:
+                if due <= now:
+                    self._start(key, recipe)
+        for key, spare in list(self._idle.items()):
+            if spare.child.reaped():
+                del self._idle[key]
+            elif now - spare.started >= self._idle_s:
+                self._stop(key)
+        self._handed = [child for child in self._handed if not child.reaped()]
+
+    def stop(self) -> None:
+        """The server is leaving: stop the idle spares, close every link, and wait for the
+        spares handed out (their sessions stop them; bwrap would die with us)."""
+        for key in list(self._idle):
+            self._stop(key)
+        for pid in list(self._links):
+            self._detach(pid)
+        while self._handed:
+            self._handed = [child for child in self._handed if not child.reaped()]
+            if self._handed:
+                with contextlib.suppress(ChildProcessError, OSError):
+                    self._handed[0].popen.wait(timeout=1.0)
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "spares": len(self._idle),
+            "spare_pids": sorted(s.child.pid for s in self._idle.values()),
+            "spares_handed_out": self.handed_out,
+            "warm_workspaces": [str(w) for w in self._recent],
+        }
+
+
+class SpareLink:
+    """A session's end of its link (`sandbox.spare.SpareSource`): claims and reports, one
+    at a time (the two tool hosts start concurrently)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        sock.settimeout(_LINK_TIMEOUT_S)
+        self._link = ServerLink(sock)
+        self._lock = threading.Lock()
+        self._broken = False
+        """A claim failed half-way (a timeout): a late answer may still be in the socket,
+        so the link is not used again (the rest of the session starts cold)."""
+
+    async def claim(self, recipe: SpareRecipe) -> Adopted | None:
+        """A spare of `recipe`'s key, now ours; None when the server has none (or is gone).
+
+        **Cancellation:** not cancellable (a handed spare must not be lost on the way); the
+        server answers at once or not at all within a few seconds."""
+        import trio
+
+        key = recipe.key()
+        return await trio.to_thread.run_sync(self._claim, key)
+
+    def _claim(self, key: str) -> Adopted | None:
+        from sandbox.spare import Adopted
+
+        with self._lock:
+            if self._broken:
+                return None
+            fds: list[int] = []
+            try:
+                self._link.send({"op": "claim", "key": key})
+                message, fds = self._link.receive(max_fds=4)
+            except (OSError, ValueError):
+                message = None
+            if message is None or (message.get("spare") and message.get("key") != key):
+                self._broken = True
+        if message is None or not message.get("spare") or len(fds) != 4 or self._broken:
+            for fd in fds:
+                os.close(fd)
+            return None
+        pidfd, stdin, stdout, stderr = fds
+        version = message.get("cgroup_version")
+        return Adopted(
+            pid=int(message["spare"]),
+            pidfd=pidfd,
+            stdin=stdin,
+            stdout=stdout,
+            stderr=stderr,
+            cgroup=tuple(Path(d) for d in message.get("cgroup") or ()),
+            cgroup_version=version if isinstance(version, int) else None,
+        )
+
+    def report(self, recipe: SpareRecipe) -> None:
+        with self._lock, contextlib.suppress(OSError):
+            if not self._broken:
+                self._link.send({"op": "report", "recipe": recipe.model_dump(mode="json")})

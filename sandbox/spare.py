@@ -1,0 +1,277 @@
+"""Spare sandboxes: a long-lived sandbox started ahead of need by one process (the warm
+server, orchestrator/cli/spares.py) and adopted by another (a session), which then runs it
+exactly as if it had started it (`sandbox.run.open_sandboxed_process(spares=...)`).
+
+The starter never decides what the sandbox is: a session that started a sandbox itself
+reports the `SpareRecipe` it used (the spec, the host facts its masks came from, the command,
+the working directory, the host's tools), and the starter starts the next one from exactly
+that recipe with the same pure argv builder (`sandbox.argv.bwrap_argv`), the same cgroup,
+seccomp filter and private pipes, and no environment of its own (`env={}`; bwrap's
+`--clearenv` and the recipe's scrubbed variables). A session adopts a spare only when the
+recipe it would start now, gathered afresh (the masks of files that exist now, the guard's
+survey, its scrubbed environment), has the same `SpareRecipe.key()`; anything different starts
+cold. Nothing is gathered by the starter, so nothing a repository holds is read by it.
+
+What travels on adoption (`Adopted`): the sandbox's pid, a pidfd (the adopter signals and
+waits on it; the starter is bwrap's parent and reaps it), the ends of the private pipes and
+the stderr pipe, and the cgroup's directories. The adopter removes the cgroup when it is done;
+the starter does too when it reaps (whichever comes second finds nothing).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import signal
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from pydantic import BaseModel, ConfigDict
+
+from sandbox.argv import bwrap_argv
+from sandbox.host import SandboxHost
+from sandbox.limits import SandboxCgroup, sandbox_init_pid
+from sandbox.masks import HostFacts
+from sandbox.seccomp import build_filter
+from sandbox.spec import SandboxSpec
+
+__all__ = ["Adopted", "SpareChild", "SpareRecipe", "SpareSource", "spawn_spare"]
+
+
+class SpareRecipe(BaseModel):
+    """Everything that decides what a long-lived sandbox with private pipes is: two equal
+    recipes start sandboxes that cannot be told apart (same mounts, masks, limits,
+    environment, command, working directory)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    spec: SandboxSpec
+    facts: HostFacts
+    """The host facts its mounts came from, without the private pipes' names (each
+    sandbox gets its own descriptors)."""
+    argv: tuple[str, ...]
+    cwd: Path | None
+    host: SandboxHost
+    identities: tuple[tuple[str, int, int], ...] = ()
+    """(path, st_dev, st_ino) of every host path the mounts name, when the recipe was
+    gathered: a workspace, `.git` or protected file replaced since (a re-clone, git's
+    rename-into-place) gives another key, so no spare shows a stale inode. A spare holds
+    its mounted inodes, so their numbers cannot be reused while it lives."""
+
+    @classmethod
+    def gather(
+        cls,
+        spec: SandboxSpec,
+        facts: HostFacts,
+        argv: Sequence[str],
+        cwd: Path | None,
+        host: SandboxHost,
+    ) -> SpareRecipe:
+        """The recipe of a start from these values, with the identities of its paths now."""
+        paths = [b.source or b.path for b in facts.binds]
+        paths += [*facts.pins, *facts.protected, *facts.deny_dirs, *facts.deny_files]
+        paths += [source for source, _ in facts.file_binds]
+        identities = []
+        for path in dict.fromkeys(paths):
+            try:
+                info = os.stat(path)
+                identities.append((str(path), info.st_dev, info.st_ino))
+            except OSError:
+                identities.append((str(path), -1, -1))
+        return cls(
+            spec=spec,
+            facts=facts,
+            argv=tuple(argv),
+            cwd=cwd,
+            host=host,
+            identities=tuple(identities),
+        )
+
+    def key(self) -> str:
+        """A digest of the whole recipe: spares are kept and claimed by it."""
+        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()
+
+    @property
+    def slot(self) -> tuple[str, ...]:
+        """What a spare stands in for: a sandbox on this workspace and working directory
+        with these mount modes (a read-write or a read-only tool host). A newer recipe of
+        the same slot supersedes an older one."""
+        modes = tuple(f"{w.path}:{w.mode}" for w in self.spec.workspaces)
+        return (str(self.workspace), str(self.cwd), *modes)
+
+    @property
+    def workspace(self) -> Path:
+        """The first workspace (spares are kept for a bounded number of them)."""
+        if self.spec.workspaces:
+            return self.spec.workspaces[0].path
+        return self.cwd or Path("/")
+
+
+@dataclass(frozen=True)
+class Adopted:
+    """A spare handed to its adopter: descriptors it now owns (`stdin`: the write end of the
+    sandbox's input pipe, `stdout` / `stderr`: read ends), and what it needs to stop it."""
+
+    pid: int
+    pidfd: int
+    stdin: int
+    stdout: int
+    stderr: int
+    cgroup: tuple[Path, ...] = ()
+    cgroup_version: int | None = None
+
+
+class SpareSource(Protocol):
+    """Where a session gets spares from and reports what it started (the server link)."""
+
+    async def claim(self, recipe: SpareRecipe) -> Adopted | None:
+        """A spare started from an equal recipe, now the caller's alone; None: start cold."""
+        ...
+
+    def report(self, recipe: SpareRecipe) -> None:
+        """The caller started a sandbox from `recipe` itself (a spare may follow)."""
+        ...
+
+
+@dataclass(eq=False)
+class SpareChild:
+    """A spare as its starter holds it: the process (the starter reaps it), the descriptors
+    it hands over (closed here once handed), and its cgroup."""
+
+    popen: subprocess.Popen[bytes]
+    pidfd: int
+    stdin: int
+    stdout: int
+    stderr: int
+    cgroup: SandboxCgroup | None
+    handed: bool = False
+    fds_open: bool = field(default=True)
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def descriptors(self) -> list[int]:
+        """What an adopter receives, in `Adopted`'s order (pidfd, stdin, stdout, stderr)."""
+        return [self.pidfd, self.stdin, self.stdout, self.stderr] if self.fds_open else []
+
+    def close_descriptors(self) -> None:
+        if self.fds_open:
+            for fd in (self.pidfd, self.stdin, self.stdout, self.stderr):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            self.fds_open = False
+
+    def kill(self) -> None:
+        """SIGKILL the sandbox's init (the kernel kills its pid namespace), else bwrap."""
+        if self.popen.poll() is not None:
+            return
+        init = sandbox_init_pid(self.popen.pid)
+        with contextlib.suppress(ProcessLookupError):
+            if init is not None:
+                os.kill(init, signal.SIGKILL)
+            else:
+                self.popen.send_signal(signal.SIGKILL)
+
+    def reaped(self) -> bool:
+        """Reap it if it exited (and remove its cgroup); True once it is gone."""
+        if self.popen.poll() is None:
+            return False
+        if self.cgroup is not None:
+            self.cgroup.kill_all()
+            self.cgroup.try_remove()
+        self.close_descriptors()
+        return True
+
+
+def spawn_spare(recipe: SpareRecipe) -> SpareChild:
+    """Start a sandbox from `recipe` as `sandbox.run.open_sandboxed_process(private_pipes=
+    True)` would: its cgroup first, the seccomp filter, bwrap from the same argv builder,
+    the pipes passed as extra descriptors and named in `PIPE_FDS_ENV`. Synchronous (the
+    server runs no event loop); a vfork and an exec.
+
+    **Errors:** `OSError` when it cannot start (nothing is left behind).
+    """
+    from sandbox.run import PIPE_FDS_ENV, launch_prefix
+
+    host, spec = recipe.host, recipe.spec
+    child_in, ours_in = os.pipe()
+    ours_out, child_out = os.pipe()
+    err_r, err_w = os.pipe()
+    seccomp_fd: int | None = None
+    cgroup: SandboxCgroup | None = None
+    child_ends = [child_in, child_out, err_w]
+    ours = [ours_in, ours_out, err_r]
+    try:
+        facts = recipe.facts.model_copy(
+            update={"env": (*recipe.facts.env, (PIPE_FDS_ENV, f"{child_in},{child_out}"))}
+        )
+        cgroup = SandboxCgroup.create(host.cgroups, spec.limits)
+        program = (
+            build_filter(allow_unix_sockets=spec.allow_unix_sockets, machine=host.machine)
+            if host.seccomp_supported
+            else None
+        )
+        if program is not None:
+            seccomp_fd = _data_fd(program)
+            child_ends.append(seccomp_fd)
+        command = launch_prefix(
+            shell=host.shell,
+            cgroup_procs=cgroup.procs_files if cgroup else [],
+            setpriv=host.setpriv,
+            run_as=None,
+        ) + bwrap_argv(
+            spec,
+            recipe.argv,
+            bwrap=host.bwrap.path,
+            facts=facts,
+            prlimit=host.prlimit,
+            seccomp_fd=seccomp_fd,
+            cwd=recipe.cwd,
+        )
+        passed: Sequence[int] = [child_in, child_out] + ([seccomp_fd] if seccomp_fd else [])
+        popen = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=err_w,
+            stderr=err_w,
+            pass_fds=passed,
+            env={},
+            cwd="/",
+            start_new_session=True,
+        )
+    except BaseException:
+        for fd in ours:
+            os.close(fd)
+        if cgroup is not None:
+            cgroup.try_remove()
+        raise
+    finally:
+        for fd in child_ends:
+            os.close(fd)
+    try:
+        pidfd = os.pidfd_open(popen.pid)
+    except OSError:
+        popen.kill()
+        popen.wait()
+        for fd in ours:
+            os.close(fd)
+        if cgroup is not None:
+            cgroup.try_remove()
+        raise
+    for fd in (pidfd, *ours):
+        os.set_inheritable(fd, False)
+    return SpareChild(popen, pidfd, ours_in, ours_out, err_r, cgroup)
+
+
+def _data_fd(data: bytes) -> int:
+    read_fd, write_fd = os.pipe()
+    try:
+        os.write(write_fd, data)
+    finally:
+        os.close(write_fd)
+    return read_fd

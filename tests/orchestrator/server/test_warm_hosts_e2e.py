@@ -1,0 +1,156 @@
+"""Warm tool hosts through a real server (orchestrator/cli/spares.py): real sessions (a
+scripted model reading a file), real spares under the floor. Which host served a session is
+told by pid (the session's log names each host's bwrap pid, the server's status its spares),
+never by timing."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+
+from tests.orchestrator.server.conftest import WARREN, Server
+from tests.orchestrator.server.test_fast_exit import alive
+
+
+def test_a_spare_serves_one_identical_session_once(server: Server, tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    (workspace / ".warren").mkdir(parents=True)
+    policy = workspace / ".warren" / "policy.toml"
+    policy.write_text('[permissions]\ndeny = ["Read(nothing-here.txt)"]\n')
+    (workspace / "a.txt").write_text("hello\n")
+    (workspace / "secret.txt").write_text("s3cret\n")
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([
+        {"content": [{"type": "tool_use", "name": "Read",
+                      "input": {"file_path": str(workspace / "a.txt")}}]},
+        {"content": [{"type": "text", "text": "read it"}]},
+    ]))  # fmt: skip
+    state = tmp_path / "state"
+    server.env = {
+        **server.env,
+        "XDG_STATE_HOME": str(state),
+        "XDG_CONFIG_HOME": str(tmp_path),
+        "ANTHROPIC_API_KEY": "sk-warm-secret",  # each session's; never a spare's
+    }
+    pid = server.start(entry=None)
+    before = _tree(workspace)
+
+    def session() -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [*WARREN, "-p", "read", "--model", f"scripted:{script}"], env=server.env,
+            cwd=workspace, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+
+    def run() -> dict[str, tuple[int, bool]]:
+        seen = set(state.glob("warren/logs/*.log"))
+        done = session()
+        out, err = done.communicate(timeout=180)
+        assert (done.returncode, out.strip()) == (0, "read it"), err
+        (log,) = set(state.glob("warren/logs/*.log")) - seen
+        return _hosts(log)
+
+    cold = run()
+    assert not any(warm for _, warm in cold.values()), cold  # nothing to adopt yet
+    spares = _spares(server, 2)
+    assert not spares & {p for p, _ in cold.values()}
+    _until_idle(spares)
+    # The idle read-write spare left the user's tree byte-identical.
+    assert _tree(workspace) == before
+    for spare in spares:
+        for process in [psutil.Process(spare), *psutil.Process(spare).children(recursive=True)]:
+            assert "sk-warm-secret" not in json.dumps(process.environ())
+
+    warm = run()
+    assert {p for p, _ in warm.values()} == spares  # the spares served it, by pid
+    assert all(w for _, w in warm.values()), warm
+    again = _spares(server, 2)  # replaced once that session ended
+    assert not again & spares  # never handed out twice
+
+    # A changed deny rule: the session's own recipe differs, so it starts cold.
+    policy.write_text('[permissions]\ndeny = ["Read(secret.txt)"]\n')
+    changed = run()
+    assert not any(w for _, w in changed.values()), changed
+    assert not {p for p, _ in changed.values()} & again
+
+    # Two sessions at once: each spare goes to one of them at most. (The spares of the old
+    # recipe were stopped when that session ended, for ones of its recipe.)
+    fresh = _spares(server, 2, excluding=again)
+    _until_idle(fresh)
+    seen = set(state.glob("warren/logs/*.log"))
+    runs = [session(), session()]
+    for done in runs:
+        out, err = done.communicate(timeout=180)
+        assert (done.returncode, out.strip()) == (0, "read it"), err
+    logs = set(state.glob("warren/logs/*.log")) - seen
+    adopted = [p for log in logs for p, w in _hosts(log).values() if w]
+    # (A spare handed out is replaced at once, so the second may adopt a replacement.)
+    assert len(adopted) == len(set(adopted)), adopted
+    assert set(adopted) & fresh and not set(adopted) & (spares | again), adopted
+
+    family = psutil.Process(pid).children(recursive=True)
+    assert any(p.pid in _spares(server, 2, excluding=fresh) for p in family)
+    stop = subprocess.run(
+        [*WARREN, "server", "stop"], env=server.env, capture_output=True, text=True, timeout=60
+    )
+    assert stop.returncode == 0, stop.stderr
+    assert server.process is not None
+    server.process.wait(30)
+    assert alive(family) == []  # spares, their sandboxes and sessions: all gone
+
+
+def _tree(root: Path) -> list[str]:
+    """`find . -printf '%p %y %m'` with each file's digest and each entry's mtime."""
+    lines = []
+    for path in sorted([root, *root.rglob("*")]):
+        info = path.lstat()
+        digest = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""
+        lines.append(f"{path} {oct(info.st_mode)} {info.st_mtime_ns} {digest}")
+    return lines
+
+
+def _hosts(log: Path) -> dict[str, tuple[int, bool]]:
+    """The tool hosts a session's log says it had: role -> (bwrap pid, adopted)."""
+    found = {}
+    for line in log.read_text().splitlines():
+        event = json.loads(line)
+        if event.get("event") == "tool host ready":
+            found[event["role"]] = (event["pid"], event["warm"])
+    return found
+
+
+def _spares(server: Server, count: int, excluding: set[int] = frozenset()) -> set[int]:  # type: ignore[assignment]
+    """The server's idle spares' pids, once it has `count` (none of them in `excluding`)."""
+    deadline = time.monotonic() + 120
+    while True:
+        pids = server.status().get("spare_pids")
+        assert isinstance(pids, list)
+        if len(pids) == count and not set(pids) & excluding:
+            return set(pids)
+        assert time.monotonic() < deadline, f"the server has {pids} spares, not {count}"
+        time.sleep(0.05)
+
+
+def _until_idle(spares: set[int]) -> None:
+    """Until each spare's tool host waits for its first message (sent `Ready`, idle in
+    trio's epoll wait)."""
+    deadline = time.monotonic() + 120
+    for pid in spares:
+        while not _waiting(pid):
+            assert time.monotonic() < deadline, f"spare {pid} never became idle"
+            time.sleep(0.05)
+
+
+def _waiting(pid: int) -> bool:
+    for child in psutil.Process(pid).children(recursive=True):
+        try:
+            command = child.cmdline()
+            if "workers.toolhost" in command and "bwrap" not in command[0]:
+                return Path(f"/proc/{child.pid}/wchan").read_text() == "do_epoll_wait"
+        except (psutil.Error, OSError):
+            return False
+    return False
