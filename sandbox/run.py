@@ -46,7 +46,7 @@ from sandbox.limits import (
 )
 from sandbox.masks import HostFacts, gather_host_facts, python_runtime_paths, warren_code_paths
 from sandbox.reaper import reap_adopted_sandbox_inits
-from sandbox.seccomp import build_filter
+from sandbox.seccomp import build_filter, program_fd
 from sandbox.spare import Adopted, SpareRecipe, SpareSource
 from sandbox.spec import LimitName, Limits, SandboxSpec
 
@@ -472,7 +472,7 @@ def _start(
             if host.seccomp_supported
             else None
         )
-        seccomp_fd = _data_fd(program) if program is not None else None
+        seccomp_fd = program_fd(program) if program is not None else None
         command = launch_prefix(
             shell=host.shell,
             cgroup_procs=cgroup.procs_files if cgroup else [],
@@ -545,16 +545,6 @@ def _prepare(
                 update={"warnings": facts.warnings + tuple(guard.survey.warnings)}
             )
     return facts, guard
-
-
-def _data_fd(data: bytes) -> int:
-    """A pipe's read end holding `data` (small: it must fit the pipe buffer)."""
-    read_fd, write_fd = os.pipe()
-    try:
-        os.write(write_fd, data)
-    finally:
-        os.close(write_fd)
-    return read_fd
 
 
 def _spawn(

@@ -33,11 +33,12 @@ The program is built here as bytes (no libseccomp) and handed to bwrap with `--s
 from __future__ import annotations
 
 import errno
+import os
 import platform
 import struct
 from dataclasses import dataclass
 
-__all__ = ["SUPPORTED_ARCHES", "build_filter", "build_no_userns_filter"]
+__all__ = ["SUPPORTED_ARCHES", "build_filter", "build_no_userns_filter", "program_fd"]
 
 # struct seccomp_data offsets (little-endian): nr, arch, instruction pointer, args[6].
 _NR = 0
@@ -219,3 +220,14 @@ def _offset(labels: dict[str, int], pc: int, label: str | None) -> int:
     if not 0 <= offset <= 255:
         raise AssertionError(f"seccomp jump to {label} out of range ({offset})")
     return offset
+
+
+def program_fd(program: bytes) -> int:
+    """A pipe's read end holding `program`, as bwrap's `--seccomp FD` reads it (small: it
+    must fit the pipe buffer). The caller passes it to bwrap and closes it."""
+    read_fd, write_fd = os.pipe()
+    try:
+        os.write(write_fd, program)
+    finally:
+        os.close(write_fd)
+    return read_fd

@@ -36,7 +36,7 @@ from sandbox.argv import bwrap_argv
 from sandbox.host import SandboxHost
 from sandbox.limits import SandboxCgroup, sandbox_init_pid
 from sandbox.masks import HostFacts
-from sandbox.seccomp import build_filter
+from sandbox.seccomp import build_filter, program_fd
 from sandbox.spec import SandboxSpec
 
 __all__ = ["Adopted", "SpareChild", "SpareRecipe", "SpareSource", "spawn_spare"]
@@ -217,7 +217,7 @@ def spawn_spare(recipe: SpareRecipe) -> SpareChild:
             else None
         )
         if program is not None:
-            seccomp_fd = _data_fd(program)
+            seccomp_fd = program_fd(program)
             child_ends.append(seccomp_fd)
         command = launch_prefix(
             shell=host.shell,
@@ -266,12 +266,3 @@ def spawn_spare(recipe: SpareRecipe) -> SpareChild:
     for fd in (pidfd, *ours):
         os.set_inheritable(fd, False)
     return SpareChild(popen, pidfd, ours_in, ours_out, err_r, cgroup)
-
-
-def _data_fd(data: bytes) -> int:
-    read_fd, write_fd = os.pipe()
-    try:
-        os.write(write_fd, data)
-    finally:
-        os.close(write_fd)
-    return read_fd
