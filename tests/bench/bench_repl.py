@@ -61,9 +61,25 @@ ROWS, COLS = 40, 110
 _ANSI = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][A-Z0-9]|\x1b[=>]|\r")
 
 
+_DRAIN = """
+import os
+while True:
+    try:
+        data = os.read(0, 65536)
+    except OSError:  # EIO: the terminal's last holder closed it
+        break
+    if not data:
+        break
+    os.write(1, data)
+"""
+
+
 class Pty:
     """`argv` on a fresh pseudo-terminal (its controlling terminal); everything it writes is
-    read by a thread into `output`, each read's arrival time kept."""
+    drained by a process of its own (a thread of this process, which also serves the fake
+    API to ten streaming subagents, falls behind: the pty's 4 KB buffer fills and the
+    program's terminal writes block, which measures this process, not the program) into a
+    pipe, and read from there by a thread into `output`."""
 
     def __init__(self, argv: Sequence[str], env: dict[str, str], cwd: Path) -> None:
         self.master, slave = os.openpty()
@@ -79,6 +95,11 @@ class Pty:
             preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0),
         )
         os.close(slave)
+        self._drain = subprocess.Popen(
+            [sys.executable, "-c", _DRAIN], stdin=self.master, stdout=subprocess.PIPE
+        )
+        assert self._drain.stdout is not None
+        self._drained = self._drain.stdout.fileno()
         self.output = bytearray()
         self._lock = threading.Lock()
         self._grown = threading.Condition(self._lock)
@@ -87,7 +108,7 @@ class Pty:
     def _read(self) -> None:
         while True:
             try:
-                data = os.read(self.master, 65536)
+                data = os.read(self._drained, 65536)
             except OSError:
                 data = b""
             with self._grown:
@@ -131,6 +152,8 @@ class Pty:
                 self.process.kill()
                 self.process.wait()
         os.close(self.master)
+        self._drain.kill()
+        self._drain.wait()
 
 
 # --- the scripted conversation --------------------------------------------------------------
