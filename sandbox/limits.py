@@ -35,6 +35,7 @@ __all__ = [
     "CgroupSupport",
     "SandboxCgroup",
     "classify_exit",
+    "count_namespace_processes",
     "count_sandbox_processes",
     "detect_cgroups",
     "sandbox_command_pids",
@@ -288,20 +289,24 @@ def sandbox_command_pids(bwrap_pid: int) -> list[int]:
 
 
 def count_sandbox_processes(bwrap_pid: int) -> int | None:
-    """Processes in the sandbox's pid namespace, counted through its own /proc.
+    """Processes in the sandbox's pid namespace (bwrap's child is the namespace's init);
+    None when they cannot be counted (`count_namespace_processes`)."""
+    init = sandbox_init_pid(bwrap_pid)
+    return None if init is None else count_namespace_processes(init)
 
-    bwrap's child is the namespace's init; its /proc lists exactly the sandbox's processes.
-    None when it cannot be read: not set up yet (the child's root is still the host's, whose
+
+def count_namespace_processes(init: int) -> int | None:
+    """Processes in the pid namespace whose init has host pid `init`, counted through the
+    namespace's own /proc: it lists exactly them.
+
+    None when it cannot be read: not set up yet (the init's root is still the host's, whose
     /proc would count every process on the machine), or already gone.
     """
-    init = sandbox_init_pid(bwrap_pid)
-    if init is None:
-        return None
-    sandbox_proc = f"/proc/{init}/root/proc"
+    own_proc = f"/proc/{init}/root/proc"
     try:
-        if os.stat(sandbox_proc).st_dev == os.stat("/proc").st_dev:
+        if os.stat(own_proc).st_dev == os.stat("/proc").st_dev:
             return None
-        names = os.listdir(sandbox_proc)
+        names = os.listdir(own_proc)
     except OSError:
         return None
     return sum(1 for name in names if name.isdigit())

@@ -467,12 +467,49 @@ def _start(
         facts = pipes.named_in(facts)
     seccomp_fd: int | None = None
     try:
-        program = (
-            build_filter(allow_unix_sockets=spec.allow_unix_sockets, machine=host.machine)
-            if host.seccomp_supported
-            else None
+        command, seccomp_fd = sandbox_command(
+            spec,
+            argv,
+            host=host,
+            facts=facts,
+            cgroup=cgroup,
+            run_as=run_as,
+            cwd=cwd,
+            nested_uid=nested_uid,
         )
-        seccomp_fd = program_fd(program) if program is not None else None
+        passed = pass_fds + (() if seccomp_fd is None else (seccomp_fd,))
+        owned, pipes = pipes, None  # _spawn closes them, whatever happens
+        return _spawn(command, io, pass_fds=passed, pipes=owned)
+    finally:
+        if seccomp_fd is not None:
+            os.close(seccomp_fd)
+        if pipes is not None:
+            pipes.close_all()
+
+
+def sandbox_command(
+    spec: SandboxSpec,
+    argv: Sequence[str],
+    *,
+    host: SandboxHost,
+    facts: HostFacts,
+    cgroup: SandboxCgroup | None,
+    run_as: RunAs | None,
+    cwd: Path | None,
+    nested_uid: int | None = None,
+) -> tuple[list[str], int | None]:
+    """The command that starts `spec`'s sandbox running `argv` (the launch prefix: cgroup,
+    setpriv; then bwrap), and the descriptor of its seccomp program for bwrap to read (None
+    without seccomp), which the caller passes to the command and closes. The one builder
+    for a cold start and for the warm server's spares (`sandbox.spare`), whose recipes must
+    start exactly the sandbox a session would."""
+    program = (
+        build_filter(allow_unix_sockets=spec.allow_unix_sockets, machine=host.machine)
+        if host.seccomp_supported
+        else None
+    )
+    seccomp_fd = program_fd(program) if program is not None else None
+    try:
         command = launch_prefix(
             shell=host.shell,
             cgroup_procs=cgroup.procs_files if cgroup else [],
@@ -488,14 +525,11 @@ def _start(
             cwd=cwd,
             nested_uid=nested_uid,
         )
-        passed = pass_fds + (() if seccomp_fd is None else (seccomp_fd,))
-        owned, pipes = pipes, None  # _spawn closes them, whatever happens
-        return _spawn(command, io, pass_fds=passed, pipes=owned)
-    finally:
+    except BaseException:
         if seccomp_fd is not None:
             os.close(seccomp_fd)
-        if pipes is not None:
-            pipes.close_all()
+        raise
+    return command, seccomp_fd
 
 
 def _adopt(adopted: Adopted, argv: Sequence[str]) -> tuple[SandboxProcess, SandboxCgroup | None]:

@@ -32,11 +32,9 @@ from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict
 
-from sandbox.argv import bwrap_argv
 from sandbox.host import SandboxHost
 from sandbox.limits import SandboxCgroup, sandbox_init_pid
 from sandbox.masks import HostFacts
-from sandbox.seccomp import build_filter, program_fd
 from sandbox.spec import SandboxSpec
 
 __all__ = ["Adopted", "SpareChild", "SpareRecipe", "SpareSource", "spawn_spare"]
@@ -196,13 +194,12 @@ def spawn_spare(recipe: SpareRecipe) -> SpareChild:
 
     **Errors:** `OSError` when it cannot start (nothing is left behind).
     """
-    from sandbox.run import PIPE_FDS_ENV, launch_prefix
+    from sandbox.run import PIPE_FDS_ENV, sandbox_command
 
     host, spec = recipe.host, recipe.spec
     child_in, ours_in = os.pipe()
     ours_out, child_out = os.pipe()
     err_r, err_w = os.pipe()
-    seccomp_fd: int | None = None
     cgroup: SandboxCgroup | None = None
     child_ends = [child_in, child_out, err_w]
     ours = [ours_in, ours_out, err_r]
@@ -211,29 +208,18 @@ def spawn_spare(recipe: SpareRecipe) -> SpareChild:
             update={"env": (*recipe.facts.env, (PIPE_FDS_ENV, f"{child_in},{child_out}"))}
         )
         cgroup = SandboxCgroup.create(host.cgroups, spec.limits)
-        program = (
-            build_filter(allow_unix_sockets=spec.allow_unix_sockets, machine=host.machine)
-            if host.seccomp_supported
-            else None
-        )
-        if program is not None:
-            seccomp_fd = program_fd(program)
-            child_ends.append(seccomp_fd)
-        command = launch_prefix(
-            shell=host.shell,
-            cgroup_procs=cgroup.procs_files if cgroup else [],
-            setpriv=host.setpriv,
-            run_as=None,
-        ) + bwrap_argv(
+        command, seccomp_fd = sandbox_command(
             spec,
             recipe.argv,
-            bwrap=host.bwrap.path,
+            host=host,
             facts=facts,
-            prlimit=host.prlimit,
-            seccomp_fd=seccomp_fd,
+            cgroup=cgroup,
+            run_as=None,
             cwd=recipe.cwd,
         )
-        passed: Sequence[int] = [child_in, child_out] + ([seccomp_fd] if seccomp_fd else [])
+        if seccomp_fd is not None:
+            child_ends.append(seccomp_fd)
+        passed = [child_in, child_out] + ([] if seccomp_fd is None else [seccomp_fd])
         popen = subprocess.Popen(
             command,
             stdin=subprocess.DEVNULL,

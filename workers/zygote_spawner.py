@@ -33,6 +33,7 @@ import trio
 
 from sandbox import nsfork
 from sandbox.errors import SandboxError
+from sandbox.limits import count_namespace_processes
 from sandbox.run import KILL_GRACE_S, WATCHDOG_INTERVAL_S, open_sandboxed_process
 from sandbox.seccomp import SUPPORTED_ARCHES
 from workers.child import HostLaunch, HostProcess
@@ -263,14 +264,8 @@ class ZygoteSpawner:
         through its own proc, and it is killed (its pid namespace with it) at `limit`."""
         while worker.returncode is None:
             await trio.sleep(WATCHDOG_INTERVAL_S)
-            try:
-                own = f"/proc/{worker.pid}/root/proc"
-                if os.stat(own).st_dev == os.stat("/proc").st_dev:
-                    continue  # not its own proc (yet)
-                count = sum(1 for name in os.listdir(own) if name.isdigit())
-            except OSError:
-                return
-            if count >= limit:
+            count = count_namespace_processes(worker.pid)  # the worker is its pid 1
+            if count is not None and count >= limit:
                 self._log.warning("forked worker at its process limit: killed", limit=limit)
                 worker.kill()
                 return
