@@ -40,6 +40,8 @@ __all__ = [
     "collect",
     "collect_when_due",
     "hold",
+    "inventory",
+    "sweep",
 ]
 
 MAX_AGE_DAYS = 30
@@ -159,7 +161,7 @@ def collect(
 def _collect(
     state: Path, objects: Path, sessions: Path, oldest: float, max_bytes: int
 ) -> Collected:
-    sizes = _inventory(objects)
+    sizes = inventory(objects)
     # (mtime, shas, index file or None): the oldest go first when over the cap.
     holders: list[tuple[float, set[str], Path | None]] = []
     for stamps in (state / "scans").glob("*.json"):
@@ -188,7 +190,7 @@ def _collect(
         if index is not None:
             with contextlib.suppress(OSError):
                 index.unlink()  # its next session reads the files again
-    removed, freed = _sweep(objects, set(counts), time.time() - GRACE_SECONDS)
+    removed, freed = sweep(objects, set(counts), time.time() - GRACE_SECONDS)
     return Collected(ran=True, removed=removed, freed=freed, kept=kept)
 
 
@@ -207,8 +209,9 @@ def _log_shas(log: Path) -> set[str]:
     return shas
 
 
-def _inventory(objects: Path) -> dict[str, int]:
-    """Every stored object's size, loose or packed."""
+def inventory(objects: Path) -> dict[str, int]:
+    """Every stored object's size, loose or packed (also what a Ray node's snapshot cache
+    weighs: `workers.remote.snapshot.NodeCache.collect`)."""
     sizes: dict[str, int] = {}
     for shard in objects.glob("[0-9a-f][0-9a-f]"):
         for blob in shard.iterdir():
@@ -230,9 +233,9 @@ def _packed(objects: Path) -> dict[str, tuple[Path, int, int]]:
     return where
 
 
-def _sweep(objects: Path, live: set[str], young: float) -> tuple[int, int]:
+def sweep(objects: Path, live: set[str], young: float) -> tuple[int, int]:
     """Delete what is not `live` (loose objects and unindexed packs changed since `young`
-    excepted): (objects removed, bytes freed)."""
+    excepted): (objects removed, bytes freed). The caller holds the store exclusively."""
     removed = freed = 0
     for shard in objects.glob("[0-9a-f][0-9a-f]"):
         for blob in shard.iterdir():

@@ -41,6 +41,12 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked `slow` run first (in their order): started last, one of them would end
+    the run alone on one xdist worker while the other idles."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def suite_server() -> Iterator[None]:
     """This test process's private warm server, stopped with everything it forked at the

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import struct
 import sys
 import threading
@@ -103,6 +102,8 @@ class _Relay:
         self._nursery: trio.Nursery | None = None
         self._view: Path | None = None
         """This actor's snapshot view (`cache_root()/mounts/NAME`), when it has one."""
+        self._claim = -1
+        """This actor's claim on its view (`NodeCache.claim_view`), held for its life."""
         self._process: Any = None
         self._out = bytearray()
         self._err = bytearray()
@@ -128,6 +129,18 @@ class _Relay:
             self._nursery = nursery
             ready.set()
             await trio.sleep_forever()
+
+    def release_view(self) -> None:
+        """Remove the view and let go of its claim (at the worker's stop), then collect the
+        node's cache when one is due."""
+        from workers.remote.snapshot import NodeCache
+
+        view, claim, self._view, self._claim = self._view, self._claim, None, -1
+        if view is None or claim < 0:
+            return
+        cache = NodeCache(cache_root())
+        cache.release_view(view, claim)
+        cache.collect_when_due()
 
     @property
     def process(self) -> Any:
@@ -161,8 +174,16 @@ class _Relay:
             problem = mount_point_problem(workspace)
             if problem is not None:
                 return {"ok": False, "detail": problem}
-            view = self._view = cache_root() / "mounts" / start["view"]
-            view.mkdir(parents=True, exist_ok=True, mode=0o755)
+            from workers.remote.snapshot import NodeCache, SnapshotError
+
+            cache = NodeCache(cache_root())
+            try:
+                view = cache.view_path(start["view"])
+                with cache.using():
+                    self._claim = cache.claim_view(view)
+            except (OSError, SnapshotError) as exc:
+                return {"ok": False, "detail": f"the snapshot view on this node: {exc}"}
+            self._view = view
         spec = SandboxSpec.model_validate(start["spec"])
         root = WorkspaceRoot(path=workspace, mode="ro", source=view)
         values = {**spec.env.values, "PYTHONDONTWRITEBYTECODE": "1"}
@@ -382,14 +403,15 @@ class NodeWorker:
         view = self._relay.view
         assert view is not None, "started without a view"
         cache = NodeCache(cache_root())
-        missing = cache.missing(manifest)
-        lacking = [d for d in missing if d not in offered]
-        if lacking:
-            return lacking
-        if missing:
-            blobs = ray.get([offered[d] for d in missing])
-            cache.add_blobs(dict(zip(missing, blobs, strict=True)))
-        cache.sync_view(manifest, view)
+        with cache.using():  # no collection between `missing` and the view's last file
+            missing = cache.missing(manifest)
+            lacking = [d for d in missing if d not in offered]
+            if lacking:
+                return lacking
+            if missing:
+                blobs = ray.get([offered[d] for d in missing])
+                cache.add_blobs(dict(zip(missing, blobs, strict=True)))
+            cache.sync_view(manifest, view)
         return []
 
     def kill(self) -> None:
@@ -399,8 +421,9 @@ class NodeWorker:
     def stop(self, timeout_s: float) -> int | None:
         """Stop the worker (end of stdin, then the sandbox's SIGTERM, grace, SIGKILL) and
         return its exit status (None if it is still stopping after `timeout_s`); its view
-        goes (the blobs stay in the node's cache for the next session)."""
+        goes (the blobs stay in the node's cache for the next session, up to its cap:
+        `NodeCache.collect`)."""
         code: int | None = self._call(self._relay.stop, timeout_s)
-        if self._relay.view is not None and code is not None:
-            shutil.rmtree(self._relay.view, ignore_errors=True)
+        if code is not None:
+            self._relay.release_view()
         return code

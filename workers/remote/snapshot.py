@@ -52,15 +52,18 @@ governs). Sizes are capped per file and in total (`SnapshotError` names the cap 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import fnmatch
 import hashlib
 import json
 import os
 import re
 import secrets
+import shutil
 import stat
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -71,6 +74,7 @@ from orchestrator.content_store import ContentStore
 from orchestrator.context import context_spec, memory_root
 from orchestrator.context_probe import git_argv, git_env
 from orchestrator.errors import WarrenError
+from orchestrator.store_gc import inventory, sweep
 from orchestrator.tree_state import open_parent, walk
 from sandbox.errors import SandboxError
 from sandbox.host import SandboxHost
@@ -82,9 +86,11 @@ __all__ = [
     "MAX_ENTRIES",
     "MAX_FILE_BYTES",
     "MAX_TOTAL_BYTES",
+    "NODE_CACHE_MAX_BYTES",
     "SECRET_NAMES",
     "Manifest",
     "NodeCache",
+    "NodeCollected",
     "SnapshotBuilder",
     "SnapshotEntry",
     "SnapshotError",
@@ -96,6 +102,14 @@ MAX_TOTAL_BYTES = 1024**3
 """Bytes all files of a snapshot may hold together (1 GiB); more fails the build."""
 MAX_ENTRIES = 200_000
 """Entries (files, links, directories) one snapshot may hold; more fails the build."""
+NODE_CACHE_MAX_BYTES = 2 * 1024**3
+"""What a node's cached blobs may weigh (2 GiB; `WARREN_RAY_CACHE_MAX_BYTES` on the node
+overrides) before a collection keeps only the blobs of views in use."""
+NODE_GC_INTERVAL_S = 600.0
+"""A node's cache is collected at most this often (at an actor's stop)."""
+NODE_GC_GRACE_S = 3600.0
+"""Views with no claim file and blobs younger than this are left (written by a Warren that
+predates claims, or by a sync in progress)."""
 MAX_LISTING_BYTES = 64 * 1024**2
 """Bytes of `git ls-files` output read (names of about a million files)."""
 GIT_WALL_S = 30.0
@@ -567,12 +581,35 @@ _ViewState = dict[str, list[object]]
 written, so an unchanged one is recognised by its stat alone."""
 
 
+@dataclass(frozen=True)
+class NodeCollected:
+    """What one collection of a node's cache did."""
+
+    views: int = 0
+    """Views removed: their actor is gone (however it ended)."""
+    blobs: int = 0
+    freed: int = 0
+    """Blobs removed and the bytes they held (only when the cache was over its cap)."""
+    kept: int = 0
+    """Bytes of blobs left."""
+
+
 class NodeCache:
-    """A node's blobs (content-addressed, `root/blobs`) and the views it unpacks them into.
+    """A node's blobs (content-addressed, `root/blobs`) and the views it unpacks them into
+    (`root/mounts/NAME`, one per actor).
 
     Plain blocking code: the Ray actor calls it from its own thread. One `sync_view` per view
     at a time. `root` (made 0700 when missing) and a view made by `sync_view` (0700) are
     private to this user.
+
+    **Collection** (`collect`): blobs outlive sessions (a later one sends only what changed),
+    so without one a node's disk fills with every workspace state it ever ran. An actor
+    claims its view for its whole life (`claim_view`: a lock the kernel lets go of when the
+    actor dies, however it dies), so a collection removes exactly the views no actor holds,
+    and, when the blobs weigh more than their cap, every blob no claimed view holds. Syncs
+    hold the cache shared (`using`) and a collection exclusively, never waiting: no blob goes
+    between a sync's `missing` and its `sync_view`. A blob a node lost is sent again by the
+    coordinator (`SnapshotShipper`).
     """
 
     def __init__(self, root: Path) -> None:
@@ -582,6 +619,131 @@ class NodeCache:
         self._states = root / "views"
         self.writes = 0
         """Files written into views so far (an unchanged file is not)."""
+
+    def view_path(self, name: str) -> Path:
+        """Where the view called `name` (one path component) lives."""
+        if not name or name in (".", "..") or "/" in name or "\0" in name:
+            raise SnapshotError(f"not a view name: {name!r}")
+        return self.root / "mounts" / name
+
+    @contextlib.contextmanager
+    def using(self) -> Iterator[None]:
+        """A shared hold on the cache (a sync, a view being claimed): a collection waits for
+        none and runs only while no one holds it."""
+        fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            yield
+        finally:
+            os.close(fd)
+
+    def claim_view(self, view: Path) -> int:
+        """Make `view` (0755, so the worker's sandbox user reads it) and claim it for as long
+        as the returned descriptor stays open: hold it for the actor's life, then
+        `release_view`. Call inside `using`.
+
+        **Errors:** `OSError` from the file system.
+        """
+        view.mkdir(parents=True, exist_ok=True, mode=0o755)
+        self._states.mkdir(parents=True, exist_ok=True, mode=0o700)
+        flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+        fd = os.open(self._claim_path(view), flags, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise
+        return fd
+
+    def release_view(self, view: Path, claim: int) -> None:
+        """Remove `view` and what is kept about it, then let go of its claim."""
+        try:
+            shutil.rmtree(view, ignore_errors=True)
+            for path in (self._state_path(view), self._claim_path(view)):
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+        finally:
+            os.close(claim)
+
+    def collect_when_due(self) -> NodeCollected | None:
+        """`collect` when the last one is older than `NODE_GC_INTERVAL_S` (a stat
+        otherwise); never raises (a failed collection is tried again later)."""
+        with contextlib.suppress(FileNotFoundError, OSError):
+            if time.time() - (self.root / ".collected").stat().st_mtime < NODE_GC_INTERVAL_S:
+                return None
+        with contextlib.suppress(OSError, ValueError):
+            return self.collect()
+        return None
+
+    def collect(
+        self, *, max_bytes: int | None = None, grace_s: float = NODE_GC_GRACE_S
+    ) -> NodeCollected | None:
+        """Remove the views no actor claims (and their states), then, when the blobs weigh
+        more than `max_bytes` (default: `WARREN_RAY_CACHE_MAX_BYTES`, else
+        `NODE_CACHE_MAX_BYTES`), every blob no claimed view holds. None when someone holds
+        the cache (`using`): nothing is done then.
+
+        **Errors:** `OSError` from the file system.
+        """
+        if max_bytes is None:
+            max_bytes = _max_cache_bytes()
+        fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return None
+            young = time.time() - grace_s
+            live: set[str] = set()
+            removed_views = 0
+            mounts = self.root / "mounts"
+            for view in sorted(mounts.iterdir()) if mounts.is_dir() else ():
+                if view.is_symlink() or not view.is_dir():
+                    continue
+                if self._claimed(view, young):
+                    live.update(
+                        str(state[0])
+                        for state in self._load_state(view).values()
+                        if state and isinstance(state[0], str)
+                    )
+                    continue
+                shutil.rmtree(view, ignore_errors=True)
+                for path in (self._state_path(view), self._claim_path(view)):
+                    with contextlib.suppress(FileNotFoundError):
+                        path.unlink()
+                removed_views += 1
+            sizes = inventory(self.blobs.root)
+            kept = sum(sizes.values())
+            blobs = freed = 0
+            if kept > max_bytes:
+                blobs, freed = sweep(self.blobs.root, live, young)
+                self.blobs = ContentStore(self.blobs.root)  # its pack index is stale now
+                kept = sum(inventory(self.blobs.root).values())
+            (self.root / ".collected").touch()
+            return NodeCollected(views=removed_views, blobs=blobs, freed=freed, kept=kept)
+        finally:
+            os.close(fd)
+
+    def _claim_path(self, view: Path) -> Path:
+        return self._state_path(view).with_suffix(".claim")
+
+    def _claimed(self, view: Path, young: float) -> bool:
+        """Whether an actor holds `view`; a view with no claim file (a Warren before claims,
+        or an actor between making it and claiming it) counts as held while it is young."""
+        try:
+            fd = os.open(self._claim_path(view), os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            try:
+                return view.stat().st_mtime >= young
+            except OSError:
+                return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+        return False
 
     def missing(self, manifest: Manifest) -> list[str]:
         """The digests of the manifest's files this node lacks, sorted, each once."""
@@ -732,6 +894,14 @@ class NodeCache:
             temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
             temp.write_text(json.dumps({"view": os.path.abspath(view), "files": states}))
             os.replace(temp, path)
+
+
+def _max_cache_bytes() -> int:
+    raw = os.environ.get("WARREN_RAY_CACHE_MAX_BYTES", "")
+    with contextlib.suppress(ValueError):
+        if int(raw) >= 0:
+            return int(raw)
+    return NODE_CACHE_MAX_BYTES
 
 
 class _Parents:

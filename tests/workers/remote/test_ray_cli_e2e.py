@@ -156,7 +156,34 @@ def survey_through_the_cli(ray_cluster: LocalRayCluster, tmp_path: Path) -> None
 
     assert internal_kv._internal_kv_list("gcs://_ray_pkg") == []
     assert live_actors() == []
+    # Each actor's snapshot view went with it (`NodeCache.release_view`); the blobs stay for
+    # the next session.
+    cache = ray_cluster.temp_dir / "cache"
+    assert [p.name for p in (cache / "mounts").iterdir()] == []
+    assert [p.suffix for p in (cache / "views").iterdir()] == []
+    assert list((cache / "blobs").iterdir())
+    # `warren doctor --pool ray` proves the floor of each node of the live cluster.
+    doctor = subprocess.run(
+        [str(tmp_path / "uv"), "run"],
+        cwd=tmp_path,
+        env={**env, "RAY_ADDRESS": ray_cluster.address,
+             "TEST_ARGV": json.dumps([*WARREN, "doctor", "--pool", "ray", "--json"])},
+        capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert doctor.returncode == 0, doctor.stderr
+    nodes = _documents(doctor.stdout)[-1]  # after the local floor's report
+    assert len(nodes) == 2 and all(node["ok"] for node in nodes), nodes
+    assert live_actors() == []
     assert "Traceback" not in stderr
+
+
+def _documents(text: str) -> list[Any]:
+    """The JSON documents printed one after another."""
+    decoder, found, at = json.JSONDecoder(), [], 0
+    while (at := len(text) - len(text[at:].lstrip())) < len(text):
+        document, at = decoder.raw_decode(text, at)
+        found.append(document)
+    return found
 
 
 def _environments(processes: list[psutil.Process]) -> list[dict[str, str]]:

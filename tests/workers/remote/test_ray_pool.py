@@ -27,6 +27,7 @@ from workers.remote.backend import open_ray_subagents
 pytestmark = needs_sandbox
 
 
+@pytest.mark.slow
 @pytest.mark.in_process  # it watches the CLI's process tree
 async def test_the_ray_pool_on_a_two_node_cluster(
     ray_cluster: LocalRayCluster, tmp_path: Path

@@ -13,6 +13,7 @@ import os
 import shutil
 import stat
 import subprocess
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -27,6 +28,7 @@ from workers.remote import snapshot
 from workers.remote.snapshot import (
     Manifest,
     NodeCache,
+    NodeCollected,
     SnapshotBuilder,
     SnapshotEntry,
     SnapshotError,
@@ -467,3 +469,88 @@ def test_sync_refuses_a_manifest_that_escapes_the_view(tmp_path: Path) -> None:
     with pytest.raises(SnapshotError, match="must be relative"):
         NodeCache(tmp_path / "node").sync_view(manifest, tmp_path / "view")
     assert not (tmp_path / "escaped").exists()
+
+
+# -- a node's cache is collected -------------------------------------------------------------
+
+_CLAIMER = """
+import sys
+from pathlib import Path
+from workers.remote.snapshot import NodeCache
+cache = NodeCache(Path(sys.argv[1]))
+with cache.using():
+    cache.claim_view(cache.view_path(sys.argv[2]))
+print("claimed", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_collection_removes_what_dead_actors_left_and_keeps_what_live_views_hold(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "node"
+    cache = NodeCache(root)
+    live, dead = cache.view_path("live"), cache.view_path("dead")
+    shared = b"shared by both views\n"
+    live_manifest, live_blobs = manifest_of("/ws", {"a.py": b"live only\n", "s.py": shared})
+    dead_manifest, dead_blobs = manifest_of("/ws", {"b.py": b"dead only\n" * 100, "s.py": shared})
+    # The dead view's actor is a real process, killed: the kernel lets go of its claim.
+    with subprocess.Popen(
+        [sys.executable, "-c", _CLAIMER, str(root), "dead"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=Path(__file__).parents[3],
+    ) as actor:
+        assert actor.stdout is not None and actor.stdout.readline() == b"claimed\n"
+        with cache.using():
+            claim = cache.claim_view(live)
+        sync(cache, live_manifest, live_blobs, live)
+        sync(cache, dead_manifest, dead_blobs, dead)
+        done = cache.collect(max_bytes=0, grace_s=0)  # both views claimed: nothing goes
+        assert done is not None and (done.views, done.blobs) == (0, 0)
+        assert dead.is_dir() and cache.missing(dead_manifest) == []
+        actor.kill()
+
+    before = view_tree(live)
+    # Under the cap: the dead actor's view goes, every blob stays (a later session sends none).
+    done = cache.collect(max_bytes=1 << 40, grace_s=0)
+    assert done is not None and (done.views, done.blobs) == (1, 0)
+    assert not dead.exists() and cache.missing(dead_manifest) == []
+    assert sorted(p.suffix for p in (root / "views").iterdir()) == [".claim", ".json"]
+    # Over it: only what the live view holds stays; the live view is untouched.
+    done = cache.collect(max_bytes=0, grace_s=0)
+    assert done is not None and done.blobs == 1 and done.freed >= 1000
+    assert cache.missing(live_manifest) == []
+    assert cache.missing(dead_manifest) == [hashlib.sha256(b"dead only\n" * 100).hexdigest()]
+    assert NodeCache(root).missing(dead_manifest) == cache.missing(dead_manifest)
+    assert view_tree(live) == before
+
+    # The live actor stops: its view and what is kept about it go with its claim.
+    cache.release_view(live, claim)
+    assert not live.exists() and list((root / "views").iterdir()) == []
+    done = cache.collect(max_bytes=0, grace_s=0)
+    assert done == NodeCollected(views=0, blobs=2, freed=len(b"live only\n") + len(shared))
+
+
+def test_a_collection_never_runs_beside_a_sync_and_spares_young_unclaimed_views(
+    tmp_path: Path,
+) -> None:
+    cache = NodeCache(tmp_path / "node")
+    manifest, blobs = manifest_of("/ws", {"a.py": b"a\n"})
+    cache.add_blobs(blobs)
+    with cache.using():  # a sync in progress: the collection does nothing, and never waits
+        assert cache.collect(max_bytes=0, grace_s=0) is None
+    assert cache.missing(manifest) == []
+    # A view with no claim (made by a Warren before claims): kept while young, then removed.
+    old = cache.view_path("old")
+    cache.sync_view(manifest, old)
+    done = cache.collect(max_bytes=1 << 40)
+    assert done is not None and (done.views, done.blobs) == (0, 0) and done.kept == 2
+    assert old.is_dir()
+    os.utime(old, (0, 0))
+    done = cache.collect(max_bytes=1 << 40)
+    assert done is not None and done.views == 1 and not old.exists()
+
+
+@pytest.mark.parametrize("name", ["", ".", "..", "a/b", "../up", "x\0y"])
+def test_a_view_name_is_one_path_component(tmp_path: Path, name: str) -> None:
+    with pytest.raises(SnapshotError):
+        NodeCache(tmp_path / "node").view_path(name)
