@@ -26,6 +26,7 @@ backend then runs subagents in the local pool and says so once.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import socket
 from dataclasses import dataclass
@@ -121,6 +122,11 @@ class RayCluster:
 
     def _init(self) -> Any:
         ray = import_ray()
+        if self.address.startswith("ray://") and importlib.util.find_spec("grpc") is None:
+            raise ModuleNotFoundError(
+                "a ray:// address needs Ray Client: install Warren with its `ray-client` "
+                "extra (warren[ray-client]), or give the head's GCS address HOST:PORT"
+            )
         if ray.is_initialized():  # this process is a driver already (an embedding host)
             self._owned = False
             return ray
