@@ -8,8 +8,9 @@ Ctrl-D exits. SIGTERM and SIGHUP interrupt the turn and end the REPL. On the way
 session id is printed with the command that resumes it.
 
 Threads: prompt_toolkit's prompt and the dialogs' key reads run in worker threads (their
-asyncio loop cannot run under trio), the Esc watcher in its own; everything else, including
-all drawing, happens in the trio thread: the display's sinks only hand events over and
+asyncio loop cannot run under trio); everything else, the Esc watcher and all drawing
+included, happens in the trio thread (no thread wakes on a timer while a turn runs: each wake
+would take the GIL from the loop): the display's sinks only hand events over and
 `TurnView.animate` draws once the run is idle (`orchestrator.idle`), so a draw never stands
 between a tool result and the next model request.
 """
@@ -295,15 +296,14 @@ class Repl:
         """Run `work` with the live display and Esc watching."""
         view = TurnView(self.console, status=status)
         self.view = view
-        self.watcher = KeyWatcher(
-            self.fd, self.interrupt, trio.lowlevel.current_trio_token(), on_typed=view.echo
-        )
+        self.watcher = KeyWatcher(self.fd, self.interrupt, on_typed=view.echo)
         self._turn_running = True
         try:
             view.start()
             self.watcher.resume()
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(view.animate)
+                nursery.start_soon(self.watcher.watch)
                 result = await work()
                 nursery.cancel_scope.cancel()
         finally:

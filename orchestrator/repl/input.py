@@ -1,7 +1,7 @@
 """Reading the user: the prompt (prompt_toolkit, in a thread: its asyncio loop cannot run
-under trio), single-key answers for dialogs, and completion of slash commands (the session's
-MCP prompts among them) and of the one `@` grammar: `@path` for files, `@server:uri` for
-the resources the session's MCP servers list.
+under trio), single-key answers for dialogs (in the trio thread), and completion of slash
+commands (the session's MCP prompts among them) and of the one `@` grammar: `@path` for
+files, `@server:uri` for the resources the session's MCP servers list.
 
 The prompt is multi-line: Enter sends, Esc then Enter (or a line ending in `\\`) starts a new
 line. History is kept per repository in Warren's state directory. Ctrl-C clears
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import select
 import termios
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -200,30 +199,28 @@ async def read_key(fd: int, allowed: Callable[[str], bool]) -> str:
     """One key the user presses on terminal `fd` that `allowed` accepts (Esc is `"esc"`,
     Enter `"enter"`), read in cbreak mode without echo.
 
-    **Cancellation:** the read stops within 50 ms and `Cancelled` propagates.
+    Read in the trio thread, waiting in trio's own epoll: a dialog may be open while other
+    subagents run, and a thread polling the terminal would take the GIL from their loop on
+    every wake (orchestrator/repl/keys.py).
+
+    **Cancellation:** the read stops at once, the terminal's mode restored, and `Cancelled`
+    propagates.
     """
-    stop = threading.Event()
-
-    def read() -> str:
-        saved = termios.tcgetattr(fd)
-        mode = termios.tcgetattr(fd)
-        mode[3] &= ~(termios.ICANON | termios.ECHO | termios.ISIG | termios.IEXTEN)
-        termios.tcsetattr(fd, termios.TCSANOW, mode)
-        try:
-            while not stop.is_set():
-                if not select.select([fd], [], [], 0.05)[0]:
-                    continue
-                data = os.read(fd, 16)
-                if not data:
-                    return "eof"
-                key = _key_name(data)
-                if key in ("ctrl-c", "eof") or allowed(key):
-                    return key
-            return "eof"
-        finally:
-            termios.tcsetattr(fd, termios.TCSANOW, saved)
-
-    return await _in_thread(read, stop.set)
+    saved = termios.tcgetattr(fd)
+    mode = termios.tcgetattr(fd)
+    mode[3] &= ~(termios.ICANON | termios.ECHO | termios.ISIG | termios.IEXTEN)
+    termios.tcsetattr(fd, termios.TCSANOW, mode)
+    try:
+        while True:
+            await trio.lowlevel.wait_readable(fd)
+            data = os.read(fd, 16)
+            if not data:
+                return "eof"
+            key = _key_name(data)
+            if key in ("ctrl-c", "eof") or allowed(key):
+                return key
+    finally:
+        termios.tcsetattr(fd, termios.TCSANOW, saved)
 
 
 def _key_name(data: bytes) -> str:

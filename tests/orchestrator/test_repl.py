@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import io
 import os
+import threading
 from pathlib import Path
 
 import trio
+import trio.testing
 from prompt_toolkit.completion import CompleteEvent
 from prompt_toolkit.document import Document
 
@@ -105,20 +107,59 @@ def test_mentions_are_named_for_the_model(tmp_path: Path) -> None:
 
 async def test_esc_interrupts_and_an_arrow_key_does_not() -> None:
     """On a real pseudo-terminal: a lone Esc interrupts; the Esc that starts an arrow key's
-    sequence does not; other keys are kept as typeahead."""
+    sequence does not; other keys are kept as typeahead, each one told to `on_typed`."""
     master, slave = os.openpty()
     interrupted = trio.Event()
-    watcher = KeyWatcher(slave, interrupted.set, trio.lowlevel.current_trio_token())
+    echoed: list[str] = []
+    watcher = KeyWatcher(slave, interrupted.set, on_typed=echoed.append)
     try:
-        with watcher:
-            os.write(master, b"\x1b[Ahi\x7f\x7fok")
-            with trio.move_on_after(0.5):
-                await interrupted.wait()
-            assert not interrupted.is_set()
-            os.write(master, b"\x1b")
-            with trio.fail_after(5):
-                await interrupted.wait()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(watcher.watch)
+            with watcher:
+                os.write(master, b"\x1b[Ahi\x7f\x7fok")
+                with trio.move_on_after(0.5):
+                    await interrupted.wait()
+                assert not interrupted.is_set()
+                os.write(master, b"\x1b")
+                with trio.fail_after(5):
+                    await interrupted.wait()
+            nursery.cancel_scope.cancel()
         assert watcher.take_typed() == "ok"
+        assert echoed[-1] == "ok"
+    finally:
+        os.close(master)
+        os.close(slave)
+
+
+async def test_the_key_watcher_is_no_thread_and_reads_nothing_once_paused() -> None:
+    """Keys are read in the trio thread (a thread polling the terminal took the GIL from the
+    loop twenty times a second: the REPL's subagent turns were slower than headless ones), and
+    a pause stops the reading at once: a dialog reads the next key."""
+    master, slave = os.openpty()
+    typed = trio.Event()
+    watcher = KeyWatcher(slave, lambda: None, on_typed=lambda _: typed.set())
+    threads = threading.active_count()
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(watcher.watch)
+            watcher.resume()
+            await trio.testing.wait_all_tasks_blocked()
+            assert threading.active_count() == threads, "the watcher started a thread"
+            os.write(master, b"a")
+            with trio.fail_after(5):
+                await typed.wait()
+            watcher.pause(keep_mode=True)
+            os.write(master, b"b")
+            await trio.testing.wait_all_tasks_blocked()
+            assert os.read(slave, 1) == b"b"  # left for the dialog
+            watcher.resume()
+            typed = trio.Event()
+            os.write(master, b"c")
+            with trio.fail_after(5):
+                await typed.wait()
+            watcher.pause()
+            nursery.cancel_scope.cancel()
+        assert watcher.take_typed() == "ac"
     finally:
         os.close(master)
         os.close(slave)
