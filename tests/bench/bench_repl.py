@@ -24,8 +24,10 @@ script reads, answering the terminal's cursor-position queries as a terminal wou
 (c) what one redraw of the live area with 10 subagent rows costs, in process.
 
 Each round: the main agent dispatches 10 subagents; each streams 3 turns of text (50
-deltas, 10 ms apart), the first two ending in a Glob. The load average is printed with the
-numbers: on a shared machine a load above the core count makes them noise.
+deltas, 10 ms apart), the first two ending in a Glob. The ten first requests of a round are
+answered together once all have come (`StartTogether`), so every mode streams ten at once.
+The load average is printed with the numbers: on a shared machine a load above the core
+count makes them noise.
 """
 
 from __future__ import annotations
@@ -195,19 +197,46 @@ def _route(request: RecordedRequest) -> Reply:
     )
 
 
+class StartTogether:
+    """Holds each round's first subagent requests until all ten have come, then answers them
+    together: the ten streams then overlap as much in every mode. Without it the modes ran
+    different workloads: a fresh `-p` process starts its workers one after another (its
+    subagents' first requests spread over 1.3-2.2 s, so fewer streamed at once), while the
+    REPL's rounds after the first reuse warm workers (spread 0.1-0.25 s, all ten streaming
+    together), and each subagent turn waited behind more streams in the REPL."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._rounds: dict[str, threading.Barrier] = {}
+
+    def wait(self, request: RecordedRequest) -> None:
+        messages = request.messages
+        sub = _SUB.search(json.dumps(messages[:1]))
+        if sub is None or any(m["role"] == "assistant" for m in messages):
+            return
+        with self._lock:
+            barrier = self._rounds.setdefault(sub[1], threading.Barrier(AGENTS))
+        try:
+            barrier.wait(timeout=60)
+        except threading.BrokenBarrierError:
+            pass  # a subagent never asked: the round fails in _gaps, which says so
+
+
 class CoordinatorCpu:
     """The coordinator's threads' CPU time, sampled by the fake API (in its threads) as each
-    request arrives and once it is answered."""
+    request arrives (after `StartTogether`) and once it is answered."""
 
     def __init__(self) -> None:
         self.pid: int | None = None
         self.at_start: dict[int, dict[str, dict[int, int]]] = {}
         self.at_end: dict[int, dict[str, dict[int, int]]] = {}
+        self.together = StartTogether()
 
     def _sample(self) -> dict[str, dict[int, int]]:
         return {"coordinator": thread_times(self.pid)} if self.pid is not None else {}
 
     def route(self, request: RecordedRequest) -> FakeResponse:
+        self.together.wait(request)
         self.at_start[request.number] = self._sample()
         return _route(request)
 
