@@ -60,6 +60,7 @@ from orchestrator.events import (
 )
 from orchestrator.hooks.build import build_hook_runner
 from orchestrator.hooks.runner import HookRunner, WarmHookHost
+from orchestrator.later import FirstResponseStarts, StartsLater
 from orchestrator.limits import Limits
 from orchestrator.logs import LogSink, configure_logging
 from orchestrator.loop import LoopConfig, ModelUsage, RunControl, RunResult, run_loop
@@ -430,6 +431,10 @@ class Session:
         (orchestrator/mcp/deferred.py); None without servers."""
         self.changes: ChangeRecorder | None = None
         """The per-turn change sets (orchestrator/changes.py) behind `/undo`."""
+        self.later: list[Callable[[], None]] = []
+        """Starts the parts the first request does not need (tool hosts, pool, change scan:
+        orchestrator/later.py), called when that request is on its way (`start_parts`)."""
+        self._later_started = False
         self.compactor = Compactor(
             window=limits.context_window or context_window(model.model),
             threshold=limits.compact_threshold,
@@ -505,10 +510,11 @@ class Session:
         self._io.write(lambda: self.transcript.note_prompt(prompt))
         spent = _spend(self.model)
         model: ModelClient = self.model
+        starts = [] if self._later_started else [self.start_parts]
         if self.mcp_source is not None and not self.mcp_source.requested:
-            from orchestrator.mcp.deferred import FirstRequestStarts
-
-            model = FirstRequestStarts(self.model, self.mcp_source)
+            starts.append(self.mcp_source.start)
+        if starts:
+            model = FirstResponseStarts(self.model, starts)
         try:
             result = await run_loop(
                 model=model,
@@ -554,6 +560,13 @@ class Session:
         is typing)."""
         if self.mcp_source is not None:
             self.mcp_source.start()
+
+    def start_parts(self) -> None:
+        """Start the tool hosts, the worker pool and the change scan now, not once the first
+        request is on its way (the REPL: the user is typing). Idempotent."""
+        self._later_started = True
+        for start in self.later:
+            start()
 
     async def mcp_servers(self) -> McpServers | None:
         """The session's MCP servers, started now if they were not yet (each may still be
@@ -854,6 +867,7 @@ async def _open_session(
             registry = ToolRegistry(list(registry), [servers])
         else:
             servers = None
+        pool: SubagentRunner | None = None
         if (
             parts.subagents is not None
             and sandboxed
@@ -885,8 +899,11 @@ async def _open_session(
                 sdk_agents=parts.host.agents if parts.host is not None else None,
             )
             registry = registry.with_tools([dispatch])
+        # What the first request does not need starts once it is on its way (Session.run).
+        started_later: tuple[object, ...] = (runner, pool)
+        later = [part.start for part in started_later if isinstance(part, StartsLater)]
         if _may_write(policy.mode, registry, servers is not None, changes.tree.roots):
-            changes.tree.start()  # the first scan overlaps the first model request
+            later.append(changes.tree.start)  # the first scan overlaps the first request
         printer.init(
             cwd=str(cwd),
             model=model.model,
@@ -941,6 +958,7 @@ async def _open_session(
         session.changes = changes
         session.mcp_source = servers
         session.switch = switch
+        session.later = later
         if hooks.has("SessionEnd"):
             stack.push_async_callback(_shielded, _session_end(hooks))
         await session.start()

@@ -13,6 +13,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from functools import partial
 from typing import TYPE_CHECKING
 
+from orchestrator.later import LaterSubagents, LaterToolHosts
 from orchestrator.session import SessionParts
 
 if TYPE_CHECKING:
@@ -73,20 +74,28 @@ def open_tool_hosts(
 ) -> AbstractAsyncContextManager[ToolRunner]:
     """Where every tool call of the main agent runs: the sandboxed tool hosts, with the
     policy's read masks and protected paths added to the floor; each adopted from `spares`
-    when one there was started from exactly the recipe this session would use."""
-    from sandbox.spec import SandboxSpec
-    from workers.toolhost_runner import HOST_LIMITS, SandboxedSpawner, open_tool_runner
+    when one there was started from exactly the recipe this session would use. They start
+    once the session's first request is on its way, or at the first call or hook that needs
+    them (`orchestrator.later`): neither their imports nor their start delay that request."""
 
-    spec = SandboxSpec(
-        limits=HOST_LIMITS,
-        extra_deny_read=policy.deny_read(),
-        extra_protected=policy.protected(),
-        extra_home_allow=policy.home_allow(),
-    )
-    return open_tool_runner(
-        spawner=SandboxedSpawner(spec, host=host, read_denied=policy.read_denied(), spares=spares),
-        prestart=ctx,
-    )
+    def open_hosts() -> AbstractAsyncContextManager[ToolRunner]:
+        from sandbox.spec import SandboxSpec
+        from workers.toolhost_runner import HOST_LIMITS, SandboxedSpawner, open_tool_runner
+
+        spec = SandboxSpec(
+            limits=HOST_LIMITS,
+            extra_deny_read=policy.deny_read(),
+            extra_protected=policy.protected(),
+            extra_home_allow=policy.home_allow(),
+        )
+        return open_tool_runner(
+            spawner=SandboxedSpawner(
+                spec, host=host, read_denied=policy.read_denied(), spares=spares
+            ),
+            prestart=ctx,
+        )
+
+    return LaterToolHosts(open_hosts).running()
 
 
 def open_broker(
@@ -126,7 +135,29 @@ async def open_subagents(
     `ray` (workers/remote/backend.py): read-only subagents run as actors on the cluster at
     `pool.address` (up to 64 at once), under each node's floor with the session's masks;
     writable ones in the local pool (at most 10); all of them locally, with one line on
-    stderr, when the cluster cannot be reached."""
+    stderr, when the cluster cannot be reached.
+
+    A local pool opens once the session's first request is on its way, or at the first
+    subagent (`orchestrator.later`); a Ray pool at once (a cluster that cannot be reached is
+    said at start-up)."""
+    if pool.backend == "ray" and pool.address is not None:
+        async with _open_pool(ctx, policy, model, limits, pool) as runner:
+            yield runner
+        return
+    later = LaterSubagents(lambda: _open_pool(ctx, policy, model, limits, pool))
+    async with later.running():
+        yield later
+
+
+@asynccontextmanager
+async def _open_pool(
+    ctx: ToolContext,
+    policy: SessionPolicy,
+    model: ModelClient,
+    limits: Limits,
+    pool: PoolConfig,
+) -> AsyncIterator[SubagentRunner]:
+    """`open_subagents`' pool itself, opened when it is needed."""
     from sandbox.spec import SandboxSpec
     from workers.broker import ModelBroker
     from workers.pool import PoolOptions, open_worker_pool

@@ -5,13 +5,13 @@ start-up), a sandbox spawn per server and, on a small machine, the cores the ser
 interpreters take while they start. None of it may delay the first model request
 (tests/bench/bench_mcp.py, b), so a session holds a `DeferredMcp` in its tool registry: a
 `ToolSource` with no tools, which imports nothing of the SDK, until `start()`. The session
-starts it once its first model request is answered (`FirstRequestStarts`: the first event
-of the first response, or its failure), the REPL as soon as it opens (the user is typing),
-and anything that needs a server now (`@server:resource` in a prompt, a subagent whose type
-names MCP tools, `/mcp`) through `servers()`. The servers' tools then join the registry as
-each server lists them, and the loop offers them from the next request on (it re-reads the
-tool list whenever the registry's version changes), as Claude Code lists a server's tools once
-it is ready.
+starts it once its first model request is answered (`orchestrator.later.FirstResponseStarts`:
+the first event of the first response, or its failure), the REPL as soon as it opens (the user
+is typing), and anything that needs a server now (`@server:resource` in a prompt, a subagent
+whose type names MCP tools, `/mcp`) through `servers()`. The servers' tools then join the
+registry as each server lists them, and the loop offers them from the next request on (it re-
+reads the tool list whenever the registry's version changes), as Claude Code lists a server's
+tools once it is ready.
 
 A call of `mcp__<server>__<tool>` for a configured server that arrives before then (the first
 response names a tool from an earlier session) is not refused: `get` gives a stand-in that
@@ -21,7 +21,7 @@ starts the servers, waits for them and runs the call through the real tool.
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -30,7 +30,6 @@ import trio
 from pydantic import ConfigDict
 
 from orchestrator.aio import closing_iter
-from orchestrator.model.base import ModelClient, ModelEvent, ModelRequest
 from orchestrator.tools.base import Tool, ToolContext, ToolInput, ToolOutput, ToolProgress
 from policies.facts import ToolFacts
 
@@ -38,7 +37,7 @@ if TYPE_CHECKING:
     from orchestrator.mcp.servers import McpServers
     from orchestrator.mcp.tool import McpTools
 
-__all__ = ["DeferredMcp", "FirstRequestStarts"]
+__all__ = ["DeferredMcp"]
 
 PREFIX = "mcp__"
 
@@ -162,29 +161,3 @@ class _Pending(Tool[_Arguments]):
         async with closing_iter(real.call(parsed, ctx)) as events:
             async for event in events:
                 yield event
-
-
-class FirstRequestStarts:
-    """The session's model, for its runs: the first event of a response (or the end of a
-    request that failed) starts the MCP servers, so they never run before the first request
-    is on its way."""
-
-    def __init__(self, model: ModelClient, mcp: DeferredMcp) -> None:
-        self._model = model
-        self._mcp = mcp
-
-    @property
-    def model(self) -> str:
-        return self._model.model
-
-    async def aclose(self) -> None:
-        return None  # the session owns the model
-
-    async def stream(self, request: ModelRequest) -> AsyncGenerator[ModelEvent, None]:
-        try:
-            async with closing_iter(self._model.stream(request)) as events:
-                async for event in events:
-                    self._mcp.start()
-                    yield event
-        finally:
-            self._mcp.start()

@@ -179,6 +179,7 @@ class Repl:
                         self.session_ids.append(session.session_id)
                     self._banner(session)
                     session.start_mcp()  # the user is typing: nothing to keep them off
+                    session.start_parts()
                     action = await self._loop(session, pending)
             except ConfigError as exc:
                 self.console.print(Text(f"warren: {escape_controls(str(exc))}", "red"))
