@@ -164,6 +164,11 @@ class LaterSubagents:
     def start(self) -> None:
         self._later.start()
 
+    @property
+    def opened(self) -> SubagentRunner | None:
+        """The pool once it is open, else None."""
+        return self._later.opened
+
     @asynccontextmanager
     async def running(self) -> AsyncIterator[LaterSubagents]:
         async with self._later.running(), trio.open_nursery() as nursery:

@@ -503,6 +503,7 @@ async def test_a_used_up_session_budget_ends_the_subagent(workspace: Path) -> No
 
 async def test_the_session_composition_uses_the_policy(workspace: Path) -> None:
     from orchestrator.cli.wiring import open_subagents
+    from orchestrator.later import LaterSubagents
     from orchestrator.limits import Limits
     from orchestrator.session_policy import load_session_policy
     from orchestrator.tools.base import ToolContext
@@ -511,10 +512,12 @@ async def test_the_session_composition_uses_the_policy(workspace: Path) -> None:
     policy = load_session_policy(workspace, floor_proven=True)
     ctx = ToolContext(workspace=workspace, cwd=workspace)
     broker = ModelBroker(FunctionModel(probe_then_report()))
-    async with open_subagents(ctx, policy, broker, Limits(), PoolConfig()) as pool:
-        assert isinstance(pool, WorkerPool)
-        assert pool.options.max_workers == 10
-        out = await pool.run(request(PROBE, "s"), on_event=Collected(), permission=allow_all)
+    async with open_subagents(ctx, policy, broker, Limits(), PoolConfig()) as later:
+        assert isinstance(later, LaterSubagents)
+        assert later.opened is None  # opened once the session's first request is on its way
+        out = await later.run(request(PROBE, "s"), on_event=Collected(), permission=allow_all)
         assert out.reason == "completed"
         assert broker.usage.input_tokens == 20
+        assert isinstance(later.opened, WorkerPool)
+        assert later.opened.options.max_workers == 10
     assert descendants() == []
