@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import trio
 
@@ -40,16 +40,9 @@ if TYPE_CHECKING:
     )
     from orchestrator.tools.base import ToolContext, ToolOutput, ToolProgress
 
-__all__ = ["FirstResponseStarts", "LaterSubagents", "LaterToolHosts", "StartsLater"]
+__all__ = ["FirstResponseStarts", "LaterSubagents", "LaterToolHosts"]
 
 P = TypeVar("P")
-
-
-@runtime_checkable
-class StartsLater(Protocol):
-    """A part that starts on `start()` (idempotent, returns at once)."""
-
-    def start(self) -> None: ...
 
 
 class _Later(Generic[P]):

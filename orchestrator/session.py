@@ -60,7 +60,7 @@ from orchestrator.events import (
 )
 from orchestrator.hooks.build import build_hook_runner
 from orchestrator.hooks.runner import HookRunner, WarmHookHost
-from orchestrator.later import FirstResponseStarts, StartsLater
+from orchestrator.later import FirstResponseStarts, LaterSubagents, LaterToolHosts
 from orchestrator.limits import Limits
 from orchestrator.logs import LogSink, configure_logging
 from orchestrator.loop import LoopConfig, ModelUsage, RunControl, RunResult, run_loop
@@ -900,8 +900,11 @@ async def _open_session(
             )
             registry = registry.with_tools([dispatch])
         # What the first request does not need starts once it is on its way (Session.run).
-        started_later: tuple[object, ...] = (runner, pool)
-        later = [part.start for part in started_later if isinstance(part, StartsLater)]
+        later = [
+            part.start
+            for part in (runner, pool)
+            if isinstance(part, LaterToolHosts | LaterSubagents)
+        ]
         if _may_write(policy.mode, registry, servers is not None, changes.tree.roots):
             later.append(changes.tree.start)  # the first scan overlaps the first request
         printer.init(

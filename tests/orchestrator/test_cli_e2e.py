@@ -218,9 +218,14 @@ def test_sandbox_off_says_so_on_every_run(sample: Path, env: dict[str, str]) -> 
     assert "--sandbox=off" in done.stderr and "unsandboxed" not in done.stdout
 
 
+@pytest.mark.in_process  # watches the process tree of the warren it started
 def test_tool_calls_run_in_a_sandboxed_host(sample: Path, env: dict[str, str]) -> None:
     """Through the CLI: a Bash call runs in bwrap — it sees no API key and cannot write /etc,
-    and the init event says the floor is proven."""
+    and the init event says the floor is proven. Nothing but the coordinator runs when the
+    first request arrives: the tool hosts and the change scan start once it is on its way
+    (orchestrator/later.py), off the cold start's path."""
+    import psutil
+
     replies = [
         Reply.tool_use(
             "Bash",
@@ -228,7 +233,14 @@ def test_tool_calls_run_in_a_sandboxed_host(sample: Path, env: dict[str, str]) -
         ),
         Reply.text("done"),
     ]
-    with FakeMessagesAPI(replies) as api:
+    at_first: list[list[str]] = []
+
+    def route(request: RecordedRequest) -> None:
+        if not at_first:
+            (warren,) = psutil.Process().children()
+            at_first.append([" ".join(_cmdline(p)) for p in warren.children(recursive=True)])
+
+    with FakeMessagesAPI(replies, route=route) as api:
         done = run_cli(
             [
                 "-p",
@@ -248,6 +260,7 @@ def test_tool_calls_run_in_a_sandboxed_host(sample: Path, env: dict[str, str]) -
     assert init["sandbox"] == "proven"
     assert "key=none" in result
     assert not Path("/etc/warren-escape").exists()
+    assert at_first == [[]]
 
 
 def test_a_session_keeps_one_api_connection(sample: Path, env: dict[str, str]) -> None:
