@@ -60,10 +60,6 @@ class _Later(Generic[P]):
         self._gate.set()
 
     @property
-    def started(self) -> bool:
-        return self._gate.is_set()
-
-    @property
     def opened(self) -> P | None:
         """The real part once it is open, else None."""
         return self._part
@@ -106,10 +102,6 @@ class LaterToolHosts:
 
     def start(self) -> None:
         self._later.start()
-
-    @property
-    def started(self) -> bool:
-        return self._later.started
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[LaterToolHosts]:
