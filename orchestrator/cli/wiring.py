@@ -76,7 +76,8 @@ def open_tool_hosts(
     policy's read masks and protected paths added to the floor; each adopted from `spares`
     when one there was started from exactly the recipe this session would use. They start
     once the session's first request is on its way, or at the first call or hook that needs
-    them (`orchestrator.later`): neither their imports nor their start delay that request."""
+    them (`orchestrator.later`): neither their imports nor their start delay that request.
+    With `spares` (a session of the warm server) they are adopted at once."""
 
     def open_hosts() -> AbstractAsyncContextManager[ToolRunner]:
         from sandbox.spec import SandboxSpec
@@ -95,6 +96,11 @@ def open_tool_hosts(
             prestart=ctx,
         )
 
+    if spares is not None:
+        # A session of the warm server: its tool hosts are the server's spares, adopted at
+        # once (no import, no spawn to keep off the first request's path), so its first tool
+        # call finds them ready.
+        return open_hosts()
     return LaterToolHosts(open_hosts).running()
 
 
