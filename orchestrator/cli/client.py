@@ -21,21 +21,26 @@ server in the background for next time (`maybe_start_server`).
 
 from __future__ import annotations
 
-import json
+# The C halves of `json`, `socket` and `signal`: the Python modules import `enum`, `re` (and
+# compile its patterns) and `selectors`, which cost the client more than everything else it
+# does on a warm launch (tests/orchestrator/server/test_client_imports.py).
+import _json
+import _socket
+import array
 import os
-import signal
-import socket
 import stat
-import struct
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 
 TYPE_CHECKING = False  # `typing` itself costs a warm launch milliseconds
 if TYPE_CHECKING:
+    import signal as _signal  # `_signal` has no stubs: `signal` re-exports all of it
     from pathlib import Path  # `pathlib` too (with `re`, `fnmatch`, `urllib.parse`)
     from typing import Any, TypeVar
 
     _Dir = TypeVar("_Dir", str, Path)
+else:
+    import _signal
 
 __all__ = [
     "DIR_ENV",
@@ -58,9 +63,9 @@ OFF_ENV = "WARREN_NO_SERVER"
 IDLE_ENV = "WARREN_SERVER_IDLE_TIMEOUT"
 """Seconds an auto-started server waits without sessions before it exits (default 1800)."""
 SOCKET_NAME = "server.sock"
-FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGWINCH)
+FORWARDED = (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP, _signal.SIGWINCH)
 """Signals the client passes on to the session process."""
-EXIT_SERVER_GONE = 128 + signal.SIGHUP
+EXIT_SERVER_GONE = 128 + _signal.SIGHUP
 """The session process vanished without an exit code: cut off as by a hangup (129)."""
 _PACKAGES = ("orchestrator", "workers", "sandbox", "policies")
 _SERVER_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "TMPDIR", "VIRTUAL_ENV", "TZ",
@@ -147,22 +152,24 @@ def _py_files(directory: str) -> Iterator[os.DirEntry[str]]:
             yield entry
 
 
-def _peer_uid(sock: socket.socket) -> int:
-    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    return int(struct.unpack("3i", creds)[1])
+def _peer_uid(sock: _socket.socket) -> int:
+    creds = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)  # pid, uid, gid
+    return int.from_bytes(creds[4:8], sys.byteorder, signed=True)
 
 
 class ServerLink:
-    """One connection to the server: JSON lines both ways, descriptors with the first."""
+    """One connection to the server: JSON lines both ways, descriptors with the first.
+    `sock`: a `socket.socket`, or the client's plain `_socket.socket`."""
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: _socket.socket) -> None:
         self.sock = sock
         self._buffer = b""
 
     def send(self, message: Mapping[str, Any], fds: Sequence[int] = ()) -> None:
-        data = json.dumps(message).encode() + b"\n"
-        if fds:
-            sent = socket.send_fds(self.sock, [data], list(fds))
+        data = _encode(message).encode() + b"\n"
+        if fds:  # as `socket.send_fds`
+            rights = array.array("i", fds)
+            sent = self.sock.sendmsg([data], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, rights)])
             data = data[sent:]
         self.sock.sendall(data)
 
@@ -172,7 +179,7 @@ class ServerLink:
         fds: list[int] = []
         while b"\n" not in self._buffer:
             if max_fds:
-                chunk, got, _, _ = socket.recv_fds(self.sock, 65536, max_fds)
+                chunk, got = _recv_fds(self.sock, max_fds)
                 fds.extend(got)
             else:
                 chunk = self.sock.recv(65536)
@@ -180,7 +187,7 @@ class ServerLink:
                 return None, fds
             self._buffer += chunk
         line, self._buffer = self._buffer.split(b"\n", 1)
-        message = json.loads(line)
+        message = _decode(line)
         if not isinstance(message, dict):
             raise ValueError("a server message is a JSON object")
         return message, fds
@@ -193,10 +200,72 @@ class ServerLink:
         self.sock.close()
 
 
+def _recv_fds(sock: _socket.socket, max_fds: int) -> tuple[bytes, list[int]]:
+    """As `socket.recv_fds`: bytes, and the descriptors that came with them."""
+    fds = array.array("i")
+    data, ancillary, _, _ = sock.recvmsg(65536, _socket.CMSG_LEN(max_fds * fds.itemsize))
+    for level, kind, payload in ancillary:
+        if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
+            fds.frombytes(payload[: len(payload) - (len(payload) % fds.itemsize)])
+    return data, list(fds)
+
+
+def _encode(value: object) -> str:
+    """`json.dumps(value)` for what the link carries (objects with string keys, lists,
+    strings, numbers, booleans, null), ASCII-only as `json.dumps` makes it."""
+    if isinstance(value, str):
+        return _json.encode_basestring_ascii(value)
+    if value is None or isinstance(value, bool):
+        return "null" if value is None else "true" if value else "false"
+    if isinstance(value, int):
+        return int.__repr__(value)
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            return "NaN" if value != value else "Infinity" if value > 0 else "-Infinity"
+        return float.__repr__(value)
+    if isinstance(value, Mapping):
+        items = []
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise TypeError(f"a link message's keys are strings, not {type(key).__name__}")
+            items.append(f"{_json.encode_basestring_ascii(key)}: {_encode(item)}")
+        return "{" + ", ".join(items) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_encode(item) for item in value) + "]"
+    raise TypeError(f"a link message cannot carry {type(value).__name__}")
+
+
+class _JsonGrammar:
+    """What `_json.make_scanner` reads: the defaults of `json.JSONDecoder`."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    array_hook = None  # read from Python 3.15 on
+    parse_float = float
+    parse_int = int
+    parse_constant = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}.get
+
+
+_scan = _json.make_scanner(_JsonGrammar())  # type: ignore[arg-type]
+
+
+def _decode(line: bytes) -> object:
+    """`json.loads(line)`. **Errors:** `ValueError` (as `json.loads`)."""
+    text = line.decode().strip(" \t\n\r")
+    try:
+        value, end = _scan(text, 0)
+    except StopIteration as exc:
+        raise ValueError(f"not JSON at character {exc.value}") from None
+    if end != len(text):
+        raise ValueError(f"extra data after JSON at character {end}")
+    return value
+
+
 def connect(directory: str | Path) -> ServerLink | None:
     """A link to the server in `directory`, or None when none answers there (no socket, a
     stale socket file, or a socket of another user)."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         sock.connect(os.path.join(directory, SOCKET_NAME))
         if _peer_uid(sock) != os.getuid():
@@ -288,7 +357,7 @@ def _run_session(link: ServerLink, argv: Sequence[str]) -> int:
     finally:
         if tty is not None:
             os.close(tty)
-    previous = {sig: signal.getsignal(sig) for sig in FORWARDED}
+    previous = {sig: _signal.getsignal(sig) for sig in FORWARDED}
 
     def forward(signum: int, frame: object) -> None:
         try:
@@ -297,7 +366,7 @@ def _run_session(link: ServerLink, argv: Sequence[str]) -> int:
             pass
 
     for sig in FORWARDED:
-        signal.signal(sig, forward)
+        _signal.signal(sig, forward)
     try:
         while True:
             try:
@@ -316,7 +385,7 @@ def _run_session(link: ServerLink, argv: Sequence[str]) -> int:
                 return int(message["exit"])
     finally:
         for sig, handler in previous.items():
-            signal.signal(sig, handler)
+            _signal.signal(sig, handler)
 
 
 def _wants_print(argv: Sequence[str]) -> bool:

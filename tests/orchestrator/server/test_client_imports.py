@@ -22,13 +22,15 @@ LAUNCHER = (
 
 def test_the_warm_path_imports_only_the_thin_client() -> None:
     code = (
-        "import json, sys\n"
+        "import sys\n"
         "from orchestrator.cli import run_and_exit\n"
         "from orchestrator.cli.client import code_version, run_through_server\n"
         "from orchestrator.cli.commands import is_command\n"
         "code_version(); is_command(['-p', 'hi'])\n"
         "assert run_through_server(['-p', 'hi']) is None  # a server directory, no server\n"
-        "print(json.dumps(sorted(sys.modules)))\n"
+        "loaded = sorted(sys.modules)\n"
+        "import json\n"
+        "print(json.dumps(loaded))\n"
     )
     with tempfile.TemporaryDirectory() as directory:
         env = {**os.environ, "WARREN_SERVER_DIR": directory}
@@ -55,3 +57,5 @@ def test_the_warm_path_imports_only_the_thin_client() -> None:
     }
     assert foreign <= {"sitecustomize", "usercustomize"}, foreign  # no trio, pydantic, SDK
     assert not {"argparse", "typing", "asyncio", "pathlib"} & loaded
+    # Nor the Python halves of `json`, `socket` and `signal`, which bring `re` and `enum`.
+    assert not {"json", "socket", "signal", "selectors", "re", "enum"} & loaded
