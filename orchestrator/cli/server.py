@@ -26,7 +26,8 @@ context (`orchestrator.model.tls`: reading the CA bundle holds the GIL for 40-70
 a session takes when its CA settings are the server's. The profile of a warm start left
 nothing else worth keeping across sessions that is not workspace content: the policy files
 load in milliseconds once their modules are imported, and the context snapshot (`git
-status`, memory files) changes with every edit, so each session gathers its own.
+status`, memory files) changes with every edit, so each session gathers its own (from the
+probe's code the server compiled: `orchestrator.context.preload_probe`).
 
 The server exits after `--idle-timeout` seconds without sessions (default 1800), on SIGTERM
 (`warren server stop`), or when a client of another version asks (it is replaced). Running
@@ -153,6 +154,10 @@ def _preload() -> None:
     from orchestrator.model import tls
 
     tls.preload()
+    # The context probe's code, which each session's sandbox would compile from source.
+    from orchestrator import context
+
+    context.preload_probe()
     # The built-in tools (their modules load lazily) and their input schemas (cached per
     # class): the first request of every session sends them.
     with contextlib.suppress(Exception):

@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 import trio
 
+from orchestrator import context
 from orchestrator.context import (
     ContextSandbox,
     ContextSnapshot,
@@ -160,6 +161,26 @@ def test_a_home_that_is_a_repository_is_not_the_root(outside: Path) -> None:
     project.mkdir(parents=True)
     assert memory_root(project, home) == project
     assert memory_root(home, home) == home
+
+
+async def test_the_probe_compiled_ahead_by_the_server_sees_what_its_source_sees(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server's sessions run the probe from the code the server compiled
+    (`context.preload_probe`, on the sandbox's stdin): the same snapshot, git and memory
+    files with an import (loaded beside the probe's own file) included."""
+    repo = git_init(tmp_path / "repo")
+    write(repo / "CLAUDE.md", "top @docs/more.md\n")
+    write(repo / "docs" / "more.md", "imported text\n")
+    write(repo / "new.txt", "x\n")
+    from_source = await snapshot_of(repo, "required")
+    monkeypatch.setattr(context, "_compiled_probe", None)
+    context.preload_probe()
+    assert context._probe_code() is not None
+    compiled = await snapshot_of(repo, "required")
+    assert compiled == from_source
+    assert compiled.git_branch == "main" and "new.txt" in (compiled.git_status or "")
+    assert "imported text" in text_of(compiled, repo / "docs" / "more.md")
 
 
 # --- @imports -------------------------------------------------------------------------------
