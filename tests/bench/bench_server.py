@@ -23,6 +23,7 @@ The load average is printed with the figures. Nothing here is timed against a go
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import subprocess
@@ -98,21 +99,50 @@ def _cmd(process: psutil.Process) -> str:
 def _part_name(root: psutil.Process, tree: list[psutil.Process]) -> str:
     for process in [root, *tree]:
         cmd = _cmd(process)
-        for module in ("workers.toolhost", "workers.agent_worker", "sandbox.probe"):
+        for module in ("workers.toolhost", "workers.agent_worker", "workers.zygote",
+                       "sandbox.probe"):  # fmt: skip
             if module in cmd:
                 role = cmd.split("--role", 1)[1].split()[0] if "--role" in cmd else ""
                 return f"{module} {role}".strip()
     return _cmd(root)[:60]
 
 
+def adopted(session: psutil.Process) -> list[psutil.Process]:
+    """The processes `session` holds a pidfd of and did not start: the server's spare tool
+    hosts it adopted (their bwrap; `sandbox.spare`), which are the server's children. A
+    pidfd's fdinfo names its process (`Pid:`); the session's own descendants (a worker
+    forked by its zygote, also held by pidfd) are left out."""
+    own = {p.pid for p in session.children(recursive=True)}
+    found: dict[int, psutil.Process] = {}
+    for fd in os.listdir(f"/proc/{session.pid}/fd"):
+        try:
+            if os.readlink(f"/proc/{session.pid}/fd/{fd}") != "anon_inode:[pidfd]":
+                continue
+            info = Path(f"/proc/{session.pid}/fdinfo/{fd}").read_text()
+        except OSError:
+            continue
+        for line in info.splitlines():
+            if line.startswith("Pid:") and (pid := int(line.split()[1])) > 0 and pid not in own:
+                with contextlib.suppress(psutil.Error):
+                    found[pid] = psutil.Process(pid)
+    return list(found.values())
+
+
+def session_parts(session: psutil.Process) -> list[psutil.Process]:
+    """The roots of `session`'s parts: its children (cold tool hosts, the pool, its
+    zygote) and the spare tool hosts it adopted from the server."""
+    return [*session.children(), *adopted(session)]
+
+
 def session_tree(session: psutil.Process) -> None:
-    """Print the PSS and RSS of `session` and of each part under it."""
+    """Print the PSS and RSS of `session` and of each part it runs (`session_parts`)."""
     print(f"  {'part / process':58} {'PSS MB':>8} {'RSS MB':>8} {'USS MB':>8}")
     own_pss, own_rss, own_uss = _pss(session), _rss(session), _uss(session)
     print(f"  {'session process (forked from the server)':58} {own_pss / MB:8.1f} "
           f"{own_rss / MB:8.1f} {own_uss / MB:8.1f}")  # fmt: skip
     total_pss, total_rss, total_uss = own_pss, own_rss, own_uss
-    for child in session.children():
+    spares = {p.pid for p in adopted(session)}
+    for child in session_parts(session):
         try:
             tree = child.children(recursive=True)
         except psutil.Error:
@@ -122,7 +152,8 @@ def session_tree(session: psutil.Process) -> None:
         rss = sum(_rss(p) for p in parts)
         uss = sum(_uss(p) for p in parts)
         total_pss, total_rss, total_uss = total_pss + pss, total_rss + rss, total_uss + uss
-        print(f"  {_part_name(child, tree):58} {pss / MB:8.1f} {rss / MB:8.1f} {uss / MB:8.1f}")
+        name = _part_name(child, tree) + (" (spare)" if child.pid in spares else "")
+        print(f"  {name:58} {pss / MB:8.1f} {rss / MB:8.1f} {uss / MB:8.1f}")
         for process in parts:
             print(f"    {_cmd(process)[:56]:56} {_pss(process) / MB:8.1f} "
                   f"{_rss(process) / MB:8.1f} {_uss(process) / MB:8.1f}")  # fmt: skip
@@ -200,9 +231,11 @@ def _held_session(
     )  # fmt: skip
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        sessions = server.children()
+        # The server's children are its sessions (forked: the server's command line) and
+        # its spare tool hosts (bwrap).
+        sessions = [p for p in server.children() if _cmd(p) == _cmd(server)]
         for session in sessions:
-            tree = session.children(recursive=True)
+            tree = [q for p in session_parts(session) for q in [p, *p.children(recursive=True)]]
             if any(_cmd(p).startswith("sleep 3") or _cmd(p).endswith("sleep 3") for p in tree):
                 print(f"a session tree with `sleep 3` in flight (load {os.getloadavg()[0]:.2f})")
                 session_tree(session)
