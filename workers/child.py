@@ -66,7 +66,8 @@ class HostLaunch:
 
     role: wire.HostRole
     argv: tuple[str, ...]
-    """The child's own command (`python -I -m workers.toolhost ...`), before sandboxing."""
+    """The child's own command (`python -I -m workers workers.toolhost ...`), before
+    sandboxing."""
     workspace: Path
     extra_roots: tuple[Path, ...]
     cwd: Path
@@ -92,9 +93,10 @@ class HostLaunch:
         session_id: str | None = None,
         read_deny: tuple[tuple[str, str], ...] = (),
     ) -> HostLaunch:
-        """`python -I -m module` with the arguments every worker entry point takes (the tool
-        host's and the agent worker's)."""
-        argv = [str(python), "-I", "-m", module, "--role", role, "--workspace", str(workspace)]
+        """`python -I -m workers module` (workers/__main__.py) with the arguments every
+        worker entry point takes (the tool host's and the agent worker's)."""
+        argv = [str(python), "-I", "-m", "workers", module, "--role", role]
+        argv += ["--workspace", str(workspace)]
         argv += ["--cwd", str(cwd), "--tools", tools]
         if session_id is not None:
             argv += ["--session-id", session_id]

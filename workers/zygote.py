@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from sandbox import nsfork
+from workers.lean import pydantic_plugins_off
 
 __all__ = ["main"]
 
@@ -75,6 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     nsfork.fresh_proc()
     nsfork.drop_capabilities()
     nsfork.make_undumpable()
+    pydantic_plugins_off()  # before the first model: workers/lean.py
     _warm()
     control = socket.socket(fileno=args.control_fd)
     _serve(control, worker_ids=(args.worker_uid, args.worker_uid))

@@ -107,14 +107,25 @@ def _part_name(root: psutil.Process, tree: list[psutil.Process]) -> str:
     return _cmd(root)[:60]
 
 
+def _descendants(process: psutil.Process) -> list[psutil.Process]:
+    try:
+        return list(process.children(recursive=True))
+    except psutil.Error:  # gone meanwhile
+        return []
+
+
 def adopted(session: psutil.Process) -> list[psutil.Process]:
     """The processes `session` holds a pidfd of and did not start: the server's spare tool
     hosts it adopted (their bwrap; `sandbox.spare`), which are the server's children. A
     pidfd's fdinfo names its process (`Pid:`); the session's own descendants (a worker
     forked by its zygote, also held by pidfd) are left out."""
-    own = {p.pid for p in session.children(recursive=True)}
+    own = {p.pid for p in _descendants(session)}
     found: dict[int, psutil.Process] = {}
-    for fd in os.listdir(f"/proc/{session.pid}/fd"):
+    try:
+        fds = os.listdir(f"/proc/{session.pid}/fd")
+    except OSError:  # gone meanwhile
+        return []
+    for fd in fds:
         try:
             if os.readlink(f"/proc/{session.pid}/fd/{fd}") != "anon_inode:[pidfd]":
                 continue
@@ -131,7 +142,11 @@ def adopted(session: psutil.Process) -> list[psutil.Process]:
 def session_parts(session: psutil.Process) -> list[psutil.Process]:
     """The roots of `session`'s parts: its children (cold tool hosts, the pool, its
     zygote) and the spare tool hosts it adopted from the server."""
-    return [*session.children(), *adopted(session)]
+    try:
+        children = session.children()
+    except psutil.Error:
+        return []
+    return [*children, *adopted(session)]
 
 
 def session_tree(session: psutil.Process) -> None:
@@ -143,10 +158,7 @@ def session_tree(session: psutil.Process) -> None:
     total_pss, total_rss, total_uss = own_pss, own_rss, own_uss
     spares = {p.pid for p in adopted(session)}
     for child in session_parts(session):
-        try:
-            tree = child.children(recursive=True)
-        except psutil.Error:
-            tree = []
+        tree = _descendants(child)
         parts = [child, *tree]
         pss = sum(_pss(p) for p in parts)
         rss = sum(_rss(p) for p in parts)
@@ -235,7 +247,7 @@ def _held_session(
         # its spare tool hosts (bwrap).
         sessions = [p for p in server.children() if _cmd(p) == _cmd(server)]
         for session in sessions:
-            tree = [q for p in session_parts(session) for q in [p, *p.children(recursive=True)]]
+            tree = [q for p in session_parts(session) for q in [p, *_descendants(p)]]
             if any(_cmd(p).startswith("sleep 3") or _cmd(p).endswith("sleep 3") for p in tree):
                 print(f"a session tree with `sleep 3` in flight (load {os.getloadavg()[0]:.2f})")
                 session_tree(session)

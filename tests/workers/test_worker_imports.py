@@ -6,7 +6,8 @@ once pay on a shared machine. Pinned here: not the SDK (the model is brokered), 
 
 The same for a tool host, of which every session starts two (a read-only and a read-write
 one): not structlog, whose import (with rich, pygments and asyncio) cost each host 5 MB
-(tests/bench/bench_server.py prints the PSS of a live session tree)."""
+(tests/bench/bench_server.py prints the PSS of a live session tree); nor, for both, pydantic's
+search for plugins (importlib.metadata and what it reads: workers/lean.py)."""
 
 from __future__ import annotations
 
@@ -19,22 +20,14 @@ import sandbox
 
 ROOT = Path(__file__).resolve().parents[2]
 
-_REPORT_MODULES = """
-import atexit, sys
-atexit.register(lambda: sys.stderr.write("MODULES " + " ".join(sorted(sys.modules)) + "\\n"))
-if sys.argv[2] == "host":
-    from workers.toolhost import main
-else:
-    from workers.agent_worker import main
-sys.exit(main(["--workspace", sys.argv[1], "--role", sys.argv[3]]))
-"""
-
-
-def _modules_at_ready(workspace: Path, kind: str, role: str) -> set[str]:
-    """The modules a worker (`kind` "worker") or tool host ("host") of `role` has loaded when
-    it has sent `Ready` (stdin at end of file: it starts, sends Ready, and exits)."""
+def _modules_at_ready(workspace: Path, module: str, role: str) -> set[str]:
+    """The modules a worker (`module` workers.agent_worker) or tool host (workers.toolhost)
+    of `role` has loaded when it has sent `Ready` (stdin at end of file: it starts, sends
+    Ready, and exits), started as the coordinator starts it (`python -I -m workers MODULE`,
+    workers/child.py `HostLaunch.of_module`); `-X importtime` names each module it imports."""
     done = subprocess.run(
-        [sys.executable, "-c", _REPORT_MODULES, str(workspace), kind, role],
+        [sys.executable, "-I", "-X", "importtime", "-m", "workers", module]
+        + ["--workspace", str(workspace), "--role", role],
         stdin=subprocess.DEVNULL,
         capture_output=True,
         cwd=ROOT,
@@ -42,22 +35,24 @@ def _modules_at_ready(workspace: Path, kind: str, role: str) -> set[str]:
         check=True,
     )
     assert b'"type":"ready"' in done.stdout
-    line = next(x for x in done.stderr.decode().splitlines() if x.startswith("MODULES "))
-    return set(line.split()[1:])
+    lines = done.stderr.decode().splitlines()
+    return {x.rsplit("|", 1)[1].strip() for x in lines if x.startswith("import time:")}
 
 
 def test_a_worker_reaches_ready_without_the_sdk_the_floor_or_psutil(tmp_path: Path) -> None:
-    modules = _modules_at_ready(tmp_path, "worker", "read_write")
+    modules = _modules_at_ready(tmp_path, "workers.agent_worker", "read_write")
     assert "workers.agent_worker" in modules and "sandbox.reaper" in modules
     unwanted = {"anthropic", "httpx", "psutil", "sandbox.probe", "sandbox.run", "sandbox.spec"}
+    unwanted |= {"importlib.metadata"}  # pydantic's plugin search: workers/lean.py
     assert modules & unwanted == set()
 
 
 def test_a_tool_host_reaches_ready_without_structlog_the_sdk_or_the_floor(tmp_path: Path) -> None:
-    modules = _modules_at_ready(tmp_path, "host", "read_only")  # read_write imports the same
+    # read_write imports the same
+    modules = _modules_at_ready(tmp_path, "workers.toolhost", "read_only")
     assert "workers.toolhost" in modules and "orchestrator.tools.bash" in modules
     unwanted = {"structlog", "rich", "pygments", "asyncio", "anthropic", "httpx", "psutil"}
-    unwanted |= {"sandbox.probe", "sandbox.run", "sandbox.spec"}
+    unwanted |= {"sandbox.probe", "sandbox.run", "sandbox.spec", "importlib.metadata"}
     assert modules & unwanted == set()
 
 
