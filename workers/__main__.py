@@ -20,12 +20,12 @@ def _main() -> None:
     pydantic_plugins_off()
     module, args = sys.argv[1], sys.argv[2:]
     if module == "workers.toolhost":
-        from workers import toolhost as entry
+        from workers.toolhost import main
     else:
-        from workers import agent_worker as entry
+        from workers.agent_worker import main
     from workers.entry import exit_now
 
-    exit_now(entry.main(args))
+    exit_now(main(args))
 
 
 if __name__ == "__main__":

@@ -20,14 +20,15 @@ import sandbox
 
 ROOT = Path(__file__).resolve().parents[2]
 
+
 def _modules_at_ready(workspace: Path, module: str, role: str) -> set[str]:
     """The modules a worker (`module` workers.agent_worker) or tool host (workers.toolhost)
     of `role` has loaded when it has sent `Ready` (stdin at end of file: it starts, sends
     Ready, and exits), started as the coordinator starts it (`python -I -m workers MODULE`,
     workers/child.py `HostLaunch.of_module`); `-X importtime` names each module it imports."""
+    argv = [sys.executable, "-I", "-X", "importtime", "-m", "workers", module]
     done = subprocess.run(
-        [sys.executable, "-I", "-X", "importtime", "-m", "workers", module]
-        + ["--workspace", str(workspace), "--role", role],
+        [*argv, "--workspace", str(workspace), "--role", role],
         stdin=subprocess.DEVNULL,
         capture_output=True,
         cwd=ROOT,
