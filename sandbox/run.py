@@ -332,6 +332,9 @@ class _Io:
     stderr: Literal["pipe", "inherit", "devnull"]
     private: bool = False
     """stdin and stdout pipes passed as extra descriptors (`open_sandboxed_process`)."""
+    socket: int | None = None
+    """With `private`: a connected socket passed as the stdin and stdout descriptors instead
+    of two pipes (`open_sandboxed_process(stdio_socket=...)`)."""
 
 
 @dataclass
@@ -354,10 +357,23 @@ class _PrivatePipes:
             raise
         return cls(child_in, ours_in, child_out, ours_out)
 
+    @classmethod
+    def of_socket(cls, socket_fd: int) -> _PrivatePipes:
+        """A connected socket as the child's stdin and stdout: two copies of it (each end can
+        be closed alone), and nothing on our side (-1)."""
+        child_in = os.dup(socket_fd)
+        try:
+            child_out = os.dup(socket_fd)
+        except BaseException:
+            os.close(child_in)
+            raise
+        return cls(child_in, -1, child_out, -1)
+
     def close_all(self) -> None:
         for fd in (self.child_in, self.ours_in, self.child_out, self.ours_out):
-            with contextlib.suppress(OSError):
-                os.close(fd)
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
 
     def named_in(self, facts: HostFacts) -> HostFacts:
         """`facts` whose environment names the child's ends (`PIPE_FDS_ENV`)."""
@@ -463,7 +479,7 @@ def _start(
     """Spawn bwrap for `spec` in `cgroup` (the cold start)."""
     pipes: _PrivatePipes | None = None
     if io.private:
-        pipes = _PrivatePipes.open()
+        pipes = _PrivatePipes.open() if io.socket is None else _PrivatePipes.of_socket(io.socket)
         facts = pipes.named_in(facts)
     seccomp_fd: int | None = None
     try:
@@ -596,8 +612,8 @@ def _spawn(
     try:
         if pipes is not None:
             to_close += [pipes.child_in, pipes.child_out]
-            ours["stdin"] = trio.lowlevel.FdStream(pipes.ours_in)
-            ours["stdout"] = trio.lowlevel.FdStream(pipes.ours_out)
+            for name, fd in (("stdin", pipes.ours_in), ("stdout", pipes.ours_out)):
+                ours[name] = trio.lowlevel.FdStream(fd) if fd >= 0 else None
             pass_fds = (*pass_fds, pipes.child_in, pipes.child_out)
             child["stdin"] = subprocess.DEVNULL
         elif isinstance(io.stdin, bytes):
@@ -791,6 +807,7 @@ async def open_sandboxed_process(
     pass_fds: tuple[int, ...] = (),
     nested_uid: int | None = None,
     spares: SpareSource | None = None,
+    stdio_socket: int | None = None,
 ) -> AsyncIterator[SandboxProcess]:
     """Start a long-lived sandboxed process with stdin/stdout pipes (and stderr as asked).
 
@@ -812,13 +829,21 @@ async def open_sandboxed_process(
     does not (the caller reads the pipes). On exit from the block the process is stopped:
     stdin closed, SIGTERM, `KILL_GRACE_S` of grace, SIGKILL, reaped.
 
+    `stdio_socket` (with `private_pipes`, without `spares`): a connected socket that is the
+    process's stdin and stdout instead of the two pipes (a remote worker's direct connection
+    to its coordinator, workers/remote/actor.py): it gets two copies of it, named as the pipes
+    are; the returned process has no `stdin` or `stdout` of ours, and the caller closes its
+    own descriptor once started, leaving the process the socket's only holder.
+
     Cancellation: the same teardown runs shielded and bounded, then `Cancelled` propagates.
 
     Errors: as `run_sandboxed`.
     """
     if host is None:
         host = await detect_host()
-    io = _Io(stdin=b"", stdout="pipe", stderr=stderr, private=private_pipes)
+    if stdio_socket is not None and (not private_pipes or spares is not None):
+        raise ValueError("stdio_socket needs private_pipes and no spares")
+    io = _Io(stdin=b"", stdout="pipe", stderr=stderr, private=private_pipes, socket=stdio_socket)
     async with _sandbox(
         spec,
         argv,

@@ -9,13 +9,19 @@ coordinator's workspace (`view`), shown at the coordinator's workspace path so t
 name the user's paths (`sandbox.spec.WorkspaceRoot.source`); without a view (a file system
 the nodes share), the workspace path itself, read-only.
 
-The actor only relays bytes: over a direct connection to the coordinator when it can make
-one (workers/remote/channel.py: the worker's stdin in, its stdout, stderr and exit status
-out, framed), else over Ray: `write` to the worker's stdin (numbered, so writes the
-coordinator sends without waiting go in order whatever thread runs them), `read` (a long
-poll) of what the worker wrote on stdout and stderr, with its exit status at the end (with a
-direct connection, `read` only returns once the worker ended: the coordinator's sign that
-the actor is alive). The
+The worker's protocol bytes do not pass through the actor when it can make a direct
+connection to the coordinator (workers/remote/channel.py): once the actor has connected and
+checked the coordinator's proof, the connected socket itself becomes the worker's protocol
+stdin and stdout (passed into the sandbox like its pipes would be,
+`open_sandboxed_process(stdio_socket=...)`), and the actor closes its own copy, so the
+worker is its only holder: it reads and writes the very line protocol it would on pipes, and
+can reach nothing else through it (the connection is made; its sandbox has no network to
+make another). The actor keeps the worker's stderr and exit status, which `read` (a long
+poll) brings back over Ray; a `read` that fails tells the coordinator the actor is lost.
+Without a direct connection the actor relays over Ray: `write` to the worker's stdin
+(numbered, so writes the coordinator sends without waiting go in order whatever thread runs
+them), `read` of what the worker wrote on stdout and stderr, with its exit status at the
+end. `relayed` counts the stdout and stdin bytes that went through the actor. The
 worker's sandbox is measured here (`usage`, psutil on this node), killed here (`kill`) and
 stopped here (`stop`: end of stdin, the sandbox's SIGTERM, grace, SIGKILL, reaping). Model
 calls, permission asks, hooks and transcripts are the coordinator's: nothing in the actor
@@ -28,9 +34,7 @@ Actors are owned by the coordinator's driver (not detached): they die with it.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import struct
 import sys
 import threading
 from pathlib import Path
@@ -114,8 +118,9 @@ class _Relay:
         self._stop = trio.Event()
         self._stopped = trio.Event()
         self._channel: trio.SocketStream | None = None
-        """The direct connection to the coordinator, when there is one."""
-        self._send_lock = trio.Lock()
+        """The direct connection to the coordinator, until the worker took it."""
+        self.relayed = 0
+        """Bytes of the worker's stdin and stdout that went through this actor (over Ray)."""
         ready = threading.Event()
         self._thread = threading.Thread(
             target=trio.run, args=(self._main, ready), name="warren-node-worker", daemon=True
@@ -204,9 +209,11 @@ class _Relay:
             assert self._nursery is not None
             self._process = await self._nursery.start(self._run, spec, argv, Path(start["cwd"]))
         except Exception as exc:  # SandboxError, OSError: the node's message, one line
-            if self._channel is not None:
-                await self._channel.aclose()
             return {"ok": False, "detail": f"the worker's sandbox did not start: {exc}"}
+        finally:
+            if self._channel is not None:  # the worker holds it now (or it did not start)
+                held, self._channel = self._channel, None
+                await held.aclose()
         return {"ok": True, "pid": self._process.pid, "detail": detail, "channel": channel}
 
     async def _run(
@@ -218,20 +225,21 @@ class _Relay:
     ) -> None:
         from sandbox.run import open_sandboxed_process
 
+        socket = None if self._channel is None else self._channel.socket.fileno()
         try:
             async with (
                 open_sandboxed_process(
-                    spec, argv, cwd=cwd, stderr="pipe", private_pipes=True
+                    spec, argv, cwd=cwd, stderr="pipe", private_pipes=True, stdio_socket=socket
                 ) as process,
                 trio.open_nursery() as nursery,
             ):
                 task_status.started(process)
-                nursery.start_soon(self._pump, process.stdout, self._out, "out")
+                if process.stdout is not None:
+                    nursery.start_soon(self._pump, process.stdout, self._out, "out")
+                else:  # on the direct connection: nothing of it comes here
+                    self._out_eof = True
                 nursery.start_soon(self._pump, process.stderr, self._err, "err")
                 nursery.start_soon(self._reap, process)
-                if self._channel is not None:
-                    nursery.start_soon(self._feed_stdin, self._channel, process.stdin)
-                    nursery.start_soon(self._report_exit)
                 await self._stop.wait()
                 if process.stdin is not None:
                     await process.stdin.aclose()
@@ -242,9 +250,6 @@ class _Relay:
             self._out_eof = self._err_eof = True
             self._stopped.set()
             self._wake()
-            if self._channel is not None:
-                with trio.CancelScope(shield=True):
-                    await self._channel.aclose()
 
     async def _pump(self, stream: Any, buffer: bytearray, name: str) -> None:
         try:
@@ -254,11 +259,8 @@ class _Relay:
                 data = await stream.receive_some(65536)
                 if not data:
                     break
-                if self._channel is not None:
-                    from workers.remote.channel import STDERR, STDOUT, frame
-
-                    await self._send(frame(STDOUT if name == "out" else STDERR, data))
-                    continue
+                if name == "out":
+                    self.relayed += len(data)
                 buffer += data
                 self._wake()
         except (trio.ClosedResourceError, trio.BrokenResourceError):
@@ -269,28 +271,6 @@ class _Relay:
             else:
                 self._err_eof = True
             self._wake()
-
-    async def _send(self, data: bytes) -> None:
-        """Send on the direct connection (both pumps share it); a connection gone drops the
-        output: the coordinator is gone, or stops this worker."""
-        assert self._channel is not None
-        async with self._send_lock:
-            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                await self._channel.send_all(data)
-
-    async def _feed_stdin(self, channel: trio.SocketStream, stdin: Any) -> None:
-        """The coordinator's bytes to the worker's stdin, as they come."""
-        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            while data := await channel.receive_some(65536):
-                await stdin.send_all(data)
-
-    async def _report_exit(self) -> None:
-        """Once the worker's output ended and it exited: its exit status, the last frame."""
-        from workers.remote.channel import EXIT, frame
-
-        while not (self._out_eof and self._err_eof and self._returncode is not None):
-            await self._changed.wait()
-        await self._send(frame(EXIT, struct.pack(">i", self._returncode)))
 
     async def _reap(self, process: Any) -> None:
         self._returncode = await process.wait()
@@ -318,6 +298,7 @@ class _Relay:
             if stdin is None:
                 return False
             await stdin.send_all(data)
+            self.relayed += len(data)
             return True
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             return False
@@ -366,6 +347,11 @@ class NodeWorker:
         }
         result: dict[str, Any] = self._call(self._relay.start, start)
         return {**result, **where}
+
+    def relayed(self) -> int:
+        """Bytes of the worker's stdin and stdout that went through this actor: none when its
+        stdio is on the direct connection (tests)."""
+        return self._relay.relayed
 
     def write(self, seq: int, data: bytes) -> bool:
         """Write `data` to the worker's stdin after write `seq - 1`; False when it is gone."""

@@ -1,11 +1,14 @@
-"""A remote worker's stdio over one TCP connection from its actor to the coordinator.
+"""A remote worker's protocol over one TCP connection from its node to the coordinator.
 
 Relayed over Ray, every line a worker writes or reads costs an actor call (about 1.4 ms here,
 more under load), and a subagent's turn waits on four of them in a row: its model request,
 the response, its permission ask, the reply (`tests/bench/bench_ray.py` (b)). So when the
 cluster can reach the coordinator, the worker's bytes take a direct connection instead and
-Ray keeps placement, start, snapshot sync, usage, kill, stop and the detection of a lost
-actor (workers/remote/process.py).
+Ray keeps placement, start, snapshot sync, usage, the worker's stderr and exit status, kill,
+stop and the detection of a lost actor (workers/remote/process.py). The actor makes the
+connection and checks it, then hands the socket to the worker as its protocol stdin and
+stdout and closes its own copy (workers/remote/actor.py): the bytes do not pass through
+the actor.
 
 Who may speak on it (a forged `model_request` would be sent with the user's key):
 
@@ -17,16 +20,18 @@ Who may speak on it (a forged `model_request` would be sent with the user's key)
   the actor's `token` and the coordinator's `proof`;
 - a connection must send the token within `HANDSHAKE_TIMEOUT_S`; anything else is closed
   unanswered (`ChannelOffer.refused` counts them). The token is good for one connection;
-- the actor relays the worker's output only after the coordinator answered with the proof
-  (an impostor on the port would not get the workspace's contents);
+- the worker gets the socket only after the coordinator answered with the proof (an impostor
+  on the port would not get the workspace's contents), and is then its only holder on the
+  node; it talks the line protocol it talks on pipes, and can reach nothing new through a
+  connection that is already made;
 - no worker can connect: every sandbox runs without a network.
 
 Like Ray's own traffic without TLS, the bytes are not encrypted: the cluster's network is
 trusted to the same degree (deploy/ray/README.md).
 
-Framing, actor -> coordinator: one kind byte (`STDOUT`, `STDERR`, `EXIT`), a 4-byte
-big-endian length, the payload (`EXIT`: the worker's exit status, 4 bytes signed).
-Coordinator -> actor: the worker's stdin bytes as they are.
+After the handshake the connection carries the worker's protocol as it is: the worker's
+stdin from the coordinator, its stdout to the coordinator; its end (every copy closed) is the
+end of its stdout.
 
 When the actor cannot connect (no route back: Ray Client from a laptop, a firewall) its start
 says so and the worker is relayed over Ray as before: slower, never broken.
@@ -39,7 +44,6 @@ import hmac
 import ipaddress
 import secrets
 import socket
-import struct
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,16 +51,11 @@ import trio
 
 __all__ = [
     "CONNECT_TIMEOUT_S",
-    "EXIT",
     "HANDSHAKE_TIMEOUT_S",
-    "HEADER",
-    "STDERR",
-    "STDOUT",
     "TOKEN_BYTES",
     "ChannelOffer",
     "connect",
     "facing_address",
-    "frame",
     "receive_exactly",
 ]
 
@@ -65,13 +64,6 @@ HANDSHAKE_TIMEOUT_S = 5.0
 """Seconds a connection has to present its token before it is closed."""
 CONNECT_TIMEOUT_S = 3.0
 """Seconds an actor tries to reach the coordinator before it relays over Ray instead."""
-
-STDOUT, STDERR, EXIT = b"o", b"e", b"x"
-HEADER = struct.Struct(">cI")
-
-
-def frame(kind: bytes, payload: bytes) -> bytes:
-    return HEADER.pack(kind, len(payload)) + payload
 
 
 async def receive_exactly(stream: trio.abc.ReceiveStream, size: int) -> bytes | None:

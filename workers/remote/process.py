@@ -11,10 +11,12 @@ Costs: an actor call's round trip is about 1.4 ms here (several under load), and
 subagent's turn waits on four in a row (its model request, the response, its permission ask,
 the reply). So a worker's stdio takes a direct TCP connection from its actor to the
 coordinator when the cluster can reach this machine (workers/remote/channel.py: a listener per
-start, a one-use token, nothing listening between starts); Ray then only places, starts,
-syncs, measures, kills and stops it, and one `NodeWorker.read` stays pending for the
-worker's life, whose failure says the actor is lost. Without that connection (Ray Client, a
-firewall) the bytes go over Ray, where nothing waits on a call per line:
+start, a one-use token, nothing listening between starts), which the actor hands to the
+worker itself as its stdin and stdout: its bytes never pass through the actor. Ray then only
+places, starts, syncs, measures, kills and stops it, and brings its stderr and exit status
+back on a long poll (`NodeWorker.read`), whose failure says the actor is lost. Without that
+connection (Ray Client, a firewall) the bytes go over Ray, where nothing waits on a call per
+line:
 
 - writes are numbered and sent without waiting (the actor puts them back in order); their
   results are checked as they complete, and a failed one makes the next send fail;
@@ -32,7 +34,6 @@ from __future__ import annotations
 import contextlib
 import math
 import signal
-import struct
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -44,15 +45,7 @@ import trio
 
 from sandbox.spec import SandboxSpec
 from workers.child import HostLaunch, HostProcess
-from workers.remote.channel import (
-    EXIT,
-    HEADER,
-    STDERR,
-    STDOUT,
-    ChannelOffer,
-    facing_address,
-    receive_exactly,
-)
+from workers.remote.channel import ChannelOffer, facing_address
 from workers.remote.cluster import RayCluster
 
 __all__ = ["ACTOR_CONCURRENCY", "RaySpawner", "RemoteProcess", "resolve"]
@@ -173,7 +166,8 @@ class _Outbound(trio.abc.SendStream):
 
 
 class _ChannelOutbound(trio.abc.SendStream):
-    """stdin of a remote worker over its direct connection."""
+    """stdin of a remote worker over its direct connection; closing it ends the worker's
+    stdin (the connection's sending half), its stdout stays readable."""
 
     def __init__(self, stream: trio.SocketStream) -> None:
         self._stream = stream
@@ -193,8 +187,13 @@ class _ChannelOutbound(trio.abc.SendStream):
         await trio.lowlevel.checkpoint()
 
     async def aclose(self) -> None:
+        if self._closed:
+            await trio.lowlevel.checkpoint()
+            return
         self._closed = True
-        await trio.lowlevel.checkpoint()
+        async with self._lock:
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                await self._stream.send_eof()
 
 
 class RemoteProcess:
@@ -313,53 +312,37 @@ class RemoteProcess:
                     await self.channel.aclose()
 
     async def _relay_direct(self, stream: trio.SocketStream) -> None:
-        """Frames from the direct connection, while one `NodeWorker.read` waits for the
-        worker's end: it raises when the actor is lost (a connection may just hang then)."""
-        ended = trio.Event()
-        codes: list[int] = []
+        """The worker's stdout from the direct connection (the worker writes it there itself)
+        while a long poll of the actor brings its stderr and, once it ended, its exit status;
+        the poll raises when the actor is lost (a connection may just hang then)."""
+        drained = trio.Event()
 
-        async def frames() -> None:
+        async def stdout() -> None:
             try:
-                while header := await receive_exactly(stream, HEADER.size):
-                    kind, size = HEADER.unpack(header)
-                    payload = await receive_exactly(stream, size) if size else b""
-                    if payload is None:
-                        break
-                    if kind == STDOUT:
-                        self._stdout.feed(payload)
-                    elif kind == STDERR:
-                        self._stderr.feed(payload)
-                    elif kind == EXIT and len(payload) == 4:
-                        codes.append(struct.unpack(">i", payload)[0])
-                        break
+                while data := await stream.receive_some(_READ_BYTES):
+                    self._stdout.feed(data)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 pass
             finally:
-                ended.set()
+                self._stdout.end()
+                drained.set()
 
-        async def watch(done: trio.CancelScope) -> None:
-            try:
-                *_, code = await resolve(self.actor.read.remote(0))
-            except Exception as exc:  # the actor is lost: whatever the connection says
-                lost.append(exc)
-                done.cancel()
-                return
-            with trio.move_on_after(2):  # the output still on its way
-                await ended.wait()
-            if not codes and code is not None:
-                codes.append(int(code))
-            done.cancel()
-
-        lost: list[Exception] = []
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(frames)
-            nursery.start_soon(watch, nursery.cancel_scope)
-            await ended.wait()
-            if codes:
-                nursery.cancel_scope.cancel()
-        if lost:
-            raise lost[0]
-        self._exit(codes[0] if codes else -signal.SIGKILL)
+            nursery.start_soon(stdout)
+            err_open = True
+            while True:
+                _, err, _, err_eof, code = await resolve(self.actor.read.remote(_READ_BYTES))
+                self._stderr.feed(err)
+                if err_eof and err_open:
+                    err_open = False
+                    self._stderr.end()
+                if code is not None:
+                    break
+            # Every copy of the socket was the worker's: what it wrote is on its way.
+            with trio.move_on_after(2):
+                await drained.wait()
+            nursery.cancel_scope.cancel()
+        self._exit(int(code))
 
     async def _relay_over_ray(self) -> None:
         """Long-poll the actor for output until the worker has exited."""

@@ -68,13 +68,18 @@ async def runs_dispatched_together_share_one_snapshot_build(tmp_path: Path) -> N
 async def a_worker_lost_mid_run_is_run_again_on_the_other_node(
     ray_cluster: LocalRayCluster, tmp_path: Path
 ) -> None:
-    """Its actor is killed (as when its node dies) while its model request is out, its stdio
-    on the direct connection: the run ends with the retried result in a fresh worker (on the
+    """First a worker whose stdio is on the direct connection (its own: not one byte of it
+    went through its actor) is killed mid-turn, its model request out: that run ends with the
+    pool's error result. Then a worker's actor is killed (as when its node dies) while its
+    model request is out: the run ends with the retried result in a fresh worker (on the
     other node unless Ray placed it back: the affinity is soft), over Ray; the lost actor is
     not reused."""
+    import ray
+
     await trio.Path(tmp_path).mkdir()
     workspace = workspace_at(tmp_path)
     replies: list[FakeResponse] = [
+        Reply.tool_use("Probe", {"label": "killed"}, hold_before_stop=True),
         Reply.tool_use("Probe", {"label": "first"}, hold_before_stop=True),
         Reply.tool_use("Probe", {"label": "again"}),
         Reply.text("report from the retry"),
@@ -93,11 +98,31 @@ async def a_worker_lost_mid_run_is_run_again_on_the_other_node(
             remote_options=PoolOptions(max_workers=2),
             notice=notices.append,
         ) as backend:
+
+            async def kill_worker_when_in_flight() -> None:
+                while not api.requests:  # noqa: ASYNC110
+                    await trio.sleep(0.02)
+                [process] = backend.spawner.processes
+                assert process.channel is not None
+                relayed = await trio.to_thread.run_sync(ray.get, process.actor.relayed.remote())
+                assert relayed == 0  # its request went to the coordinator, not through Ray
+                os.kill(process.pid, signal.SIGKILL)  # its sandbox (this machine is the node)
+                api.release(1)
+
+            with trio.fail_after(120):
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(kill_worker_when_in_flight)
+                    killed = await backend.remote.run(
+                        subagent_request(PROBE, "Survey"),
+                        on_event=lambda e: None,
+                        permission=allow_all,
+                    )
+            assert killed.reason == "worker_crashed" and "died" in killed.result, killed
             lost: list[str] = []
             lost_pid: list[int] = []
 
             async def kill_when_in_flight() -> None:
-                while not api.requests:  # noqa: ASYNC110
+                while len(api.requests) < 2:  # noqa: ASYNC110
                     await trio.sleep(0.02)
                 [process] = backend.spawner.processes
                 # Its stdio came over the direct connection; the retry's goes over Ray (the
