@@ -129,6 +129,14 @@ _MiB = 1024**2
 DEFAULT_MAX_MODEL_REQUESTS = 200
 """Model requests one subagent run may make, whatever its agent type's `max_turns`."""
 
+WARM_START_ATTEMPTS = 3
+"""Tries of a warm (background) worker start: one that fails or times out (twenty remote
+workers starting at once on a loaded cluster can take longer than `start_timeout_s`) is tried
+again, so the pool still has the worker ready when a run comes, instead of a cold start on
+the run's path."""
+WARM_START_BACKOFF_S = 1.0
+"""Pause before the second try of a warm start; doubled before each later one."""
+
 
 class PoolOptions(BaseModel):
     """How many workers, when they start, and the limits of each subagent run."""
@@ -966,20 +974,33 @@ class WorkerPool:
         return True
 
     async def _start_idle(self) -> None:
-        if self._live >= self.options.max_workers or self._closing:
+        """Start a warm worker; one that fails or times out is tried again
+        (`WARM_START_ATTEMPTS`, with backoff) while the pool still has room for it. During a
+        pause it does not count as starting: a run that comes meanwhile starts its own."""
+        for attempt in range(WARM_START_ATTEMPTS):
+            if attempt:
+                with trio.move_on_after(WARM_START_BACKOFF_S * 2 ** (attempt - 1)):
+                    while not self._closing:  # the pool's close ends the pause
+                        await self._wait_changed()
+            if self._live >= self.options.max_workers or self._closing:
+                return
+            ready = len(self._idle_writers) + self._starting[True]
+            writable = ready < self._writers_wanted
+            self._starting[writable] += 1
+            try:
+                worker = await self._start(self._launches[writable])
+            except WorkerStartError as exc:
+                last = attempt + 1 == WARM_START_ATTEMPTS
+                self._log.warning(
+                    "worker failed to start", error=exc.message, attempt=attempt + 1, last=last
+                )
+                continue
+            finally:
+                self._starting[writable] -= 1
+                self._notify()
+            (self._idle_writers if writable else self._idle).append(worker)
+            self._notify()
             return
-        ready = len(self._idle_writers) + self._starting[True]
-        writable = ready < self._writers_wanted
-        self._starting[writable] += 1
-        try:
-            worker = await self._start(self._launches[writable])
-        except WorkerStartError as exc:
-            self._log.warning("worker failed to start", error=exc.message)
-            return
-        finally:
-            self._starting[writable] -= 1
-        (self._idle_writers if writable else self._idle).append(worker)
-        self._notify()
 
     async def _start(self, launch: HostLaunch) -> _Worker:
         self._live += 1
@@ -1056,6 +1077,7 @@ class WorkerPool:
         self._closing = True
         for worker in list(self._workers):
             self._retire(worker)
+        self._notify()
 
 
 def _hook_reply(request_id: str, outcome: HookOutcome) -> wire.HookReply:

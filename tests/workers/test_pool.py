@@ -52,7 +52,13 @@ from tests.workers.agent_kit import (
 )
 from workers.broker import BrokerLimits, ModelBroker
 from workers.pool import PoolOptions, WorkerPool, open_worker_pool
-from workers.toolhost_runner import HostLaunch, HostProcess, HostSpawner, unsandboxed_spawner
+from workers.toolhost_runner import (
+    HostLaunch,
+    HostProcess,
+    HostSpawner,
+    SandboxedSpawner,
+    unsandboxed_spawner,
+)
 
 pytestmark = needs_sandbox
 
@@ -520,4 +526,30 @@ async def test_the_session_composition_uses_the_policy(workspace: Path) -> None:
         assert broker.usage.input_tokens == 20
         assert isinstance(later.opened, WorkerPool)
         assert later.opened.options.max_workers == 10
+    assert descendants() == []
+
+
+async def test_a_warm_start_that_fails_is_tried_again(workspace: Path) -> None:
+    """The pool's first background start fails (a real sandboxed start of a program that exits
+    at once, as a start that timed out would end): the pool tries again after a pause, so the
+    worker is warm when the run comes, and the run takes it."""
+    inner = SandboxedSpawner()
+    spawned = 0
+
+    def fails_first(launch: HostLaunch) -> AbstractAsyncContextManager[HostProcess]:
+        nonlocal spawned
+        spawned += 1
+        if spawned == 1:
+            return inner(dataclasses.replace(launch, argv=("/bin/false",)))
+        return inner(launch)
+
+    async with pool_for(
+        workspace, probe_then_report(), spawner=fails_first, max_workers=1, start="eager"
+    ) as (pool, _):
+        with trio.fail_after(30):
+            await pool.wait_idle(1)
+        assert spawned == 2
+        [pid] = pool.worker_pids()
+        out = await run(pool, request(PROBE, "x"))
+        assert (out.reason, out.worker_pid, spawned) == ("completed", pid, 2)
     assert descendants() == []
