@@ -13,7 +13,7 @@
     The broker's shared cap (`limits.max_concurrent_requests`, default 10) is raised to 20:
     at 10, 200 requests of 200 ms take 4 s whatever the pool does (ratio >= 2). The 20
     workers are started first (each start may take 300 s: 20 actors starting at once on two
-    loaded cores took over the default 30 s, and a warm start that fails is not retried), and
+    loaded cores took over the default 30 s; the pool now tries a failed warm start again), and
     every process of the cluster and the coordinator is measured (CPU seconds, by kind).
 
 The cluster is a head and a second node on 127.0.0.1 (tests/kit/ray_cluster.py), both on

@@ -14,7 +14,7 @@ workers are Ray actors (`RaySpawner`) and the local one. `RaySubagents.run` send
   `worker_unavailable`) once more, on another node: a read-only agent changed nothing, so
   running it again is safe. A second failure is the run's outcome (an error tool_result).
 
-Cancelling a run cancels its remote work: the pool sends `Cancel` through the relay and kills
+Cancelling a run cancels its remote work: the pool sends `Cancel` on the worker's stdin and kills
 the worker on its node if it does not stop; closing the backend kills every actor this
 session made (they are owned by its Ray driver, not detached, so they also die with it).
 """
