@@ -92,8 +92,9 @@ def test_a_spare_serves_one_identical_session_once(server: Server, tmp_path: Pat
     assert len(adopted) == len(set(adopted)), adopted
     assert set(adopted) & fresh and not set(adopted) & (spares | again), adopted
 
+    replacements = _spares(server, 2, excluding=fresh)  # before the family is listed
     family = psutil.Process(pid).children(recursive=True)
-    assert any(p.pid in _spares(server, 2, excluding=fresh) for p in family)
+    assert replacements <= {p.pid for p in family}
     stop = subprocess.run(
         [*WARREN, "server", "stop"], env=server.env, capture_output=True, text=True, timeout=60
     )
