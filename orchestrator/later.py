@@ -9,8 +9,9 @@ the real part on `start()`: the session calls it when the first response's first
 typing), and a call that needs the part now (a tool call, a hook, a subagent) starts it and
 waits. Their imports (workers/, about 100 ms of CPU) and their processes' start then run beside
 the model's answer, never before the request.
-A session of the warm server adopts its spare tool hosts at once instead (no import or spawn
-to keep off the path; its first tool call finds them ready: `orchestrator.cli.wiring`).
+A session of the warm server starts them at once instead, in the background (nothing to
+import, spare tool hosts to adopt: its first tool call finds them ready; `SessionParts.
+start_at_once`).
 
     LaterToolHosts   the sandboxed tool hosts (a `ToolRunner` and the hooks' `WarmHookHost`)
     LaterSubagents   the worker pool behind `dispatch_agent` (a `SubagentRunner`)

@@ -330,6 +330,11 @@ class SessionParts:
     known_floor: KnownFloor | None = None
     """A floor the warm server proved before it forked this session: used instead of the
     start-up probe when the session's own host has the same `floor_key` (else it probes)."""
+    start_at_once: bool = False
+    """Start the tool hosts, the pool and the change scan at once (in the background) instead
+    of once the first request is on its way (orchestrator/later.py): a session of the warm
+    server, with nothing to import and spare tool hosts to adopt, so its first tool call finds
+    them ready."""
 
 
 def build_limits(config: SessionConfig, policy: SessionPolicy) -> Limits:
@@ -962,6 +967,8 @@ async def _open_session(
         session.mcp_source = servers
         session.switch = switch
         session.later = later
+        if parts.start_at_once:
+            session.start_parts()
         if hooks.has("SessionEnd"):
             stack.push_async_callback(_shielded, _session_end(hooks))
         await session.start()

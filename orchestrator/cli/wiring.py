@@ -62,7 +62,13 @@ def session_parts(
         if spares is None and host is None
         else partial(open_tool_hosts, spares=spares, host=host)
     )
-    return SessionParts(runner=runner, subagents=open_subagents, broker=open_broker, mcp=open_mcp)
+    return SessionParts(
+        runner=runner,
+        subagents=open_subagents,
+        broker=open_broker,
+        mcp=open_mcp,
+        start_at_once=spares is not None,  # the warm server's session: nothing to import
+    )
 
 
 def open_tool_hosts(
@@ -77,7 +83,7 @@ def open_tool_hosts(
     when one there was started from exactly the recipe this session would use. They start
     once the session's first request is on its way, or at the first call or hook that needs
     them (`orchestrator.later`): neither their imports nor their start delay that request.
-    With `spares` (a session of the warm server) they are adopted at once."""
+    A session of the warm server starts them at once (`session_parts`)."""
 
     def open_hosts() -> AbstractAsyncContextManager[ToolRunner]:
         from sandbox.spec import SandboxSpec
@@ -96,11 +102,6 @@ def open_tool_hosts(
             prestart=ctx,
         )
 
-    if spares is not None:
-        # A session of the warm server: its tool hosts are the server's spares, adopted at
-        # once (no import, no spawn to keep off the first request's path), so its first tool
-        # call finds them ready.
-        return open_hosts()
     return LaterToolHosts(open_hosts).running()
 
 
