@@ -658,10 +658,7 @@ class NodeCache:
     def release_view(self, view: Path, claim: int) -> None:
         """Remove `view` and what is kept about it, then let go of its claim."""
         try:
-            shutil.rmtree(view, ignore_errors=True)
-            for path in (self._state_path(view), self._claim_path(view)):
-                with contextlib.suppress(FileNotFoundError):
-                    path.unlink()
+            self._remove_view(view)
         finally:
             os.close(claim)
 
@@ -707,10 +704,7 @@ class NodeCache:
                         if state and isinstance(state[0], str)
                     )
                     continue
-                shutil.rmtree(view, ignore_errors=True)
-                for path in (self._state_path(view), self._claim_path(view)):
-                    with contextlib.suppress(FileNotFoundError):
-                        path.unlink()
+                self._remove_view(view)
                 removed_views += 1
             sizes = inventory(self.blobs.root)
             kept = sum(sizes.values())
@@ -723,6 +717,13 @@ class NodeCache:
             return NodeCollected(views=removed_views, blobs=blobs, freed=freed, kept=kept)
         finally:
             os.close(fd)
+
+    def _remove_view(self, view: Path) -> None:
+        """`view` and what is kept about it (its state, its claim file)."""
+        shutil.rmtree(view, ignore_errors=True)
+        for path in (self._state_path(view), self._claim_path(view)):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
 
     def _claim_path(self, view: Path) -> Path:
         return self._state_path(view).with_suffix(".claim")
