@@ -111,16 +111,18 @@ class TerminalProgress:
         self._set_phase("waiting for the model")
 
     def __call__(self, event: Event) -> None:
-        """An event of the main agent: kept for the next draw (at once while the region is
-        down, and for an ask, which takes it down before the question is written)."""
+        """An event of the main agent: kept for the next draw. Drawn at once only for an ask
+        (which takes the region down before the question is written) and once the region is
+        closed (no draw is coming); before `animate` first puts the region up it waits for
+        that draw like any other: a draw made here is on the loop's path."""
         self._inbox.append(event)
-        if self._live is None or _asks(event):
+        if self._closed or _asks(event):
             self._redraw()
 
     def subagent(self, update: SubagentUpdate) -> None:
         """A subagent's start, event or end, as `__call__`."""
         self._inbox.append(update)
-        if self._live is None or (isinstance(update, SubagentEvent) and _asks(update.event)):
+        if self._closed or (isinstance(update, SubagentEvent) and _asks(update.event)):
             self._redraw()
 
     def _apply(self) -> None:

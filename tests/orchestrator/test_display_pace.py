@@ -25,12 +25,13 @@ from rich.console import Console
 
 from orchestrator import idle
 from orchestrator.aio import closing_iter
-from orchestrator.events import EventSink
+from orchestrator.events import RetryScheduled, ToolFinished, ToolStarted
 from orchestrator.live_progress import TerminalProgress
 from orchestrator.model.base import ModelClient, ModelEvent, ModelRequest
 from orchestrator.paths import WarrenDirs
 from orchestrator.repl.display import TurnView
 from orchestrator.session import SessionConfig, SessionParts, open_session
+from orchestrator.subagents import SubagentStarted
 from tests.kit.fake_api import FakeMessagesAPI, Reply, model_for
 
 _HELD_UP_TO_S = 10.0
@@ -82,12 +83,13 @@ class SlowToAsk:
         await self.inner.aclose()
 
 
-Display = Callable[[Console], tuple[EventSink, Callable[[], Awaitable[None]], Callable[[], None]]]
+Shown = tuple[TurnView | TerminalProgress, Callable[[], Awaitable[None]], Callable[[], None]]
+Display = Callable[[Console], Shown]
 
 
 def _turn_view(
     console: Console,
-) -> tuple[EventSink, Callable[[], Awaitable[None]], Callable[[], None]]:
+) -> Shown:
     view = TurnView(console, idle_wait_s=_HELD_UP_TO_S)
     view.start()
 
@@ -100,7 +102,7 @@ def _turn_view(
 
 def _terminal_progress(
     console: Console,
-) -> tuple[EventSink, Callable[[], Awaitable[None]], Callable[[], None]]:
+) -> Shown:
     progress = TerminalProgress(console, idle_wait_s=_HELD_UP_TO_S)
     progress.begin()
     return progress, progress.animate, progress.close
@@ -140,6 +142,30 @@ async def test_the_next_request_is_sent_before_the_display_draws_the_turn(
         "loop's path"
     )
     assert "Done" in terminal.getvalue() or isinstance(sink, TerminalProgress)
+
+
+@pytest.mark.parametrize("display", [_turn_view, _terminal_progress], ids=["repl", "-p tty"])
+def test_a_sink_never_draws_while_a_draw_is_coming(display: Display) -> None:
+    """The class behind the test above, without its race: whatever a sink is handed (a tool's
+    start and end, a retry, a subagent's start) waits for the display's own draw, also before
+    the first one (the session may report before `animate` first finds the run idle); only a
+    closed display draws at once, as nothing else would."""
+    terminal = io.StringIO()
+    console = Console(file=terminal, force_terminal=True, width=100, height=30)
+    sink, _animate, done = display(console)
+    written = len(terminal.getvalue())
+    sink(ToolStarted(tool_use_id="t1", tool="Bash", display="Bash(make)"))
+    sink(ToolFinished(tool_use_id="t1", tool="Bash", summary="ok", is_error=False, duration_s=1))
+    sink(RetryScheduled(attempt=2, delay_s=1.0, error="overloaded", status=529))
+    sink.subagent(SubagentStarted(agent_id="a1", agent_type="general", description="survey",
+                                  transcript=None))  # fmt: skip
+    assert len(terminal.getvalue()) == written, "a sink drew on the loop's path"
+    done()
+    assert "Bash(make)" in terminal.getvalue()  # the closing draw showed them
+    written = len(terminal.getvalue())
+    sink(ToolFinished(tool_use_id="t2", tool="Read", summary="late", is_error=True, duration_s=0))
+    if isinstance(sink, TerminalProgress):  # the REPL's view prints the turn's end itself
+        assert "late" in terminal.getvalue()[written:]
 
 
 def test_the_idle_wait_is_trios_own() -> None:
