@@ -398,7 +398,7 @@ class Repl:
         """The terminal for a dialog: the live area cleared, the Esc watcher stopped."""
         view, watcher = self.view, self.watcher
         if view is not None:
-            view.stop()
+            view.pause()
         if watcher is not None:
             watcher.pause(keep_mode=True)
         try:

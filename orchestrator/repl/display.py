@@ -120,6 +120,8 @@ class TurnView:
     _output_tokens: int = 0
     _stream_chars: int = 0
     _live: Live | None = None
+    _paused: bool = False
+    """A dialog has the terminal (`pause`)."""
     _queued: list[RenderableType | Callable[[], RenderableType]] = field(default_factory=list)
     _echo: trio.Event = field(default_factory=trio.Event)
     _inbox: deque[Event | SubagentUpdate] = field(default_factory=deque)
@@ -136,6 +138,7 @@ class TurnView:
     # -- lifecycle --
 
     def start(self) -> None:
+        self._paused = False
         if self._live is None:
             self._live = Live(
                 self,
@@ -148,11 +151,20 @@ class TurnView:
             self._live.start()
 
     def stop(self) -> None:
-        """Print what is queued and take the live area down (a dialog, the turn's end)."""
+        """Print what is queued and take the live area down (the turn's end): later prints
+        are drawn at once."""
+        self._paused = False
         self.redraw()
         live, self._live = self._live, None
         if live is not None:
             live.stop()
+
+    def pause(self) -> None:
+        """Print what is queued and take the live area down for a dialog, drawing nothing
+        more (no event's line, no redraw) until `start()`: nothing is written into the dialog,
+        and what the other agents report meanwhile is drawn after it."""
+        self.stop()
+        self._paused = True
 
     def finish(self) -> None:
         """The turn is over: what still streamed is printed, calls still running (an
@@ -185,8 +197,10 @@ class TurnView:
 
     def redraw(self) -> None:
         """Print the queued lines above the live area and draw it (one write), or just draw
-        it; the queued lines alone while it is down. The events handed over are applied
-        first."""
+        it; the queued lines alone while it is down; nothing during a dialog (`pause`). The
+        events handed over are applied first."""
+        if self._paused:
+            return
         self._apply()
         queued, self._queued = self._queued, []
         shown = [item() if callable(item) else item for item in queued]
@@ -199,7 +213,7 @@ class TurnView:
         """Print above the live area at its next draw (at once when it is down). A callable
         is rendered then, not now (Markdown parsing stays off the loop's path)."""
         self._queued.append(renderable)
-        if self._live is None:
+        if self._live is None and not self._paused:
             self.redraw()
 
     def echo(self, typed: str) -> None:
@@ -211,15 +225,15 @@ class TurnView:
 
     def __call__(self, event: Event) -> None:
         """The main agent's event: kept for the next draw (at once while the live area is
-        down: a dialog, before or after the turn)."""
+        down before or after the turn; not during a dialog)."""
         self._inbox.append(event)
-        if self._live is None:
+        if self._live is None and not self._paused:
             self.redraw()
 
     def subagent(self, update: SubagentUpdate) -> None:
         """A subagent's update, as `__call__`."""
         self._inbox.append(update)
-        if self._live is None:
+        if self._live is None and not self._paused:
             self.redraw()
 
     def _apply(self) -> None:

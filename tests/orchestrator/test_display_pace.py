@@ -168,6 +168,31 @@ def test_a_sink_never_draws_while_a_draw_is_coming(display: Display) -> None:
         assert "late" in terminal.getvalue()[written:]
 
 
+async def test_nothing_is_drawn_into_a_dialog() -> None:
+    """While a dialog has the terminal (`TurnView.pause`), what the other agents report is
+    neither drawn by its sink nor by the view's own draw loop; it comes after the dialog."""
+    terminal = io.StringIO()
+    console = Console(file=terminal, force_terminal=True, width=100, height=30)
+    view = TurnView(console, idle_wait_s=0.01)
+    view.start()
+    view.pause()
+    written = len(terminal.getvalue())
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(view.animate)
+        view.subagent(SubagentStarted(agent_id="a1", agent_type="general",
+                                      description="survey", transcript=None))  # fmt: skip
+        view(ToolFinished(tool_use_id="t1", tool="Read", summary="read 3 lines", is_error=False,
+                          duration_s=0.1))  # fmt: skip
+        await trio.sleep(0.3)  # three of the view's draws
+        assert len(terminal.getvalue()) == written, "drawn into the dialog"
+        view.start()
+        await trio.sleep(0.3)
+        nursery.cancel_scope.cancel()
+    view.finish()
+    view.stop()
+    assert "read 3 lines" in terminal.getvalue()[written:]
+
+
 def test_the_idle_wait_is_trios_own() -> None:
     """`orchestrator.idle` imports it from trio's core (trio.testing imports pytest)."""
     assert idle.wait_all_tasks_blocked is trio.testing.wait_all_tasks_blocked  # type: ignore[attr-defined]

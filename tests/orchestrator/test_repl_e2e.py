@@ -134,6 +134,8 @@ def test_a_prompt_streams_its_reply_and_exit_leaves_nothing_behind(
         assert "200 input · 40 output" in screen  # two requests of the fake's default usage
         _send(terminal, "/expand")
         screen = terminal.wait_for(r"\[1\] Glob\('\*\*/\*\.py'\)  \d+ lines")
+        # the whole result once the next prompt is drawn below it (the header comes first)
+        screen = terminal.wait_for(PROMPT, after=screen.rindex("[1] Glob"))
         expanded = screen.split("[1] Glob")[-1]
         for name in ("shop/money.py", "shop/billing/invoice.py", "shop/__init__.py"):
             assert str(sample / name) in expanded  # every path, not the folded count
@@ -463,6 +465,9 @@ def test_mcp_prompts_are_commands_and_resources_complete_after_at(
             terminal.wait_for(r"Again\.")
             terminal.wait_for(PROMPT)
             terminal.type("what does @notes:no")
+            # The completions come from the server (in a thread): a Tab before they are shown
+            # finds nothing to complete, as a user's would, so wait for the menu.
+            terminal.wait_for(r"@notes:notes://today +notes://today")
             terminal.press("Tab")  # one resource starts so: completed in place
             terminal.wait_for(r"> what does @notes:notes://today\n")
             _send(terminal, " say?")
