@@ -100,6 +100,19 @@ def warren_of(tree: Path) -> Path:
     return tree / ".venv" / "bin" / "warren"
 
 
+SDK_PRELOADED = """
+import os, runpy, sys, time
+import anthropic, anthropic.types  # the SDK, and with it httpx2, pydantic, anyio
+with open(os.environ["WARREN_BENCH_T0"], "w") as out:
+    out.write(f"{time.monotonic()!r} {time.process_time()!r}")
+sys.argv = sys.argv[1:]
+sys.path[0] = os.path.dirname(sys.argv[0])  # as when the script runs itself, not the cwd
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+"""`--sdk-preloaded`: the tree's `warren` script run by a process that has imported the SDK
+first; the launch is timed from the moment the import is done (written to WARREN_BENCH_T0)."""
+
+
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -150,10 +163,18 @@ def cpu_between(before: dict[str, dict[int, int]], after: dict[str, dict[int, in
     return ran / 1e9
 
 
-def run_once(tree: Path, replies: list[Reply], ws: Path, env: dict[str, str],
-             extra: list[str]) -> tuple[float, float, list[float], list[float]]:
+def run_once(
+    tree: Path,
+    replies: list[Reply],
+    ws: Path,
+    env: dict[str, str],
+    extra: list[str],
+    *,
+    preloaded: bool = False,
+) -> tuple[float, float, list[float], list[float]]:
     """Launch -> first request, the coordinator's CPU until then, the gap before each later
-    request, and the CPU each process used in each gap."""
+    request, and the CPU each process used in each gap. `preloaded`: the launch and its CPU
+    counted from the end of the SDK's import (`SDK_PRELOADED`)."""
     samples: list[dict[str, dict[int, int]]] = []
     running: list[subprocess.Popen[str]] = []
     first_cpu: list[float] = []
@@ -163,10 +184,16 @@ def run_once(tree: Path, replies: list[Reply], ws: Path, env: dict[str, str],
             first_cpu.append(own_cpu(running[0].pid))  # every thread's, ended ones too
         samples.append(cpu_by_process(running[0].pid) if running else {})
 
+    command: list[str | Path] = [warren_of(tree), "-p", "bench", "--cwd", ws, *extra]
+    marks = ws.parent / f"t0-{os.getpid()}"
+    if preloaded:
+        marks.unlink(missing_ok=True)
+        command = [tree / ".venv" / "bin" / "python", "-c", SDK_PRELOADED, *command]
+        env = {**env, "WARREN_BENCH_T0": str(marks)}
     with FakeMessagesAPI(list(replies), route=sample) as api:
         t0 = time.monotonic()
         with subprocess.Popen(
-            [warren_of(tree), "-p", "bench", "--cwd", ws, *extra],
+            command,
             env={**env, "ANTHROPIC_BASE_URL": api.base_url},
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         ) as process:
@@ -175,13 +202,16 @@ def run_once(tree: Path, replies: list[Reply], ws: Path, env: dict[str, str],
         requests = api.requests
     if process.returncode != 0:
         raise SystemExit(f"{tree}: warren exited {process.returncode}: {stderr[-2000:]}")
+    cpu_before = 0.0
+    if preloaded:  # timed from the end of the SDK's import, its CPU left out
+        t0, cpu_before = (float(x) for x in marks.read_text().split())
     launch = requests[0].started_at - t0
     gaps = []
     for before, after in itertools.pairwise(requests):
         assert before.ended_at is not None
         gaps.append(after.started_at - before.ended_at)
     cpu = [cpu_between(before, after) for before, after in itertools.pairwise(samples)]
-    return launch, first_cpu[0] if first_cpu else 0.0, gaps, cpu
+    return launch, (first_cpu[0] - cpu_before) if first_cpu else 0.0, gaps, cpu
 
 
 PACKAGES = ("orchestrator", "workers", "sandbox", "policies")
@@ -212,6 +242,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--launch-only", action="store_true",
                         help="measure only launch -> first request (no per-call session)")
+    parser.add_argument(
+        "--sdk-preloaded",
+        action="store_true",
+        help="also time each launch from the end of `import anthropic`, done before in the "
+        "same process: Warren's own start-up, without the import's variance",
+    )
     args = parser.parse_args()
 
     scratch = Path(tempfile.mkdtemp(prefix="warren-bench-", dir="/var/tmp"))
@@ -227,6 +263,8 @@ def main() -> None:
         before = load()
         launches: dict[str, list[float]] = defaultdict(list)
         launch_cpu: dict[str, list[float]] = defaultdict(list)
+        sdk_launches: dict[str, list[float]] = defaultdict(list)
+        sdk_cpu: dict[str, list[float]] = defaultdict(list)
         per_kind: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
         cpu_kind: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
         for _ in range(args.rounds):
@@ -236,6 +274,14 @@ def main() -> None:
                 launch, cpu_used, _, _ = run_once(tree, [Reply.text("hi")], pristine, env, [])
                 launches[label].append(launch)
                 launch_cpu[label].append(cpu_used)
+                if args.sdk_preloaded:
+                    for kept in ("scans", "objects"):
+                        shutil.rmtree(state / "warren" / kept, ignore_errors=True)
+                    launch, cpu_used, _, _ = run_once(
+                        tree, [Reply.text("hi")], pristine, env, [], preloaded=True
+                    )
+                    sdk_launches[label].append(launch)
+                    sdk_cpu[label].append(cpu_used)
                 if args.launch_only:
                     continue
                 ws = scratch / f"ws-{label}"
@@ -256,6 +302,18 @@ def main() -> None:
         b, t = statistics.median(launch_cpu["base"]), statistics.median(launch_cpu["this"])
         print(f"coordinator CPU until the first request: base {b * 1000:.0f} ms, "
               f"this {t * 1000:.0f} ms, difference {(t - b) * 1000:+.0f} ms")
+        if args.sdk_preloaded:
+            b = statistics.median(sdk_launches["base"])
+            t = statistics.median(sdk_launches["this"])
+            paired = statistics.median(
+                t - b for b, t in zip(sdk_launches["base"], sdk_launches["this"], strict=True)
+            )
+            print(f"from the end of import anthropic -> first request: base {b * 1000:.0f} ms, "
+                  f"this {t * 1000:.0f} ms, difference {(t - b) * 1000:+.0f} ms "
+                  f"(median of the rounds' paired differences {paired * 1000:+.0f} ms)")
+            b, t = statistics.median(sdk_cpu["base"]), statistics.median(sdk_cpu["this"])
+            print(f"coordinator CPU from then until the first request: base {b * 1000:.0f} ms, "
+                  f"this {t * 1000:.0f} ms, difference {(t - b) * 1000:+.0f} ms")
         if args.launch_only:
             return
         for kind in per_kind["base"]:
