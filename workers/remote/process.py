@@ -536,8 +536,11 @@ class RaySpawner:
             return None
 
     async def _stop(self, process: RemoteProcess) -> None:
-        """End of stdin, the sandbox's SIGTERM, grace and SIGKILL, on the node (bounded)."""
-        if process.returncode is not None or process.lost is not None:
+        """End of stdin, the sandbox's SIGTERM, grace and SIGKILL, on the node (bounded);
+        also for a worker that has already exited (a crash, a kill, or the end of its input
+        before this), whose actor still holds its snapshot view until its `stop` releases it.
+        Only a lost actor is not asked (its node collects the view)."""
+        if process.lost is not None:
             return
         with trio.move_on_after(3 * self._stop_grace_s + 5):
             with contextlib.suppress(Exception):

@@ -725,6 +725,16 @@ class NodeCache:
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
 
+    def unclaimed_views(self, *, grace_s: float = NODE_GC_GRACE_S) -> list[str]:
+        """The names of the views no actor holds (what the next `collect` removes), sorted."""
+        young = time.time() - grace_s
+        mounts = self.root / "mounts"
+        return sorted(
+            view.name
+            for view in (mounts.iterdir() if mounts.is_dir() else ())
+            if not view.is_symlink() and view.is_dir() and not self._claimed(view, young)
+        )
+
     def _claim_path(self, view: Path) -> Path:
         return self._state_path(view).with_suffix(".claim")
 

@@ -8,6 +8,7 @@ import os
 import signal
 from pathlib import Path
 
+import psutil
 import pytest
 import trio
 
@@ -23,6 +24,7 @@ from tests.workers.test_dispatch_e2e import PROBE
 from workers.broker import ModelBroker
 from workers.pool import PoolOptions
 from workers.remote.backend import open_ray_subagents
+from workers.remote.snapshot import NodeCache
 
 pytestmark = needs_sandbox
 
@@ -118,6 +120,12 @@ async def a_worker_lost_mid_run_is_run_again_on_the_other_node(
                         permission=allow_all,
                     )
             assert killed.reason == "worker_crashed" and "died" in killed.result, killed
+            # Its actor was still asked to stop, which released its snapshot view: a worker
+            # that exits before the pool stops it leaves no view for the node to collect.
+            cache = NodeCache(ray_cluster.temp_dir / "cache")
+            with trio.fail_after(30):
+                while cache.unclaimed_views(grace_s=0):  # noqa: ASYNC110
+                    await trio.sleep(0.1)
             lost: list[str] = []
             lost_pid: list[int] = []
 
@@ -132,6 +140,10 @@ async def a_worker_lost_mid_run_is_run_again_on_the_other_node(
                 lost.append(process.where)
                 lost_pid.append(process.pid)
                 os.kill(process.placement.actor_pid, signal.SIGKILL)
+                # Its worker dies with it (bwrap's --die-with-parent), but the exit of a large
+                # process takes a while under load: released before, the held reply could let
+                # the worker, on its own connection, finish the run first.
+                await _gone(process.pid)
                 api.release(1)
 
             with trio.fail_after(180):
@@ -149,3 +161,15 @@ async def a_worker_lost_mid_run_is_run_again_on_the_other_node(
     assert outcome.worker_node is not None and outcome.worker_pid != lost_pid[0]
     assert len(notices) == 1 and "runs again on another node" in notices[0]
     assert live_actors() == []
+
+
+async def _gone(pid: int) -> None:
+    """Wait until `pid` (a process of this machine) has exited."""
+    with trio.fail_after(30):
+        while True:
+            try:
+                if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                    return
+            except psutil.NoSuchProcess:
+                return
+            await trio.sleep(0.02)

@@ -507,8 +507,10 @@ def test_a_collection_removes_what_dead_actors_left_and_keeps_what_live_views_ho
         done = cache.collect(max_bytes=0, grace_s=0)  # both views claimed: nothing goes
         assert done is not None and (done.views, done.blobs) == (0, 0)
         assert dead.is_dir() and cache.missing(dead_manifest) == []
+        assert cache.unclaimed_views(grace_s=0) == []
         actor.kill()
 
+    assert cache.unclaimed_views(grace_s=0) == ["dead"]
     before = view_tree(live)
     # Under the cap: the dead actor's view goes, every blob stays (a later session sends none).
     done = cache.collect(max_bytes=1 << 40, grace_s=0)
