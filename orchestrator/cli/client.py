@@ -379,8 +379,12 @@ def _run_session(link: ServerLink, argv: Sequence[str]) -> int:
                     "server was stopped or killed); `warren --continue` resumes the session"
                 )
                 return EXIT_SERVER_GONE
-            if "mismatch" in message or "refused" in message:
-                raise _NotTaken(replaced="mismatch" in message)
+            if "refused" in message:  # it could not fork, or take the descriptors or cwd
+                why = "".join(c if c.isprintable() else "?" for c in str(message["refused"]))
+                _say(f"the Warren server could not take this run ({why[:200]}); it runs here")
+                raise _NotTaken(replaced=False)
+            if "mismatch" in message:
+                raise _NotTaken(replaced=True)
             if "exit" in message:
                 return int(message["exit"])
     finally:

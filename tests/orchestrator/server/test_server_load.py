@@ -95,3 +95,26 @@ def test_a_fork_that_fails_refuses_the_client_and_keeps_serving(
         client.close()
     assert message is not None and "could not fork" in message["refused"]
     assert state.sessions == set() and state.served == 0
+
+
+def test_a_refused_run_says_why_in_one_line_and_runs_here(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A session process that cannot take the client's descriptors or cwd refuses: the
+    client says so (the server's reason, escaped) and runs the session itself."""
+    from orchestrator.cli import client as cli_client
+
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        theirs.sendall(b'{"refused": "no such directory \\u001b[31m/gone"}\n')
+        with pytest.raises(cli_client._NotTaken) as taken:
+            cli_client._run_session(cli_client.ServerLink(ours), ["-p", "hi"])
+        request, fds = cli_client.ServerLink(theirs).receive(max_fds=4)
+        for fd in fds:
+            os.close(fd)
+    assert not taken.value.replaced and request is not None and request["argv"] == ["-p", "hi"]
+    err = capsys.readouterr().err
+    assert err == (
+        "warren: the Warren server could not take this run (no such directory ?[31m/gone); "
+        "it runs here\n"
+    )
