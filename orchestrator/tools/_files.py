@@ -9,7 +9,6 @@ place keeps the refusal messages the model sees identical across tools.
 from __future__ import annotations
 
 import codecs
-import difflib
 import errno
 import os
 import stat
@@ -199,6 +198,8 @@ def missing_file_message(path: Path, ctx: ToolContext) -> str:
         names = [entry.name for entry in os.scandir(parent)]
     except OSError:
         names = []
+    import difflib  # here, not at import: a tool host runs it rarely (workers/lean.py)
+
     close = difflib.get_close_matches(path.name, names, n=4, cutoff=0.6)
     same_stem = [n for n in names if Path(n).stem == path.stem and n not in close]
     suggestions = [str(parent / n) for n in [*close, *same_stem][:5]]
@@ -501,6 +502,8 @@ def _opcodes(old: Sequence[str], new: Sequence[str]) -> list[Opcode]:
         return []
     if len(mid_old) * len(mid_new) > _DIFF_BUDGET:
         return [("replace", head, len(old) - tail, head, len(new) - tail)]
+    import difflib  # here, not at import: a tool host runs it rarely (workers/lean.py)
+
     matcher = difflib.SequenceMatcher(None, mid_old, mid_new, autojunk=False)
     return [
         (tag, i1 + head, i2 + head, j1 + head, j2 + head)
