@@ -9,14 +9,14 @@ start (tests/workers/test_worker_imports.py pins that they do without). pydantic
 `PYDANTIC_DISABLE_PLUGINS`, skips the search but still imports the loader and
 importlib.metadata with it, so a loader that finds none stands in for pydantic's.
 
-trio imports `ssl` (with OpenSSL, through `_ssl`), `hashlib` and `idna` at start for its TLS
-streams, DTLS and host name lookups, none of which a worker uses: 1.0 MB PSS of each tool host
-(`_hashlib` still comes, with `hmac`, through pydantic's use of `secrets`). `defer_unused_modules`
-puts a stand-in for each in `sys.modules` (`_deferred`) that runs the real module, into the
-same module object, on the first attribute anyone reads from it; `import ssl` alone reads none,
-so the modules run only if a worker really uses them (tests/workers/test_worker_imports.py pins
-that a tool host reaches `Ready` without running them, tests/workers/test_lean.py that a
-deferred module still works).
+trio imports `ssl` (with OpenSSL, through `_ssl`), `hashlib`, `hmac` (OpenSSL's `_hashlib`)
+and `idna` at start for its TLS streams, DTLS and host name lookups, and pydantic `secrets` for
+comparing its secret types, none of which a worker uses: 1.5 MB PSS of each tool host.
+`defer_unused_modules` puts a stand-in for each in `sys.modules` (`_deferred`) that runs the
+real module, into the same module object, on the first attribute anyone reads from it;
+`import ssl` alone reads none, so the modules run only if a worker really uses them
+(tests/workers/test_worker_imports.py pins that a tool host reaches `Ready` without running
+them, tests/workers/test_lean.py that a deferred module still works).
 
 Used by `python -I -m workers` (workers/__main__.py) and the zygote (plugins only), never by
 the coordinator, whose plugins (if a user installed any) are its own business.
@@ -34,7 +34,7 @@ from typing import Any
 
 __all__ = ["UNUSED_MODULES", "defer_unused_modules", "pydantic_plugins_off"]
 
-UNUSED_MODULES = ("ssl", "hashlib", "idna")
+UNUSED_MODULES = ("ssl", "hashlib", "idna", "secrets", "hmac")
 """Modules a worker's imports (trio's) name at start but no worker runs a line of."""
 
 _LOADER = "pydantic.plugin._loader"

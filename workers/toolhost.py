@@ -28,13 +28,13 @@ pins what a host imports on its way to `Ready`).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 import time
 import traceback
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -396,19 +396,74 @@ def _exception_text(exc: Exception) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+@dataclass(frozen=True)
+class _Args:
+    """The host's command line (see the module's docstring)."""
+
+    role: wire.HostRole
+    workspace: Path
+    cwd: Path | None = None
+    extra_root: list[Path] = field(default_factory=list)
+    session_id: str = "local"
+    tools: str = DEFAULT_TOOLS
+    read_deny: str = "[]"
+
+
+_FLAGS = {
+    "--role": "role",
+    "--workspace": "workspace",
+    "--cwd": "cwd",
+    "--extra-root": "extra_root",
+    "--session-id": "session_id",
+    "--tools": "tools",
+    "--read-deny": "read_deny",
+}
+_PATHS = ("workspace", "cwd", "extra_root")
+_ROLES = ("read_write", "read_only")
+
+
+def _parse_args(argv: Sequence[str] | None) -> _Args:
+    """The host's arguments. The argv the coordinator builds (`HostLaunch.of_module`: each
+    flag then its value) is read without argparse, whose import (with gettext) is 0.3 MB PSS
+    of every host (tests/workers/test_worker_imports.py); anything else (`--help`,
+    `--flag=value`, an abbreviation, a mistake) goes to argparse, which reads it or says what
+    is wrong. Both read an argv the same (tests/workers/test_toolhost_args.py)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    return _read_flags(args) or _parse_with_argparse(args)
+
+
+def _read_flags(args: list[str]) -> _Args | None:
+    """`args` as `_parse_with_argparse` reads them, when they are only known flags each followed
+    by a value argparse cannot take for an option; None otherwise."""
+    values: dict[str, Any] = {"extra_root": []}
+    if len(args) % 2:
+        return None
+    for flag, value in zip(args[::2], args[1::2], strict=True):
+        name = _FLAGS.get(flag)
+        if name is None or value.startswith("-"):
+            return None
+        item = Path(value) if name in _PATHS else value
+        values[name] = [*values[name], item] if name == "extra_root" else item
+    if values.get("role") not in _ROLES or "workspace" not in values:
+        return None
+    return _Args(**values)
+
+
+def _parse_with_argparse(args: list[str]) -> _Args:
+    import argparse  # here, not at import: see `_parse_args`
+
     parser = argparse.ArgumentParser(prog="python -m workers.toolhost", description=__doc__)
-    parser.add_argument("--role", choices=["read_write", "read_only"], required=True)
+    parser.add_argument("--role", choices=_ROLES, required=True)
     parser.add_argument("--workspace", type=Path, required=True)
     parser.add_argument("--cwd", type=Path, default=None)
     parser.add_argument("--extra-root", type=Path, action="append", default=[])
     parser.add_argument("--session-id", default="local")
     parser.add_argument("--tools", default=DEFAULT_TOOLS)
     parser.add_argument("--read-deny", default="[]", help="JSON [[specifier, anchor], ...]")
-    return parser.parse_args(argv)
+    return _Args(**vars(parser.parse_args(args)))
 
 
-async def _serve(args: argparse.Namespace, proto_in: int, proto_out: int) -> None:
+async def _serve(args: _Args, proto_in: int, proto_out: int) -> None:
     workspace = args.workspace.resolve()
     roots: Iterable[Path] = (p.resolve() for p in args.extra_root)
     ctx = ToolContext(

@@ -7,10 +7,11 @@ once pay on a shared machine. Pinned here: not the SDK (the model is brokered), 
 The same for a tool host, of which every session starts two (a read-only and a read-write
 one): not structlog, whose import (with rich, pygments and asyncio) cost each host 5 MB
 (tests/bench/bench_server.py prints the PSS of a live session tree); nor the modules trio
-names but no host uses (ssl with OpenSSL, idna, hashlib: 1.0 MB; deferred by workers/lean.py,
-so `-X importtime` does not list them unless they run); nor difflib (an Edit's diff, imported
-when one runs); nor, for both, pydantic's search for plugins (importlib.metadata and what it
-reads: workers/lean.py)."""
+and pydantic name but no host uses (ssl and hmac with OpenSSL, idna, secrets: 1.5 MB; deferred
+by workers/lean.py, so `-X importtime` does not list them unless they run); nor difflib (an
+Edit's diff, imported when one runs) nor argparse (workers/toolhost.py `_parse_args`); nor,
+for both, pydantic's search for plugins (importlib.metadata and what it reads:
+workers/lean.py)."""
 
 from __future__ import annotations
 
@@ -58,7 +59,8 @@ def test_a_tool_host_reaches_ready_without_structlog_the_sdk_or_the_floor(tmp_pa
     assert "trio" in modules and "socket" in modules  # what names ssl and idna did run
     unwanted = {"structlog", "rich", "pygments", "asyncio", "anthropic", "httpx", "psutil"}
     unwanted |= {"sandbox.probe", "sandbox.run", "sandbox.spec", "importlib.metadata"}
-    unwanted |= {"ssl", "_ssl", "idna", "hashlib", "difflib"}
+    unwanted |= {"ssl", "_ssl", "idna", "hashlib", "hmac", "_hashlib", "secrets"}
+    unwanted |= {"difflib", "argparse"}
     assert modules & unwanted == set()
 
 
