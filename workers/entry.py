@@ -21,7 +21,7 @@ from typing import NoReturn
 import trio
 
 from orchestrator.tools.registry import ToolRegistry
-from workers import protocol as wire
+from workers import host_protocol as wire
 
 __all__ = [
     "ToolsFactory",

@@ -73,20 +73,19 @@ many of the previous request's messages come first), so a long subagent run does
 whole history over the pipe every turn.
 
 Adding a message is one more model in `Message` and one more case in each receiver's `match`;
-`PROTOCOL_VERSION` goes up when an existing message changes incompatibly.
+`PROTOCOL_VERSION` goes up when an existing message changes incompatibly. A tool host's
+messages, `encode`, `LineReader` and the decoding live in `workers.host_protocol` (a host
+imports that alone, and decodes only its own messages: `decode_host_line`); this module
+offers every one of them too.
 """
 
 from __future__ import annotations
 
 import functools
-import json
-import re
-from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 import pydantic
-import trio
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from orchestrator.errors import ModelFailureReason
 from orchestrator.events import (
@@ -108,6 +107,32 @@ from orchestrator.messages import (
 from orchestrator.messages import Message as ChatMessage
 from orchestrator.model.base import BlockComplete, Retry, ToolSpec
 from orchestrator.outcome import TerminalReason
+from workers.host_protocol import (
+    MAX_LINE_BYTES,
+    PROTOCOL_VERSION,
+    Cancel,
+    HookResult,
+    HostRole,
+    LedgerDelta,
+    LineReader,
+    Malformed,
+    Oversized,
+    ProtocolError,
+    Ready,
+    RunHook,
+    RunTool,
+    ShellState,
+    Shutdown,
+    ToolOutcome,
+    ToolProgress,
+    ToolResult,
+    Validated,
+    ValidateTool,
+    WireModel,
+    decode_with,
+    encode,
+    oversized_id,
+)
 
 __all__ = [
     "MAX_LINE_BYTES",
@@ -152,173 +177,12 @@ __all__ = [
     "oversized_id",
 ]
 
-PROTOCOL_VERSION = 3
-"""Sent in `Ready`; raised whenever an existing message changes incompatibly."""
-
-MAX_LINE_BYTES = 16 * 1024 * 1024
-"""Longest line either side accepts (16 MiB): a capped Read of an image fits with room to spare;
-anything longer is a bug or an attack, and is skipped and reported rather than buffered."""
 
 HookEventName = Literal["PreToolUse", "PostToolUse", "SubagentStop"]
 """The hook events a subagent fires (through the coordinator)."""
 
-HostRole = Literal["read_write", "read_only"]
-"""A tool host's workspace mount: writable (calls that may write, the persistent shell) or
-read-only (calls classified read-only, so a misclassified command cannot write)."""
 
-ToolOutcome = Literal["output", "tool_error", "no_output", "cancelled"]
-"""How a call ended in the worker: a `ToolOutput`; a `ToolError` (its message for the model);
-the tool yielded no output; the call was cancelled by `Cancel` before it produced one."""
-
-
-class _Wire(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class LedgerDelta(_Wire):
-    """Changes to a `ReadLedger`: paths (resolved, absolute) recorded with their mtime in
-    nanoseconds, and paths forgotten. Applying `recorded` then `forgotten` is the whole rule."""
-
-    recorded: dict[str, int] = Field(default_factory=dict)
-    forgotten: list[str] = Field(default_factory=list)
-
-    def __bool__(self) -> bool:
-        return bool(self.recorded or self.forgotten)
-
-
-class ShellState(_Wire):
-    """Where the persistent shell is and what it exported: the read-write host reports it after
-    a call that changed it, and the read-only host's one-shot shells start from it, so `cd src`
-    in one call holds for a read-only `ls` in the next."""
-
-    cwd: str
-    snapshot: str
-    """The bash script that recreates the exported variables and functions."""
-
-
-class Ready(_Wire):
-    """The worker's first line: it runs, speaks `version`, and what it is."""
-
-    type: Literal["ready"] = "ready"
-    version: int
-    pid: int
-    """The worker's pid as it sees itself (inside a pid namespace this is not the host pid)."""
-    role: HostRole
-    workspace: str
-    tools: list[str]
-    """Names of the tools this worker can run."""
-
-
-class ValidateTool(_Wire):
-    """Run `tool.validate(input, ctx)` in the worker (it reads the workspace)."""
-
-    type: Literal["validate_tool"] = "validate_tool"
-    id: str
-    tool: str
-    input: dict[str, Any]
-    ledger: LedgerDelta = LedgerDelta()
-
-
-class Validated(_Wire):
-    """The answer to `ValidateTool`: `refusal` (a message for the model) or None to proceed;
-    `error` when validate itself failed (unknown tool, bad input, an exception)."""
-
-    type: Literal["validated"] = "validated"
-    id: str
-    refusal: str | None = None
-    error: str | None = None
-    ledger: LedgerDelta = LedgerDelta()
-
-
-class RunTool(_Wire):
-    """Run `tool.call(input, ctx)` in the worker; answered by progress and one `ToolResult`."""
-
-    type: Literal["run_tool"] = "run_tool"
-    id: str
-    tool: str
-    input: dict[str, Any]
-    ledger: LedgerDelta = LedgerDelta()
-    shell: ShellState | None = None
-    """The persistent shell's state, when it changed since this host last got it."""
-
-
-class ToolProgress(_Wire):
-    """A progress note of a running call (for humans)."""
-
-    type: Literal["tool_progress"] = "tool_progress"
-    id: str
-    text: str
-
-
-class ToolResult(_Wire):
-    """The one answer that ends a `RunTool`, whatever happened in the worker."""
-
-    type: Literal["tool_result"] = "tool_result"
-    id: str
-    outcome: ToolOutcome
-    content: str | ToolResultContent = ""
-    """The output's content (`output`), or the `ToolError` message (`tool_error`)."""
-    is_error: bool = False
-    summary: str | None = None
-    ledger: LedgerDelta = LedgerDelta()
-    """What the call recorded or forgot in the read ledger."""
-    shell: ShellState | None = None
-    """The persistent shell's state, when the call changed it."""
-
-
-class RunHook(_Wire):
-    """Run a hook's command in the tool host, inside the sandbox the host sits in; answered by
-    one `HookResult` (`orchestrator.hooks.process`). `Cancel` with its id kills it."""
-
-    type: Literal["run_hook"] = "run_hook"
-    id: str
-    command: str
-    stdin: str
-    """The hook's JSON input."""
-    env: dict[str, str]
-    """Added to the host's (scrubbed) environment."""
-    cwd: str
-    timeout_s: float
-    output_bytes: int
-    """stdout plus stderr the hook may print before it is killed."""
-
-
-class HookResult(_Wire):
-    """The one answer that ends a `RunHook`."""
-
-    type: Literal["hook_result"] = "hook_result"
-    id: str
-    exit_code: int | None
-    """None when the hook never finished (timeout, flood, cancelled, could not start)."""
-    stdout: str = ""
-    stderr: str = ""
-    problem: str | None = None
-    """Why the run is an error whatever it printed."""
-
-
-class Cancel(_Wire):
-    """Cancel a running call (or agent run); the worker still answers it with one `ToolResult`
-    (or `AgentResult`)."""
-
-    type: Literal["cancel"] = "cancel"
-    id: str
-
-
-class Shutdown(_Wire):
-    """Stop: cancel what runs, close session resources, exit 0. Closing stdin means the same."""
-
-    type: Literal["shutdown"] = "shutdown"
-
-
-class Malformed(_Wire):
-    """The receiver could not use a line it was sent; `id` names the call if it could tell."""
-
-    type: Literal["malformed"] = "malformed"
-    detail: str
-    id: str | None = None
-
-
-class Confine(_Wire):
+class Confine(WireModel):
     """Restrict the worker, irreversibly, to writing beneath `write_paths` (and its private
     scratch directories) before its one run; answered by one `Confined`."""
 
@@ -328,7 +192,7 @@ class Confine(_Wire):
     """Absolute directories without symlinks (orchestrator/scopes.py)."""
 
 
-class Confined(_Wire):
+class Confined(WireModel):
     """The worker's answer to `Confine`: the Landlock ABI it used, or why it could not."""
 
     type: Literal["confined"] = "confined"
@@ -337,7 +201,7 @@ class Confined(_Wire):
     error: str | None = None
 
 
-class RunAgent(_Wire):
+class RunAgent(WireModel):
     """Run one subagent to its end in the worker; answered by one `AgentResult`."""
 
     type: Literal["run_agent"] = "run_agent"
@@ -366,7 +230,7 @@ class RunAgent(_Wire):
     back to the coordinator as an `McpCall`."""
 
 
-class AgentEvent(_Wire):
+class AgentEvent(WireModel):
     """Progress of a running agent, for the coordinator's transcript, output and audit log.
 
     Exactly one field besides `id` is set; `event()` gives it back as the loop's own event.
@@ -409,7 +273,7 @@ class AgentEvent(_Wire):
         return self.tool_started or self.tool_finished or self.permission or self.retry
 
 
-class AgentResult(_Wire):
+class AgentResult(WireModel):
     """How an agent's run ended (the loop's `RunResult`, without the conversation)."""
 
     type: Literal["agent_result"] = "agent_result"
@@ -423,7 +287,7 @@ class AgentResult(_Wire):
     duration_s: float = 0.0
 
 
-class ModelRequest(_Wire):
+class ModelRequest(WireModel):
     """A model request of agent `agent`; answered by `ModelEvent`s and one `ModelDone` or
     `ModelFailed` with the same `id`."""
 
@@ -439,7 +303,7 @@ class ModelRequest(_Wire):
     thinking_budget: int | None = Field(default=None, ge=1)
 
 
-class ModelEvent(_Wire):
+class ModelEvent(WireModel):
     """One event of a streaming response: a complete content block, or a retry (everything
     streamed since the previous retry is void). Exactly one of the two is set."""
 
@@ -463,7 +327,7 @@ class ModelEvent(_Wire):
         return self.block or self.retry
 
 
-class ModelDone(_Wire):
+class ModelDone(WireModel):
     """The complete response: the last message for a `ModelRequest`."""
 
     type: Literal["model_done"] = "model_done"
@@ -496,7 +360,7 @@ def _parse_error(block: ContentBlock) -> str | None:
     return block.parse_error if isinstance(block, ToolUseBlock) else None
 
 
-class ModelFailed(_Wire):
+class ModelFailed(WireModel):
     """The request failed for good (the client's `ModelError`); the last message for it."""
 
     type: Literal["model_failed"] = "model_failed"
@@ -506,7 +370,7 @@ class ModelFailed(_Wire):
     status: int | None = None
 
 
-class PermissionAsk(_Wire):
+class PermissionAsk(WireModel):
     """May agent `agent` make this tool call? The coordinator's policy decides, and asks the
     user (or denies, headless) when it must; answered by one `PermissionReply`."""
 
@@ -517,7 +381,7 @@ class PermissionAsk(_Wire):
     input: dict[str, Any]
 
 
-class PermissionReply(_Wire):
+class PermissionReply(WireModel):
     """The final answer to a `PermissionAsk`: allow (with an optional rewritten input) or deny
     (with the message the agent's model sees)."""
 
@@ -530,7 +394,7 @@ class PermissionReply(_Wire):
     updated_input: dict[str, Any] | None = None
 
 
-class HookAsk(_Wire):
+class HookAsk(WireModel):
     """Run the coordinator's hooks of `event` for agent `agent`: before a tool call
     (`PreToolUse`), after it (`PostToolUse`, with `response`, the tool_result's content), or
     when the agent is about to finish (`SubagentStop`). Answered by one `HookReply`."""
@@ -546,7 +410,7 @@ class HookAsk(_Wire):
     stop_hook_active: bool = False
 
 
-class HookReply(_Wire):
+class HookReply(WireModel):
     """What the hooks said, as far as the worker acts on it: `deny` (PreToolUse: the call is
     not run, `reasons`/`message` say why), `updated_input` (PreToolUse: another call, parsed,
     validated and decided again), `blocked` and `reasons` (PostToolUse feedback;
@@ -567,7 +431,7 @@ class HookReply(_Wire):
     stop_reason: str | None = None
 
 
-class McpCall(_Wire):
+class McpCall(WireModel):
     """Run MCP tool `tool` for agent `agent` in the coordinator, after its permission answer
     allowed this very input; answered by one `McpResult`."""
 
@@ -578,7 +442,7 @@ class McpCall(_Wire):
     input: dict[str, Any]
 
 
-class McpResult(_Wire):
+class McpResult(WireModel):
     """The tool_result content of an `McpCall` (capped by the coordinator), or why it was not
     run (`is_error`)."""
 
@@ -625,43 +489,6 @@ def _message_adapter() -> pydantic.TypeAdapter[Message]:
     return pydantic.TypeAdapter(Message)
 
 
-@dataclass(frozen=True)
-class ProtocolError:
-    """A line that is not a valid message: a value to report, never raised.
-
-    `call_id` is the line's `id` when the line was at least a JSON object with a string `id`,
-    so the receiver can fail that one call instead of leaving it waiting.
-    """
-
-    detail: str
-    call_id: str | None = None
-    line_prefix: str = ""
-    """The first 200 characters of the line, for the log."""
-
-
-@dataclass(frozen=True)
-class Oversized:
-    """A line longer than the reader's cap; its bytes were skipped, `size` counts them."""
-
-    size: int
-    head: bytes = b""
-    """The line's first bytes (up to 200), enough to find the call id with `oversized_id`."""
-
-
-_ID_IN_HEAD = re.compile(rb'"id":"([^"\\]{1,200})"')
-
-
-def oversized_id(line: Oversized) -> str | None:
-    """The call id near the start of an oversized line (`encode` puts `type`, then `id`)."""
-    found = _ID_IN_HEAD.search(line.head)
-    return found.group(1).decode("utf-8", errors="replace") if found else None
-
-
-def encode(message: BaseModel) -> bytes:
-    """One message as one line (compact JSON; a newline cannot occur inside it)."""
-    return message.model_dump_json().encode() + b"\n"
-
-
 def decode_line(
     line: bytes | bytearray, *, max_bytes: int = MAX_LINE_BYTES
 ) -> Message | ProtocolError:
@@ -670,94 +497,4 @@ def decode_line(
     Never raises on bad input: malformed JSON, an unknown `type`, missing or extra fields, and
     lines over `max_bytes` all come back as a `ProtocolError` saying what was wrong.
     """
-    prefix = bytes(line[:200]).decode("utf-8", errors="replace")
-    if len(line) > max_bytes:
-        return ProtocolError(
-            f"line of {len(line)} bytes exceeds the {max_bytes}-byte cap", None, prefix
-        )
-    try:
-        return _message_adapter().validate_json(line)
-    except pydantic.ValidationError as exc:
-        return ProtocolError(_describe(exc), _recover_id(line), prefix)
-    except Exception as exc:  # validate_json rejects some inputs (bad UTF-8) with other errors
-        return ProtocolError(f"undecodable line: {exc}", None, prefix)
-
-
-def _describe(exc: pydantic.ValidationError) -> str:
-    problems = []
-    for err in exc.errors(include_url=False)[:5]:
-        where = ".".join(str(p) for p in err["loc"]) or "(line)"
-        problems.append(f"{where}: {err['msg']}")
-    return "invalid message: " + "; ".join(problems)
-
-
-def _recover_id(line: bytes | bytearray) -> str | None:
-    try:
-        data = json.loads(line)
-    except ValueError:
-        return None
-    value = data.get("id") if isinstance(data, dict) else None
-    return value if isinstance(value, str) else None
-
-
-class LineReader:
-    """Splits a byte stream into lines, holding at most `max_bytes` of any one line.
-
-    `next()` returns a line (without its newline), `Oversized` for a line that ran past the cap
-    (its bytes are dropped as they arrive, so memory stays bounded), or None at end of stream.
-    A last line without a newline is still returned.
-    """
-
-    def __init__(self, stream: trio.abc.ReceiveStream, *, max_bytes: int = MAX_LINE_BYTES) -> None:
-        self._stream = stream
-        self._max = max_bytes
-        self._buffer = bytearray()
-        self._scanned = 0
-        """Bytes of `_buffer` already known to hold no newline."""
-        self._skipped = 0
-        """Bytes dropped so far of an oversized line still being skipped."""
-        self._head = b""
-        """The first bytes of the oversized line being skipped."""
-        self._eof = False
-
-    async def next(self) -> bytes | Oversized | None:
-        while True:
-            end = self._buffer.find(b"\n", self._scanned)
-            if end >= 0:
-                line = bytes(self._buffer[:end])
-                del self._buffer[: end + 1]
-                self._scanned = 0
-                if self._skipped or len(line) > self._max:
-                    return self._oversized(line)
-                return line
-            if self._skipped or len(self._buffer) > self._max:
-                self._skip(self._buffer)
-                self._buffer.clear()
-            self._scanned = len(self._buffer)
-            if self._eof:
-                if self._skipped:
-                    return self._oversized(b"")
-                if self._buffer:
-                    line = bytes(self._buffer)
-                    self._buffer.clear()
-                    self._scanned = 0
-                    return line
-                return None
-            data = await self._stream.receive_some(1 << 16)
-            if data:
-                self._buffer += data
-            else:
-                self._eof = True
-
-    def _skip(self, data: bytes | bytearray) -> None:
-        # The head fills up across chunks: how the stream was cut must not change it
-        # (tests/workers/test_protocol.py, the hypothesis test of LineReader).
-        if len(self._head) < 200:
-            self._head += bytes(data[: 200 - len(self._head)])
-        self._skipped += len(data)
-
-    def _oversized(self, rest: bytes) -> Oversized:
-        self._skip(rest)
-        result = Oversized(self._skipped, self._head)
-        self._skipped, self._head = 0, b""
-        return result
+    return decode_with(_message_adapter(), line, max_bytes=max_bytes)

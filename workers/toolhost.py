@@ -49,7 +49,7 @@ from orchestrator.shell import PersistentShell, shell_environment
 from orchestrator.tools.base import ReadLedger, ToolContext, ToolOutput
 from orchestrator.tools.bash import MAX_OUTPUT_CHARS, SHELL_RESOURCE
 from orchestrator.tools.registry import ToolRegistry, builtin_tools
-from workers import protocol as wire
+from workers import host_protocol as wire
 from workers.entry import (
     exit_now,
     load_tools_factory,
@@ -220,7 +220,7 @@ class ToolHost:
                 self._log.warning("oversized line skipped", size=line.size)
                 await self._send(wire.Malformed(detail=detail))
                 continue
-            message = wire.decode_line(line)
+            message = wire.decode_host_line(line)
             match message:
                 case wire.RunTool():
                     self.ledger.take_delta(message.ledger)

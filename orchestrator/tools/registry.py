@@ -7,11 +7,13 @@ Bash command classifier); `builtin_tools()` is the standard set.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from orchestrator.model.base import ToolSpec
 from orchestrator.tools.base import Tool
 from policies.facts import ToolFacts
+
+if TYPE_CHECKING:
+    from orchestrator.model.base import ToolSpec
 
 __all__ = ["STATELESS_TOOLS", "ToolRegistry", "ToolSource", "builtin_facts", "builtin_tools"]
 
@@ -87,6 +89,9 @@ class ToolRegistry:
         return {t.name: t.facts for t in self._all().values()}
 
     def specs(self) -> list[ToolSpec]:
+        # Imported here: a tool host builds registries but never tells a model about them.
+        from orchestrator.model.base import ToolSpec
+
         return [ToolSpec(t.name, t.description, t.input_schema()) for t in self._all().values()]
 
 

@@ -9,7 +9,8 @@ one): not structlog, whose import (with rich, pygments and asyncio) cost each ho
 (tests/bench/bench_server.py prints the PSS of a live session tree); nor the modules trio
 and pydantic name but no host uses (ssl and hmac with OpenSSL, idna, secrets: 1.5 MB; deferred
 by workers/lean.py, so `-X importtime` does not list them unless they run); nor difflib (an
-Edit's diff, imported when one runs) nor argparse (workers/toolhost.py `_parse_args`); nor,
+Edit's diff, imported when one runs) nor argparse (workers/toolhost.py `_parse_args`); nor the
+agent worker's messages (workers/host_protocol.py: 0.7 MB); nor,
 for both, pydantic's search for plugins (importlib.metadata and what it reads:
 workers/lean.py)."""
 
@@ -61,6 +62,8 @@ def test_a_tool_host_reaches_ready_without_structlog_the_sdk_or_the_floor(tmp_pa
     unwanted |= {"sandbox.probe", "sandbox.run", "sandbox.spec", "importlib.metadata"}
     unwanted |= {"ssl", "_ssl", "idna", "hashlib", "hmac", "_hashlib", "secrets"}
     unwanted |= {"difflib", "argparse"}
+    # the agent worker's messages (workers/host_protocol.py) and what only they need
+    unwanted |= {"workers.protocol", "orchestrator.events", "orchestrator.model.base"}
     assert modules & unwanted == set()
 
 
