@@ -11,7 +11,9 @@ importlib.metadata with it, so a loader that finds none stands in for pydantic's
 
 trio imports `ssl` (with OpenSSL, through `_ssl`), `hashlib`, `hmac` (OpenSSL's `_hashlib`)
 and `idna` at start for its TLS streams, DTLS and host name lookups, and pydantic `secrets` for
-comparing its secret types, none of which a worker uses: 1.5 MB PSS of each tool host.
+comparing its secret types, none of which a worker uses: 1.5 MB PSS of each tool host; and
+through `ctypes.util` (trio names its threads) `shutil`'s `bz2` and `lzma`, `tempfile` and
+`subprocess`'s `locale`, which a worker uses seldom if ever: 0.4 MB more.
 `defer_unused_modules` puts a stand-in for each in `sys.modules` (`_deferred`) that runs the
 real module, into the same module object, on the first attribute anyone reads from it;
 `import ssl` alone reads none, so the modules run only if a worker really uses them
@@ -34,8 +36,8 @@ from typing import Any
 
 __all__ = ["UNUSED_MODULES", "defer_unused_modules", "pydantic_plugins_off"]
 
-UNUSED_MODULES = ("ssl", "hashlib", "idna", "secrets", "hmac")
-"""Modules a worker's imports (trio's) name at start but no worker runs a line of."""
+UNUSED_MODULES = ("ssl", "hashlib", "hmac", "idna", "secrets", "bz2", "lzma", "tempfile", "locale")
+"""Modules a worker's imports (trio's, pydantic's) name at start but it seldom or never uses."""
 
 _LOADER = "pydantic.plugin._loader"
 

@@ -6,12 +6,12 @@ once pay on a shared machine. Pinned here: not the SDK (the model is brokered), 
 
 The same for a tool host, of which every session starts two (a read-only and a read-write
 one): not structlog, whose import (with rich, pygments and asyncio) cost each host 5 MB
-(tests/bench/bench_server.py prints the PSS of a live session tree); nor the modules trio
-and pydantic name but no host uses (ssl and hmac with OpenSSL, idna, secrets: 1.5 MB; deferred
-by workers/lean.py, so `-X importtime` does not list them unless they run); nor difflib (an
-Edit's diff, imported when one runs) nor argparse (workers/toolhost.py `_parse_args`); nor the
-agent worker's messages (workers/host_protocol.py: 0.7 MB); nor,
-for both, pydantic's search for plugins (importlib.metadata and what it reads:
+(tests/bench/bench_server.py prints the PSS of a live session tree); nor the modules trio and
+pydantic name but no host uses at start (ssl and hmac with OpenSSL, idna, secrets, bz2, lzma,
+tempfile, locale: 1.9 MB; deferred by workers/lean.py, so `-X importtime` does not list them
+unless they run); nor difflib (an Edit's diff, imported when one runs) nor argparse
+(workers/toolhost.py `_parse_args`); nor the agent worker's messages (workers/host_protocol.py:
+0.7 MB); nor, for both, pydantic's search for plugins (importlib.metadata and what it reads:
 workers/lean.py)."""
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def test_a_tool_host_reaches_ready_without_structlog_the_sdk_or_the_floor(tmp_pa
     unwanted = {"structlog", "rich", "pygments", "asyncio", "anthropic", "httpx", "psutil"}
     unwanted |= {"sandbox.probe", "sandbox.run", "sandbox.spec", "importlib.metadata"}
     unwanted |= {"ssl", "_ssl", "idna", "hashlib", "hmac", "_hashlib", "secrets"}
-    unwanted |= {"difflib", "argparse"}
+    unwanted |= {"bz2", "_bz2", "lzma", "_lzma", "tempfile", "locale", "difflib", "argparse"}
     # the agent worker's messages (workers/host_protocol.py) and what only they need
     unwanted |= {"workers.protocol", "orchestrator.events", "orchestrator.model.base"}
     assert modules & unwanted == set()
