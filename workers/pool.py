@@ -68,7 +68,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-import os
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
@@ -96,6 +95,7 @@ from orchestrator.subagents import (
     SubagentRequest,
     WorkerFailure,
 )
+from sandbox.limits import tree_usage
 from workers import protocol as wire
 from workers.agent_worker import DEFAULT_TOOLS
 from workers.broker import ModelBroker
@@ -1102,63 +1102,6 @@ def _close_channels(worker: _Worker) -> None:
     """The worker is stopping: the run being served sees its end, queued messages drop."""
     worker.inbox.close()
     worker.outbox.close()
-
-
-def tree_usage(pid: int) -> tuple[int, float] | None:
-    """Resident memory (bytes) and CPU time (seconds, reaped children included) of `pid` and
-    all its descendants; None when `pid` is gone.
-
-    Read from each process's `/proc/PID/stat` (one read gives both), not through psutil: the
-    pool measures every worker's tree twice a second in the coordinator's trio thread, and
-    psutil's objects cost 0.3 ms per process there."""
-    rss, cpu = 0, 0.0
-    for member in _tree(pid):
-        usage = _stat_usage(member)
-        if usage is None:
-            if member == pid:
-                return None
-            continue  # exited meanwhile
-        rss += usage[0]
-        cpu += usage[1]
-    return rss, cpu
-
-
-_PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
-_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
-
-
-def _stat_usage(pid: int) -> tuple[int, float] | None:
-    """(resident bytes, CPU seconds of the process and its reaped children) of one process."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            data = stat.read()
-    except OSError:
-        return None
-    # After the command name (in parentheses, which may hold anything): field 3 onwards.
-    fields = data[data.rfind(b")") + 2 :].split()
-    if len(fields) < 22:
-        return None
-    utime, stime, cutime, cstime = (int(f) for f in fields[11:15])
-    return int(fields[21]) * _PAGE_BYTES, (utime + stime + cutime + cstime) / _TICKS_PER_S
-
-
-def _tree(pid: int) -> list[int]:
-    """`pid` and its descendants, from each thread's `children` file: a walk of the tree only,
-    where psutil's `children()` reads the parent of every process on the machine (a tenth of
-    the coordinator's CPU in a 10-worker run, tests/bench/bench_pool.py)."""
-    found = [pid]
-    for member in found:  # grows as we go
-        try:
-            tasks = os.listdir(f"/proc/{member}/task")
-        except OSError:
-            continue
-        for task in tasks:
-            try:
-                with open(f"/proc/{member}/task/{task}/children", "rb") as children:
-                    found += map(int, children.read().split())
-            except OSError:
-                continue
-    return found
 
 
 @asynccontextmanager

@@ -42,6 +42,7 @@ from typing import Any
 
 import trio
 
+from sandbox.limits import tree_usage
 from sandbox.spec import SandboxSpec, WorkspaceRoot
 
 __all__ = ["MAX_BUFFER_BYTES", "NodeWorker", "cache_root", "mount_point_problem", "prove_node"]
@@ -365,9 +366,8 @@ class NodeWorker:
         return got
 
     def usage(self) -> tuple[int, float] | None:
-        """Resident memory and CPU seconds of the worker's process tree on this node."""
-        from workers.pool import tree_usage
-
+        """Resident memory and CPU seconds of the worker's process tree on this node
+        (`sandbox.limits.tree_usage`: the coordinator's modules are not imported here)."""
         process = self._relay.process
         if process is None or process.returncode is not None:
             return None
