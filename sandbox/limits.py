@@ -177,6 +177,9 @@ class SandboxCgroup:
 
     directories: list[Path]
     version: Literal[1, 2]
+    caps_processes: bool = False
+    """Its `pids.max` holds the sandbox's process limit: the kernel refuses a fork past it
+    (`sandbox.run`'s watchdog then only has to notice a refusal)."""
 
     @classmethod
     def create(cls, support: CgroupSupport, limits: Limits) -> SandboxCgroup | None:
@@ -190,6 +193,7 @@ class SandboxCgroup:
         name = f"warren-{uuid.uuid4().hex[:12]}"
         parents = {p for p in (support.pids_parent, support.memory_parent) if p is not None}
         created: list[Path] = []
+        caps_processes = False
         try:
             for parent in sorted(parents):
                 directory = parent / name
@@ -197,6 +201,7 @@ class SandboxCgroup:
                 created.append(directory)
                 if parent == support.pids_parent and limits.processes is not None:
                     (directory / "pids.max").write_text(str(limits.processes))
+                    caps_processes = True
                 if parent == support.memory_parent and limits.memory_bytes is not None:
                     (directory / "memory.max").write_text(str(limits.memory_bytes))
                     with contextlib.suppress(OSError):
@@ -206,7 +211,7 @@ class SandboxCgroup:
                 with contextlib.suppress(OSError):
                     directory.rmdir()
             return None
-        return cls(directories=created, version=support.version)
+        return cls(directories=created, version=support.version, caps_processes=caps_processes)
 
     @property
     def procs_files(self) -> list[Path]:
