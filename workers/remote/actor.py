@@ -22,10 +22,10 @@ Without a direct connection the actor relays over Ray: `write` to the worker's s
 (numbered, so writes the coordinator sends without waiting go in order whatever thread runs
 them), `read` of what the worker wrote on stdout and stderr, with its exit status at the
 end. `relayed` counts the stdout and stdin bytes that went through the actor. The
-worker's sandbox is measured here (`usage`, psutil on this node), killed here (`kill`) and
-stopped here (`stop`: end of stdin, the sandbox's SIGTERM, grace, SIGKILL, reaping). Model
-calls, permission asks, hooks and transcripts are the coordinator's: nothing in the actor
-holds a key or decides anything.
+worker's sandbox is measured here (`usage`: `sandbox.limits.tree_usage`, its /proc on this
+node), killed here (`kill`) and stopped here (`stop`: end of stdin, the sandbox's SIGTERM,
+grace, SIGKILL, reaping). Model calls, permission asks, hooks and transcripts are the
+coordinator's: nothing in the actor holds a key or decides anything.
 
 Ray runs the actor's methods on its threads; the sandbox code is trio, so the actor runs one
 trio loop on a thread of its own and each method is a `trio.from_thread.run` into it.
