@@ -94,9 +94,16 @@ class SpareKeeper:
     each session reported. Used from the server's one thread only."""
 
     def __init__(
-        self, *, max_workspaces: int = MAX_WORKSPACES, idle_s: float = SPARE_IDLE_S
+        self,
+        *,
+        max_workspaces: int = MAX_WORKSPACES,
+        max_spares: int = MAX_SPARES,
+        idle_s: float = SPARE_IDLE_S,
     ) -> None:
+        """`max_workspaces`, `max_spares`, `idle_s`: the bounds (`MAX_WORKSPACES`,
+        `MAX_SPARES`, `SPARE_IDLE_S`)."""
         self._max_workspaces = max_workspaces
+        self._max_spares = max_spares
         self._idle_s = idle_s
         self._idle: dict[str, _Spare] = {}
         self._handed: list[SpareChild] = []
@@ -211,13 +218,13 @@ class SpareKeeper:
 
     def _start(self, key: str, recipe: SpareRecipe) -> None:
         """A spare from `recipe`, unless one is idle already (the oldest goes when there are
-        `MAX_SPARES`); a spare that cannot start is left out (sessions start cold)."""
+        `max_spares`); a spare that cannot start is left out (sessions start cold)."""
         from sandbox.spare import spawn_spare
 
         if key in self._idle:
             return
         self._touch(recipe.workspace)
-        while len(self._idle) >= MAX_SPARES:
+        while len(self._idle) >= self._max_spares:
             self._stop(min(self._idle, key=lambda k: self._idle[k].started))
         try:
             child = spawn_spare(recipe)
