@@ -66,7 +66,9 @@ def test_a_spare_serves_one_identical_session_once(server: Server, tmp_path: Pat
             assert "sk-warm-secret" not in json.dumps(process.environ())
 
     warm = run()
-    assert {p for p, _ in warm.values()} == spares  # the spares served it, by pid
+    # The spares served it, by pid: its read-only host at least (the session starts both in
+    # the background and reads only, so it may end before the read-write one is ready).
+    assert "read_only" in warm and {p for p, _ in warm.values()} <= spares, warm
     assert all(w for _, w in warm.values()), warm
     again = _spares(server, 2)  # replaced once that session ended
     assert not again & spares  # never handed out twice
