@@ -23,18 +23,20 @@ from __future__ import annotations
 
 # The C halves of `json`, `socket` and `signal`: the Python modules import `enum`, `re` (and
 # compile its patterns) and `selectors`, which cost the client more than everything else it
-# does on a warm launch (tests/orchestrator/server/test_client_imports.py).
+# does on a warm launch (tests/orchestrator/server/test_client_imports.py). Nor `array` or
+# `collections.abc`: each imports `collections` (with `operator`, `keyword`, `reprlib`), 2-3 ms
+# of CPU on every launch; `_collections_abc` is loaded by `os` at start-up anyway.
+import _collections_abc
 import _json
 import _socket
-import array
 import os
 import stat
 import sys
-from collections.abc import Iterator, Mapping, Sequence
 
 TYPE_CHECKING = False  # `typing` itself costs a warm launch milliseconds
 if TYPE_CHECKING:
     import signal as _signal  # `_signal` has no stubs: `signal` re-exports all of it
+    from collections.abc import Iterator, Mapping, Sequence
     from pathlib import Path  # `pathlib` too (with `re`, `fnmatch`, `urllib.parse`)
     from typing import Any, TypeVar
 
@@ -73,6 +75,9 @@ _SERVER_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "TMPDIR", "VIRTUAL_ENV
 """The server's environment (with `_SERVER_ENV_PREFIXES`); the CA settings are for the TLS
 context it makes for its sessions (`orchestrator.model.tls`)."""
 _SERVER_ENV_PREFIXES = ("LC_", "PYTHON", "XDG_", "WARREN_")
+_INT_SIZE = 4
+"""Bytes of a C `int`, a descriptor in an SCM_RIGHTS message (`array.array("i").itemsize` on
+every platform Warren runs on)."""
 
 
 class ServerDirRefused(Exception):
@@ -168,7 +173,7 @@ class ServerLink:
     def send(self, message: Mapping[str, Any], fds: Sequence[int] = ()) -> None:
         data = _encode(message).encode() + b"\n"
         if fds:  # as `socket.send_fds`
-            rights = array.array("i", fds)
+            rights = b"".join(fd.to_bytes(_INT_SIZE, sys.byteorder, signed=True) for fd in fds)
             sent = self.sock.sendmsg([data], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, rights)])
             data = data[sent:]
         self.sock.sendall(data)
@@ -202,12 +207,16 @@ class ServerLink:
 
 def _recv_fds(sock: _socket.socket, max_fds: int) -> tuple[bytes, list[int]]:
     """As `socket.recv_fds`: bytes, and the descriptors that came with them."""
-    fds = array.array("i")
-    data, ancillary, _, _ = sock.recvmsg(65536, _socket.CMSG_LEN(max_fds * fds.itemsize))
+    fds: list[int] = []
+    data, ancillary, _, _ = sock.recvmsg(65536, _socket.CMSG_LEN(max_fds * _INT_SIZE))
     for level, kind, payload in ancillary:
         if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
-            fds.frombytes(payload[: len(payload) - (len(payload) % fds.itemsize)])
-    return data, list(fds)
+            whole = len(payload) - len(payload) % _INT_SIZE
+            fds += (
+                int.from_bytes(payload[at : at + _INT_SIZE], sys.byteorder, signed=True)
+                for at in range(0, whole, _INT_SIZE)
+            )
+    return data, fds
 
 
 def _encode(value: object) -> str:
@@ -223,7 +232,7 @@ def _encode(value: object) -> str:
         if value != value or value in (float("inf"), float("-inf")):
             return "NaN" if value != value else "Infinity" if value > 0 else "-Infinity"
         return float.__repr__(value)
-    if isinstance(value, Mapping):
+    if isinstance(value, _collections_abc.Mapping):
         items = []
         for key, item in value.items():
             if not isinstance(key, str):

@@ -47,3 +47,39 @@ def test_non_finite_numbers_and_bad_input_as_the_standard_library() -> None:
             _decode(bad)
     with pytest.raises(TypeError):
         _encode({1: "a key that is no string"})
+
+
+def test_descriptors_travel_with_the_first_message_as_the_standard_library_sends_them() -> None:
+    """The link packs SCM_RIGHTS by hand (no `array` on a warm launch): descriptors it sends
+    arrive through `socket.recv_fds`, in order, and what `socket.send_fds` sends arrives
+    through the link, with the message's bytes."""
+    import os
+    import socket
+
+    from orchestrator.cli.client import ServerLink
+
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    read_end, write_end = os.pipe()
+    received: list[int] = []
+    try:
+        ServerLink(ours).send({"op": "run"}, [read_end, write_end, read_end])
+        data, fds, _, _ = socket.recv_fds(theirs, 1024, 4)
+        received += fds
+        assert json.loads(data) == {"op": "run"}
+        assert [os.fstat(fd).st_ino for fd in fds] == [
+            os.fstat(fd).st_ino for fd in (read_end, write_end, read_end)
+        ]
+        os.write(fds[1], b"x")  # the second is the pipe's write end
+        assert os.read(read_end, 1) == b"x"
+        socket.send_fds(theirs, [b'{"exit": 0}\n'], [write_end, read_end])
+        message, back = ServerLink(ours).receive(max_fds=4)
+        received += back
+        assert message == {"exit": 0}
+        assert [os.fstat(fd).st_ino for fd in back] == [
+            os.fstat(fd).st_ino for fd in (write_end, read_end)
+        ]
+    finally:
+        for fd in (read_end, write_end, *received):
+            os.close(fd)
+        ours.close()
+        theirs.close()

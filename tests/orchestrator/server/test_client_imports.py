@@ -59,3 +59,6 @@ def test_the_warm_path_imports_only_the_thin_client() -> None:
     assert not {"argparse", "typing", "asyncio", "pathlib"} & loaded
     # Nor the Python halves of `json`, `socket` and `signal`, which bring `re` and `enum`.
     assert not {"json", "socket", "signal", "selectors", "re", "enum"} & loaded
+    # Nor `collections` (with `operator`, `keyword`, `reprlib`), which `array` and
+    # `collections.abc` import: the descriptors are packed by hand.
+    assert not {"array", "collections", "operator", "reprlib"} & loaded
