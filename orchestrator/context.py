@@ -25,6 +25,7 @@ Each file is labelled with its path; an import left out carries a note saying wh
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
@@ -34,7 +35,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -46,6 +47,9 @@ from policies.rules import PathPattern
 from sandbox.host import SandboxHost
 from sandbox.safe_read import read_bounded_regular
 from sandbox.spec import Limits, SandboxSpec, WorkspaceRoot
+
+if TYPE_CHECKING:
+    from sandbox.spare import SpareSource
 
 __all__ = [
     "MEMORY_FILES",
@@ -163,10 +167,14 @@ class MemorySources:
 @dataclass(frozen=True)
 class ContextSandbox:
     """Where the probe runs when the floor is on: a read-only spec of the workspace (with
-    the policy's masks) and the session's sandbox host."""
+    the policy's masks) and the session's sandbox host. `spares`: the warm server's spare
+    sandboxes (`orchestrator.cli.spares`), where a session adopts a probe's sandbox started
+    ahead of it from the very recipe it would use now, instead of starting one: the probe
+    then runs only once its code arrives, so what it reports is the workspace as it is now."""
 
     spec: SandboxSpec
     host: SandboxHost | None = None
+    spares: SpareSource | None = None
 
 
 def context_spec(
@@ -257,6 +265,17 @@ _RUN_COMPILED = (
 )
 """The sandboxed interpreter's program when the probe comes compiled on its stdin."""
 
+_RUN_PIPED = (
+    "import marshal, os, sys; i, o = map(int, os.environ.pop('WARREN_PIPE_FDS').split(',')); "
+    "os.dup2(o, 1); os.close(o); path = sys.argv[1]; sys.argv[:2] = [path]; "
+    "f = os.fdopen(i, 'rb'); code = marshal.loads(f.read()); f.close(); "
+    "exec(code, {'__name__': '__main__', '__file__': path})"
+)
+"""`_RUN_COMPILED` over the private pipes a spare sandbox has (`sandbox.run.PIPE_FDS_ENV`,
+`open_sandboxed_process(private_pipes=True)`): the code comes on the input pipe (it waits
+for it there, started ahead of the session), the JSON goes to the output pipe, made its
+stdout (git's output has pipes of its own)."""
+
 _compiled_probe: tuple[tuple[int, int, int], bytes] | None = None
 """The probe's code, compiled by the warm server before it forks sessions
 (`preload_probe`), with the identity of the file it was compiled from."""
@@ -306,6 +325,12 @@ async def _sandboxed(
     probe = context_probe.__file__
     args = [str(cwd), str(root), json.dumps(deny)]
     code = _probe_code()
+    if code is not None and sandbox.spares is not None:
+        argv = [sys.executable, "-I", "-S", "-c", _RUN_PIPED, probe, *args]
+        try:
+            return await _piped(sandbox, argv, code)
+        except (SandboxError, OSError):
+            return {}
     if code is None:
         argv = [sys.executable, "-I", "-S", probe, *args]
     else:
@@ -316,11 +341,53 @@ async def _sandboxed(
         return {}
     if done.exit_code != 0 or done.killed_by_limit is not None:
         return {}
+    return _facts(done.stdout)
+
+
+def _facts(stdout: bytes) -> dict[str, Any]:
     try:
-        value = json.loads(done.stdout)
+        value = json.loads(stdout)
     except ValueError:
         return {}
     return value if isinstance(value, dict) else {}
+
+
+async def _piped(sandbox: ContextSandbox, argv: list[str], code: bytes) -> dict[str, Any]:
+    """The probe in a sandbox with private pipes: a spare of the warm server's when one was
+    started from this recipe, else a fresh one, whose recipe goes to the server for the
+    next session (`open_sandboxed_process(spares=...)`). Its output is capped as
+    `run_sandboxed` caps it; the wall-time limit holds from the adoption on."""
+    from sandbox.run import open_sandboxed_process
+
+    cap = sandbox.spec.limits.output_bytes or 1024**2
+    out = bytearray()
+
+    async def drain(stream: trio.abc.ReceiveStream) -> None:  # the probe's stderr: unused
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            while await stream.receive_some(65536):
+                pass
+
+    async with (
+        open_sandboxed_process(
+            sandbox.spec, argv, host=sandbox.host, private_pipes=True, spares=sandbox.spares
+        ) as proc,
+        trio.open_nursery() as nursery,
+    ):
+        assert proc.stdin is not None and proc.stdout is not None
+        if proc.stderr is not None:
+            nursery.start_soon(drain, proc.stderr)
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            await proc.stdin.send_all(code)
+            await proc.stdin.aclose()
+        while len(out) <= cap and (chunk := await proc.stdout.receive_some(65536)):
+            out += chunk
+        if len(out) > cap:
+            nursery.cancel_scope.cancel()
+            return {}
+        await proc.wait()
+    if proc.returncode != 0 or proc.killed_by_limit is not None:
+        return {}
+    return _facts(bytes(out))
 
 
 def _pairs(value: object) -> tuple[tuple[str, str], ...]:

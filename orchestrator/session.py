@@ -88,6 +88,7 @@ if TYPE_CHECKING:
     from orchestrator.model.switch import SwitchableModel
     from orchestrator.sdk_control import HostParts
     from sandbox.probe import FloorReport, KnownFloor
+    from sandbox.spare import SpareSource
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -330,6 +331,9 @@ class SessionParts:
     known_floor: KnownFloor | None = None
     """A floor the warm server proved before it forked this session: used instead of the
     start-up probe when the session's own host has the same `floor_key` (else it probes)."""
+    spares: SpareSource | None = None
+    """The warm server's spare sandboxes, for the context probe (`ContextSandbox.spares`;
+    the tool hosts get them through `runner`)."""
     start_at_once: bool = False
     """Start the tool hosts, the pool and the change scan at once (in the background) instead
     of once the first request is on its way (orchestrator/later.py): a session of the warm
@@ -749,7 +753,9 @@ async def _open_session(
         model = parts.model or make_model(config.model, cwd)
         # Closed here too: start-up may have made its SDK client (closing twice is harmless).
         stack.push_async_callback(_shielded, model.aclose)
-        up = await _start_up(config, cwd, dirs, parts.runner, parts.known_floor, model)
+        up = await _start_up(
+            config, cwd, dirs, parts.runner, parts.known_floor, model, parts.spares
+        )
         snapshot, floor, floor_state, policy = up.snapshot, up.floor, up.floor_state, up.policy
         if floor is not None:
             io_guard.write(
@@ -1097,6 +1103,7 @@ async def _start_up(
     runner: RunnerFactory | None,
     known_floor: KnownFloor | None = None,
     model: ModelClient | None = None,
+    spares: SpareSource | None = None,
 ) -> _StartedUp:
     """Everything a run needs before its first request. The SDK import (about a second) runs
     while the floor probe, the policy and then the context snapshot follow one another: the
@@ -1104,7 +1111,9 @@ async def _start_up(
     (issue 9: nothing from the repository is read or run on the host). A `known_floor` of
     the same host stands in for the probe (`sandbox.probe.reuse_floor`), and its host for
     detecting one when this process's environment would find the same (`reuse_known`); the
-    `model`'s SDK client is made meanwhile, in a thread."""
+    `model`'s SDK client is made meanwhile, in a thread. With the warm server's `spares`,
+    the snapshot's sandbox is a spare started ahead of the session when one matches
+    (`orchestrator.context.ContextSandbox`)."""
     started: list[_StartedUp] = []
     failure: list[Exception] = []
 
@@ -1159,6 +1168,7 @@ async def _start_up(
                         memory.root, deny_read=policy.deny_read(), home_allow=policy.home_allow()
                     ),
                     host,
+                    spares,
                 )
                 if state == "proven"
                 else None

@@ -27,7 +27,9 @@ a session takes when its CA settings are the server's. The profile of a warm sta
 nothing else worth keeping across sessions that is not workspace content: the policy files
 load in milliseconds once their modules are imported, and the context snapshot (`git
 status`, memory files) changes with every edit, so each session gathers its own (from the
-probe's code the server compiled: `orchestrator.context.preload_probe`).
+probe's code the server compiled: `orchestrator.context.preload_probe`), in a spare sandbox
+the server started ahead of it (`orchestrator.cli.spares`), where the probe waits for that
+code and reads the workspace only once it arrives.
 
 The server exits after `--idle-timeout` seconds without sessions (default 1800), on SIGTERM
 (`warren server stop`), or when a client of another version asks (it is replaced). Running

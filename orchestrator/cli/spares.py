@@ -1,5 +1,6 @@
 """Warm tool hosts: the server's spare sandboxes (`SpareKeeper`) and a session's link to them
-(`SpareLink`).
+(`SpareLink`). The same goes for the sandbox of a session's context probe
+(`orchestrator.context`), which waits in its spare for the probe's code.
 
 A session that started its tool hosts cold reports the recipe of each (`sandbox.spare.
 SpareRecipe`: spec, host facts, command, as gathered by the session); when that session has
@@ -67,9 +68,10 @@ MAX_WORKSPACES = 4
 SPARE_IDLE_S = 900.0
 """Seconds an unclaimed spare lives: 15 minutes."""
 
-MAX_SPARES = 2 * MAX_WORKSPACES
-"""Spares kept at once (a workspace's sessions in several directories each have their own;
-the oldest goes first)."""
+MAX_SPARES = 3 * MAX_WORKSPACES
+"""Spares kept at once: a workspace's two tool hosts and its context probe's sandbox
+(`orchestrator.context`); a workspace's sessions in several directories each have their own;
+the oldest goes first."""
 
 REPLACE_AFTER_S = 3.0
 """Seconds after a claim that the spare's replacement starts, unless the session that

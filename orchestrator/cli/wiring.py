@@ -67,6 +67,7 @@ def session_parts(
         subagents=open_subagents,
         broker=open_broker,
         mcp=open_mcp,
+        spares=spares,  # the context probe's spare sandbox
         start_at_once=spares is not None,  # the warm server's session: nothing to import
     )
 

@@ -56,9 +56,10 @@ def test_a_spare_serves_one_identical_session_once(server: Server, tmp_path: Pat
 
     cold = run()
     assert not any(warm for _, warm in cold.values()), cold  # nothing to adopt yet
-    spares = _spares(server, 2)
+    spares = _spares(server, SLOTS)
     assert not spares & {p for p, _ in cold.values()}
-    _until_idle(spares)
+    hosts = _tool_hosts(spares)
+    _until_idle(hosts)
     # The idle read-write spare left the user's tree byte-identical.
     assert _tree(workspace) == before
     for spare in spares:
@@ -68,9 +69,9 @@ def test_a_spare_serves_one_identical_session_once(server: Server, tmp_path: Pat
     warm = run()
     # The spares served it, by pid: its read-only host at least (the session starts both in
     # the background and reads only, so it may end before the read-write one is ready).
-    assert "read_only" in warm and {p for p, _ in warm.values()} <= spares, warm
+    assert "read_only" in warm and {p for p, _ in warm.values()} <= hosts, warm
     assert all(w for _, w in warm.values()), warm
-    again = _spares(server, 2)  # replaced once that session ended
+    again = _spares(server, SLOTS)  # replaced once that session ended
     assert not again & spares  # never handed out twice
 
     # A changed deny rule: the session's own recipe differs, so it starts cold.
@@ -81,8 +82,8 @@ def test_a_spare_serves_one_identical_session_once(server: Server, tmp_path: Pat
 
     # Two sessions at once: each spare goes to one of them at most. (The spares of the old
     # recipe were stopped when that session ended, for ones of its recipe.)
-    fresh = _spares(server, 2, excluding=again)
-    _until_idle(fresh)
+    fresh = _spares(server, SLOTS, excluding=again)
+    _until_idle(_tool_hosts(fresh))
     seen = set(state.glob("warren/logs/*.log"))
     runs = [session(), session()]
     for done in runs:
@@ -94,7 +95,7 @@ def test_a_spare_serves_one_identical_session_once(server: Server, tmp_path: Pat
     assert len(adopted) == len(set(adopted)), adopted
     assert set(adopted) & fresh and not set(adopted) & (spares | again), adopted
 
-    replacements = _spares(server, 2, excluding=fresh)  # before the family is listed
+    replacements = _spares(server, SLOTS, excluding=fresh)  # before the family is listed
     family = psutil.Process(pid).children(recursive=True)
     assert replacements <= {p.pid for p in family}
     stop = subprocess.run(
@@ -104,6 +105,22 @@ def test_a_spare_serves_one_identical_session_once(server: Server, tmp_path: Pat
     assert server.process is not None
     server.process.wait(30)
     assert alive(family) == []  # spares, their sandboxes and sessions: all gone
+
+
+SLOTS = 3
+"""A workspace's spares: its two tool hosts and its context probe's sandbox
+(tests/orchestrator/server/test_warm_context_e2e.py)."""
+
+
+def _tool_hosts(spares: set[int]) -> set[int]:
+    """The tool hosts among the spares (not the context probe's)."""
+    hosts = {
+        pid
+        for pid in spares
+        if not any("context_probe.py" in part for part in psutil.Process(pid).cmdline())
+    }
+    assert len(hosts) == 2, (spares, hosts)
+    return hosts
 
 
 def _tree(root: Path) -> list[str]:
