@@ -35,7 +35,7 @@ import structlog
 import trio
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from orchestrator import store_gc
+from orchestrator import startup_gc, store_gc
 from orchestrator.audit import AuditLog
 from orchestrator.changes import ChangeRecorder, RecordingRunner, change_log_path
 from orchestrator.compaction import Compaction, Compactor
@@ -574,6 +574,7 @@ class Session:
         """Start the tool hosts, the worker pool and the change scan now, not once the first
         request is on its way (the REPL: the user is typing). Idempotent."""
         self._later_started = True
+        startup_gc.resume()  # the start-up is over (orchestrator/startup_gc.py)
         for start in self.later:
             start()
 

@@ -47,6 +47,9 @@ def run_and_exit() -> NoReturn:
                 except (OSError, ValueError):
                     pass
             os._exit(code)
+        from orchestrator import startup_gc
+
+        startup_gc.pause()  # resumed when the run's parts start
     from orchestrator.cli.main import exit_now, run_in_process
 
     exit_now(run_in_process(argv))
