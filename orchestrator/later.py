@@ -204,6 +204,7 @@ class FirstResponseStarts:
     def __init__(self, model: ModelClient, starts: Sequence[Callable[[], None]]) -> None:
         self._model = model
         self._starts = tuple(starts)
+        self._started = False
 
     @property
     def model(self) -> str:
@@ -213,6 +214,11 @@ class FirstResponseStarts:
         return None  # the session owns the model
 
     def _start(self) -> None:
+        """Once: it wraps every request of the run, and each start takes its part's lock (the
+        change scan's is held while its first scan is taken over, ~100 ms on 10,000 files)."""
+        if self._started:
+            return
+        self._started = True
         for start in self._starts:
             start()
 

@@ -399,7 +399,10 @@ class TreeState:
     def start(self) -> None:
         """Begin the first, whole scan now, in a child process (orchestrator/scan_child.py):
         reading and hashing the tree there leaves the coordinator's loop and GIL alone. The
-        first `refresh` waits for it; without `start`, that refresh starts it."""
+        first `refresh` waits for it; without `start`, that refresh starts it. Once started,
+        returns at once (it never waits on the lock, which taking over the scan holds)."""
+        if self._process is not None or self._closed:
+            return  # set once, never unset: read without the lock
         with self._lock:
             if not self._closed and self._child is None and self.full_scans == 0:
                 self._spawn()
