@@ -28,6 +28,7 @@ __all__ = [
     "Cancel",
     "HookResult",
     "HostInbound",
+    "HostMessage",
     "HostRole",
     "LedgerDelta",
     "LineReader",
@@ -253,7 +254,7 @@ def encode(message: BaseModel) -> bytes:
     return message.model_dump_json().encode() + b"\n"
 
 
-HostInbound = Annotated[
+HostMessage = (
     Ready
     | ValidateTool
     | Validated
@@ -264,9 +265,12 @@ HostInbound = Annotated[
     | HookResult
     | Cancel
     | Shutdown
-    | Malformed,
-    Field(discriminator="type"),
-]
+    | Malformed
+)
+"""The messages of this module, undiscriminated (`workers.protocol.Message` adds the agent
+worker's to them)."""
+
+HostInbound = Annotated[HostMessage, Field(discriminator="type")]
 """The messages of this module: what a tool host decodes (`decode_host_line`)."""
 
 

@@ -112,6 +112,7 @@ from workers.host_protocol import (
     PROTOCOL_VERSION,
     Cancel,
     HookResult,
+    HostMessage,
     HostRole,
     LedgerDelta,
     LineReader,
@@ -453,17 +454,7 @@ class McpResult(WireModel):
 
 
 Message = Annotated[
-    Ready
-    | ValidateTool
-    | Validated
-    | RunTool
-    | ToolProgress
-    | ToolResult
-    | RunHook
-    | HookResult
-    | Cancel
-    | Shutdown
-    | Malformed
+    HostMessage
     | Confine
     | Confined
     | RunAgent
