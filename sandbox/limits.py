@@ -38,6 +38,7 @@ __all__ = [
     "count_namespace_processes",
     "count_sandbox_processes",
     "detect_cgroups",
+    "process_tree",
     "sandbox_command_pids",
     "sandbox_init_pid",
     "tree_usage",
@@ -328,7 +329,7 @@ def tree_usage(pid: int) -> tuple[int, float] | None:
     objects cost 0.3 ms per process there. Here, not in workers.pool, so that the actor
     measures without importing the coordinator's modules."""
     rss, cpu = 0, 0.0
-    for member in _tree(pid):
+    for member in process_tree(pid):
         usage = _stat_usage(member)
         if usage is None:
             if member == pid:
@@ -358,7 +359,7 @@ def _stat_usage(pid: int) -> tuple[int, float] | None:
     return int(fields[21]) * _PAGE_BYTES, (utime + stime + cutime + cstime) / _TICKS_PER_S
 
 
-def _tree(pid: int) -> list[int]:
+def process_tree(pid: int) -> list[int]:
     """`pid` and its descendants, from each thread's `children` file: a walk of the tree only,
     where psutil's `children()` reads the parent of every process on the machine (a tenth of
     the coordinator's CPU in a 10-worker run, tests/bench/bench_pool.py)."""
@@ -372,7 +373,7 @@ def _tree(pid: int) -> list[int]:
             try:
                 with open(f"/proc/{member}/task/{task}/children", "rb") as children:
                     found += map(int, children.read().split())
-            except OSError:
+            except (OSError, ValueError):
                 continue
     return found
 
