@@ -693,10 +693,7 @@ class NodeCache:
             young = time.time() - grace_s
             live: set[str] = set()
             removed_views = 0
-            mounts = self.root / "mounts"
-            for view in sorted(mounts.iterdir()) if mounts.is_dir() else ():
-                if view.is_symlink() or not view.is_dir():
-                    continue
+            for view in self._views():
                 if self._claimed(view, young):
                     live.update(
                         str(state[0])
@@ -728,12 +725,13 @@ class NodeCache:
     def unclaimed_views(self, *, grace_s: float = NODE_GC_GRACE_S) -> list[str]:
         """The names of the views no actor holds (what the next `collect` removes), sorted."""
         young = time.time() - grace_s
+        return [view.name for view in self._views() if not self._claimed(view, young)]
+
+    def _views(self) -> list[Path]:
+        """The views of this node's actors, sorted (what is not a directory is no view)."""
         mounts = self.root / "mounts"
-        return sorted(
-            view.name
-            for view in (mounts.iterdir() if mounts.is_dir() else ())
-            if not view.is_symlink() and view.is_dir() and not self._claimed(view, young)
-        )
+        views = sorted(mounts.iterdir()) if mounts.is_dir() else []
+        return [view for view in views if not view.is_symlink() and view.is_dir()]
 
     def _claim_path(self, view: Path) -> Path:
         return self._state_path(view).with_suffix(".claim")
