@@ -292,15 +292,14 @@ def preload_probe() -> None:
     path = context_probe.__file__
     try:
         with open(path, "rb") as source:
-            stamp = _stamp(source.fileno())
+            stamp = _stamp(os.fstat(source.fileno()))
             code = compile(source.read(), path, "exec", dont_inherit=True)
     except (OSError, SyntaxError, ValueError):
         return
     _compiled_probe = (stamp, marshal.dumps(code))
 
 
-def _stamp(fd: int) -> tuple[int, int, int]:
-    info = os.fstat(fd)
+def _stamp(info: os.stat_result) -> tuple[int, int, int]:
     return (info.st_ino, info.st_size, info.st_mtime_ns)
 
 
@@ -313,7 +312,7 @@ def _probe_code() -> bytes | None:
         info = os.stat(context_probe.__file__)
     except OSError:
         return None
-    return code if (info.st_ino, info.st_size, info.st_mtime_ns) == stamp else None
+    return code if _stamp(info) == stamp else None
 
 
 async def _sandboxed(
