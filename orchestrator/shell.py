@@ -44,6 +44,7 @@ make one; a cgroup is not available inside either.)
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import platform
@@ -61,7 +62,6 @@ import trio
 from orchestrator.errors import ToolError
 from orchestrator.orphans import adoption
 from orchestrator.text import join_elided, truncate_middle
-from sandbox.limits import process_tree
 
 __all__ = [
     "KILL_GRACE_S",
@@ -830,8 +830,17 @@ def _become_subreaper() -> None:
 
 
 def _subtree(pid: int) -> list[int]:
-    """The descendants of `pid` (not `pid`)."""
-    return process_tree(pid)[1:]
+    """The descendants of `pid` (not `pid`), from each thread's `children` file."""
+    found = [pid]
+    for member in found:  # grows as we go
+        try:
+            tasks = os.listdir(f"/proc/{member}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            with contextlib.suppress(OSError, ValueError):
+                found += map(int, Path(f"/proc/{member}/task/{task}/children").read_text().split())
+    return found[1:]
 
 
 async def _kill_subtree(pid: int, grace_s: float) -> None:

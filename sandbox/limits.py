@@ -38,7 +38,6 @@ __all__ = [
     "count_namespace_processes",
     "count_sandbox_processes",
     "detect_cgroups",
-    "process_tree",
     "sandbox_command_pids",
     "sandbox_init_pid",
     "tree_usage",
@@ -329,7 +328,7 @@ def tree_usage(pid: int) -> tuple[int, float] | None:
     objects cost 0.3 ms per process there. Here, not in workers.pool, so that the actor
     measures without importing the coordinator's modules."""
     rss, cpu = 0, 0.0
-    for member in process_tree(pid):
+    for member in _tree(pid):
         usage = _stat_usage(member)
         if usage is None:
             if member == pid:
@@ -359,7 +358,7 @@ def _stat_usage(pid: int) -> tuple[int, float] | None:
     return int(fields[21]) * _PAGE_BYTES, (utime + stime + cutime + cstime) / _TICKS_PER_S
 
 
-def process_tree(pid: int) -> list[int]:
+def _tree(pid: int) -> list[int]:
     """`pid` and its descendants, from each thread's `children` file: a walk of the tree only,
     where psutil's `children()` reads the parent of every process on the machine (a tenth of
     the coordinator's CPU in a 10-worker run, tests/bench/bench_pool.py)."""
@@ -373,7 +372,7 @@ def process_tree(pid: int) -> list[int]:
             try:
                 with open(f"/proc/{member}/task/{task}/children", "rb") as children:
                     found += map(int, children.read().split())
-            except (OSError, ValueError):
+            except OSError:
                 continue
     return found
 
