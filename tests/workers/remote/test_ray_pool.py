@@ -139,11 +139,16 @@ async def a_worker_lost_mid_run_is_run_again_on_the_other_node(
                 backend.spawner.direct = False
                 lost.append(process.where)
                 lost_pid.append(process.pid)
+                # Its sandbox (bwrap, its init, the worker) dies with it (--die-with-parent),
+                # but not at once under load: released before, the held reply could let the
+                # worker, on its own connection, finish the run first.
+                sandbox = [
+                    process.pid,
+                    *(c.pid for c in psutil.Process(process.pid).children(recursive=True)),
+                ]
                 os.kill(process.placement.actor_pid, signal.SIGKILL)
-                # Its worker dies with it (bwrap's --die-with-parent), but the exit of a large
-                # process takes a while under load: released before, the held reply could let
-                # the worker, on its own connection, finish the run first.
-                await _gone(process.pid)
+                for pid in sandbox:
+                    await _gone(pid)
                 api.release(1)
 
             with trio.fail_after(180):
