@@ -15,7 +15,11 @@ both trees, interleaved, against one fake Messages API server on 127.0.0.1:
 - per tool call: a 10,000-file git workspace (fresh copy per run), a scripted session of
   Read / Grep / read-only Bash / Edit / writable Bash calls (one per turn); the cost of a call
   is the gap between the end of the reply that asked for it and the arrival of the next
-  request, the median per kind over all rounds;
+  request, the median per kind over all rounds, and, paired by round (each round runs base
+  then this, so a drift in the machine's load hits both), the median of the rounds'
+  differences of medians with the lowest and highest: Grep's own ripgrep walk of 10,000
+  files varies by +-10 ms from run to run here, more than the budget, so a difference of
+  medians from one session each says little;
 - CPU per tool call: the time the coordinator's and its tool hosts' threads ran (their own,
   not their children's: ripgrep and shell commands are not counted) between those two
   requests, read from /proc/PID/task/*/schedstat (nanoseconds, each thread's growth) when
@@ -267,6 +271,7 @@ def main() -> None:
         sdk_cpu: dict[str, list[float]] = defaultdict(list)
         per_kind: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
         cpu_kind: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+        round_medians: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
         for _ in range(args.rounds):
             for label, tree in trees.items():
                 for kept in ("scans", "objects"):
@@ -289,8 +294,12 @@ def main() -> None:
                 shutil.copytree(pristine, ws, symlinks=True)
                 replies, kinds = script(ws)
                 _, _, gaps, cpu = run_once(tree, replies, ws, env, ["--permission-mode", "bypass"])
+                this_round: dict[str, list[float]] = defaultdict(list)
                 for kind, gap in zip(kinds, gaps, strict=False):
                     per_kind[label][kind].append(gap)
+                    this_round[kind].append(gap)
+                for kind, kind_gaps in this_round.items():
+                    round_medians[label][kind].append(statistics.median(kind_gaps))
                 # The first call's CPU holds the tool hosts' start-up: left out.
                 for kind, used in zip(kinds[1:], cpu[1:], strict=False):
                     cpu_kind[label][kind].append(used)
@@ -321,6 +330,17 @@ def main() -> None:
             t = statistics.median(per_kind["this"][kind])
             print(f"{kind:>15}: base {b * 1000:6.2f} ms, this {t * 1000:6.2f} ms, "
                   f"difference {(t - b) * 1000:+.2f} ms (budget +1 ms), ratio {t / b:.2f}")
+        print("Paired by round (each round runs base then this; drift in the machine's load "
+              "hits both): median of the rounds' differences of medians [lowest, highest]:")
+        for kind in round_medians["base"]:
+            paired = sorted(
+                t - b
+                for b, t in zip(
+                    round_medians["base"][kind], round_medians["this"][kind], strict=True
+                )
+            )
+            print(f"{kind:>15}: {statistics.median(paired) * 1000:+.2f} ms "
+                  f"[{paired[0] * 1000:+.2f}, {paired[-1] * 1000:+.2f}]")
         print("CPU per call (coordinator + tool hosts), mean; median:")
         for kind in cpu_kind["base"]:
             b, t = statistics.mean(cpu_kind["base"][kind]), statistics.mean(cpu_kind["this"][kind])
