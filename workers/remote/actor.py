@@ -7,7 +7,9 @@ one refuses the work and says why. Then it starts the same `python -m workers.ag
 under the node's floor, read-only: the workspace is the node's snapshot view of the
 coordinator's workspace (`view`), shown at the coordinator's workspace path so tool results
 name the user's paths (`sandbox.spec.WorkspaceRoot.source`); without a view (a file system
-the nodes share), the workspace path itself, read-only.
+the nodes share), the workspace path itself, read-only. The session's extra roots
+(`--add-dir`) are shown the same way, each from a view of its own (`view_names`) at its own
+path, read-only.
 
 The worker's protocol bytes do not pass through the actor when it can make a direct
 connection to the coordinator (workers/remote/channel.py): once the actor has connected and
@@ -45,7 +47,14 @@ import trio
 from sandbox.limits import tree_usage
 from sandbox.spec import SandboxSpec, WorkspaceRoot
 
-__all__ = ["MAX_BUFFER_BYTES", "NodeWorker", "cache_root", "mount_point_problem", "prove_node"]
+__all__ = [
+    "MAX_BUFFER_BYTES",
+    "NodeWorker",
+    "cache_root",
+    "mount_point_problem",
+    "prove_node",
+    "view_names",
+]
 
 MAX_BUFFER_BYTES = 4 * 1024**2
 """Bytes of a worker's output held on the node before it is read (then its pipe fills)."""
@@ -82,6 +91,12 @@ def cache_root() -> Path:
     return base / "warren" / "ray"
 
 
+def view_names(view: str, roots: int) -> list[str]:
+    """The views of a worker whose first view is `view`, one per root it is shown (the
+    workspace first, then each extra root): `view`, `view-r1`, `view-r2`..."""
+    return [view, *(f"{view}-r{i}" for i in range(1, roots))]
+
+
 def mount_point_problem(workspace: Path) -> str | None:
     """Why the coordinator's workspace path cannot be where the snapshot is shown on this node
     (bwrap makes a missing mount point only on a tmpfs: the sandbox's private /tmp), or None."""
@@ -105,10 +120,10 @@ class _Relay:
     def __init__(self) -> None:
         self._token: trio.lowlevel.TrioToken | None = None
         self._nursery: trio.Nursery | None = None
-        self._view: Path | None = None
-        """This actor's snapshot view (`cache_root()/mounts/NAME`), when it has one."""
-        self._claim = -1
-        """This actor's claim on its view (`NodeCache.claim_view`), held for its life."""
+        self._views: list[tuple[Path, int]] = []
+        """This actor's snapshot views (`cache_root()/mounts/NAME`), one per root it shows
+        (the workspace first), each with its claim (`NodeCache.claim_view`), held for the
+        actor's life; none without a snapshot."""
         self._process: Any = None
         self._out = bytearray()
         self._err = bytearray()
@@ -137,16 +152,19 @@ class _Relay:
             await trio.sleep_forever()
 
     def release_view(self) -> None:
-        """Remove the view and let go of its claim (at the worker's stop), then collect the
-        node's cache when one is due."""
+        """Remove the views and let go of their claims (at the worker's stop), then collect
+        the node's cache when one is due."""
         from workers.remote.snapshot import NodeCache
 
-        view, claim, self._view, self._claim = self._view, self._claim, None, -1
-        if view is None or claim < 0:
+        views, self._views = self._views, []
+        if not views:
             return
         cache = NodeCache(cache_root())
-        cache.release_view(view, claim)
-        cache.collect_when_due()
+        try:
+            for view, claim in views:
+                cache.release_view(view, claim)
+        finally:
+            cache.collect_when_due()
 
     @property
     def process(self) -> Any:
@@ -154,8 +172,9 @@ class _Relay:
         return self._process
 
     @property
-    def view(self) -> Path | None:
-        return self._view
+    def views(self) -> list[Path]:
+        """The views, the workspace's first (empty without a snapshot)."""
+        return [view for view, _ in self._views]
 
     def call(self, afn: Any, *args: Any) -> Any:
         """Run `afn(*args)` on the trio thread and return its result (from a Ray thread)."""
@@ -174,28 +193,36 @@ class _Relay:
         ok, detail = _verdict(await probe_floor())
         if not ok:
             return {"ok": False, "detail": detail}
-        workspace = Path(start["workspace"])
-        view = None
+        paths = [Path(start["workspace"]), *(Path(p) for p in start.get("extra_roots") or ())]
+        sources: list[Path | None] = [None] * len(paths)
         if start.get("view"):
-            problem = mount_point_problem(workspace)
-            if problem is not None:
-                return {"ok": False, "detail": problem}
+            for path in paths:
+                problem = mount_point_problem(path)
+                if problem is not None:
+                    return {"ok": False, "detail": problem}
             from workers.remote.snapshot import NodeCache, SnapshotError
 
             cache = NodeCache(cache_root())
             try:
-                view = cache.view_path(start["view"])
                 with cache.using():
-                    self._claim = cache.claim_view(view)
+                    for name in view_names(start["view"], len(paths)):
+                        view = cache.view_path(name)
+                        self._views.append((view, cache.claim_view(view)))
             except (OSError, SnapshotError) as exc:
+                self.release_view()
                 return {"ok": False, "detail": f"the snapshot view on this node: {exc}"}
-            self._view = view
+            sources = list(self.views)
         spec = SandboxSpec.model_validate(start["spec"])
-        root = WorkspaceRoot(path=workspace, mode="ro", source=view)
+        # The workspace first; sandbox/argv.py mounts outer paths first, so an extra root
+        # inside the workspace (or holding it) is shown from its own view where they overlap.
+        roots = tuple(
+            WorkspaceRoot(path=path, mode="ro", source=source)
+            for path, source in zip(paths, sources, strict=True)
+        )
         values = {**spec.env.values, "PYTHONDONTWRITEBYTECODE": "1"}
         spec = spec.model_copy(
             update={
-                "workspaces": (root,),
+                "workspaces": roots,
                 "env": spec.env.model_copy(update={"values": values}),
             }
         ).read_only()
@@ -332,10 +359,11 @@ class NodeWorker:
     def start(self, start: dict[str, Any]) -> dict[str, Any]:
         """Prove the floor, then start the worker. `start`: `spec` (the coordinator's
         `SandboxSpec` as JSON: masks, protected paths, limits), `argv`, `workspace`, `cwd`,
-        `view` (this actor's snapshot view directory, or None), `channel` (the coordinator's
-        `ChannelOffer.for_actor`, or None). Returns `ok`, `detail` and, when ok, the
-        worker's `pid` and `channel` ("direct", or why its stdio goes over Ray); plus where
-        it runs."""
+        `extra_roots` (the session's `--add-dir` paths, shown read-only like the workspace),
+        `view` (the name of this actor's first snapshot view, `view_names`, or None),
+        `channel` (the coordinator's `ChannelOffer.for_actor`, or None). Returns `ok`,
+        `detail` and, when ok, the worker's `pid` and `channel` ("direct", or why its stdio
+        goes over Ray); plus where it runs."""
         import ray
 
         context = ray.get_runtime_context()
@@ -373,11 +401,12 @@ class NodeWorker:
             return None
         return tree_usage(process.pid)
 
-    def sync(self, manifest: Any, offered: dict[str, Any]) -> list[str]:
-        """Mirror `manifest` (a `workers.remote.snapshot.Manifest`) into this actor's view,
-        fetching from `offered` (digest -> ObjectRef) the blobs this node's cache lacks. The
-        worker is idle meanwhile. Returns the digests still lacking (not offered): nothing is
-        synced then.
+    def sync(self, offered: dict[str, Any], *manifests: Any) -> list[str]:
+        """Mirror `manifests` (`workers.remote.snapshot.Manifest`s, one per view: the
+        workspace's, then each extra root's; Ray resolves them, being arguments of their own)
+        into this actor's views, fetching from `offered`
+        (digest -> ObjectRef) the blobs this node's cache lacks. The worker is idle meanwhile.
+        Returns the digests still lacking (not offered): nothing is synced then.
 
         **Errors:** `SnapshotError` (a blob with another sha256, a name that cannot be
         written).
@@ -386,18 +415,19 @@ class NodeWorker:
 
         from workers.remote.snapshot import NodeCache
 
-        view = self._relay.view
-        assert view is not None, "started without a view"
+        views = self._relay.views
+        assert len(views) == len(manifests), "one manifest per view"
         cache = NodeCache(cache_root())
-        with cache.using():  # no collection between `missing` and the view's last file
-            missing = cache.missing(manifest)
+        with cache.using():  # no collection between `missing` and the views' last file
+            missing = sorted({d for manifest in manifests for d in cache.missing(manifest)})
             lacking = [d for d in missing if d not in offered]
             if lacking:
                 return lacking
             if missing:
                 blobs = ray.get([offered[d] for d in missing])
                 cache.add_blobs(dict(zip(missing, blobs, strict=True)))
-            cache.sync_view(manifest, view)
+            for manifest, view in zip(manifests, views, strict=True):
+                cache.sync_view(manifest, view)
         return []
 
     def kill(self) -> None:
@@ -406,8 +436,8 @@ class NodeWorker:
 
     def stop(self, timeout_s: float) -> int | None:
         """Stop the worker (end of stdin, then the sandbox's SIGTERM, grace, SIGKILL) and
-        return its exit status (None if it is still stopping after `timeout_s`); its view
-        goes (the blobs stay in the node's cache for the next session, up to its cap:
+        return its exit status (None if it is still stopping after `timeout_s`); its views
+        go (the blobs stay in the node's cache for the next session, up to its cap:
         `NodeCache.collect`)."""
         code: int | None = self._call(self._relay.stop, timeout_s)
         if code is not None:

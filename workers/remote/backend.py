@@ -165,8 +165,10 @@ async def open_ray_subagents(
     most 10). `notice`: where the backend's one-line notices go (default: stderr).
     `prestart`: remote workers started as soon as the cluster is connected (warm for the
     first dispatch). `read_denied`: the policy's `Read` deny rules, whose files stay out of
-    the snapshot. `snapshot`: ship a snapshot of the workspace to the nodes before each run
-    (default); False: the nodes read the workspace at its own path (a shared file system).
+    the snapshot. `snapshot`: ship a snapshot of the workspace, and of each of `extra_roots`
+    (`--add-dir`, each read-only at its own path on the node, as in the local pool), to the
+    nodes before each run (default); False: the nodes read them at their own paths (a shared
+    file system).
 
     **Cancellation:** leaving the block stops every worker: each remote one on its node,
     then its actor is killed; then the driver disconnects. All shielded and bounded.
@@ -178,10 +180,11 @@ async def open_ray_subagents(
         from workers.remote.shipping import SnapshotShipper
         from workers.remote.snapshot import SnapshotBuilder
 
-        builder = SnapshotBuilder(
-            workspace, read_denied=read_denied, deny_read=spec.extra_deny_read
-        )
-        prepare = SnapshotShipper(builder, lambda: cluster.ray).prepare
+        builders = [
+            SnapshotBuilder(root, read_denied=read_denied, deny_read=spec.extra_deny_read)
+            for root in (workspace, *extra_roots)
+        ]
+        prepare = SnapshotShipper(builders, lambda: cluster.ray).prepare
     spawner = RaySpawner(cluster, spec=spec, stop_grace_s=options.stop_grace_s, prepare=prepare)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(cluster.connect)
@@ -191,6 +194,7 @@ async def open_ray_subagents(
                     broker=broker,
                     workspace=workspace,
                     cwd=cwd,
+                    extra_roots=extra_roots,
                     spawner=spawner,
                     options=options.model_copy(update={"start": "lazy"}),
                     tools=tools,

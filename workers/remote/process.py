@@ -454,6 +454,7 @@ class RaySpawner:
                             "spec": self._spec.model_dump(mode="json"),
                             "argv": list(launch.argv),
                             "workspace": str(launch.workspace),
+                            "extra_roots": [str(root) for root in launch.extra_roots],
                             "cwd": str(launch.cwd),
                             "view": view,
                             "channel": None if offer is None else offer.for_actor(),

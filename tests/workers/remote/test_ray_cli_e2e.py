@@ -58,8 +58,12 @@ def _first_text(request: RecordedRequest) -> str:
 
 def survey_through_the_cli(ray_cluster: LocalRayCluster, tmp_path: Path) -> None:
     """`warren -p --pool ray`: three surveyors on the cluster (tests/workers/remote/
-    test_ray_pool.py runs it on the one cluster of the run)."""
+    test_ray_pool.py runs it on the one cluster of the run), the session with an extra root
+    (`--add-dir`) that the billing surveyor reads from its own snapshot."""
     repo, env = _setup(tmp_path)
+    lib = tmp_path / "lib"  # outside the workspace: an extra root
+    lib.mkdir()
+    (lib / "shared.py").write_text("SHARED = 'from the extra root'\n")
 
     def route(request: RecordedRequest) -> FakeResponse:
         text = _first_text(request)
@@ -76,14 +80,15 @@ def survey_through_the_cli(ray_cluster: LocalRayCluster, tmp_path: Path) -> None
                 )  # fmt: skip
             return Reply.text("surveyed")
         if len(request.messages) == 1:  # write into the snapshot, then print the environment
-            command = f"touch {repo}/{area}/pwned.txt; env"
+            command = f"touch {repo}/{area}/pwned.txt {lib}/pwned.txt; env"
             return Reply.tool_use("Bash", {"command": command}, hold_before_stop=True)
         if len(request.messages) == 3:
-            return Reply.tool_use("Read", {"file_path": f"{repo}/{area}/core.py"})
+            read = lib / "shared.py" if area == "billing" else repo / area / "core.py"
+            return Reply.tool_use("Read", {"file_path": str(read)})
         return Reply.text(f"report on {area}")
 
     seen: dict[str, Any] = {}
-    args = ["-p", "survey the shop", "--cwd", str(repo), "--pool", "ray"]
+    args = ["-p", "survey the shop", "--cwd", str(repo), "--pool", "ray", "--add-dir", str(lib)]
     args += ["--output-format", "stream-json", "--allowed-tools", "Bash(touch:*)"]
     # Under `uv run`, Ray's uv integration would package the current directory and upload it
     # to the cluster: the CLI runs below a process that looks like `uv run` to Ray.
@@ -145,7 +150,14 @@ def survey_through_the_cli(ray_cluster: LocalRayCluster, tmp_path: Path) -> None
     for result in touched:
         text = json.dumps(result["content"])
         assert "Read-only file system" in text and KEY not in text and "PATH=" in text
-    assert not list(repo.rglob("pwned.txt"))
+    assert not list(repo.rglob("pwned.txt")) and not list(lib.rglob("pwned.txt"))
+    # The extra root reached the node as a snapshot of its own, shown at its path.
+    read_back = [
+        json.dumps(r.messages[4]["content"][0]["content"])
+        for r in requests
+        if len(r.messages) == 5 and "[survey:billing]" in _first_text(r)
+    ]
+    assert len(read_back) == 1 and "from the extra root" in read_back[0], read_back
     # Their reports reached the main agent, in dispatch order, naming the snapshot.
     main = [r for r in requests if "[survey:" not in _first_text(r)]
     reports = [json.dumps(b["content"]) for b in main[-1].messages[-1]["content"]]

@@ -52,12 +52,12 @@ async def runs_dispatched_together_share_one_snapshot_build(tmp_path: Path) -> N
 
     await trio.Path(tmp_path).mkdir()
     workspace = workspace_at(tmp_path)
-    shipper = SnapshotShipper(SnapshotBuilder(workspace, read_denied=None), lambda: ray)
-    first, _ = await shipper.current()
+    shipper = SnapshotShipper([SnapshotBuilder(workspace, read_denied=None)], lambda: ray)
+    first = (await shipper.current()).manifests[0]
     manifests: list[Manifest] = []
 
     async def ask() -> None:
-        manifests.append((await shipper.current())[0])
+        manifests.append((await shipper.current()).manifests[0])
 
     (workspace / "a.txt").write_text("changed before they asked\n")
     async with trio.open_nursery() as nursery:
