@@ -20,6 +20,11 @@ both trees, interleaved, against one fake Messages API server on 127.0.0.1:
   differences of medians with the lowest and highest: Grep's own ripgrep walk of 10,000
   files varies by +-10 ms from run to run here, more than the budget, so a difference of
   medians from one session each says little;
+- Grep without ripgrep (`--rg-lifetimes`, needs `perf` and root): each Grep's gap minus the
+  lifetime of the ripgrep process it ran (from the kernel's exec and exit events of that
+  tree's `rg`, `perf record -a -e sched:sched_process_exec,sched:sched_process_exit`): what
+  Warren's own code costs around the search, which is the same binary, flags and files in
+  both trees;
 - CPU per tool call: the time the coordinator's and its tool hosts' threads ran (their own,
   not their children's: ripgrep and shell commands are not counted) between those two
   requests, read from /proc/PID/task/*/schedstat (nanoseconds, each thread's growth) when
@@ -42,6 +47,7 @@ import argparse
 import contextlib
 import itertools
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -175,18 +181,28 @@ def run_once(
     extra: list[str],
     *,
     preloaded: bool = False,
+    rg_events: Path | None = None,
 ) -> tuple[float, float, list[float], list[float]]:
     """Launch -> first request, the coordinator's CPU until then, the gap before each later
     request, and the CPU each process used in each gap. `preloaded`: the launch and its CPU
-    counted from the end of the SDK's import (`SDK_PRELOADED`)."""
+    counted from the end of the SDK's import (`SDK_PRELOADED`). `rg_events`: the session runs
+    under `perf record` of every exec and exit on the machine, written there (`rg_lifetimes`)."""
     samples: list[dict[str, dict[int, int]]] = []
     running: list[subprocess.Popen[str]] = []
     first_cpu: list[float] = []
 
+    def coordinator() -> int:
+        """The session's process: the one started, or under `perf record` its child."""
+        pid = running[0].pid
+        if rg_events is not None:
+            with contextlib.suppress(psutil.Error):
+                return next(iter(psutil.Process(pid).children()), psutil.Process(pid)).pid
+        return pid
+
     def sample(_request: RecordedRequest) -> None:
         if running and not first_cpu:
-            first_cpu.append(own_cpu(running[0].pid))  # every thread's, ended ones too
-        samples.append(cpu_by_process(running[0].pid) if running else {})
+            first_cpu.append(own_cpu(coordinator()))  # every thread's, ended ones too
+        samples.append(cpu_by_process(coordinator()) if running else {})
 
     command: list[str | Path] = [warren_of(tree), "-p", "bench", "--cwd", ws, *extra]
     marks = ws.parent / f"t0-{os.getpid()}"
@@ -194,6 +210,9 @@ def run_once(
         marks.unlink(missing_ok=True)
         command = [tree / ".venv" / "bin" / "python", "-c", SDK_PRELOADED, *command]
         env = {**env, "WARREN_BENCH_T0": str(marks)}
+    if rg_events is not None:
+        events = "sched:sched_process_exec,sched:sched_process_exit"
+        command = ["perf", "record", "-q", "-a", "-e", events, "-o", rg_events, "--", *command]
     with FakeMessagesAPI(list(replies), route=sample) as api:
         t0 = time.monotonic()
         with subprocess.Popen(
@@ -216,6 +235,30 @@ def run_once(
         gaps.append(after.started_at - before.ended_at)
     cpu = [cpu_between(before, after) for before, after in itertools.pairwise(samples)]
     return launch, (first_cpu[0] - cpu_before) if first_cpu else 0.0, gaps, cpu
+
+
+def rg_lifetimes(events: Path, rg: Path) -> list[float]:
+    """Seconds each run of `rg` (that binary, by its path) lived, in the order they started,
+    from a `perf record` of exec and exit events (`run_once(rg_events=...)`)."""
+    script = subprocess.run(
+        ["perf", "script", "-i", events], capture_output=True, text=True, check=True
+    ).stdout
+    started: dict[int, float] = {}
+    lived: list[tuple[float, float]] = []
+    for line in script.splitlines():
+        found = re.search(r"\s(\d+\.\d+): +sched:sched_process_(exec|exit): (.*)", line)
+        if found is None:
+            continue
+        at, kind, rest = float(found[1]), found[2], found[3]
+        pid = re.search(r"pid=(\d+)", rest)
+        if pid is None:
+            continue
+        if kind == "exec" and f"filename={rg} " in f"{rest} ":
+            started[int(pid[1])] = at
+        elif kind == "exit" and int(pid[1]) in started:
+            begun = started.pop(int(pid[1]))
+            lived.append((begun, at - begun))
+    return [took for _, took in sorted(lived)]
 
 
 PACKAGES = ("orchestrator", "workers", "sandbox", "policies")
@@ -247,6 +290,11 @@ def main() -> None:
     parser.add_argument("--launch-only", action="store_true",
                         help="measure only launch -> first request (no per-call session)")
     parser.add_argument(
+        "--rg-lifetimes",
+        action="store_true",
+        help="also Grep's cost without ripgrep's own run time (needs perf and root)",
+    )
+    parser.add_argument(
         "--sdk-preloaded",
         action="store_true",
         help="also time each launch from the end of `import anthropic`, done before in the "
@@ -272,6 +320,7 @@ def main() -> None:
         per_kind: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
         cpu_kind: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
         round_medians: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+        without_rg: dict[str, list[float]] = defaultdict(list)
         for _ in range(args.rounds):
             for label, tree in trees.items():
                 for kept in ("scans", "objects"):
@@ -293,7 +342,17 @@ def main() -> None:
                 shutil.rmtree(ws, ignore_errors=True)
                 shutil.copytree(pristine, ws, symlinks=True)
                 replies, kinds = script(ws)
-                _, _, gaps, cpu = run_once(tree, replies, ws, env, ["--permission-mode", "bypass"])
+                events = scratch / f"rg-{label}.perf" if args.rg_lifetimes else None
+                _, _, gaps, cpu = run_once(
+                    tree, replies, ws, env, ["--permission-mode", "bypass"], rg_events=events
+                )
+                if events is not None:
+                    rg = tree / ".venv" / "bin" / "rg"
+                    greps = [gap for kind, gap in zip(kinds, gaps, strict=False) if kind == "Grep"]
+                    lifetimes = rg_lifetimes(events, rg)
+                    if len(lifetimes) != len(greps):
+                        raise SystemExit(f"{len(greps)} Greps but {len(lifetimes)} runs of {rg}")
+                    without_rg[label] += [g - r for g, r in zip(greps, lifetimes, strict=True)]
                 this_round: dict[str, list[float]] = defaultdict(list)
                 for kind, gap in zip(kinds, gaps, strict=False):
                     per_kind[label][kind].append(gap)
@@ -333,14 +392,18 @@ def main() -> None:
         print("Paired by round (each round runs base then this; drift in the machine's load "
               "hits both): median of the rounds' differences of medians [lowest, highest]:")
         for kind in round_medians["base"]:
-            paired = sorted(
+            diffs = sorted(
                 t - b
                 for b, t in zip(
                     round_medians["base"][kind], round_medians["this"][kind], strict=True
                 )
             )
-            print(f"{kind:>15}: {statistics.median(paired) * 1000:+.2f} ms "
-                  f"[{paired[0] * 1000:+.2f}, {paired[-1] * 1000:+.2f}]")
+            print(f"{kind:>15}: {statistics.median(diffs) * 1000:+.2f} ms "
+                  f"[{diffs[0] * 1000:+.2f}, {diffs[-1] * 1000:+.2f}]")
+        if args.rg_lifetimes:
+            b, t = statistics.median(without_rg["base"]), statistics.median(without_rg["this"])
+            print(f"Grep without ripgrep's own run: base {b * 1000:.2f} ms, this {t * 1000:.2f} "
+                  f"ms, difference {(t - b) * 1000:+.2f} ms (budget +1 ms)")
         print("CPU per call (coordinator + tool hosts), mean; median:")
         for kind in cpu_kind["base"]:
             b, t = statistics.mean(cpu_kind["base"][kind]), statistics.mean(cpu_kind["this"][kind])
