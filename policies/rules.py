@@ -399,7 +399,7 @@ class PathPattern:
     matched by a regex, built on first use (`_glob_regex`).
     """
 
-    __slots__ = ("_regex", "anchored", "glob", "root")
+    __slots__ = ("_inside", "_literal", "_regex", "anchored", "glob", "root")
 
     root: str
     """Absolute, resolved, without a trailing `/` (except the filesystem root `/`)."""
@@ -413,6 +413,9 @@ class PathPattern:
         self.glob = glob
         self.anchored = anchored
         self._regex: re.Pattern[str] | None = None
+        self._literal = _GLOB_MAGIC.search(glob) is None
+        self._inside = "/" if root == "/" else root + "/"
+        """What a path strictly below `root` starts with."""
 
     def __repr__(self) -> str:
         return f"PathPattern({self.root!r}, {self.glob!r}, anchored={self.anchored})"
@@ -431,18 +434,18 @@ class PathPattern:
         return self.root, self.glob, self.anchored, None if literal else self.regex.pattern
 
     def matches(self, path: str) -> bool:
-        """Does the absolute, normalised `path` fall under this pattern?"""
-        if self.root == "/":
-            relative = path[1:]
+        """Does the absolute, normalised `path` fall under this pattern? (Called for every
+        line of a Grep result and every file of a start-up walk: no work here that the
+        constructor could do once.)"""
+        if path.startswith(self._inside):
+            relative = path[len(self._inside) :]
         elif path == self.root:
             relative = ""
-        elif path.startswith(self.root) and path[len(self.root)] == "/":
-            relative = path[len(self.root) + 1 :]
         else:
             return False  # `/repo-evil` is not inside `/repo`: never a string-prefix test
         if not self.glob:
             return True
-        if _GLOB_MAGIC.search(self.glob) is None:
+        if self._literal:
             if self.anchored:
                 return relative == self.glob or relative.startswith(self.glob + "/")
             return self.glob in relative.split("/")

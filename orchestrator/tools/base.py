@@ -177,9 +177,11 @@ class ToolContext:
         if not self.read_deny:
             return False
         patterns = self.resource("read_deny", self._read_deny_patterns)
-        written = os.path.normpath(os.path.join(self.cwd, path))
-        if any(p.matches(written) for p in patterns):
-            return True
+        path = os.fspath(path)
+        written = os.path.normpath(path if path[:1] == "/" else os.path.join(self.cwd, path))
+        for pattern in patterns:
+            if pattern.matches(written):
+                return True
         return resolve and any(p.matches(os.path.realpath(written)) for p in patterns)
 
     def _read_deny_patterns(self) -> list[Any]:

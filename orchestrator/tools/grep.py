@@ -165,7 +165,8 @@ def _without_denied(lines: list[str], cwd: Path, ctx: ToolContext) -> list[str]:
         path = line.partition("\0")[0]
         denied = verdicts.get(path)
         if denied is None:
-            denied = verdicts[path] = ctx.read_denied(os.path.join(cwd, path), resolve=False)
+            full = path if path[:1] == "/" else os.path.join(cwd, path)  # rg's, as it wrote it
+            denied = verdicts[path] = ctx.read_denied(full, resolve=False)
         if not denied:
             kept.append(line)
     return kept
