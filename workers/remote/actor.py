@@ -213,8 +213,9 @@ class _Relay:
                 return {"ok": False, "detail": f"the snapshot view on this node: {exc}"}
             sources = list(self.views)
         spec = SandboxSpec.model_validate(start["spec"])
-        # The workspace first; sandbox/argv.py mounts outer paths first, so an extra root
-        # inside the workspace (or holding it) is shown from its own view where they overlap.
+        # The workspace first. sandbox/argv.py mounts outer paths first, so where two roots
+        # nest (an extra root inside the workspace, or holding it) the inner one is shown
+        # from its own view.
         roots = tuple(
             WorkspaceRoot(path=path, mode="ro", source=source)
             for path, source in zip(paths, sources, strict=True)
