@@ -35,7 +35,7 @@ from orchestrator.events import Event, ToolResultsMessage
 from orchestrator.idle import until_idle
 from orchestrator.pipeline import ToolRunner
 from orchestrator.plan import CallPlan
-from orchestrator.tools.base import ToolContext, ToolOutput, ToolProgress
+from orchestrator.tools.base import Checked, ToolContext, ToolOutput, ToolProgress
 from orchestrator.tree_state import Entry, Key, ScanStopped, TreeState
 
 __all__ = [
@@ -450,21 +450,25 @@ class RecordingRunner:
         self.inner = inner
         self.recorder = recorder
 
+    @property
+    def merged_checks(self) -> bool:
+        return bool(getattr(self.inner, "merged_checks", False))
+
     async def validate(self, plan: CallPlan, ctx: ToolContext) -> str | None:
         result: str | None = await self.inner.validate(plan, ctx)
         return result
 
     async def call(
-        self, plan: CallPlan, ctx: ToolContext
-    ) -> AsyncIterator[ToolProgress | ToolOutput]:
+        self, plan: CallPlan, ctx: ToolContext, *, validate: bool = False
+    ) -> AsyncIterator[Checked | ToolProgress | ToolOutput]:
         if plan.sandbox != "rw":
-            async with closing_iter(self.inner.call(plan, ctx)) as items:
+            async with closing_iter(self._inner_call(plan, ctx, validate)) as items:
                 async for item in items:
                     yield item
             return
         await self.recorder.before_call(plan.block.id)
         try:
-            async with closing_iter(self.inner.call(plan, ctx)) as items:
+            async with closing_iter(self._inner_call(plan, ctx, validate)) as items:
                 async for item in items:
                     yield item
         finally:
@@ -472,3 +476,10 @@ class RecordingRunner:
             # recorder's `running()`, at once, shielded and bounded: one scan).
             with trio.CancelScope(shield=True):
                 await self.recorder.after_call()
+
+    def _inner_call(
+        self, plan: CallPlan, ctx: ToolContext, validate: bool
+    ) -> AsyncIterator[Checked | ToolProgress | ToolOutput]:
+        if validate:
+            return self.inner.call(plan, ctx, validate=True)
+        return self.inner.call(plan, ctx)

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
         SubagentRequest,
         SubagentRunner,
     )
-    from orchestrator.tools.base import ToolContext, ToolOutput, ToolProgress
+    from orchestrator.tools.base import Checked, ToolContext, ToolOutput, ToolProgress
 
 __all__ = ["FirstResponseStarts", "LaterSubagents", "LaterToolHosts"]
 
@@ -115,11 +115,15 @@ class LaterToolHosts:
         runner: ToolRunner = await self._later.part()
         return await runner.validate(plan, ctx)
 
+    merged_checks = True
+    """The hosts validate in the sandbox: a trip of its own (`ToolRunner`)."""
+
     async def call(
-        self, plan: CallPlan, ctx: ToolContext
-    ) -> AsyncGenerator[ToolProgress | ToolOutput, None]:
+        self, plan: CallPlan, ctx: ToolContext, *, validate: bool = False
+    ) -> AsyncGenerator[Checked | ToolProgress | ToolOutput, None]:
         runner: ToolRunner = await self._later.part()
-        async with closing_iter(runner.call(plan, ctx)) as items:
+        calling = runner.call(plan, ctx, validate=True) if validate else runner.call(plan, ctx)
+        async with closing_iter(calling) as items:
             async for item in items:
                 yield item
 

@@ -4,6 +4,12 @@
     tool.validate -> PreToolUse hooks -> permission -> ask -> call (under the tool's time
     limit) -> cap and render -> PostToolUse hooks
 
+Where validation costs a trip of its own (a tool host: `ToolRunner.merged_checks`) and no
+PreToolUse hook is set, the policy's decision is taken first, without being reported; when it
+allows the call as it is, validation travels with the call (`call(validate=True)`, one trip
+instead of two) and the decision is reported once the runner says the call is valid. Any other
+decision takes the order above, so nobody is asked about a call that is not valid.
+
 Every failure on that path becomes an `is_error` result whose text tells the model how to fix
 the call; nothing here raises into the loop except cancellation. `prepare` makes each call's
 `CallPlan` (orchestrator/plan.py) once; the executor, the permission function, the audit
@@ -46,6 +52,7 @@ from orchestrator.plan import (
 from orchestrator.text import truncate_middle
 from orchestrator.tools.base import (
     DEFAULT_TOOL_TIMEOUT_S,
+    Checked,
     Tool,
     ToolContext,
     ToolInput,
@@ -98,23 +105,40 @@ class ToolRunner(Protocol):
     plan in the sandbox it names (`plan.sandbox`) or, for a tool that runs in the
     coordinator, here. Runners are handed runnable plans only (`plan.runnable()`)."""
 
+    merged_checks: bool
+    """Whether `validate` costs a trip of its own that `call(validate=True)` saves."""
+
     async def validate(self, plan: CallPlan, ctx: ToolContext) -> str | None: ...
 
     def call(
-        self, plan: CallPlan, ctx: ToolContext
-    ) -> AsyncIterator[ToolProgress | ToolOutput]: ...
+        self, plan: CallPlan, ctx: ToolContext, *, validate: bool = False
+    ) -> AsyncIterator[Checked | ToolProgress | ToolOutput]:
+        """The call's progress, then one output. With `validate`, `validate` runs first and
+        its answer comes first (`Checked`): a refusal ends the call there."""
+        ...
 
 
 class InProcessRunner:
     """Runs tools in this process (tests, and `--sandbox=off`): there is no sandbox to pick."""
 
+    merged_checks = False
+
     async def validate(self, plan: CallPlan, ctx: ToolContext) -> str | None:
         tool, input = plan.runnable()
         return await tool.validate(input, ctx)
 
-    def call(self, plan: CallPlan, ctx: ToolContext) -> AsyncIterator[ToolProgress | ToolOutput]:
+    async def call(
+        self, plan: CallPlan, ctx: ToolContext, *, validate: bool = False
+    ) -> AsyncIterator[Checked | ToolProgress | ToolOutput]:
         tool, input = plan.runnable()
-        return tool.call(input, ctx)
+        if validate:
+            refusal = await self.validate(plan, ctx)
+            yield Checked(refusal)
+            if refusal is not None:
+                return
+        async with closing_iter(tool.call(input, ctx)) as items:
+            async for item in items:
+                yield item
 
 
 def _schema_error_text(tool: Tool[Any], exc: pydantic.ValidationError) -> str:
@@ -205,6 +229,17 @@ class ToolPipeline:
         if plan.error is not None or plan.tool is None or plan.input is None:
             return self._error(block, plan.error or "internal error: unprepared call")
         tool = plan.tool
+        hooks = self.hooks
+        early: Allow | Deny | Ask | None = None
+        if getattr(self.runner, "merged_checks", False) and not (
+            hooks is not None and hooks.has("PreToolUse")
+        ):
+            early = await self._policy(plan)
+            if isinstance(early, Allow) and early.updated_input is None:
+                result, ran = await self._call(plan, allowed=early)
+                if ran and hooks is not None and hooks.has("PostToolUse"):
+                    result = _with_feedback(result, await hooks.post_tool_use(plan, result.content))
+                return result
         try:
             refusal = await self.runner.validate(plan, self.ctx)
         except Exception as exc:
@@ -212,7 +247,6 @@ class ToolPipeline:
         if refusal is not None:
             return self._error(block, refusal)
 
-        hooks = self.hooks
         verdict: PermissionVerdict | None = None
         if hooks is not None and hooks.has("PreToolUse"):
             outcome = await hooks.pre_tool_use(plan)
@@ -240,7 +274,7 @@ class ToolPipeline:
                 if refusal is not None:
                     return self._error(block, refusal)
 
-        decided, plan = await self._decide(plan, verdict)
+        decided, plan = await self._decide(plan, verdict, early)
         if isinstance(decided, Deny):
             if decided.by_user and on_rejected is not None:
                 on_rejected()
@@ -267,7 +301,7 @@ class ToolPipeline:
                 if isinstance(again, Deny):
                     self._audit(plan, again, "policy")
                     return self._error(block, again.message)
-        result = await self._call(plan)
+        result, _ = await self._call(plan)
         if hooks is not None and hooks.has("PostToolUse"):
             result = _with_feedback(result, await hooks.post_tool_use(plan, result.content))
         return result
@@ -300,18 +334,27 @@ class ToolPipeline:
             return self._error(block, result.message)
         if isinstance(result, Ask):
             plan = self._audit(plan, Allow(rule="typed by the user"), "asker")
-        return await self._call(plan)
+        done, _ = await self._call(plan)
+        return done
+
+    async def _policy(self, plan: CallPlan) -> Allow | Deny | Ask:
+        """The permission function's decision (a failure denies), not reported."""
+        try:
+            return await self.permission(plan, self.ctx)
+        except Exception as exc:
+            return Deny(f"The permission check failed ({exc}); the call was not run.")
 
     async def _decide(
-        self, plan: CallPlan, hook: PermissionVerdict | None = None
+        self,
+        plan: CallPlan,
+        hook: PermissionVerdict | None = None,
+        early: Allow | Deny | Ask | None = None,
     ) -> tuple[Allow | Deny, CallPlan]:
-        """The policy's decision, narrowed by a PreToolUse hook's `ask`, or an ask answered
-        by its `allow` (never past a deny)."""
+        """The policy's decision (`early`: taken before validation, of this same plan),
+        narrowed by a PreToolUse hook's `ask`, or an ask answered by its `allow` (never past
+        a deny)."""
         tool, input = plan.runnable()
-        try:
-            result = await self.permission(plan, self.ctx)
-        except Exception as exc:
-            result = Deny(f"The permission check failed ({exc}); the call was not run.")
+        result = early if early is not None else await self._policy(plan)
         plan = self._audit(plan, result, "policy")
         if hook == "ask" and isinstance(result, Allow):
             result = Ask("A PreToolUse hook asks for confirmation.", rule="PreToolUse hook")
@@ -362,19 +405,44 @@ class ToolPipeline:
         )
         return plan
 
-    async def _call(self, plan: CallPlan) -> ToolResultBlock:
+    async def _call(
+        self, plan: CallPlan, *, allowed: Allow | None = None
+    ) -> tuple[ToolResultBlock, bool]:
+        """The call's result, and whether it ran.
+
+        `allowed`: the policy's decision, not reported yet; the runner validates the call
+        first, and the decision and the start are reported once it is valid. A refusal is
+        the result then, as when validation runs on its own, and the call did not run.
+        """
         tool, input = plan.runnable()
         block = plan.block
         started = time.monotonic()
-        self.emit(ToolStarted(block.id, tool.name, self._render_use(tool, input)))
+        checking = allowed is not None
+        if not checking:
+            self.emit(ToolStarted(block.id, tool.name, self._render_use(tool, input)))
         output: ToolOutput | None = None
         own = tool.timeout_s(input)
         limit = self.default_timeout_s if own is None else own
         deadline = trio.move_on_after(limit if math.isfinite(limit) else math.inf)
         with deadline as scope, running_for(block.id):
             try:
-                async with closing_iter(self.runner.call(plan, self.ctx)) as events:
+                calling = (
+                    self.runner.call(plan, self.ctx, validate=True)
+                    if checking
+                    else self.runner.call(plan, self.ctx)
+                )
+                async with closing_iter(calling) as events:
                     async for event in events:
+                        if checking:
+                            checking = False
+                            if isinstance(event, Checked) and event.refusal is not None:
+                                return self._error(block, event.refusal), False
+                            assert allowed is not None
+                            plan = self._audit(plan, allowed, "policy")
+                            started = time.monotonic()
+                            self.emit(
+                                ToolStarted(block.id, tool.name, self._render_use(tool, input))
+                            )
                         if isinstance(event, ToolOutput):
                             output = event
                             break
@@ -394,13 +462,18 @@ class ToolPipeline:
             )
         elif output is None:
             output = ToolOutput(content=f"{tool.name} returned no result.", is_error=True)
+        if checking:  # no word from the runner at all (timed out, or it failed at once)
+            assert allowed is not None
+            self._audit(plan, allowed, "policy")
+            self.emit(ToolStarted(block.id, tool.name, self._render_use(tool, input)))
         summary = self._render_result(tool, output)
         self.emit(
             ToolFinished(block.id, tool.name, summary, output.is_error, time.monotonic() - started)
         )
-        return ToolResultBlock(
+        result = ToolResultBlock(
             tool_use_id=block.id, content=self._capped(output), is_error=output.is_error
         )
+        return result, True
 
     def _capped(self, output: ToolOutput) -> Any:
         content = output.content

@@ -130,7 +130,11 @@ class Validated(WireModel):
 
 
 class RunTool(WireModel):
-    """Run `tool.call(input, ctx)` in the worker; answered by progress and one `ToolResult`."""
+    """Run `tool.call(input, ctx)` in the worker; answered by progress and one `ToolResult`.
+
+    With `check`, `tool.validate` runs first and is answered by a `Validated`, as a
+    `ValidateTool` would be (one trip instead of two); a refusal or an error ends the call
+    there: nothing runs and no `ToolResult` follows."""
 
     type: Literal["run_tool"] = "run_tool"
     id: str
@@ -139,6 +143,8 @@ class RunTool(WireModel):
     ledger: LedgerDelta = LedgerDelta()
     shell: ShellState | None = None
     """The persistent shell's state, when it changed since this host last got it."""
+    check: bool = False
+    """Validate first (above)."""
 
 
 class ToolProgress(WireModel):

@@ -250,7 +250,8 @@ class ToolHost:
                     await self._send(wire.Malformed(detail=detail))
         self._log.info("end of input")
 
-    async def _validate(self, message: wire.ValidateTool) -> None:
+    async def _validate(self, message: wire.ValidateTool | wire.RunTool) -> bool:
+        """Answer whether the call is valid (`Validated`); True when it is."""
         refusal = error = None
         try:
             tool = self._tool(message.tool)
@@ -262,12 +263,15 @@ class ToolHost:
                 id=message.id, refusal=refusal, error=error, ledger=self.ledger.take_changes()
             )
         )
+        return refusal is None and error is None
 
     async def _run(self, message: wire.RunTool, scope: trio.CancelScope) -> None:
         outcome: wire.ToolOutcome = "no_output"
         output: ToolOutput | None = None
         try:
             with scope:
+                if message.check and not await self._validate(message):
+                    return  # refused: the `Validated` was the answer
                 try:
                     tool = self._tool(message.tool)
                     input = tool.parse_input(message.input)

@@ -56,7 +56,7 @@ from orchestrator.errors import ToolError, WarrenError
 from orchestrator.hooks.process import HookProcess
 from orchestrator.messages import TextBlock
 from orchestrator.plan import CallPlan, SandboxMode
-from orchestrator.tools.base import Tool, ToolContext, ToolInput, ToolOutput, ToolProgress
+from orchestrator.tools.base import Checked, Tool, ToolContext, ToolInput, ToolOutput, ToolProgress
 from sandbox.guard import find_denied
 from sandbox.host import SandboxHost, detect_host
 from sandbox.run import open_sandboxed_process
@@ -458,12 +458,16 @@ class SandboxedToolRunner:
         finally:
             host.pending.pop(call_id, None)
 
+    merged_checks = True
+    """Validation in a host is a trip of its own; `call(validate=True)` saves it."""
+
     async def call(
-        self, plan: CallPlan, ctx: ToolContext
-    ) -> AsyncIterator[ToolProgress | ToolOutput]:
+        self, plan: CallPlan, ctx: ToolContext, *, validate: bool = False
+    ) -> AsyncIterator[Checked | ToolProgress | ToolOutput]:
         """`tool.call` in the host the plan names (`ro`: the read-only host, always, whatever
         the decision; `rw`: the read-write one): progress passes through, then one output (or
-        `ToolError`).
+        `ToolError`). With `validate`, the host runs `tool.validate` first, in the same trip,
+        and its answer comes first (`Checked`); a refusal ends the call there.
 
         **Cancellation:** the host is sent `Cancel` and the call waits up to `cancel_wait_s`
         (shielded) for its final answer, so the call has stopped and its ledger entries are
@@ -473,6 +477,11 @@ class SandboxedToolRunner:
         """
         tool, input = plan.runnable()
         if plan.runs_in_coordinator:
+            if validate:
+                refusal = await tool.validate(input, ctx)
+                yield Checked(refusal)
+                if refusal is not None:
+                    return
             async with closing_iter(tool.call(input, ctx)) as events:
                 async for event in events:
                     if isinstance(event, ToolOutput):
@@ -503,6 +512,7 @@ class SandboxedToolRunner:
                         input=_dump(input),
                         ledger=host.ledger_delta(ctx),
                         shell=shell,
+                        check=validate,
                     )
                 )
             except ToolHostError:
@@ -514,6 +524,17 @@ class SandboxedToolRunner:
             async for reply in receive:
                 if isinstance(reply, wire.ToolProgress):
                     yield ToolProgress(reply.text)
+                    continue
+                if isinstance(reply, wire.Validated):
+                    host.take_ledger(ctx, reply.ledger)
+                    refusal = reply.refusal
+                    if reply.error is not None:
+                        refusal = f"{tool.name} could not validate this call: {reply.error}"
+                    if refusal is not None:
+                        answered = True  # the host ran nothing: no result follows
+                        yield Checked(refusal)
+                        return
+                    yield Checked()
                     continue
                 answered = True
                 output = self._output(host, ctx, tool, reply)
@@ -648,6 +669,11 @@ class SandboxedToolRunner:
         async for reply in receive:
             if isinstance(reply, _Failure):
                 return
+            if isinstance(reply, wire.Validated):  # of a call sent with its validation
+                host.take_ledger(ctx, reply.ledger)
+                if reply.refusal is not None or reply.error is not None:
+                    return  # refused: nothing ran, no result follows
+                continue
             if isinstance(reply, wire.ToolResult):
                 host.take_ledger(ctx, reply.ledger)
                 if reply.shell is not None and host.role == "read_write":

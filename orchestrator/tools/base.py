@@ -27,6 +27,7 @@ from policies.facts import ToolFacts
 __all__ = [
     "CURRENT_TOOL_USE_ID",
     "DEFAULT_TOOL_TIMEOUT_S",
+    "Checked",
     "ReadLedger",
     "Tool",
     "ToolContext",
@@ -74,6 +75,15 @@ class ToolProgress:
     """A progress note while a call runs (shown to humans, never to the model)."""
 
     text: str
+
+
+@dataclass(frozen=True)
+class Checked:
+    """A runner's first word on a call it was asked to validate as well (`ToolRunner.call`
+    with `validate=True`): `refusal` is the validation's message for the model and ends the
+    call there (it never ran); None: the call is valid and runs."""
+
+    refusal: str | None = None
 
 
 @dataclass(frozen=True)

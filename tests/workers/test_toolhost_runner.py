@@ -25,7 +25,14 @@ from orchestrator.messages import ToolUseBlock
 from orchestrator.permissions import default_permission, headless_asker
 from orchestrator.pipeline import ToolPipeline
 from orchestrator.plan import CallPlan, plan_call, tool_assessor
-from orchestrator.tools.base import Tool, ToolContext, ToolInput, ToolOutput, ToolProgress
+from orchestrator.tools.base import (
+    Checked,
+    Tool,
+    ToolContext,
+    ToolInput,
+    ToolOutput,
+    ToolProgress,
+)
 from orchestrator.tools.bash import BashTool
 from orchestrator.tools.registry import ToolRegistry
 from orchestrator.tools.think import ThinkTool
@@ -38,6 +45,7 @@ from workers.toolhost_runner import (
     HostProcess,
     SandboxedToolRunner,
     ToolHostError,
+    _Host,
     host_environment,
     open_tool_runner,
     unsandboxed_spawner,
@@ -153,6 +161,123 @@ async def test_read_in_read_only_host_counts_for_edit_in_read_write_host(
     assert set(runner.host_pids()) == {"read_only", "read_write"}
     # The edit recorded the new mtime: a second edit needs no new read.
     assert ctx.read_ledger.entries()[workspace / "a.txt"] == os.stat(path).st_mtime_ns
+
+
+async def test_a_call_sent_with_its_validation_takes_one_trip_and_a_refusal_runs_nothing(
+    runner: SandboxedToolRunner,
+    ctx: ToolContext,
+    workspace: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sent: list[str] = []
+    original = _Host.send
+
+    async def spy(self: _Host, message: Any) -> None:
+        sent.append(message.type)
+        await original(self, message)
+
+    monkeypatch.setattr(_Host, "send", spy)
+    path = workspace / "a.txt"
+    edit = tool("Edit")
+    input = {"file_path": str(path), "old_string": "beta", "new_string": "gamma"}
+
+    async def checked_call() -> list[Any]:
+        events = []
+        planned = plan(edit, edit.parse_input(input))
+        async with closing_iter(runner.call(planned, ctx, validate=True)) as items:
+            async for item in items:
+                events.append(item)
+        return events
+
+    # Not read yet: refused by the validation, in the host; nothing ran, no result follows.
+    refused = await checked_call()
+    assert len(refused) == 1 and isinstance(refused[0], Checked)
+    assert refused[0].refusal is not None and "has not been read" in refused[0].refusal
+    assert path.read_text() == "alpha\nbeta\n"
+    assert sent == ["run_tool"]
+
+    await call(runner, tool("Read"), ctx, file_path=str(path))
+    sent.clear()
+    done = await checked_call()
+    assert [type(event) for event in done] == [Checked, ToolOutput]
+    assert done[0].refusal is None and not done[1].is_error, done[1].content
+    assert path.read_text() == "alpha\ngamma\n"
+    assert sent == ["run_tool"]  # one trip: validation and call
+    # The host answered every message: it still serves calls, nothing is pending.
+    again = await call(runner, tool("Read"), ctx, file_path=str(path))
+    assert "gamma" in str(again.content)
+
+
+async def test_the_pipeline_validates_with_the_call_only_where_nobody_is_asked(
+    runner: SandboxedToolRunner, ctx: ToolContext, workspace: Path
+) -> None:
+    """An allowed call is validated in the host in the same trip as the call; a call that
+    would be asked about is validated first, so nobody is asked about an invalid call; a
+    refused call reports no decision and no start, whichever way it went."""
+    events: list[Any] = []
+    asked: list[str] = []
+
+    async def asker(tool: Tool[Any], input: ToolInput, ask: Any) -> Any:
+        asked.append(tool.name)
+        return await headless_asker(tool, input, ask)
+
+    validations: list[str] = []
+    validate = runner.validate
+
+    async def counting_validate(plan: CallPlan, ctx: ToolContext) -> str | None:
+        validations.append(plan.block.name)
+        return await validate(plan, ctx)
+
+    runner.validate = counting_validate  # type: ignore[method-assign]
+    path = str(workspace / "a.txt")
+    edit = {"file_path": path, "old_string": "beta", "new_string": "gamma"}
+
+    def pipeline(mode: Any) -> ToolPipeline:
+        return ToolPipeline(
+            tools=REGISTRY,
+            ctx=ctx,
+            permission=default_permission(mode),
+            asker=asker,
+            runner=runner,
+            emit=events.append,
+        )
+
+    def kinds(tool_use_id: str) -> list[str]:
+        return [
+            type(event).__name__
+            for event in events
+            if getattr(event, "tool_use_id", None) == tool_use_id
+        ]
+
+    allowing, asking = pipeline("bypass"), pipeline("default")
+    unread = await allowing.execute(
+        allowing.prepare(ToolUseBlock(id="e1", name="Edit", input=edit))
+    )
+    assert unread.is_error and "has not been read" in unread.text()
+    assert unread.text().startswith("<tool_use_error>")
+    assert kinds("e1") == ["ToolFinished"]  # as when validation runs on its own
+
+    unread = await asking.execute(asking.prepare(ToolUseBlock(id="e2", name="Edit", input=edit)))
+    assert unread.is_error and "has not been read" in unread.text()
+    assert asked == [] and validations == ["Edit"]  # validated first, never asked
+    assert kinds("e2") == ["ToolFinished"]
+
+    read = await allowing.execute(
+        allowing.prepare(ToolUseBlock(id="r1", name="Read", input={"file_path": path}))
+    )
+    assert not read.is_error
+    done = await allowing.execute(allowing.prepare(ToolUseBlock(id="e3", name="Edit", input=edit)))
+    assert not done.is_error, done.text()
+    assert (workspace / "a.txt").read_text() == "alpha\ngamma\n"
+    assert kinds("e3") == ["PermissionDecided", "ToolStarted", "ToolFinished"]
+    assert validations == ["Edit"]  # the allowed calls went in one trip each
+
+    asked_edit = {"file_path": path, "old_string": "gamma", "new_string": "delta"}
+    denied = await asking.execute(
+        asking.prepare(ToolUseBlock(id="e4", name="Edit", input=asked_edit))
+    )
+    assert denied.is_error and asked == ["Edit"] and validations == ["Edit", "Edit"]
+    assert (workspace / "a.txt").read_text() == "alpha\ngamma\n"
 
 
 async def test_pipeline_runs_through_the_hosts(
