@@ -105,8 +105,10 @@ class ToolRunner(Protocol):
     plan in the sandbox it names (`plan.sandbox`) or, for a tool that runs in the
     coordinator, here. Runners are handed runnable plans only (`plan.runnable()`)."""
 
-    merged_checks: bool
-    """Whether `validate` costs a trip of its own that `call(validate=True)` saves."""
+    @property
+    def merged_checks(self) -> bool:
+        """Whether `validate` costs a trip of its own that `call(validate=True)` saves."""
+        ...
 
     async def validate(self, plan: CallPlan, ctx: ToolContext) -> str | None: ...
 
