@@ -183,9 +183,10 @@ class ChangeRecorder:
     tool result has gone back and the next model request is out, waiting on the network), so
     its CPU (the scan's thread holds the GIL) does not sit between a call's end and the next
     request; after `IDLE_WAIT_S` it runs anyway. A step someone waits for (the next turn's
-    first scan, `settled`) makes the queue ahead of it run at once. The next turn's first
-    scan is queued behind the others, so no turn's record can take in what a later turn
-    wrote. Outside it (tests, the session's last turn), each step runs at once.
+    first scan, `settled`) makes the queue ahead of it run at once; with nothing queued or
+    under way, it runs in the caller's own task (no trip through the background one). The
+    next turn's first scan is queued behind the others, so no turn's record can take in
+    what a later turn wrote. Outside it (tests, the session's last turn), each step runs at once.
     """
 
     def __init__(
@@ -204,7 +205,6 @@ class ChangeRecorder:
         self.store = store
         self.log = log
         self._write = write or (lambda step: step())
-        self._lock = trio.Lock()
         self.tree = TreeState(roots, store, index_dir, skip)
         self._turn_complete: bool | None = None
         """Whether the turn's first scan was complete; None: no turn started (or its first
@@ -220,6 +220,11 @@ class ChangeRecorder:
         """Queued steps someone waits for: while any is, no step waits for idleness."""
         self._idle_wait: trio.CancelScope | None = None
         """The background task's wait for idleness, cancelled when a waited step comes."""
+        self._pending = 0
+        """Steps sent to the background task and not done yet (a channel hands a step to a
+        waiting receiver without buffering it: its statistics cannot tell)."""
+        self._step = trio.Lock()
+        """Held while a step runs: one at a time, in the order they were asked for."""
         self.scan_seconds = 0.0
         """Time spent scanning, summed (tests/bench/bench_changes.py reads it)."""
 
@@ -249,12 +254,21 @@ class ChangeRecorder:
         with trio.CancelScope(shield=True):
             async with receive:
                 async for job in receive:
-                    if self._awaited == 0 and self._jobs is not None:
-                        with trio.CancelScope() as self._idle_wait:
-                            await until_idle(IDLE_WAIT_S)
-                        self._idle_wait = None
-                    with trio.move_on_after(JOB_LIMIT_S):
-                        await job()
+                    try:
+                        if self._awaited == 0 and self._jobs is not None:
+                            with trio.CancelScope() as self._idle_wait:
+                                await until_idle(IDLE_WAIT_S)
+                            self._idle_wait = None
+                        async with self._step:
+                            with trio.move_on_after(JOB_LIMIT_S):
+                                await job()
+                    finally:
+                        self._pending -= 1
+
+    def _send(self, job: _Job) -> None:
+        assert self._jobs is not None
+        self._jobs.send_nowait(job)
+        self._pending += 1
 
     def _hurry(self) -> None:
         if self._idle_wait is not None:
@@ -270,7 +284,13 @@ class ChangeRecorder:
                     await job()
             return
         if not wait:
-            self._jobs.send_nowait(job)
+            self._send(job)
+            return
+        if self._pending == 0 and not self._step.locked():
+            # Nothing is queued or under way: no order to keep, so no trip through the
+            # background task. Steps queued meanwhile wait for this one (`_step`).
+            async with self._step:
+                await job()
             return
         done = trio.Event()
 
@@ -283,7 +303,7 @@ class ChangeRecorder:
 
         self._awaited += 1
         self._hurry()
-        self._jobs.send_nowait(then_say)
+        self._send(then_say)
         await done.wait()
 
     async def settled(self) -> None:
@@ -347,7 +367,7 @@ class ChangeRecorder:
         """Append the current turn's change set to the log (if anything changed): queued
         behind the turn's scans inside `running()`, at once outside it."""
         if self._jobs is not None:
-            self._jobs.send_nowait(self._record_turn)
+            self._send(self._record_turn)
             return
         record = self._turn_record()
         if record is not None:

@@ -12,7 +12,8 @@ both trees, interleaved, against one fake Messages API server on 127.0.0.1:
   machine the steadier figure), each launch with the change scans' stamps and stored
   contents removed from the state directory, so a tree that scans the workspace at start-up
   (change sets) reads all 10,000 files, as in a workspace never seen;
-- per tool call: a 10,000-file git workspace (fresh copy per run), a scripted session of
+- per tool call: a 10,000-file git workspace (fresh copy per run, synced to disk before the
+  run starts), a scripted session of
   Read / Grep / read-only Bash / Edit / writable Bash calls (one per turn); the cost of a call
   is the gap between the end of the reply that asked for it and the arrival of the next
   request, the median per kind over all rounds, and, paired by round (each round runs base
@@ -341,6 +342,9 @@ def main() -> None:
                 ws = scratch / f"ws-{label}"
                 shutil.rmtree(ws, ignore_errors=True)
                 shutil.copytree(pristine, ws, symlinks=True)
+                # The copy's 10,000 files on disk before the run: their writeback would land
+                # in whichever tree's journal commits (an fsync) happen to come first.
+                os.sync()
                 replies, kinds = script(ws)
                 events = scratch / f"rg-{label}.perf" if args.rg_lifetimes else None
                 _, _, gaps, cpu = run_once(

@@ -11,6 +11,7 @@ import json
 import os
 import random
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -349,3 +350,49 @@ def test_a_waited_step_never_waits_for_idleness(tmp_path: Path, monkeypatch: Any
     trio.run(main)
     recorder.close()
     assert [[c.key[1] for c in t.changes] for t in read_turns(recorder.log)] == [["a.txt"]]
+
+
+def test_steps_keep_their_order_whether_run_in_the_callers_task_or_queued(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """A waited step with nothing queued or under way runs in the caller's task (no trip
+    through the background one); a step asked for meanwhile waits for it, and a waited step
+    asked for while another is queued or held still runs after that one."""
+    import orchestrator.changes as changes
+
+    monkeypatch.setattr(changes, "IDLE_WAIT_S", 0.05)
+    recorder, _ = _recorder(tmp_path)
+    order: list[str] = []
+    ran_in: list[Any] = []
+
+    def step(name: str, pause_s: float = 0.0) -> Any:
+        async def run() -> None:
+            ran_in.append(trio.lowlevel.current_task())
+            order.append(f"{name}+")
+            await trio.sleep(pause_s)
+            order.append(f"{name}-")
+
+        return run
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery, recorder.running():
+            # Nothing queued: the waited step runs here, in this task.
+            await recorder._run(step("first"), wait=True)
+            assert order == ["first+", "first-"]
+            assert ran_in == [trio.lowlevel.current_task()]
+
+            # A waited step that runs in its caller's task holds the others back.
+            nursery.start_soon(partial(recorder._run, step("inline", 0.2), wait=True))
+            await trio.sleep(0.05)
+            await recorder._run(step("queued"), wait=False)
+            await recorder.settled()
+            assert order[2:] == ["inline+", "inline-", "queued+", "queued-"]
+
+            # A step queued (waiting for idleness) keeps its place before a waited one.
+            order.clear()
+            await recorder._run(step("background", 0.1), wait=False)
+            await recorder._run(step("waited"), wait=True)
+            assert order == ["background+", "background-", "waited+", "waited-"]
+
+    trio.run(main)
+    recorder.close()
