@@ -395,8 +395,8 @@ class ChangeRecorder:
         }
 
     async def _record_turn(self) -> None:
-        """The background side of `end_turn`: the record is written (in a thread), then made
-        durable in a task of its own, so the next turn's first scan does not wait for the
+        """The background side of `end_turn`: the record is written, then made durable in a
+        task of its own (in a thread), so the next turn's first scan does not wait for the
         disk (an fsync costs 1-10 ms on the dev box).
 
         Why the fsync may trail the write: once written, the record survives the
@@ -408,7 +408,9 @@ class ChangeRecorder:
         record = self._turn_record()
         if record is None:
             return
-        written = await trio.to_thread.run_sync(_guarded_io, _write_record, self.log, record)
+        # One line appended to the page cache: written here, as the transcript's lines are
+        # (a trip to a thread cost more than the write); the fsync goes to a thread.
+        written = _guarded_io(_write_record, self.log, record)
         if isinstance(written, OSError):
             self._write(partial(_raise, written))
             return
