@@ -130,8 +130,8 @@ def path_problem(raw: str, ctx: ToolContext, *, param: str, writing: bool = Fals
             f"Use the full path, for example {str(hint)!r}."
         )
     try:
-        inside = ctx.is_inside_roots(path)
         resolved = path.resolve()
+        inside = ctx.holds_resolved(resolved)
     except (OSError, RuntimeError) as exc:  # symlink loops, unreadable components
         return f"Cannot resolve {raw}: {exc}."
     if inside:
@@ -399,7 +399,7 @@ def _write_target(path: Path, ctx: ToolContext) -> Path:
         target = path.resolve()
     except (OSError, RuntimeError) as exc:  # a symlink loop
         raise ToolError(f"Cannot resolve {path} ({exc}); nothing changed.") from exc
-    if ctx.is_inside_roots(target):
+    if ctx.holds_resolved(target):
         return target
     roots = ", ".join(str(r) for r in ctx.roots())
     raise ToolError(

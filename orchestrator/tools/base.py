@@ -178,8 +178,21 @@ class ToolContext:
 
     def is_inside_roots(self, path: Path) -> bool:
         """True when `path`, resolved (symlinks followed), lies within a root."""
-        resolved = path.resolve()
-        return any(resolved.is_relative_to(root.resolve()) for root in self.roots())
+        return self.holds_resolved(path.resolve())
+
+    def holds_resolved(self, resolved: Path) -> bool:
+        """True when `resolved` (a path with its links already resolved) lies within a root.
+
+        The roots are resolved once, when first asked, and again only when they change: a
+        root swapped for a link later (possible where no sandbox mounts the roots) does not
+        move the boundary with it.
+        """
+        roots = self.roots()
+        known = self._resources.get("resolved roots")
+        if known is None or known[0] != roots:
+            known = (roots, tuple(root.resolve() for root in roots))
+            self._resources["resolved roots"] = known
+        return any(resolved.is_relative_to(root) for root in known[1])
 
     def read_denied(self, path: Path | str, *, resolve: bool = True) -> bool:
         """Does a `Read` deny rule cover `path` (relative to `cwd`), as written or (with

@@ -215,3 +215,21 @@ async def test_notebook_is_rendered_by_cell_with_outputs(ws: Path, ctx: ToolCont
     assert "ValueError: bad" in out.text and "\x1b" not in out.text
     assert len(out.images()) == 1
     assert ctx.read_ledger.recorded_mtime(f) is not None
+
+
+async def test_a_root_swapped_for_a_link_does_not_move_the_boundary(tmp_path: Path) -> None:
+    """The roots are resolved once (each path check compares against them): a workspace
+    renamed away and replaced by a link to `/` afterwards (possible with `--sandbox=off`)
+    does not make every file on the machine "inside"."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a.txt").write_text("mine\n")
+    secret = tmp_path / "secret.txt"
+    secret.write_text("secret\n")
+    ctx = ToolContext(workspace=ws, cwd=ws)
+    assert (await run_tool(READ, {"file_path": str(ws / "a.txt")}, ctx)).stage == "ok"
+    ws.rename(tmp_path / "moved")
+    ws.symlink_to("/")
+    out = await run_tool(READ, {"file_path": str(ws / secret.relative_to("/"))}, ctx)
+    assert out.stage == "refused" and "outside the workspace" in out.text
+    assert "secret" not in out.text.replace(str(secret), "")
