@@ -40,6 +40,7 @@ from sandbox.host import SandboxHost, detect_host
 from sandbox.limits import (
     SandboxCgroup,
     classify_exit,
+    count_namespace_processes,
     count_sandbox_processes,
     sandbox_command_pids,
     sandbox_init_pid,
@@ -176,6 +177,9 @@ class SandboxProcess:
             )
         self.adopted = isinstance(popen, _AdoptedPopen)
         """Started by another process (a spare, `sandbox.spare`), which reaps it."""
+        self.forked = isinstance(popen, _AdoptedPopen) and popen.forked
+        """Forked from a template (`sandbox.spare.ForkedSpare`): `pid` is the process itself,
+        pid 1 of its pid namespace, not a bwrap."""
         self.killed_by_limit: LimitName | None = None
         """Set when the runner stops the sandbox for a limit (or after exit, from its
         status)."""
@@ -222,6 +226,9 @@ class SandboxProcess:
     def terminate(self) -> None:
         """SIGTERM the command inside the sandbox, so it can clean up; bwrap when the
         command is not running yet."""
+        if self.forked:
+            self._popen.send_signal(signal.SIGTERM)
+            return
         targets = sandbox_command_pids(self.pid) if self._popen.poll() is None else []
         if not targets:
             self._popen.send_signal(signal.SIGTERM)
@@ -232,7 +239,11 @@ class SandboxProcess:
     def kill(self) -> None:
         """SIGKILL the whole sandbox at once by killing its init (the kernel then kills every
         process in the pid namespace). bwrap sees its child die and exits by itself: killing
-        bwrap first would orphan the init to the host's init, to be reaped there."""
+        bwrap first would orphan the init to the host's init, to be reaped there. A forked
+        process is its namespace's init itself."""
+        if self.forked:
+            self._popen.send_signal(signal.SIGKILL)
+            return
         init = sandbox_init_pid(self.pid) if self._popen.poll() is None else None
         if init is None:
             self._popen.send_signal(signal.SIGKILL)
@@ -265,6 +276,7 @@ class _AdoptedPopen:
     def __init__(self, adopted: Adopted, args: Sequence[str]) -> None:
         self.pid = adopted.pid
         self.pidfd = adopted.pidfd
+        self.forked = adopted.forked
         self.args = list(args)
         self.returncode: int | None = None
         self._signalled = 0
@@ -679,7 +691,11 @@ async def _watch_processes(
             return
         if capped:  # bwrap is in the cgroup too: the count stays under the limit
             continue
-        count = count_sandbox_processes(proc.pid)  # a few syscalls: no thread needed
+        count = (  # a few syscalls: no thread needed
+            count_namespace_processes(proc.pid)
+            if proc.forked
+            else count_sandbox_processes(proc.pid)
+        )
         if count is not None and count >= limits.processes:
             proc._stop_for("processes")
             return

@@ -23,12 +23,13 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import select
 import signal
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
@@ -37,7 +38,15 @@ from sandbox.limits import SandboxCgroup, sandbox_init_pid
 from sandbox.masks import HostFacts
 from sandbox.spec import SandboxSpec
 
-__all__ = ["Adopted", "SpareChild", "SpareRecipe", "SpareSource", "spawn_spare"]
+__all__ = [
+    "Adopted",
+    "ForkedSpare",
+    "SpareChild",
+    "SpareRecipe",
+    "SpareSource",
+    "pid_of",
+    "spawn_spare",
+]
 
 
 class SpareRecipe(BaseModel):
@@ -89,6 +98,44 @@ class SpareRecipe(BaseModel):
             identities=tuple(identities),
         )
 
+    def as_read_only(self) -> SpareRecipe | None:
+        """The recipe a session gathers for the read-only tool host beside the read-write
+        one this recipe starts (`SandboxSpec.read_only`: every workspace and bind read-only,
+        so no protected path, pin or watched name of its own; `--role read_only`); None when
+        this is not a read-write tool host's recipe. A template started from this recipe can
+        fork that host: the same mounts, with the writable ones made read-only
+        (workers/zygote.py)."""
+        try:
+            at = self.argv.index("--role")
+        except ValueError:
+            return None
+        if "workers.toolhost" not in self.argv or self.argv[at + 1 : at + 2] != ("read_write",):
+            return None
+        facts = self.facts.model_copy(
+            update={
+                "binds": tuple(b.model_copy(update={"mode": "ro"}) for b in self.facts.binds),
+                "pins": (),
+                "protected": (),
+                "watched": (),
+            }
+        )
+        kept = {str(b.source or b.path) for b in facts.binds}
+        kept |= {str(p) for p in (*facts.deny_dirs, *facts.deny_files)}
+        kept |= {str(source) for source, _ in facts.file_binds}
+        return self.model_copy(
+            update={
+                "spec": self.spec.read_only(),
+                "facts": facts,
+                "argv": (*self.argv[: at + 1], "read_only", *self.argv[at + 2 :]),
+                "identities": tuple(i for i in self.identities if i[0] in kept),
+            }
+        )
+
+    def writable_paths(self) -> tuple[Path, ...]:
+        """The mount points this recipe's sandbox has writable (workspaces and binds) besides
+        its private /tmp and /dev/shm."""
+        return tuple(b.path for b in self.facts.binds if b.mode == "rw")
+
     def key(self) -> str:
         """A digest of the whole recipe: spares are kept and claimed by it."""
         return hashlib.sha256(self.model_dump_json().encode()).hexdigest()
@@ -121,6 +168,9 @@ class Adopted:
     stderr: int
     cgroup: tuple[Path, ...] = ()
     cgroup_version: int | None = None
+    forked: bool = False
+    """Forked from a template inside a sandbox (`ForkedSpare`), not a bwrap: `pid` is the
+    process itself, pid 1 of its own pid namespace, with no cgroup of its own."""
 
 
 class SpareSource(Protocol):
@@ -148,10 +198,15 @@ class SpareChild:
     cgroup: SandboxCgroup | None
     handed: bool = False
     fds_open: bool = field(default=True)
+    forked: ClassVar[bool] = False
 
     @property
     def pid(self) -> int:
         return self.popen.pid
+
+    def kept_fds(self) -> list[int]:
+        """Descriptors kept after handing it out (none: we are its parent)."""
+        return []
 
     def descriptors(self) -> list[int]:
         """What an adopter receives, in `Adopted`'s order (pidfd, stdin, stdout, stderr)."""
@@ -185,18 +240,99 @@ class SpareChild:
         self.close_descriptors()
         return True
 
+    def wait(self, timeout: float) -> None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.popen.wait(timeout=timeout)
 
-def spawn_spare(recipe: SpareRecipe) -> SpareChild:
+
+def pid_of(pidfd: int) -> int:
+    """The pid of a pidfd's process in our pid namespace (its fdinfo's `Pid:`).
+    **Errors:** `OSError` when it has none (gone)."""
+    for line in Path(f"/proc/self/fdinfo/{pidfd}").read_text().splitlines():
+        if line.startswith("Pid:") and int(line.split()[1]) > 0:
+            return int(line.split()[1])
+    raise OSError(f"no pid for pidfd {pidfd}")
+
+
+@dataclass(eq=False)
+class ForkedSpare:
+    """A spare forked from a template inside a sandbox (a tool host forked by the warm
+    server's template, workers/zygote.py): the same surface as `SpareChild`, but the process
+    is not our child (the template reaps it): we hold a pidfd to signal it and see it end."""
+
+    pid: int
+    pidfd: int
+    stdin: int
+    stdout: int
+    stderr: int
+    handed: bool = False
+    fds_open: bool = field(default=True)
+    cgroup: None = None
+    own_pidfd: int = -1
+    """A pidfd kept for ourselves (the one in `descriptors` goes to the adopter)."""
+    forked: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        self.own_pidfd = os.dup(self.pidfd)
+        os.set_inheritable(self.own_pidfd, False)
+
+    def kept_fds(self) -> list[int]:
+        """Our own pidfd, kept after handing it out, to see it end."""
+        return [self.own_pidfd] if self.own_pidfd >= 0 else []
+
+    def descriptors(self) -> list[int]:
+        return [self.pidfd, self.stdin, self.stdout, self.stderr] if self.fds_open else []
+
+    def close_descriptors(self) -> None:
+        if self.fds_open:
+            for fd in (self.pidfd, self.stdin, self.stdout, self.stderr):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            self.fds_open = False
+
+    def kill(self) -> None:
+        """SIGKILL it: it is pid 1 of its pid namespace, so everything it started goes too."""
+        if self.own_pidfd >= 0:
+            with contextlib.suppress(ProcessLookupError, OSError):
+                signal.pidfd_send_signal(self.own_pidfd, signal.SIGKILL)
+
+    def reaped(self) -> bool:
+        """True once it has exited (its pidfd readable)."""
+        if self.own_pidfd < 0:
+            return True
+        ready, _, _ = select.select([self.own_pidfd], [], [], 0)
+        if not ready:
+            return False
+        self.close_descriptors()
+        os.close(self.own_pidfd)
+        self.own_pidfd = -1
+        return True
+
+    def wait(self, timeout: float) -> None:
+        if self.own_pidfd >= 0:
+            select.select([self.own_pidfd], [], [], timeout)
+
+
+def spawn_spare(
+    recipe: SpareRecipe,
+    *,
+    argv: Sequence[str] | None = None,
+    spec: SandboxSpec | None = None,
+    nested_uid: int | None = None,
+    pass_fds: Sequence[int] = (),
+) -> SpareChild:
     """Start a sandbox from `recipe` as `sandbox.run.open_sandboxed_process(private_pipes=
     True)` would: its cgroup first, the seccomp filter, bwrap from the same argv builder,
     the pipes passed as extra descriptors and named in `PIPE_FDS_ENV`. Synchronous (the
-    server runs no event loop); a vfork and an exec.
+    server runs no event loop); a vfork and an exec. `argv`, `spec`, `nested_uid`,
+    `pass_fds`: a template's start from a recipe (another command and limits in the same
+    sandbox, one that makes namespaces, its control socket; see `sandbox.argv`).
 
     **Errors:** `OSError` when it cannot start (nothing is left behind).
     """
     from sandbox.run import PIPE_FDS_ENV, sandbox_command
 
-    host, spec = recipe.host, recipe.spec
+    host, spec = recipe.host, spec or recipe.spec
     child_in, ours_in = os.pipe()
     ours_out, child_out = os.pipe()
     err_r, err_w = os.pipe()
@@ -210,16 +346,18 @@ def spawn_spare(recipe: SpareRecipe) -> SpareChild:
         cgroup = SandboxCgroup.create(host.cgroups, spec.limits)
         command, seccomp_fd = sandbox_command(
             spec,
-            recipe.argv,
+            recipe.argv if argv is None else argv,
             host=host,
             facts=facts,
             cgroup=cgroup,
             run_as=None,
             cwd=recipe.cwd,
+            nested_uid=nested_uid,
         )
         if seccomp_fd is not None:
             child_ends.append(seccomp_fd)
-        passed = [child_in, child_out] + ([] if seccomp_fd is None else [seccomp_fd])
+        passed = [child_in, child_out, *pass_fds]
+        passed += [] if seccomp_fd is None else [seccomp_fd]
         popen = subprocess.Popen(
             command,
             stdin=subprocess.DEVNULL,

@@ -1,7 +1,15 @@
 """The zygote: a sandboxed process that has imported and warmed what a pool worker needs and
 forks read-only pool workers on request, each into namespaces of its own.
 
-    python -I -m workers.zygote --control-fd N --worker-uid U
+    python -I -m workers.zygote --control-fd N --worker-uid U [--serves toolhost]
+
+With `--serves toolhost` it is a tool-host template instead (the warm server's, per workspace:
+orchestrator/cli/spares.py): started under the read-write tool host's floor, it forks tool
+hosts, each in namespaces of its own as a worker is; a request naming `read_only` paths gets a
+read-only host (those mounts, and every mount below them, made read-only in the host's own
+mount namespace before it drops its capabilities: `sandbox.nsfork.make_read_only`). End of its
+control socket makes it fork no more; it leaves once its last host has (a host handed to a
+session lives on until that session stops it).
 
 Started by `workers.zygote_spawner.ZygoteSpawner` under the same floor as a read-only worker
 (its bwrap sandbox made with `nested_uid`, see sandbox/argv.py). A forked worker shares the
@@ -41,11 +49,12 @@ from pathlib import Path
 from typing import Any
 
 from sandbox import nsfork
-from workers.lean import pydantic_plugins_off
+from workers.lean import defer_unused_modules, pydantic_plugins_off
 
 __all__ = ["main"]
 
 _MESSAGE_BYTES = 65_536
+_SERVES = ("agent_worker", "toolhost")
 _WORKER_NAMESPACES = (
     nsfork.CLONE_NEWUSER
     | nsfork.CLONE_NEWNS
@@ -62,6 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m workers.zygote")
     parser.add_argument("--control-fd", type=int, required=True)
     parser.add_argument("--worker-uid", type=int, required=True)
+    parser.add_argument("--serves", choices=_SERVES, default="agent_worker")
     args = parser.parse_args(argv)
     uid, gid = os.getuid(), os.getgid()
     # A pid namespace of our own, to mount a proc of it (module docstring of sandbox.nsfork);
@@ -77,10 +87,38 @@ def main(argv: Sequence[str] | None = None) -> int:
     nsfork.drop_capabilities()
     nsfork.make_undumpable()
     pydantic_plugins_off()  # before the first model: workers/lean.py
-    _warm()
+    if args.serves == "toolhost":
+        defer_unused_modules()  # as `python -I -m workers` does for a fresh host
+        _warm_toolhost()
+    else:
+        _warm()
     control = socket.socket(fileno=args.control_fd)
-    _serve(control, worker_ids=(args.worker_uid, args.worker_uid))
+    _serve(
+        control,
+        worker_ids=(args.worker_uid, args.worker_uid),
+        serves=args.serves,
+    )
     return 0
+
+
+def _warm_toolhost() -> None:
+    """Import and warm what a tool host does before `Ready` (its tools of both roles, their
+    input schemas, a trio run), then freeze the heap, as `_warm` does for a worker."""
+    import trio
+
+    from workers import toolhost
+
+    for role in ("read_write", "read_only"):
+        toolhost.host_tools(role).specs()
+    trio.run(trio.sleep, 0)
+    _frozen()
+
+
+def _frozen() -> None:
+    if threading.active_count() != 1:  # forking with threads would copy their locks held
+        raise RuntimeError(f"the zygote has threads after warming: {threading.enumerate()}")
+    gc.collect()
+    gc.freeze()
 
 
 def _warm() -> None:
@@ -104,13 +142,12 @@ def _warm() -> None:
         await worker.rehearse()
 
     trio.run(rehearse)
-    if threading.active_count() != 1:  # forking with threads would copy their locks held
-        raise RuntimeError(f"the zygote has threads after warming: {threading.enumerate()}")
-    gc.collect()
-    gc.freeze()
+    _frozen()
 
 
-def _serve(control: socket.socket, *, worker_ids: tuple[int, int]) -> None:
+def _serve(
+    control: socket.socket, *, worker_ids: tuple[int, int], serves: str = "agent_worker"
+) -> None:
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
@@ -126,6 +163,8 @@ def _serve(control: socket.socket, *, worker_ids: tuple[int, int]) -> None:
                 _MESSAGE_BYTES, socket.CMSG_SPACE(3 * fds.itemsize)
             )
             if not message:
+                if serves == "toolhost":
+                    _linger(control)
                 return
             for level, kind, data in ancillary:
                 if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
@@ -134,7 +173,7 @@ def _serve(control: socket.socket, *, worker_ids: tuple[int, int]) -> None:
                 request = json.loads(message)
                 if len(fds) != 3:
                     raise ValueError(f"expected 3 descriptors, got {len(fds)}")
-                pid = _fork_worker(request, list(fds), worker_ids)
+                pid = _fork_worker(request, list(fds), worker_ids, serves)
             except (OSError, ValueError) as exc:
                 control.send(json.dumps({"failed": str(exc)}).encode())
                 continue
@@ -152,6 +191,19 @@ def _serve(control: socket.socket, *, worker_ids: tuple[int, int]) -> None:
                 os.close(pidfd)
 
 
+def _linger(control: socket.socket) -> None:
+    """No more forks: wait until every host forked is gone (they are ours to reap; leaving
+    would end our pid namespace and them with it)."""
+    control.close()
+    while True:
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            return
+        except InterruptedError:
+            continue
+
+
 def _reap(control: socket.socket) -> None:
     while True:
         try:
@@ -164,7 +216,9 @@ def _reap(control: socket.socket) -> None:
         control.send(json.dumps({"exited": pid, "status": code}).encode())
 
 
-def _fork_worker(request: dict[str, Any], fds: list[int], ids: tuple[int, int]) -> int:
+def _fork_worker(
+    request: dict[str, Any], fds: list[int], ids: tuple[int, int], serves: str = "agent_worker"
+) -> int:
     """Fork a middle process that makes the worker's namespaces and forks the worker (pid 1
     of its pid namespace), then exits: the worker is then our child (we are pid 1 here).
     Returns the worker's pid; the worker never returns."""
@@ -183,7 +237,7 @@ def _fork_worker(request: dict[str, Any], fds: list[int], ids: tuple[int, int]) 
                 status = 0
             else:
                 os.close(report_w)
-                status = _become_worker(request, fds)
+                status = _become_worker(request, fds, serves)
         except BaseException as exc:  # a forked child must never return to the zygote's loop
             os.write(2, f"zygote: the worker could not be made: {exc!r}\n".encode())
         finally:
@@ -199,9 +253,10 @@ def _fork_worker(request: dict[str, Any], fds: list[int], ids: tuple[int, int]) 
     return int(data)
 
 
-def _become_worker(request: dict[str, Any], fds: list[int]) -> int:
-    """In the worker's new namespaces, with all capabilities there: finish its sandbox,
-    drop them, and serve the protocol as `workers.agent_worker`."""
+def _become_worker(request: dict[str, Any], fds: list[int], serves: str = "agent_worker") -> int:
+    """In the worker's new namespaces, with all capabilities there: finish its sandbox (the
+    `read_only` mounts of a read-only tool host made so), drop them, and serve the protocol
+    as `workers.agent_worker` (or `workers.toolhost`)."""
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     proto_in, proto_out, stderr = fds
@@ -212,6 +267,9 @@ def _become_worker(request: dict[str, Any], fds: list[int]) -> int:
     nsfork.private_tmp(tmp_bytes)  # the zygote's are shared by every worker
     nsfork.mount_tmpfs("/dev/shm", tmp_bytes)
     nsfork.loopback_up()
+    read_only = request.get("read_only") or []
+    if read_only:
+        nsfork.make_read_only([str(path) for path in read_only])
     nsfork.drop_capabilities()
     from sandbox.seccomp import build_no_userns_filter
 
@@ -228,6 +286,10 @@ def _become_worker(request: dict[str, Any], fds: list[int]) -> int:
             except OSError:
                 pass
     os.environ["WARREN_PIPE_FDS"] = f"{proto_in},{proto_out}"
+    if serves == "toolhost":
+        from workers import toolhost
+
+        return toolhost.main([str(a) for a in request["argv"]])
     from workers import agent_worker
 
     return agent_worker.main([str(a) for a in request["argv"]])

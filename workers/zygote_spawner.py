@@ -25,7 +25,6 @@ import socket
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 import structlog
@@ -36,6 +35,7 @@ from sandbox.errors import SandboxError
 from sandbox.limits import count_namespace_processes
 from sandbox.run import KILL_GRACE_S, WATCHDOG_INTERVAL_S, open_sandboxed_process
 from sandbox.seccomp import SUPPORTED_ARCHES
+from sandbox.spare import pid_of
 from workers.child import HostLaunch, HostProcess
 from workers.toolhost_runner import SandboxedSpawner
 
@@ -55,7 +55,7 @@ class ForkedWorker:
         self, *, pidfd: int, stdin: int, stdout: int, stderr: int, zygote: _Zygote
     ) -> None:
         self._pidfd = pidfd
-        self.pid = _pid_of(pidfd)
+        self.pid = pid_of(pidfd)
         self.stdin: trio.lowlevel.FdStream | None = trio.lowlevel.FdStream(stdin)
         self.stdout: trio.lowlevel.FdStream | None = trio.lowlevel.FdStream(stdout)
         self.stderr: trio.lowlevel.FdStream | None = trio.lowlevel.FdStream(stderr)
@@ -100,14 +100,6 @@ class ForkedWorker:
         for stream in (self.stdin, self.stdout, self.stderr):
             if stream is not None:
                 await stream.aclose()
-
-
-def _pid_of(pidfd: int) -> int:
-    """The host pid of a pidfd (its `Pid:` in fdinfo is given in our pid namespace)."""
-    for line in Path(f"/proc/self/fdinfo/{pidfd}").read_text().splitlines():
-        if line.startswith("Pid:"):
-            return int(line.split()[1])
-    raise OSError(f"no pid for pidfd {pidfd}")
 
 
 class _Zygote:

@@ -265,12 +265,15 @@ def serve(directory: Path, idle_timeout: float, entry_spec: str | None = None) -
             if state.prober is not None:
                 watched.append(state.prober.fd)
             links = state.spares.link_fds() if state.spares is not None else {}
-            watched += links
+            templates = state.spares.template_fds() if state.spares is not None else []
+            watched += [*links, *templates]
             wait = min(timeout, 60.0, state.spares.wake_in() if state.spares else 60.0)
             readable, _, _ = select.select(watched, [], [], wait)
             for fd in readable:
                 if fd in links and state.spares is not None:
                     state.spares.serve(links[fd])
+                elif fd in templates and state.spares is not None:
+                    state.spares.template_readable(fd)
             if wake_r in readable:
                 with contextlib.suppress(BlockingIOError):
                     os.read(wake_r, 512)
@@ -701,7 +704,8 @@ def _show_status(args: argparse.Namespace) -> int:
     )
     spares = (
         f", {status['spares']} spare tool host(s) for {len(status['warm_workspaces'])} "
-        f"workspace(s), {status['spares_handed_out']} handed out"
+        f"workspace(s), {status.get('templates', 0)} tool-host template(s), "
+        f"{status['spares_handed_out']} handed out"
         if "spares" in status
         else ""
     )

@@ -31,6 +31,15 @@ socket and lock at once (a new server may start) and waits for those to be reape
 bwrap's `--die-with-parent` would kill them with it. A server that dies takes them along:
 the session's next call starts a fresh host, as after any host crash.
 
+A read-write tool host's recipe also starts a template (orchestrator/cli/host_template.py):
+one warmed interpreter under that host's floor that forks the workspace's spare tool hosts,
+read-write and read-only, so they share its pages instead of each being an interpreter of
+its own. A read-only recipe is forked from the template of the read-write recipe it is the
+read-only form of (`SpareRecipe.as_read_only`); anything else (another recipe, a template not
+ready yet or gone, no user namespaces in the sandbox) starts a fresh spare as before. A
+template retired (its workspace evicted, its recipe superseded, unused for `idle_s`, the
+server stopping) forks no more and leaves once its handed-out hosts have.
+
 What is not in the key: the trust state and the policy as such. Only what they make of the
 host counts (the masks, protected paths, `--read-deny`, tools factory, environment are all in
 the recipe); allow rules and hooks are decisions the coordinator makes, not the host.
@@ -51,7 +60,8 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.cli.client import ServerLink
 
 if TYPE_CHECKING:
-    from sandbox.spare import Adopted, SpareChild, SpareRecipe
+    from orchestrator.cli.host_template import HostTemplate
+    from sandbox.spare import Adopted, ForkedSpare, SpareChild, SpareRecipe
 
 __all__ = [
     "MAX_SPARES",
@@ -87,7 +97,7 @@ _LINK_TIMEOUT_S = 5.0
 class _Spare:
     key: str
     recipe: SpareRecipe
-    child: SpareChild
+    child: SpareChild | ForkedSpare
     started: float = field(default_factory=time.monotonic)
 
 
@@ -108,7 +118,11 @@ class SpareKeeper:
         self._max_spares = max_spares
         self._idle_s = idle_s
         self._idle: dict[str, _Spare] = {}
-        self._handed: list[SpareChild] = []
+        self._handed: list[SpareChild | ForkedSpare] = []
+        self._templates: dict[str, HostTemplate] = {}
+        """Live templates by the key of the read-write recipe they were started from."""
+        self._retired: list[HostTemplate] = []
+        """Templates that fork no more, until they are reaped."""
         self._links: dict[int, ServerLink] = {}
         self._reported: dict[int, dict[tuple[str, ...], SpareRecipe]] = {}
         """Per session, the last recipe it used for each slot (`SpareRecipe.slot`: a host
@@ -135,11 +149,43 @@ class SpareKeeper:
         """Descriptor -> session pid, for the server's select."""
         return {link.sock.fileno(): pid for pid, link in self._links.items()}
 
+    def template_fds(self) -> list[int]:
+        """The templates' descriptors, for the server's select (`template_readable`)."""
+        return [fd for template in self._all_templates() for fd in template.fds()]
+
+    def template_readable(self, fd: int) -> None:
+        """A template said something (or left): a template just ready forks what waited
+        for it; one gone starts those fresh."""
+        for template in self._all_templates():
+            if fd not in template.fds():
+                continue
+            became_ready = template.readable()
+            waiting, template.pending = template.pending, {}
+            if template.dead:
+                if self._templates.get(template.key) is template:
+                    self._retire(template.key)  # reaped with the retired ones
+            elif became_ready:
+                # The fresh spares started meanwhile give way to forked ones.
+                for key, recipe in sorted(waiting.items(), key=lambda kv: _read_only_last(kv[1])):
+                    spare = self._idle.get(key)
+                    if spare is not None and not spare.child.forked:
+                        self._stop(key)
+                        self._start(key, recipe)
+            else:
+                template.pending = waiting
+            return
+
     def inherited_fds(self) -> list[int]:
         """What a process forked from the server must close first: every spare's descriptors
-        and every session's link."""
+        and every session's link, the templates' and the pidfds kept of forked hosts."""
         fds = [fd for spare in self._idle.values() for fd in spare.child.descriptors()]
+        fds += [fd for template in self._all_templates() for fd in template.inherited_fds()]
+        children = [spare.child for spare in self._idle.values()] + self._handed
+        fds += [fd for child in children for fd in child.kept_fds()]
         return fds + [link.sock.fileno() for link in self._links.values()]
+
+    def _all_templates(self) -> list[HostTemplate]:
+        return [*self._templates.values(), *self._retired]
 
     def serve(self, pid: int) -> None:
         """Answer the messages on the link of session `pid` (its end closed: detach it)."""
@@ -174,6 +220,7 @@ class SpareKeeper:
                 "spare": child.pid,
                 "cgroup": [str(d) for d in cgroup.directories] if cgroup else [],
                 "cgroup_version": cgroup.version if cgroup else None,
+                "forked": child.forked,
             },
             fds=child.descriptors(),
         )
@@ -215,7 +262,11 @@ class SpareKeeper:
             # session started cold: a deny rule, a mask, its environment changed).
             if spare.recipe.slot in slots and key not in recipes:
                 self._stop(key)
-        for key, recipe in recipes.items():
+        for key, template in list(self._templates.items()):
+            if template.recipe.slot in slots and key not in recipes:
+                self._retire(key)
+        # A read-write recipe first: its template forks the read-only host too.
+        for key, recipe in sorted(recipes.items(), key=lambda kv: _read_only_last(kv[1])):
             self._start(key, recipe)
 
     def _start(self, key: str, recipe: SpareRecipe) -> None:
@@ -228,11 +279,48 @@ class SpareKeeper:
         self._touch(recipe.workspace)
         while len(self._idle) >= self._max_spares:
             self._stop(min(self._idle, key=lambda k: self._idle[k].started))
-        try:
-            child = spawn_spare(recipe)
-        except (OSError, ValueError):
-            return
+        template, read_only = self._template_for(key, recipe)
+        child: SpareChild | ForkedSpare | None = None
+        if template is not None and not template.ready:
+            # A fresh spare meanwhile (a session may come before the template has warmed),
+            # replaced by a forked one once it is ready (`template_readable`).
+            template.pending[key] = recipe
+        elif template is not None:
+            with contextlib.suppress(OSError):
+                child = template.fork(recipe, read_only=read_only)
+        if child is None:
+            try:
+                child = spawn_spare(recipe)
+            except (OSError, ValueError):
+                return
         self._idle[key] = _Spare(key, recipe, child)
+
+    def _template_for(self, key: str, recipe: SpareRecipe) -> tuple[HostTemplate | None, bool]:
+        """The template that forks `recipe`'s spare (started now for a read-write tool
+        host's recipe), and whether it forks it read-only; None: a fresh spare."""
+        from orchestrator.cli.host_template import HostTemplate
+
+        if recipe.as_read_only() is not None:
+            template = self._templates.get(key)
+            if template is not None and template.dead:
+                self._retire(key)
+                template = None
+            if template is None:
+                try:
+                    template = HostTemplate(key, recipe)
+                except (OSError, ValueError):
+                    return None, False
+                self._templates[key] = template
+            return template, False
+        for template in self._templates.values():
+            if template.read_only_key == key and not template.dead:
+                return template, True
+        return None, False
+
+    def _retire(self, key: str) -> None:
+        template = self._templates.pop(key)
+        template.retire()
+        self._retired.append(template)
 
     def _touch(self, workspace: Path) -> None:
         self._recent[workspace] = None
@@ -242,6 +330,9 @@ class SpareKeeper:
             for key, spare in list(self._idle.items()):
                 if spare.recipe.workspace == old:
                     self._stop(key)
+            for key, template in list(self._templates.items()):
+                if template.recipe.workspace == old:
+                    self._retire(key)
 
     def _stop(self, key: str) -> None:
         spare = self._idle.pop(key)
@@ -269,27 +360,44 @@ class SpareKeeper:
             elif now - spare.started >= self._idle_s:
                 self._stop(key)
         self._handed = [child for child in self._handed if not child.reaped()]
+        for key, template in list(self._templates.items()):
+            if template.reaped():
+                del self._templates[key]
+            elif now - template.used >= self._idle_s:
+                self._retire(key)
+        self._retired = [template for template in self._retired if not template.reaped()]
 
     def stop(self) -> None:
         """The server is leaving: stop the idle spares, close every link, and wait for the
         spares handed out (their sessions stop them; bwrap would die with us)."""
         for key in list(self._idle):
             self._stop(key)
+        for key in list(self._templates):
+            self._retire(key)
         for pid in list(self._links):
             self._detach(pid)
-        while self._handed:
+        while self._handed or self._retired:
             self._handed = [child for child in self._handed if not child.reaped()]
-            if self._handed:
+            self._retired = [template for template in self._retired if not template.reaped()]
+            waiting = [*self._handed, *self._retired]
+            if waiting:
                 with contextlib.suppress(ChildProcessError, OSError):
-                    self._handed[0].popen.wait(timeout=1.0)
+                    waiting[0].wait(1.0)
 
     def status(self) -> dict[str, Any]:
         return {
             "spares": len(self._idle),
             "spare_pids": sorted(s.child.pid for s in self._idle.values()),
             "spares_handed_out": self.handed_out,
+            "templates": len(self._templates),
+            "template_pids": sorted(t.child.pid for t in self._templates.values()),
             "warm_workspaces": [str(w) for w in self._recent],
         }
+
+
+def _read_only_last(recipe: SpareRecipe) -> bool:
+    """Sort key: a read-write tool host's recipe before the rest (its template comes first)."""
+    return recipe.as_read_only() is None
 
 
 class SpareLink:
@@ -335,6 +443,7 @@ class SpareLink:
         pidfd, stdin, stdout, stderr = fds
         version = message.get("cgroup_version")
         return Adopted(
+            forked=message.get("forked") is True,
             pid=int(message["spare"]),
             pidfd=pidfd,
             stdin=stdin,
@@ -343,6 +452,12 @@ class SpareLink:
             cgroup=tuple(Path(d) for d in message.get("cgroup") or ()),
             cgroup_version=version if isinstance(version, int) else None,
         )
+
+    def close(self) -> None:
+        """End the link (the server detaches this session's end)."""
+        with self._lock:
+            self._broken = True
+            self._link.close()
 
     def report(self, recipe: SpareRecipe) -> None:
         with self._lock, contextlib.suppress(OSError):

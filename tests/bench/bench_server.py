@@ -10,7 +10,8 @@ Against one fake Messages API server on 127.0.0.1 and one private server (its ow
 
 1. a session tree measured while its tool call is in flight (a `Bash("sleep 3")` running in
    the read-only tool host): PSS and RSS of each process, grouped by part (the session
-   process, each tool host with its bwrap processes and the commands it runs, workers);
+   process, each tool host with its bwrap processes and the commands it runs, workers), and
+   again once the session's start-up scan child has exited, if it was still running;
 2. `--sessions` scripted `warren -p` sessions (each: a Read and a Bash call in one turn, then
    the answer), `--concurrent` at a time: every exit code, and the server's open
    descriptors, child processes and RSS/PSS before and after, and any process left behind
@@ -251,6 +252,13 @@ def _held_session(
             if any(_cmd(p).startswith("sleep 3") or _cmd(p).endswith("sleep 3") for p in tree):
                 print(f"a session tree with `sleep 3` in flight (load {os.getloadavg()[0]:.2f})")
                 session_tree(session)
+                # The session's first change scan runs in a child of its own for its first
+                # second or so (orchestrator/scan_child.py); the tree once it is done too.
+                scans = [p for p in session.children() if "orchestrator.scan_child" in _cmd(p)]
+                if scans:
+                    psutil.wait_procs(scans, timeout=2.5)
+                    print("the same tree once the start-up scan child has exited:")
+                    session_tree(session)
                 _, err = client.communicate(timeout=120)
                 if client.returncode != 0:
                     raise SystemExit(f"the held session failed: {err}")
@@ -290,6 +298,22 @@ def _start_server(warren: list[str], env: dict[str, str]) -> psutil.Process:
     return server
 
 
+def _settle(server: psutil.Process) -> None:
+    """Wait until the server's spare tool hosts are the ones forked from its template (a
+    fresh spare stands in while the template warms: orchestrator/cli/spares.py); a tree
+    without templates shows none within 3 s and is measured as it is."""
+    started = time.monotonic()
+    while time.monotonic() - started < 20:
+        family = _descendants(server)
+        fresh = [p for p in family if "workers.toolhost" in _cmd(p) and "python" in _cmd(p)]
+        forked = [p for p in family if "--serves toolhost" in _cmd(p)]
+        if not forked and time.monotonic() - started > 3:
+            return
+        if forked and not fresh and len(forked) >= 4:  # its waiting parent, it, two hosts
+            return
+        time.sleep(0.1)
+
+
 def measure_tree(checkout: Path, work: Path, workspace: Path, api: FakeMessagesAPI) -> None:
     """The session tree of `checkout`'s Warren, forked by its own server, with a tool call
     in flight."""
@@ -300,6 +324,7 @@ def measure_tree(checkout: Path, work: Path, workspace: Path, api: FakeMessagesA
         code, out = _session(warren, env, workspace, "warm up")  # the page cache, the first fork
         if code != 0:
             raise SystemExit(f"the first session failed: {out}")
+        _settle(server)
         print(f"\n{checkout}: ", end="")
         _held_session(warren, env, workspace, server)
     finally:

@@ -84,3 +84,85 @@ def test_an_idle_spare_is_stopped_after_idle_s(tmp_path: Path) -> None:
     finally:
         kept.stop()
         reaped.stop()
+
+
+def _tool_host_recipes(tmp_path: Path) -> tuple[SpareRecipe, SpareRecipe]:
+    """A read-write tool host's recipe and its read-only form, as a session gathers them."""
+    from workers.child import HostLaunch
+    from workers.toolhost_runner import SandboxedSpawner
+
+    workspace = tmp_path / "tws"
+    workspace.mkdir()
+    spawner = SandboxedSpawner()
+    host = trio.run(spawner.host)
+    recipes = []
+    for role in ("read_write", "read_only"):
+        launch = HostLaunch.of_module(
+            "workers.toolhost", python=Path(sys.executable), role=role, workspace=workspace,
+            cwd=workspace, extra_roots=(), tools="workers.toolhost:host_tools",
+        )  # fmt: skip
+        spec = trio.run(spawner.full_spec, launch)
+        executables = [host.bwrap.path] + ([host.prlimit] if host.prlimit else [])
+        facts, guard = _prepare(spec, executables=executables, stub_dir=host.stub_dir)
+        if guard is not None:
+            guard.close()
+        recipes.append(SpareRecipe.gather(spec, facts, launch.argv, workspace, host))
+    rw, ro = recipes
+    assert rw.as_read_only() is not None and rw.as_read_only().key() == ro.key()  # type: ignore[union-attr]
+    return rw, ro
+
+
+def _settle(keeper: SpareKeeper, until: float = 60.0) -> None:
+    """The server's loop over the keeper's templates until none is warming."""
+    import select
+    import time
+
+    deadline = time.monotonic() + until
+    while time.monotonic() < deadline:
+        fds = keeper.template_fds()
+        pending = [t for t in keeper._templates.values() if not t.ready and not t.dead]
+        if not pending:
+            return
+        readable, _, _ = select.select(fds, [], [], 0.1)
+        for fd in readable:
+            keeper.template_readable(fd)
+    raise AssertionError("a template never settled")
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the floor is Linux's")
+def test_tool_host_spares_are_forked_from_a_template_and_fresh_when_it_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator.cli.host_template import HostTemplate
+
+    rw, ro = _tool_host_recipes(tmp_path)
+    keeper = SpareKeeper()
+    try:
+        _report(keeper, 1, [ro, rw])  # in any order: the read-write one starts the template
+        fresh = set(keeper.status()["spare_pids"])  # standing in while it warms
+        assert len(fresh) == 2
+        _settle(keeper)
+        status = keeper.status()
+        forked = set(status["spare_pids"])
+        assert len(forked) == 2 and not forked & fresh and status["templates"] == 1
+        (template,) = status["template_pids"]
+        family = {p.pid for p in psutil.Process(template).children(recursive=True)}
+        assert forked <= family
+    finally:
+        keeper.stop()
+    assert keeper.status() == {**keeper.status(), "spares": 0, "templates": 0}
+    assert not psutil.pid_exists(template) or psutil.Process(template).status() == "zombie"
+
+    monkeypatch.setattr(HostTemplate, "module", "workers.no_such_module")
+    broken = SpareKeeper()
+    try:
+        _report(broken, 1, [rw, ro])
+        _settle(broken)
+        status = broken.status()
+        assert status["templates"] == 0  # it died before it was ready
+        pids = status["spare_pids"]
+        assert len(pids) == 2  # the fresh ones stay
+        for pid in pids:
+            assert "workers.zygote" not in " ".join(psutil.Process(pid).cmdline())
+    finally:
+        broken.stop()

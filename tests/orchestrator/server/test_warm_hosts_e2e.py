@@ -149,10 +149,25 @@ def _spares(server: Server, count: int, excluding: set[int] = frozenset()) -> se
     while True:
         pids = server.status().get("spare_pids")
         assert isinstance(pids, list)
-        if len(pids) == count and not set(pids) & excluding:
+        # Fresh tool hosts stand in while the template warms, then give way to forked ones.
+        if len(pids) == count and not set(pids) & excluding and _forked(set(pids)):
             return set(pids)
         assert time.monotonic() < deadline, f"the server has {pids} spares, not {count}"
         time.sleep(0.05)
+
+
+def _forked(spares: set[int]) -> bool:
+    """The tool hosts among `spares` are forked from the workspace's template
+    (orchestrator/cli/host_template.py), whose command line they carry."""
+    try:
+        hosts = [
+            psutil.Process(pid).cmdline()
+            for pid in spares
+            if not any("context_probe.py" in part for part in psutil.Process(pid).cmdline())
+        ]
+    except psutil.Error:
+        return False
+    return len(hosts) == 2 and all("workers.zygote" in command for command in hosts)
 
 
 def _until_idle(spares: set[int]) -> None:
@@ -166,10 +181,12 @@ def _until_idle(spares: set[int]) -> None:
 
 
 def _waiting(pid: int) -> bool:
-    for child in psutil.Process(pid).children(recursive=True):
+    process = psutil.Process(pid)
+    forked = "workers.zygote" in process.cmdline()  # the host itself: no bwrap of its own
+    for child in [process] if forked else process.children(recursive=True):
         try:
             command = child.cmdline()
-            if "workers.toolhost" in command and "bwrap" not in command[0]:
+            if forked or ("workers.toolhost" in command and "bwrap" not in command[0]):
                 return Path(f"/proc/{child.pid}/wchan").read_text() == "do_epoll_wait"
         except (psutil.Error, OSError):
             return False
