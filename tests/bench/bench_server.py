@@ -363,10 +363,14 @@ def measure_load(
         while server.children() and time.monotonic() < deadline:
             time.sleep(0.05)
         after = _server_figures(server)
-        left = leftovers(work, server.pid)
         load_after = os.getloadavg()
     finally:
         subprocess.run([*warren, "server", "stop"], env=env, capture_output=True)
+    # What outlives the server's stop is left behind (its spares and templates are its own,
+    # and stop with it).
+    with contextlib.suppress(psutil.Error):
+        server.wait(30)
+    left = leftovers(work, server.pid)
 
     print(f"\n{sessions} sessions, {concurrent} at a time, in {wall:.1f} s "
           f"(load average {load_before[0]:.2f} before, {load_after[0]:.2f} after)")  # fmt: skip
