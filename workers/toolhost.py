@@ -383,6 +383,42 @@ class ToolHost:
                     self._serving.cancel()
 
 
+def rehearse() -> None:
+    """A host's first-call work, done once by a template before it forks hosts
+    (`workers.zygote --serves toolhost`), so that every host it forks starts with it done:
+    the wire decoder (a pydantic adapter built on the first line read), the encoders of
+    what a host sends, and a Read's parsing, validation and read of a file (this module's
+    own source). On the calling thread only: a template must not have started a thread
+    when it forks (trio's `to_thread`, which a Read's call uses, would leave one)."""
+    here = Path(__file__).resolve()
+    ctx = ToolContext(workspace=here.parent, cwd=here.parent, session_id="rehearsal")
+
+    async def discard(_: bytes) -> None:
+        return None
+
+    host = ToolHost(role="read_only", tools=host_tools("read_only"), ctx=ctx, send=discard)
+    asked = {"file_path": str(here), "limit": 5}
+    for message in (
+        wire.RunTool(id="r", tool="Read", input=asked, check=True),
+        wire.ValidateTool(id="r", tool="Read", input=asked),
+        wire.Cancel(id="r"),
+        wire.Shutdown(),
+    ):
+        wire.decode_host_line(wire.encode(message).rstrip(b"\n"))
+    read = host._tool("Read")
+
+    async def first_calls() -> None:
+        input = read.parse_input(asked)
+        refusal = await read.validate(input, ctx)
+        output = read._read(here, input, ctx)
+        await host._send(wire.Validated(id="r", refusal=refusal, ledger=host.ledger.take_changes()))
+        await host._send(wire.ToolProgress(id="r", text="rehearsal"))
+        await host._send(host._result("r", "output", output))
+        await ctx.aclose()
+
+    trio.run(first_calls)
+
+
 def _shell_state(shell: PersistentShell) -> wire.ShellState:
     return wire.ShellState(cwd=str(shell.cwd), snapshot=shell.snapshot)
 

@@ -102,15 +102,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _warm_toolhost() -> None:
-    """Import and warm what a tool host does before `Ready` (its tools of both roles, their
-    input schemas, a trio run), then freeze the heap, as `_warm` does for a worker."""
-    import trio
-
+    """Import and warm what a tool host does before `Ready` and on its first calls (its
+    tools of both roles, their input schemas, `toolhost.rehearse`), then freeze the heap, as
+    `_warm` does for a worker."""
     from workers import toolhost
 
     for role in ("read_write", "read_only"):
         toolhost.host_tools(role).specs()
-    trio.run(trio.sleep, 0)
+    toolhost.rehearse()
     _frozen()
 
 

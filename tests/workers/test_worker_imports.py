@@ -73,3 +73,20 @@ def test_the_sandbox_package_still_offers_every_name_it_lists() -> None:
         home = importlib.import_module(value.__module__)
         assert getattr(home, name) is value
     assert set(sandbox.__all__) <= set(dir(sandbox))
+
+
+def test_a_tool_host_rehearsal_leaves_no_thread_and_builds_the_decoder() -> None:
+    """`toolhost.rehearse` runs in a template before it forks hosts (workers/zygote.py): it
+    must leave no thread behind (a fork copies none, and trio's thread cache would hand work
+    to one the child lacks), and it must have built what a host's first line needs."""
+    probe = (
+        "import threading\n"
+        "from workers import host_protocol, toolhost\n"
+        "toolhost.rehearse()\n"
+        "print(threading.active_count(), host_protocol._host_adapter.cache_info().currsize)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", probe], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1", "1"]
