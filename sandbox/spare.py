@@ -185,8 +185,30 @@ class SpareSource(Protocol):
         ...
 
 
+class _HandedOver:
+    """The descriptors a spare hands its adopter (pidfd, stdin, stdout, stderr), open until
+    handed or stopped."""
+
+    pidfd: int
+    stdin: int
+    stdout: int
+    stderr: int
+    fds_open: bool
+
+    def descriptors(self) -> list[int]:
+        """What an adopter receives, in `Adopted`'s order (pidfd, stdin, stdout, stderr)."""
+        return [self.pidfd, self.stdin, self.stdout, self.stderr] if self.fds_open else []
+
+    def close_descriptors(self) -> None:
+        if self.fds_open:
+            for fd in (self.pidfd, self.stdin, self.stdout, self.stderr):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            self.fds_open = False
+
+
 @dataclass(eq=False)
-class SpareChild:
+class SpareChild(_HandedOver):
     """A spare as its starter holds it: the process (the starter reaps it), the descriptors
     it hands over (closed here once handed), and its cgroup."""
 
@@ -208,16 +230,6 @@ class SpareChild:
         """Descriptors kept after handing it out (none: we are its parent)."""
         return []
 
-    def descriptors(self) -> list[int]:
-        """What an adopter receives, in `Adopted`'s order (pidfd, stdin, stdout, stderr)."""
-        return [self.pidfd, self.stdin, self.stdout, self.stderr] if self.fds_open else []
-
-    def close_descriptors(self) -> None:
-        if self.fds_open:
-            for fd in (self.pidfd, self.stdin, self.stdout, self.stderr):
-                with contextlib.suppress(OSError):
-                    os.close(fd)
-            self.fds_open = False
 
     def kill(self) -> None:
         """SIGKILL the sandbox's init (the kernel kills its pid namespace), else bwrap."""
@@ -255,7 +267,7 @@ def pid_of(pidfd: int) -> int:
 
 
 @dataclass(eq=False)
-class ForkedSpare:
+class ForkedSpare(_HandedOver):
     """A spare forked from a template inside a sandbox (a tool host forked by the warm
     server's template, workers/zygote.py): the same surface as `SpareChild`, but the process
     is not our child (the template reaps it): we hold a pidfd to signal it and see it end."""
@@ -280,15 +292,6 @@ class ForkedSpare:
         """Our own pidfd, kept after handing it out, to see it end."""
         return [self.own_pidfd] if self.own_pidfd >= 0 else []
 
-    def descriptors(self) -> list[int]:
-        return [self.pidfd, self.stdin, self.stdout, self.stderr] if self.fds_open else []
-
-    def close_descriptors(self) -> None:
-        if self.fds_open:
-            for fd in (self.pidfd, self.stdin, self.stdout, self.stderr):
-                with contextlib.suppress(OSError):
-                    os.close(fd)
-            self.fds_open = False
 
     def kill(self) -> None:
         """SIGKILL it: it is pid 1 of its pid namespace, so everything it started goes too."""

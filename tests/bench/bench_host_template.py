@@ -19,14 +19,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import queue
-import select
 import statistics
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,12 +34,13 @@ sys.path.insert(0, str(ROOT))
 
 from orchestrator.aio import closing_iter  # noqa: E402
 from orchestrator.cli.host_template import HostTemplate  # noqa: E402
-from orchestrator.cli.spares import SpareKeeper, SpareLink  # noqa: E402
+from orchestrator.cli.spares import SpareKeeper  # noqa: E402
 from orchestrator.messages import ToolUseBlock  # noqa: E402
 from orchestrator.plan import plan_call, tool_assessor  # noqa: E402
 from orchestrator.tools.base import Tool, ToolContext, ToolProgress  # noqa: E402
 from orchestrator.tools.bash import BashTool  # noqa: E402
 from orchestrator.tools.read import ReadTool  # noqa: E402
+from tests.kit.keeper_loop import KeeperLoop  # noqa: E402
 from workers.toolhost_runner import SandboxedSpawner, open_tool_runner  # noqa: E402
 
 MB = 1024 * 1024
@@ -54,47 +51,6 @@ class _Fresh(SpareKeeper):
 
     def _template_for(self, key: str, recipe: Any) -> tuple[HostTemplate | None, bool]:
         return None, False
-
-
-class _Loop:
-    """A server's loop over one keeper, in a thread (the keeper is used from it alone)."""
-
-    def __init__(self, keeper: SpareKeeper) -> None:
-        self.keeper = keeper
-        self._work: queue.Queue[tuple[Callable[[], Any], queue.Queue[Any]]] = queue.Queue()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            while not self._work.empty():
-                job, answer = self._work.get()
-                answer.put(job())
-            links = self.keeper.link_fds()
-            templates = self.keeper.template_fds()
-            readable, _, _ = select.select([*links, *templates], [], [], 0.02)
-            for fd in readable:
-                if fd in links:
-                    self.keeper.serve(links[fd])
-                elif fd in templates:
-                    self.keeper.template_readable(fd)
-            self.keeper.reap()
-
-    def run_in(self, job: Callable[[], Any]) -> Any:
-        answer: queue.Queue[Any] = queue.Queue()
-        self._work.put((job, answer))
-        return answer.get(timeout=120)
-
-    def link(self, pid: int) -> SpareLink:
-        ours, theirs = self.keeper.new_link()
-        self.run_in(lambda: self.keeper.attach(pid, ours))
-        return SpareLink(theirs)
-
-    def close(self) -> None:
-        self.run_in(self.keeper.stop)
-        self._stop.set()
-        self._thread.join(30)
 
 
 def _python_of(pid: int) -> list[psutil.Process]:
@@ -112,7 +68,7 @@ def _memory(pid: int) -> tuple[float, float]:
     return pss / MB, uss / MB
 
 
-def _idle(loop: _Loop, forked: bool) -> None:
+def _idle(loop: KeeperLoop, forked: bool) -> None:
     """Until the keeper has its two spares, of the kind wanted, each waiting for its first
     message (sent Ready, in trio's epoll wait)."""
     deadline = time.monotonic() + 120
@@ -151,7 +107,7 @@ async def _call(runner: Any, tool: Tool[Any], ctx: ToolContext, **input: Any) ->
     return (time.perf_counter() - started) * 1000
 
 
-async def _session(loop: _Loop, pid: int, ctx: ToolContext, file: Path) -> dict[str, float]:
+async def _session(loop: KeeperLoop, pid: int, ctx: ToolContext, file: Path) -> dict[str, float]:
     link = loop.link(pid)
     out: dict[str, float] = {}
     async with open_tool_runner(spawner=SandboxedSpawner(spares=link), stop_grace_s=2) as runner:
@@ -175,7 +131,7 @@ async def main(rounds: int) -> None:
         file = workspace / "a.py"
         file.write_text("".join(f"line {i}\n" for i in range(200)))
         ctx = ToolContext(workspace=workspace, cwd=workspace)
-        loops = {"forked": _Loop(SpareKeeper()), "fresh": _Loop(_Fresh())}
+        loops = {"forked": KeeperLoop(SpareKeeper()), "fresh": KeeperLoop(_Fresh())}
         figures: dict[str, list[dict[str, float]]] = {kind: [] for kind in loops}
         load = os.getloadavg()
         try:

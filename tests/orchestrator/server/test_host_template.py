@@ -8,12 +8,9 @@ host afterwards (the file is absent, the process alive)."""
 
 from __future__ import annotations
 
-import queue
-import select
 import subprocess
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,70 +19,21 @@ import pytest
 import trio
 
 from orchestrator.aio import closing_iter
-from orchestrator.cli.spares import SpareKeeper, SpareLink
+from orchestrator.cli.spares import SpareKeeper
 from orchestrator.messages import ToolUseBlock
 from orchestrator.plan import CallPlan, plan_call, tool_assessor
 from orchestrator.tools.base import Tool, ToolContext, ToolInput, ToolOutput, ToolProgress
 from orchestrator.tools.bash import BashTool
 from tests.kit.floor import needs_sandbox
+from tests.kit.keeper_loop import KeeperLoop
 from workers.toolhost_runner import SandboxedSpawner, SandboxedToolRunner, open_tool_runner
 
 pytestmark = needs_sandbox
 
 
-class _ServerLoop:
-    """The server's loop over a keeper, in a thread: the keeper is used from it alone
-    (`run_in` hands it work)."""
-
-    def __init__(self, keeper: SpareKeeper) -> None:
-        self.keeper = keeper
-        self._work: queue.Queue[tuple[Callable[[], Any], queue.Queue[Any]]] = queue.Queue()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            while not self._work.empty():
-                job, answer = self._work.get()
-                try:
-                    answer.put((job(), None))
-                except Exception as exc:  # handed to the caller
-                    answer.put((None, exc))
-            links = self.keeper.link_fds()
-            templates = self.keeper.template_fds()
-            readable, _, _ = select.select([*links, *templates], [], [], 0.02)
-            for fd in readable:
-                if fd in links:
-                    self.keeper.serve(links[fd])
-                elif fd in templates:
-                    self.keeper.template_readable(fd)
-            self.keeper.reap()
-
-    def run_in(self, job: Callable[[], Any]) -> Any:
-        answer: queue.Queue[Any] = queue.Queue()
-        self._work.put((job, answer))
-        result, error = answer.get(timeout=60)
-        if error is not None:
-            raise error
-        return result
-
-    def link(self, pid: int) -> SpareLink:
-        ours, theirs = self.keeper.new_link()
-        self.run_in(lambda: self.keeper.attach(pid, ours))
-        return SpareLink(theirs)
-
-    def close(self) -> None:
-        if self._stop.is_set():
-            return
-        self.run_in(self.keeper.stop)
-        self._stop.set()
-        self._thread.join(30)
-
-
 @pytest.fixture
-def loop() -> Iterator[_ServerLoop]:
-    server = _ServerLoop(SpareKeeper())
+def loop() -> Iterator[KeeperLoop]:
+    server = KeeperLoop(SpareKeeper())
     try:
         yield server
     finally:
@@ -139,7 +87,7 @@ async def _bash(runner: SandboxedToolRunner, ctx: ToolContext, command: str, *, 
     return str(out.content)
 
 
-def _forked_spares(loop: _ServerLoop) -> set[int]:
+def _forked_spares(loop: KeeperLoop) -> set[int]:
     """The keeper's idle spares once both are forked from a template (waits for it)."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -159,7 +107,7 @@ def _is_forked(pid: int) -> bool:
 
 
 async def test_forked_hosts_hold_the_floor_and_cannot_reach_each_other(
-    loop: _ServerLoop, workspace: Path, home: Path, tmp_path: Path
+    loop: KeeperLoop, workspace: Path, home: Path, tmp_path: Path
 ) -> None:
     ctx = ToolContext(workspace=workspace, cwd=workspace)
 
