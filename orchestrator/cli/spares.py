@@ -154,8 +154,8 @@ class SpareKeeper:
         return [fd for template in self._all_templates() for fd in template.fds()]
 
     def template_readable(self, fd: int) -> None:
-        """A template said something (or left): a template just ready forks what waited
-        for it; one gone starts those fresh."""
+        """A template said something (or left): one just ready replaces the fresh spares
+        that stood in for it with forked ones; one gone is retired (the fresh ones stay)."""
         for template in self._all_templates():
             if fd not in template.fds():
                 continue
