@@ -98,6 +98,14 @@ class SpareRecipe(BaseModel):
             identities=tuple(identities),
         )
 
+    @property
+    def is_read_write_host(self) -> bool:
+        """Whether this starts a read-write tool host (`workers.toolhost --role read_write`)."""
+        if "workers.toolhost" not in self.argv or "--role" not in self.argv:
+            return False
+        at = self.argv.index("--role")
+        return self.argv[at + 1 : at + 2] == ("read_write",)
+
     def as_read_only(self) -> SpareRecipe | None:
         """The recipe a session gathers for the read-only tool host beside the read-write
         one this recipe starts (`SandboxSpec.read_only`: every workspace and bind read-only,
@@ -105,12 +113,9 @@ class SpareRecipe(BaseModel):
         this is not a read-write tool host's recipe. A template started from this recipe can
         fork that host: the same mounts, with the writable ones made read-only
         (workers/zygote.py)."""
-        try:
-            at = self.argv.index("--role")
-        except ValueError:
+        if not self.is_read_write_host:
             return None
-        if "workers.toolhost" not in self.argv or self.argv[at + 1 : at + 2] != ("read_write",):
-            return None
+        at = self.argv.index("--role")
         facts = self.facts.model_copy(
             update={
                 "binds": tuple(b.model_copy(update={"mode": "ro"}) for b in self.facts.binds),
@@ -230,7 +235,6 @@ class SpareChild(_HandedOver):
         """Descriptors kept after handing it out (none: we are its parent)."""
         return []
 
-
     def kill(self) -> None:
         """SIGKILL the sandbox's init (the kernel kills its pid namespace), else bwrap."""
         if self.popen.poll() is not None:
@@ -291,7 +295,6 @@ class ForkedSpare(_HandedOver):
     def kept_fds(self) -> list[int]:
         """Our own pidfd, kept after handing it out, to see it end."""
         return [self.own_pidfd] if self.own_pidfd >= 0 else []
-
 
     def kill(self) -> None:
         """SIGKILL it: it is pid 1 of its pid namespace, so everything it started goes too."""

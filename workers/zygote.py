@@ -93,11 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         _warm()
     control = socket.socket(fileno=args.control_fd)
-    _serve(
-        control,
-        worker_ids=(args.worker_uid, args.worker_uid),
-        serves=args.serves,
-    )
+    _serve(control, worker_ids=(args.worker_uid, args.worker_uid), serves=args.serves)
     return 0
 
 
@@ -144,9 +140,7 @@ def _warm() -> None:
     _frozen()
 
 
-def _serve(
-    control: socket.socket, *, worker_ids: tuple[int, int], serves: str = "agent_worker"
-) -> None:
+def _serve(control: socket.socket, *, worker_ids: tuple[int, int], serves: str) -> None:
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
@@ -216,7 +210,7 @@ def _reap(control: socket.socket) -> None:
 
 
 def _fork_worker(
-    request: dict[str, Any], fds: list[int], ids: tuple[int, int], serves: str = "agent_worker"
+    request: dict[str, Any], fds: list[int], ids: tuple[int, int], serves: str
 ) -> int:
     """Fork a middle process that makes the worker's namespaces and forks the worker (pid 1
     of its pid namespace), then exits: the worker is then our child (we are pid 1 here).
@@ -252,7 +246,7 @@ def _fork_worker(
     return int(data)
 
 
-def _become_worker(request: dict[str, Any], fds: list[int], serves: str = "agent_worker") -> int:
+def _become_worker(request: dict[str, Any], fds: list[int], serves: str) -> int:
     """In the worker's new namespaces, with all capabilities there: finish its sandbox (the
     `read_only` mounts of a read-only tool host made so), drop them, and serve the protocol
     as `workers.agent_worker` (or `workers.toolhost`)."""

@@ -300,7 +300,7 @@ class SpareKeeper:
         host's recipe), and whether it forks it read-only; None: a fresh spare."""
         from orchestrator.cli.host_template import HostTemplate
 
-        if recipe.as_read_only() is not None:
+        if recipe.is_read_write_host:
             template = self._templates.get(key)
             if template is not None and template.dead:
                 self._retire(key)
@@ -397,7 +397,7 @@ class SpareKeeper:
 
 def _read_only_last(recipe: SpareRecipe) -> bool:
     """Sort key: a read-write tool host's recipe before the rest (its template comes first)."""
-    return recipe.as_read_only() is None
+    return not recipe.is_read_write_host
 
 
 class SpareLink:

@@ -40,7 +40,7 @@ from orchestrator.plan import plan_call, tool_assessor  # noqa: E402
 from orchestrator.tools.base import Tool, ToolContext, ToolProgress  # noqa: E402
 from orchestrator.tools.bash import BashTool  # noqa: E402
 from orchestrator.tools.read import ReadTool  # noqa: E402
-from tests.kit.keeper_loop import KeeperLoop  # noqa: E402
+from tests.kit.keeper_loop import KeeperLoop, is_forked, spare_waiting  # noqa: E402
 from workers.toolhost_runner import SandboxedSpawner, open_tool_runner  # noqa: E402
 
 MB = 1024 * 1024
@@ -74,25 +74,10 @@ def _idle(loop: KeeperLoop, forked: bool) -> None:
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         pids = loop.run_in(loop.keeper.status)["spare_pids"]
-        if len(pids) == 2 and all(_waiting(pid, forked) for pid in pids):
+        if len(pids) == 2 and all(is_forked(pid) == forked and spare_waiting(pid) for pid in pids):
             return
         time.sleep(0.05)
     raise SystemExit(f"spares never became idle: {loop.run_in(loop.keeper.status)}")
-
-
-def _waiting(pid: int, forked: bool) -> bool:
-    try:
-        process = psutil.Process(pid)
-        is_forked = "workers.zygote" in process.cmdline()
-        if is_forked != forked:
-            return False
-        for p in [process] if forked else process.children(recursive=True):
-            command = p.cmdline()
-            if forked or ("workers.toolhost" in command and "bwrap" not in command[0]):
-                return Path(f"/proc/{p.pid}/wchan").read_text() == "do_epoll_wait"
-    except (psutil.Error, OSError):
-        return False
-    return False
 
 
 async def _call(runner: Any, tool: Tool[Any], ctx: ToolContext, **input: Any) -> float:

@@ -1,6 +1,7 @@
 """`KeeperLoop`: the warm server's loop over a `SpareKeeper` (links, templates, reaping), in
 a thread, for tests and benchmarks that adopt spares through real links without a server
-process (tests/orchestrator/server/test_host_template.py, tests/bench/bench_host_template.py).
+process (tests/orchestrator/server/test_host_template.py, tests/bench/bench_host_template.py);
+`is_forked` and `spare_waiting`, what a spare tool host is and whether it is idle.
 """
 
 from __future__ import annotations
@@ -9,11 +10,14 @@ import queue
 import select
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
+
+import psutil
 
 from orchestrator.cli.spares import SpareKeeper, SpareLink
 
-__all__ = ["KeeperLoop"]
+__all__ = ["KeeperLoop", "is_forked", "spare_waiting"]
 
 
 class KeeperLoop:
@@ -66,3 +70,27 @@ class KeeperLoop:
         self.run_in(self.keeper.stop)
         self._stop.set()
         self._thread.join(30)
+
+
+def is_forked(pid: int) -> bool:
+    """The spare `pid` was forked from a tool-host template (orchestrator/cli/host_template.py),
+    whose command line it carries; False for a fresh one (a bwrap) or one gone."""
+    try:
+        return "workers.zygote" in psutil.Process(pid).cmdline()
+    except psutil.Error:
+        return False
+
+
+def spare_waiting(pid: int) -> bool:
+    """The spare tool host `pid` waits for its first message (sent `Ready`, idle in trio's
+    epoll wait): the process itself when forked, else the host's python under its bwrap."""
+    try:
+        process = psutil.Process(pid)
+        forked = is_forked(pid)
+        for candidate in [process] if forked else process.children(recursive=True):
+            command = candidate.cmdline()
+            if forked or ("workers.toolhost" in command and "bwrap" not in command[0]):
+                return Path(f"/proc/{candidate.pid}/wchan").read_text() == "do_epoll_wait"
+    except (psutil.Error, OSError):
+        return False
+    return False

@@ -25,7 +25,7 @@ from orchestrator.plan import CallPlan, plan_call, tool_assessor
 from orchestrator.tools.base import Tool, ToolContext, ToolInput, ToolOutput, ToolProgress
 from orchestrator.tools.bash import BashTool
 from tests.kit.floor import needs_sandbox
-from tests.kit.keeper_loop import KeeperLoop
+from tests.kit.keeper_loop import KeeperLoop, is_forked
 from workers.toolhost_runner import SandboxedSpawner, SandboxedToolRunner, open_tool_runner
 
 pytestmark = needs_sandbox
@@ -93,17 +93,10 @@ def _forked_spares(loop: KeeperLoop) -> set[int]:
     while time.monotonic() < deadline:
         status = loop.run_in(loop.keeper.status)
         pids = set(status["spare_pids"])
-        if len(pids) == 2 and all(_is_forked(pid) for pid in pids):
+        if len(pids) == 2 and all(is_forked(pid) for pid in pids):
             return pids
         time.sleep(0.1)
     raise AssertionError(f"no forked spares: {loop.run_in(loop.keeper.status)}")
-
-
-def _is_forked(pid: int) -> bool:
-    try:
-        return "workers.zygote" in psutil.Process(pid).cmdline()
-    except psutil.Error:
-        return False
 
 
 async def test_forked_hosts_hold_the_floor_and_cannot_reach_each_other(

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import psutil
 
+from tests.kit.keeper_loop import spare_waiting
 from tests.orchestrator.server.conftest import WARREN, Server
 from tests.orchestrator.server.test_fast_exit import alive
 
@@ -175,19 +176,6 @@ def _until_idle(spares: set[int]) -> None:
     trio's epoll wait)."""
     deadline = time.monotonic() + 120
     for pid in spares:
-        while not _waiting(pid):
+        while not spare_waiting(pid):
             assert time.monotonic() < deadline, f"spare {pid} never became idle"
             time.sleep(0.05)
-
-
-def _waiting(pid: int) -> bool:
-    process = psutil.Process(pid)
-    forked = "workers.zygote" in process.cmdline()  # the host itself: no bwrap of its own
-    for child in [process] if forked else process.children(recursive=True):
-        try:
-            command = child.cmdline()
-            if forked or ("workers.toolhost" in command and "bwrap" not in command[0]):
-                return Path(f"/proc/{child.pid}/wchan").read_text() == "do_epoll_wait"
-        except (psutil.Error, OSError):
-            return False
-    return False
