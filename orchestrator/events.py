@@ -51,8 +51,8 @@ class ToolResultsMessage:
 
 @dataclass(frozen=True)
 class CompactBoundary:
-    """The conversation was compacted (orchestrator/compaction.py): from here on the history
-    is `messages`. `summarised` is False when clearing old tool results was enough."""
+    """The conversation was compacted (orchestrator/conversation/compaction.py): from here on the
+    history is `messages`. `summarised` is False when clearing old tool results was enough."""
 
     trigger: Literal["auto", "manual", "reactive"]
     pre_tokens: int
@@ -99,7 +99,7 @@ class PermissionDecided:
 
 @dataclass(frozen=True)
 class CallScheduled:
-    """How the executor scheduled a call that involves a write scope (orchestrator/plan.py,
+    """How the executor scheduled a call that involves a write scope (orchestrator/calls/plan.py,
     `may_overlap`): for stream-json's `tool_schedule` and the audit log."""
 
     tool_use_id: str

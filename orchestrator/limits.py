@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchestrator.pipeline import DEFAULT_OUTPUT_CAP
+from orchestrator.calls.pipeline import DEFAULT_OUTPUT_CAP
 from orchestrator.tools.base import DEFAULT_TOOL_TIMEOUT_S
 
 __all__ = ["Limits"]
@@ -53,7 +53,7 @@ class Limits(BaseModel):
     limit."""
     compact_threshold: float = Field(default=0.8, ge=0.5, le=0.95)
     """Fraction of the context window a request may fill before the conversation is compacted
-    (orchestrator/compaction.py). Default 0.8."""
+    (orchestrator/conversation/compaction.py). Default 0.8."""
     context_window: int | None = Field(default=None, ge=1_000)
     """Tokens of the model's context window; None: the model table's (a refusal that names a
     smaller limit still teaches it)."""

@@ -133,7 +133,7 @@ class Message(BaseModel):
     @cached_property
     def api_size(self) -> int:
         """Characters of the API form as compact JSON: what context accounting counts
-        (orchestrator/compaction.py). Cached like the form itself."""
+        (orchestrator/conversation/compaction.py). Cached like the form itself."""
         return len(json.dumps(self._api_form, separators=(",", ":"), ensure_ascii=False))
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Message:

@@ -30,7 +30,7 @@ read-only state directory); what ran stays as far as it could be written."""
 EXIT_OUTPUT_TRUNCATED = 9
 """`output_truncated`: the model's reply was still cut at its output token limit after the
 continuations (a text) or the retry with a higher limit (a tool call); the result holds what
-was written (orchestrator/continuation.py)."""
+was written (orchestrator/conversation/continuation.py)."""
 
 
 def exit_code(reason: TerminalReason) -> int:

@@ -34,7 +34,7 @@ class WarrenDirs:
 
     @property
     def objects(self) -> Path:
-        """File contents kept for undoing writing turns (orchestrator/changes.py)."""
+        """File contents kept for undoing writing turns (orchestrator/changes/recorder.py)."""
         return self.state / "objects"
 
     @property

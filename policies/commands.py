@@ -1,7 +1,7 @@
 """`warren policy ...`: the functions behind the subcommands, on parsed values.
 
-The CLI (`orchestrator/cli/policy.py`) parses the command line, calls these and prints what
-they return; nothing here writes to the terminal. Each returns a `CommandReport`: its text and
+The CLI (`orchestrator/cli/subcommands/policy.py`) parses the command line, calls these and prints
+what they return; nothing here writes to the terminal. Each returns a `CommandReport`: its text and
 its exit code: 0 done, 1 a check failed (`test` mismatch, `init` refused), 2 the policy could
 not be loaded (the text holds the located `PolicyError`). Everything outside the
 arguments (environment, managed policy path, trust store, the floor probe) comes through a

@@ -138,7 +138,7 @@ classification, the resolved paths): made once by `PolicyEngine.assess`, handed 
 
 
 def input_digest(input: Mapping[str, Any]) -> str:
-    """The audit log's digest of a tool input (same scheme as `orchestrator.audit`)."""
+    """The audit log's digest of a tool input (same scheme as `orchestrator.records.audit`)."""
     text = json.dumps(dict(input), sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 

@@ -87,7 +87,7 @@ class McpServer(BaseModel):
     sdk: StrictBool = False
     """A server an SDK host runs in its own process (`"type": "sdk"` in the `--mcp-config` the
     Claude Agent SDK passes): its messages travel over the control channel (`mcp_message`,
-    orchestrator/sdk_control.py), so it needs neither the floor nor the network here."""
+    orchestrator/claude_code/sdk_control.py), so it needs neither the floor nor the network here."""
     headers: dict[StrictStr, StrictStr] = Field(default_factory=dict)
     """Sent with every request to a `url` server."""
     sandbox: StrictBool = True

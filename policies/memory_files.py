@@ -8,7 +8,8 @@ or absolute), up to `MAX_IMPORT_DEPTH` levels deep, each file once (cycles end q
 
 Two callers walk the same files with the same rules (`gather`) but different eyes:
 
-- the context probe (`orchestrator.context_probe`), inside the read-only sandbox, for the
+- the context probe (`orchestrator.conversation.context_probe`), inside the read-only sandbox, for
+the
   system prompt: its `resolve` refuses a file outside the repository, behind a link leading
   out of it, or covered by a `Read` deny rule (`WirePattern`), with a note for the model;
 - trust (`policies.trust.repository_files`), on the host, for the hash that makes a changed

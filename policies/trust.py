@@ -13,10 +13,10 @@ hooks), Claude Code's settings files (`.claude/settings.json`, `.claude/settings
 permissions and hooks), agent definitions (`.warren/agents/*.md`, `.claude/agents/*.md`),
 MCP configuration
 (`.mcp.json`, `.warren/mcp.json`) and memory files: the root's `MEMORY_FILES`, and every other
-file `orchestrator.context` puts in the system prompt from the repository (`_memory_files`:
-memory files in the directories from the repository root down, the targets of links among them,
-their `@imports`). When any of them changes, appears or goes, the hash no longer matches and
-the repository is untrusted until the user trusts it again.
+file `orchestrator.conversation.context` puts in the system prompt from the repository
+(`_memory_files`: memory files in the directories from the repository root down, the targets of
+links among them, their `@imports`). When any of them changes, appears or goes, the hash no longer
+matches and the repository is untrusted until the user trusts it again.
 
 Hashing reads repository content on the host, so it goes through `policies.atomic`: no link
 is followed (a link hashes as its target's text, never the target's bytes), a FIFO or device
@@ -64,7 +64,7 @@ PROJECT_POLICY = Path(".warren/policy.toml")
 LOCAL_POLICY = Path(".warren/policy.local.toml")
 """The user's own policy for one repository, ignored by git (relative to its root)."""
 AGENTS_DIR = Path(".warren/agents")
-"""Project agent definitions, `*.md` (`orchestrator.subagents.load_agent_types`)."""
+"""Project agent definitions, `*.md` (`orchestrator.agents.types.load_agent_types`)."""
 CLAUDE_AGENTS_DIR = Path(".claude/agents")
 """Claude Code's agent definitions in a repository, read as Warren's are."""
 MCP_FILES: Final = (Path(".mcp.json"), Path(".warren/mcp.json"))

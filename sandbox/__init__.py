@@ -1,7 +1,7 @@
 """The OS floor: bubblewrap sandboxes built from a `SandboxSpec` (see README.md).
 
 The names below are loaded on first use (PEP 562), not when the package is: a pool worker
-imports `sandbox.reaper` alone (through `orchestrator.orphans`), and importing the whole floor
+imports `sandbox.reaper` alone (through `sandbox.process.orphans`), and importing the whole floor
 with it, the probe, the host and the spec models, cost every worker start tens of milliseconds
 of CPU (tests/workers/test_worker_imports.py pins that it does not).
 """

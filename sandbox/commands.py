@@ -1,7 +1,7 @@
 """What `warren doctor` and `warren sandbox run` do, as plain functions returning values.
 
-The CLI (`orchestrator/cli/doctor.py`) parses the command line, calls these and prints what
-they return; nothing here writes to the terminal. Each runs its own `trio.run`, so the CLI
+The CLI (`orchestrator/cli/subcommands/doctor.py`) parses the command line, calls these and prints
+what they return; nothing here writes to the terminal. Each runs its own `trio.run`, so the CLI
 can call them from synchronous code.
 """
 

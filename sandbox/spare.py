@@ -1,5 +1,5 @@
 """Spare sandboxes: a long-lived sandbox started ahead of need by one process (the warm
-server, orchestrator/cli/spares.py) and adopted by another (a session), which then runs it
+server, orchestrator/cli/warm/spares.py) and adopted by another (a session), which then runs it
 exactly as if it had started it (`sandbox.run.open_sandboxed_process(spares=...)`).
 
 The starter never decides what the sandbox is: a session that started a sandbox itself

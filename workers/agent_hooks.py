@@ -14,8 +14,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from orchestrator.calls.plan import CallPlan
 from orchestrator.hooks.runner import NO_OUTCOME, HookOutcome, HookRunner
-from orchestrator.plan import CallPlan
 from policies.files import HookEvent
 from workers import protocol as wire
 

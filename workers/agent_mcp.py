@@ -4,7 +4,7 @@ The coordinator sends the specs of the MCP tools the agent type may use (`RunAge
 each becomes a `ForwardedMcpTool` in the run's registry, so the worker's pipeline treats it as
 any tool: its hooks and its permission are asked upward, and once allowed, `call` sends a
 `workers.protocol.McpCall` and yields the coordinator's `McpResult`. The server, its process and
-its schema check all stay in the coordinator (orchestrator/mcp/subagent.py); nothing of the MCP
+its schema check all stay in the coordinator (orchestrator/agents/mcp.py); nothing of the MCP
 SDK is imported here.
 """
 

@@ -47,9 +47,12 @@ import pydantic
 import trio
 
 from orchestrator.aio import closing_iter
+from orchestrator.calls.permissions import Allow, Ask, Deny, PermissionFn, PermissionResult
+from orchestrator.calls.pipeline import ToolPipeline
+from orchestrator.calls.plan import CallPlan
+from orchestrator.conversation.loop import LoopConfig, RunControl, run_loop
 from orchestrator.errors import ModelError
 from orchestrator.events import Event
-from orchestrator.loop import LoopConfig, RunControl, run_loop
 from orchestrator.messages import Message
 from orchestrator.model.base import (
     BlockComplete,
@@ -60,12 +63,9 @@ from orchestrator.model.base import (
     ToolSpec,
 )
 from orchestrator.model.scripted import ScriptedModel
-from orchestrator.orphans import adopt_orphans
-from orchestrator.permissions import Allow, Ask, Deny, PermissionFn, PermissionResult
-from orchestrator.pipeline import ToolPipeline
-from orchestrator.plan import CallPlan
 from orchestrator.tools.base import Tool, ToolContext, ToolInput
 from orchestrator.tools.registry import ToolRegistry, builtin_tools
+from sandbox.process.orphans import adopt_orphans
 from workers import protocol as wire
 from workers.entry import (
     exit_now,
@@ -604,7 +604,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `python -m workers.agent_worker`; returns the exit status."""
     make_undumpable()  # before anything else: see workers.entry
     args = _parse_args(argv)
-    if args.role == "read_only":  # only one-shots run here: see orchestrator.orphans
+    if args.role == "read_only":  # only one-shots run here: see sandbox.process.orphans
         adopt_orphans()
     proto_in, proto_out = take_stdio()
     log("agent worker starting", role=args.role, pid=os.getpid())

@@ -72,7 +72,7 @@ class HostLaunch:
     extra_roots: tuple[Path, ...]
     cwd: Path
     write_paths: tuple[Path, ...] = ()
-    """A scoped writer's directories (absolute, without symlinks: orchestrator/scopes.py):
+    """A scoped writer's directories (absolute, without symlinks: orchestrator/calls/scopes.py):
     only these are writable, the roots read-only. Empty: the role decides."""
 
     @property

@@ -1,6 +1,6 @@
 """The worker pool: subagents in warm, sandboxed worker processes, each held to its limits.
 
-`WorkerPool` implements `orchestrator.subagents.SubagentRunner`. Each subagent runs in its own
+`WorkerPool` implements `orchestrator.agents.types.SubagentRunner`. Each subagent runs in its own
 `workers.agent_worker` process started under the OS floor (`SandboxedSpawner`): the workspace
 read-only, or writable when the agent type may write (the dispatch_agent call of such a type
 was allowed by the permission function before it got here). At most `max_workers` subagents
@@ -81,13 +81,7 @@ import structlog
 import trio
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchestrator.aio import closing_iter
-from orchestrator.errors import ModelError, WarrenError
-from orchestrator.messages import Message
-from orchestrator.model.base import BlockComplete, MessageComplete, ModelRequest, Retry, ToolSpec
-from orchestrator.model.catalog import default_max_tokens, output_limit
-from orchestrator.permissions import Allow, Deny
-from orchestrator.subagents import (
+from orchestrator.agents.types import (
     SubagentEvent,
     SubagentHooks,
     SubagentOutcome,
@@ -95,6 +89,12 @@ from orchestrator.subagents import (
     SubagentRequest,
     WorkerFailure,
 )
+from orchestrator.aio import closing_iter
+from orchestrator.calls.permissions import Allow, Deny
+from orchestrator.errors import ModelError, WarrenError
+from orchestrator.messages import Message
+from orchestrator.model.base import BlockComplete, MessageComplete, ModelRequest, Retry, ToolSpec
+from orchestrator.model.catalog import default_max_tokens, output_limit
 from sandbox.limits import tree_usage
 from workers import protocol as wire
 from workers.agent_worker import DEFAULT_TOOLS
@@ -1083,7 +1083,7 @@ class WorkerPool:
 def _hook_reply(request_id: str, outcome: HookOutcome) -> wire.HookReply:
     """What the worker acts on of the hooks' merged answer. PreToolUse's allow/ask is not
     sent: the coordinator applies it to the call's permission answer
-    (orchestrator/hooks/subagent.py)."""
+    (orchestrator/agents/hooks.py)."""
     return wire.HookReply(
         id=request_id,
         deny=outcome.permission == "deny",

@@ -66,7 +66,7 @@ MCP servers stay with the coordinator as well (they are never started per worker
 coordinator lists them; the worker offers them to its model and runs each call through its own
 pipeline (hooks and permission asked upward as for any tool), then sends `McpCall`, which the
 coordinator runs only when its permission answer allowed exactly that call
-(`orchestrator/mcp/subagent.py`).
+(`orchestrator/agents/mcp.py`).
 
 A `ModelRequest` carries only what is new since the agent's previous request (`keep` says how
 many of the previous request's messages come first), so a long subagent run does not send its
@@ -190,7 +190,7 @@ class Confine(WireModel):
     type: Literal["confine"] = "confine"
     id: str
     write_paths: list[str] = Field(min_length=1)
-    """Absolute directories without symlinks (orchestrator/scopes.py)."""
+    """Absolute directories without symlinks (orchestrator/calls/scopes.py)."""
 
 
 class Confined(WireModel):

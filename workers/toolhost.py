@@ -44,11 +44,11 @@ import trio
 from orchestrator.aio import closing_iter
 from orchestrator.errors import ToolError
 from orchestrator.hooks.process import run_hook_command
-from orchestrator.orphans import adopt_orphans
-from orchestrator.shell import PersistentShell, shell_environment
 from orchestrator.tools.base import ReadLedger, ToolContext, ToolOutput
 from orchestrator.tools.bash import MAX_OUTPUT_CHARS, SHELL_RESOURCE
 from orchestrator.tools.registry import ToolRegistry, builtin_tools
+from orchestrator.tools.shell import PersistentShell, shell_environment
+from sandbox.process.orphans import adopt_orphans
 from workers import host_protocol as wire
 from workers.entry import (
     exit_now,
@@ -527,7 +527,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `python -m workers.toolhost`; returns the exit status."""
     make_undumpable()  # before anything else: see workers.entry
     args = _parse_args(argv)
-    if args.role == "read_only":  # only one-shots run here: see orchestrator.orphans
+    if args.role == "read_only":  # only one-shots run here: see sandbox.process.orphans
         adopt_orphans()
     proto_in, proto_out = take_stdio()
     HostLog(args.role).info("tool host starting", pid=os.getpid())

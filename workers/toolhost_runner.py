@@ -1,12 +1,12 @@
 """The coordinator's side of the tool hosts: a `ToolRunner` whose calls run in sandboxes.
 
-`SandboxedToolRunner` implements `orchestrator.pipeline.ToolRunner` over the wire protocol.
+`SandboxedToolRunner` implements `orchestrator.calls.pipeline.ToolRunner` over the wire protocol.
 It owns two long-lived tool hosts (`workers.toolhost`), each started under the OS floor on
 first use:
 
 * read-write: the workspace writable; calls that may write, and the persistent Bash shell;
 * read-only: the workspace mounted read-only; every call whose plan says `sandbox == "ro"`
-  (its read-only verdict, made once by the pipeline: orchestrator/plan.py). A misclassified
+  (its read-only verdict, made once by the pipeline: orchestrator/calls/plan.py). A misclassified
   command runs there too, so it cannot write: the classification is enforced by the kernel,
   not trusted. Nothing here classifies a call again; a tool that declares
   `runs_in_coordinator` (dispatch_agent) runs in this process.
@@ -52,10 +52,10 @@ import structlog
 import trio
 
 from orchestrator.aio import closing_iter
+from orchestrator.calls.plan import CallPlan, SandboxMode
 from orchestrator.errors import ToolError, WarrenError
 from orchestrator.hooks.process import HookProcess
 from orchestrator.messages import TextBlock
-from orchestrator.plan import CallPlan, SandboxMode
 from orchestrator.tools.base import Checked, Tool, ToolContext, ToolInput, ToolOutput, ToolProgress
 from sandbox.guard import find_denied
 from sandbox.host import SandboxHost, detect_host

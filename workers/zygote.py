@@ -4,7 +4,7 @@ forks read-only pool workers on request, each into namespaces of its own.
     python -I -m workers.zygote --control-fd N --worker-uid U [--serves toolhost]
 
 With `--serves toolhost` it is a tool-host template instead (the warm server's, per workspace:
-orchestrator/cli/spares.py): started under the read-write tool host's floor, it forks tool
+orchestrator/cli/warm/spares.py): started under the read-write tool host's floor, it forks tool
 hosts, each in namespaces of its own as a worker is; a request naming `read_only` paths gets a
 read-only host (those mounts, and every mount below them, made read-only in the host's own
 mount namespace before it drops its capabilities: `sandbox.nsfork.make_read_only`). End of its

@@ -47,7 +47,7 @@ def run_and_exit() -> NoReturn:
                 except (OSError, ValueError):
                     pass
             os._exit(code)
-        from orchestrator import startup_gc
+        from orchestrator.session import startup_gc
 
         startup_gc.pause()  # resumed when the run's parts start
     from orchestrator.cli.main import exit_now, run_in_process

@@ -432,11 +432,11 @@ def server_env(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
 
 
 def spawn_server(idle_timeout: float | None, *, entry: str | None = None) -> int:
-    """Start `python -m orchestrator.cli.server` detached (its own process session, stdio
+    """Start `python -m orchestrator.cli.warm.server` detached (its own process session, stdio
     on /dev/null, cwd /) and return its pid without waiting. `entry` is the tests' seam."""
     import subprocess  # only on this path: it costs milliseconds to import
 
-    argv = [sys.executable, "-m", "orchestrator.cli.server"]
+    argv = [sys.executable, "-m", "orchestrator.cli.warm.server"]
     if idle_timeout is not None:
         argv += ["--idle-timeout", str(idle_timeout)]
     if entry is not None:

@@ -412,7 +412,8 @@ def _sdk_fallbacks(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line: run options, and a subparser per command."""
-    from orchestrator.cli import doctor, hooks, mcp, policy, server, sessions, undo
+    from orchestrator.cli.subcommands import doctor, hooks, mcp, policy, sessions, undo
+    from orchestrator.cli.warm import server
 
     parser = argparse.ArgumentParser(
         prog="warren",
@@ -523,7 +524,7 @@ def run_in_process(
 def _import_structlog() -> None:
     """Import structlog with rich hidden from it. structlog imports rich (and through it
     pygments) at its own import when rich is installed, for pretty tracebacks that Warren's
-    logs never use (`orchestrator.logs` formats exceptions plainly): a third of the cost of
+    logs never use (`orchestrator.records.logs` formats exceptions plainly): a third of the cost of
     importing structlog, on every run's start. rich stays importable for the REPL."""
     if "structlog" in sys.modules or "rich" in sys.modules:
         return
@@ -590,7 +591,7 @@ def _prompt(
     from orchestrator.cli.run import run_prompt
     from orchestrator.cli.wiring import session_parts
     from orchestrator.outcome import EXIT_USAGE
-    from orchestrator.session import DEFAULT_MODEL, SessionConfig
+    from orchestrator.session.session import DEFAULT_MODEL, SessionConfig
 
     if args.prompt is not None and args.words is not None:
         print("warren: give the prompt once: as PROMPT or with -p", file=sys.stderr)
@@ -665,7 +666,7 @@ def _prompt(
         and not interactive  # the interactive session draws its own
         and not (args.output_format == "stream-json" and sys.stdout.isatty())
     ):
-        from orchestrator.live_progress import TerminalProgress, stderr_console
+        from orchestrator.cli.live_progress import TerminalProgress, stderr_console
 
         progress = TerminalProgress(stderr_console(), pause_on_ask=config.asks == "terminal")
     host = None
@@ -687,7 +688,7 @@ def _prompt(
                 parts,
             )
         if interactive:
-            from orchestrator.repl.app import run_repl
+            from orchestrator.cli.repl.app import run_repl
 
             return trio.run(run_repl, config, prompt, parts)
         assert prompt is not None
@@ -730,7 +731,7 @@ def _claude_code_config(args: argparse.Namespace) -> dict[str, object] | int:
     """The session settings Claude Code's flags (and `--permission-mode`) give, or the exit
     code of a one-line error."""
     from orchestrator.outcome import EXIT_USAGE
-    from orchestrator.session import tool_names
+    from orchestrator.session.session import tool_names
     from policies.files import MODE_ALIASES
 
     def fail(message: str) -> int:
@@ -789,7 +790,7 @@ def _claude_code_config(args: argparse.Namespace) -> dict[str, object] | int:
 def _pick_session(args: argparse.Namespace) -> str | int | None:
     """`--resume` without an id: the session picked at a terminal, None for none picked, or
     the exit code of a one-line error (no terminal to pick at)."""
-    from orchestrator.cli.sessions import pick_session
+    from orchestrator.cli.subcommands.sessions import pick_session
     from orchestrator.outcome import EXIT_USAGE
 
     if not _at_terminal():
@@ -807,8 +808,8 @@ def _pick_session(args: argparse.Namespace) -> str | int | None:
 
 
 def _demo(args: argparse.Namespace) -> int:
+    from orchestrator.cli.demo.run import demo_main
     from orchestrator.cli.wiring import session_parts
-    from orchestrator.demo.run import demo_main
 
     return demo_main(
         keep=args.keep,

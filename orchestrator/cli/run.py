@@ -29,12 +29,12 @@ from typing import IO, cast
 
 import trio
 
-from orchestrator.denials import render_denials
+from orchestrator.agents.types import SubagentUpdate
+from orchestrator.calls.denials import render_denials
+from orchestrator.cli.live_progress import TerminalProgress
 from orchestrator.errors import ConfigError
-from orchestrator.live_progress import TerminalProgress
 from orchestrator.outcome import EXIT_IO_ERROR, EXIT_USAGE, TerminalReason, exit_code
-from orchestrator.session import Session, SessionConfig, SessionParts, open_session
-from orchestrator.subagents import SubagentUpdate
+from orchestrator.session.session import Session, SessionConfig, SessionParts, open_session
 from orchestrator.text import escape_controls
 
 __all__ = ["EXIT_OUTPUT_CLOSED", "STOP_SIGNALS", "ClosableStdout", "run_prompt"]

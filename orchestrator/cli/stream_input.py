@@ -1,5 +1,6 @@
 """`--input-format stream-json`: a session driven over stdin and stdout by an SDK host, as
-Claude Code is by the Claude Agent SDK (`cli_path`), speaking `orchestrator.sdk_control`.
+Claude Code is by the Claude Agent SDK (`cli_path`), speaking
+`orchestrator.claude_code.sdk_control`.
 
 One session serves every user message the host sends, one run each, in order; each run ends
 with its `result` line. The session ends when the host closes stdin. Asks go to the host
@@ -20,11 +21,11 @@ from typing import IO, Any, cast
 import trio
 
 from orchestrator.aio import closing_iter
+from orchestrator.claude_code.sdk_control import ProtocolError, SdkControl
 from orchestrator.cli.run import ClosableStdout, _Stopping, say
 from orchestrator.errors import ConfigError
 from orchestrator.outcome import EXIT_USAGE, exit_code
-from orchestrator.sdk_control import ProtocolError, SdkControl
-from orchestrator.session import Session, SessionConfig, SessionParts, open_session
+from orchestrator.session.session import Session, SessionConfig, SessionParts, open_session
 from orchestrator.text import escape_controls
 from policies.files import Mode
 

@@ -13,17 +13,17 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from functools import partial
 from typing import TYPE_CHECKING
 
-from orchestrator.later import LaterSubagents, LaterToolHosts
-from orchestrator.session import SessionParts
+from orchestrator.session.later import LaterSubagents, LaterToolHosts
+from orchestrator.session.session import SessionParts
 
 if TYPE_CHECKING:
+    from orchestrator.agents.types import SubagentRunner
+    from orchestrator.calls.pipeline import ToolRunner
+    from orchestrator.calls.policy import SessionPolicy
     from orchestrator.limits import Limits
     from orchestrator.mcp.servers import McpServers, ServerProcess
     from orchestrator.mcp.transport import HostMessages
     from orchestrator.model.base import ModelClient
-    from orchestrator.pipeline import ToolRunner
-    from orchestrator.session_policy import SessionPolicy
-    from orchestrator.subagents import SubagentRunner
     from orchestrator.tools.base import ToolContext
     from policies.pool import PoolConfig
     from sandbox.host import SandboxHost
@@ -83,7 +83,7 @@ def open_tool_hosts(
     policy's read masks and protected paths added to the floor; each adopted from `spares`
     when one there was started from exactly the recipe this session would use. They start
     once the session's first request is on its way, or at the first call or hook that needs
-    them (`orchestrator.later`): neither their imports nor their start delay that request.
+    them (`orchestrator.session.later`): neither their imports nor their start delay that request.
     A session of the warm server starts them at once (`session_parts`)."""
 
     def open_hosts() -> AbstractAsyncContextManager[ToolRunner]:
@@ -146,7 +146,7 @@ async def open_subagents(
     stderr, when the cluster cannot be reached.
 
     A local pool opens once the session's first request is on its way, or at the first
-    subagent (`orchestrator.later`); a Ray pool at once (a cluster that cannot be reached is
+    subagent (`orchestrator.session.later`); a Ray pool at once (a cluster that cannot be reached is
     said at start-up)."""
     if pool.backend == "ray" and pool.address is not None:
         async with _open_pool(ctx, policy, model, limits, pool) as runner:

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from orchestrator.calls.policy import SessionPolicy
 from orchestrator.events import EventSink
 from orchestrator.hooks.matchers import build_matcher
 from orchestrator.hooks.runner import ConfiguredHook, HookRunner, HookSandbox, WarmHookHost
-from orchestrator.session_policy import SessionPolicy
 
 __all__ = ["build_hook_runner", "configured_hooks", "hook_sandbox"]
 

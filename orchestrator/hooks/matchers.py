@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from orchestrator.plan import CallPlan
+from orchestrator.calls.plan import CallPlan
 from policies.engine import CallAssessment, PolicyEngine
 from policies.rules import CompiledRule, ParsedRule, RuleSyntaxError, parse_rule
 

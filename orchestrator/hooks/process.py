@@ -15,7 +15,7 @@ process:
   hook run by hand from a terminal would be.
 
 Inside a read-only tool host, where the host is the subreaper of its one-shots
-(`orchestrator.orphans`), the hook's parent is registered as one of them so no sweep takes it for
+(`sandbox.process.orphans`), the hook's parent is registered as one of them so no sweep takes it for
 an orphan.
 """
 
@@ -103,7 +103,7 @@ async def run_hook_command(
     bounded, before `Cancelled` propagates.
     **Errors:** `OSError` when the process cannot start.
     """
-    from orchestrator.orphans import adoption
+    from sandbox.process.orphans import adoption
 
     adopted = adoption() if contain else None
     with adopted.starting() if adopted is not None else contextlib.nullcontext():
@@ -164,7 +164,7 @@ async def run_hook_command(
 def _perl_reaper() -> tuple[str, ...]:
     """perl and `_PERL_REAPER` for this machine; empty without perl or on an architecture
     whose prctl number we do not know. Looked up once per process."""
-    from orchestrator.shell import _PRCTL_SYSCALL
+    from orchestrator.tools.shell import _PRCTL_SYSCALL
 
     number = _PRCTL_SYSCALL.get(platform.machine())
     perl = shutil.which("perl")
@@ -185,7 +185,7 @@ def _preexec(contain: bool) -> Callable[[], None] | None:
     """Without perl, the subreaper prctl runs between fork and exec (slower: Python forks)."""
     if not contain or _perl_reaper():
         return None
-    from orchestrator.shell import _become_subreaper
+    from orchestrator.tools.shell import _become_subreaper
 
     return _become_subreaper
 
@@ -194,7 +194,7 @@ async def _stop(proc: trio.Process, *, contain: bool, whole_tree: bool) -> None:
     """Kill what is left of the hook (its subtree first, when contained and cut short; then
     its group) and reap it, bounded by `_REAP_S`."""
     if contain and whole_tree:
-        from orchestrator.shell import _kill_subtree
+        from orchestrator.tools.shell import _kill_subtree
 
         await _kill_subtree(proc.pid, 0.0)
     with contextlib.suppress(ProcessLookupError, PermissionError):

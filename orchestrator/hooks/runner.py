@@ -20,9 +20,9 @@ hook instead of a one-shot sandbox's ~40 (tests/bench/bench_hooks.py). Without a
 (`warren hooks test`), each hook gets that one-shot sandbox (`sandbox.run.run_sandboxed`)
 with the same mounts. A user or managed hook with `sandbox = false`, or any hook when the
 user turned the sandbox off, runs as a plain process group with the same timeout and cap.
-A hook an SDK host registered (`ConfiguredHook.callback`, orchestrator/sdk_control.py) is not a
-process: the event goes to the host as a `hook_callback` request and its JSON answer is read
-as a command hook's stdout, within the same timeout.
+A hook an SDK host registered (`ConfiguredHook.callback`, orchestrator/claude_code/sdk_control.py)
+is not a process: the event goes to the host as a `hook_callback` request and its JSON answer is
+read as a command hook's stdout, within the same timeout.
 
 Merging (deterministic, whatever order the hooks finish in): a block from any hook blocks;
 permission decisions rank deny > ask > allow; two hooks rewriting the input differently is a
@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 import trio
 
+from orchestrator.calls.plan import CallPlan
 from orchestrator.events import EventSink, HookRan
 from orchestrator.hooks.events import (
     HookInput,
@@ -61,7 +62,6 @@ from orchestrator.hooks.output import (
     parse_output,
 )
 from orchestrator.hooks.process import HookProcess, run_hook_command
-from orchestrator.plan import CallPlan
 from policies.files import CLAUDE_CODE_MODE_NAMES, Hook, HookEvent
 
 if TYPE_CHECKING:  # the sandbox is imported when a hook first runs sandboxed
@@ -319,7 +319,7 @@ class HookRunner:
     # -- per event --------------------------------------------------------------------------
 
     async def pre_tool_use(self, plan: CallPlan, *, agent_id: str | None = None) -> HookOutcome:
-        """`agent_id`: the subagent that made the call (orchestrator/hooks/subagent.py)."""
+        """`agent_id`: the subagent that made the call (orchestrator/agents/hooks.py)."""
         if "PreToolUse" not in self._by_event:
             return NO_OUTCOME
         input = PreToolUseInput(

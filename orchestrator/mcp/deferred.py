@@ -5,13 +5,13 @@ start-up), a sandbox spawn per server and, on a small machine, the cores the ser
 interpreters take while they start. None of it may delay the first model request
 (tests/bench/bench_mcp.py, b), so a session holds a `DeferredMcp` in its tool registry: a
 `ToolSource` with no tools, which imports nothing of the SDK, until `start()`. The session
-starts it once its first model request is answered (`orchestrator.later.FirstResponseStarts`:
-the first event of the first response, or its failure), the REPL as soon as it opens (the user
-is typing), and anything that needs a server now (`@server:resource` in a prompt, a subagent
-whose type names MCP tools, `/mcp`) through `servers()`. The servers' tools then join the
-registry as each server lists them, and the loop offers them from the next request on (it
-re-reads the tool list whenever the registry's version changes), as Claude Code lists a
-server's tools once it is ready.
+starts it once its first model request is answered
+(`orchestrator.session.later.FirstResponseStarts`: the first event of the first response, or its
+failure), the REPL as soon as it opens (the user is typing), and anything that needs a server now
+(`@server:resource` in a prompt, a subagent whose type names MCP tools, `/mcp`) through
+`servers()`. The servers' tools then join the registry as each server lists them, and the loop
+offers them from the next request on (it re-reads the tool list whenever the registry's version
+changes), as Claude Code lists a server's tools once it is ready.
 
 A call of `mcp__<server>__<tool>` for a configured server that arrives before then (the first
 response names a tool from an earlier session) is not refused: `get` gives a stand-in that

@@ -2,12 +2,12 @@
 and prices.
 
 - The context window (input plus output tokens one request may hold) lets the loop tell how
-  full the conversation is and compact before the API refuses it (`orchestrator.compaction`);
-  `[limits] context_window` overrides the table, and a refusal that names the limit
-  ("N tokens > M maximum") teaches the session M.
+  full the conversation is and compact before the API refuses it
+  (`orchestrator.conversation.compaction`); `[limits] context_window` overrides the table, and a
+  refusal that names the limit ("N tokens > M maximum") teaches the session M.
 - The output limit is the most `max_tokens` a request may ask for: the broker clamps every
   request to it (no agent, a subagent's worker least of all, can ask for more), a reply cut
-  inside a tool call is retried up to it (`orchestrator.continuation`), and the default
+  inside a tool call is retried up to it (`orchestrator.conversation.continuation`), and the default
   `max_tokens` of a request is `default_max_tokens` (the limit, at most 32,000).
 - Prices (US dollars per million tokens, list prices; cache writes at the 5-minute-TTL rate)
   give the `cost_usd` the client stamps on every `AssistantMessage`; budgets

@@ -90,7 +90,7 @@ def tools_param(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
 
 def thinking_param(budget_tokens: int) -> dict[str, Any]:
     """Extended thinking with a budget of `budget_tokens` (the request's `max_tokens` must be
-    larger: `orchestrator.continuation.output_plan` sees to it)."""
+    larger: `orchestrator.conversation.continuation.output_plan` sees to it)."""
     return {"type": "enabled", "budget_tokens": budget_tokens}
 
 

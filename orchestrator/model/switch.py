@@ -1,5 +1,6 @@
 """A model client whose model can change between requests: Claude Code's `set_model`, which an
-SDK host sends to switch the model of the session it drives (orchestrator/sdk_control.py).
+SDK host sends to switch the model of the session it drives
+(orchestrator/claude_code/sdk_control.py).
 
 `SwitchableModel` sits under the broker, so budgets and concurrency limits hold whatever model
 answers, and subagents whose type says nothing (or `inherit`) follow the switch. A request

@@ -255,7 +255,7 @@ class Tool(Generic[InputT]):
 
     def write_scope(self, input: InputT, workspace: Path) -> tuple[Path, ...] | None:
         """The directories this call may change, when it is confined to them (a scoped
-        writer: orchestrator/scopes.py), absolute and normalised, from the input alone (no
+        writer: orchestrator/calls/scopes.py), absolute and normalised, from the input alone (no
         file system: it runs while the message streams); None (the default): not confined."""
         return None
 
@@ -297,7 +297,7 @@ def input_schema_of(model: type[BaseModel]) -> dict[str, Any]:
     """The JSON schema of an input model, made once per class: pydantic builds it anew on
     every call (about 5 ms a tool), and the first request of every session needs them all.
     A pure function of the class, so the warm server computes them before it forks
-    (`orchestrator.cli.server`); callers get a copy each."""
+    (`orchestrator.cli.warm.server`); callers get a copy each."""
     schema = model.model_json_schema(by_alias=True)
     schema.pop("title", None)
     return schema

@@ -1,7 +1,7 @@
 """The Bash tool: commands in the session's persistent shell, or one-shot when read-only.
 
 This file is the tool (schema, model-facing text, the one timeout rule, rendering); the shell
-itself (processes, output capture, killing) is `orchestrator.shell`. Whether a command is
+itself (processes, output capture, killing) is `orchestrator.tools.shell`. Whether a command is
 read-only is not decided here: the policy layer passes a classifier. Without one every call
 is treated as writing, so none runs concurrently.
 """
@@ -13,8 +13,8 @@ from collections.abc import AsyncIterator, Callable
 from pydantic import Field
 
 from orchestrator.errors import ToolError
-from orchestrator.shell import KILL_GRACE_S, PersistentShell, ShellRun, shell_environment
 from orchestrator.tools.base import Tool, ToolContext, ToolInput, ToolOutput, ToolProgress
+from orchestrator.tools.shell import KILL_GRACE_S, PersistentShell, ShellRun, shell_environment
 from policies.facts import ToolFacts
 
 __all__ = [

@@ -7,20 +7,20 @@ the subagent's own turns go to its sidechain transcript
 `on_update` sink (stream-json, progress). Each of the subagent's tool calls is decided by this
 session's permission function; asks go to the session's asker one at a time. The session's
 PreToolUse, PostToolUse and SubagentStop hooks fire for the subagent too, run here with its
-`agent_id` (orchestrator/hooks/subagent.py). An agent type that names MCP tools uses the
-session's servers through this coordinator (orchestrator/mcp/subagent.py): a call its
+`agent_id` (orchestrator/agents/hooks.py). An agent type that names MCP tools uses the
+session's servers through this coordinator (orchestrator/agents/mcp.py): a call its
 permission answer allows is granted there, and only a granted call runs.
 
 A call is read-only and concurrency-safe exactly when its agent type cannot write, so several
 read-only dispatches in one turn run in parallel and the scheduler is never told a writing
 agent is read-only.
 
-A writable type may be given `write_paths`, a write scope (orchestrator/scopes.py): checked in
+A writable type may be given `write_paths`, a write scope (orchestrator/calls/scopes.py): checked in
 `validate` (inside a writable root, no protected name, no link on the way, directories only),
 made once the call is allowed, mounted as the only writable part of its worker's sandbox. Its
 plan carries the scope (`write_scope`), so writers with disjoint scopes run at once
-(orchestrator/executor.py). The scope is hashed before and after the run, here, and the files
-that changed are listed in the tool_result and dropped from the read ledger, so the main
+(orchestrator/conversation/executor.py). The scope is hashed before and after the run, here, and
+the files that changed are listed in the tool_result and dropped from the read ledger, so the main
 agent reads them again before it edits them.
 """
 
@@ -39,23 +39,7 @@ import pydantic
 import trio
 from pydantic import Field
 
-from orchestrator.errors import ToolError
-from orchestrator.events import AssistantTurn, RetryScheduled, ToolResultsMessage
-from orchestrator.messages import Message, ToolUseBlock
-from orchestrator.permissions import Allow, Ask, Asker, Deny, PermissionFn
-from orchestrator.pipeline import DEFAULT_OUTPUT_CAP
-from orchestrator.plan import Assessor, plan_call, tool_assessor
-from orchestrator.scopes import (
-    FileChange,
-    ScopeError,
-    ScopeHashes,
-    check_scope,
-    hash_scope,
-    lexical_scope,
-    open_scope,
-    scope_changes,
-)
-from orchestrator.subagents import (
+from orchestrator.agents.types import (
     AgentType,
     SubagentEvent,
     SubagentFinished,
@@ -67,6 +51,23 @@ from orchestrator.subagents import (
     SubagentUpdate,
     WarmsWriters,
 )
+from orchestrator.calls.permissions import Allow, Ask, Asker, Deny, PermissionFn
+from orchestrator.calls.pipeline import DEFAULT_OUTPUT_CAP
+from orchestrator.calls.plan import Assessor, plan_call, tool_assessor
+from orchestrator.calls.scopes import (
+    FileChange,
+    ScopeError,
+    ScopeHashes,
+    check_scope,
+    hash_scope,
+    lexical_scope,
+    open_scope,
+    scope_changes,
+)
+from orchestrator.errors import ToolError
+from orchestrator.events import AssistantTurn, RetryScheduled, ToolResultsMessage
+from orchestrator.messages import Message, ToolUseBlock
+from orchestrator.records.transcripts import Transcript
 from orchestrator.tools.base import (
     CURRENT_TOOL_USE_ID,
     Tool,
@@ -76,14 +77,13 @@ from orchestrator.tools.base import (
     ToolProgress,
 )
 from orchestrator.tools.registry import ToolRegistry
-from orchestrator.transcripts import Transcript
 from policies.facts import ToolFacts
 from sandbox.spec import DEFAULT_PROTECTED
 
 if TYPE_CHECKING:
+    from orchestrator.agents.hooks import AgentHooks
+    from orchestrator.agents.mcp import AgentMcp
     from orchestrator.hooks.runner import HookRunner
-    from orchestrator.hooks.subagent import AgentHooks
-    from orchestrator.mcp.subagent import AgentMcp
 
 __all__ = ["DispatchAgentInput", "DispatchAgentTool", "sidechain_path"]
 
@@ -329,7 +329,7 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
         """The session's hooks for one subagent; None when it has none a subagent fires."""
         if self._hooks is None:
             return None
-        from orchestrator.hooks.subagent import AgentHooks
+        from orchestrator.agents.hooks import AgentHooks
 
         hooks = AgentHooks(
             self._hooks,
@@ -351,7 +351,7 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
         """The subagent's MCP tools, when its type names some and the session has servers."""
         if not any(t.startswith("mcp__") for t in agent_type.tools):
             return None
-        from orchestrator.mcp.subagent import agent_mcp
+        from orchestrator.agents.mcp import agent_mcp
 
         return await agent_mcp(
             self._tools,

@@ -23,9 +23,9 @@ import trio
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from orchestrator.shell import PersistentShell, shell_environment  # noqa: E402
 from orchestrator.tools.base import ToolContext  # noqa: E402
 from orchestrator.tools.bash import MAX_OUTPUT_CHARS, BashTool  # noqa: E402
+from orchestrator.tools.shell import PersistentShell, shell_environment  # noqa: E402
 
 RUNS = 200
 
@@ -65,7 +65,7 @@ async def bench(workspace: Path) -> tuple[float, float, float]:
 
 async def bench_reaper(workspace: Path) -> tuple[float, float]:
     """(d): medians of `true` one-shots, new way and old way, alternating."""
-    import orchestrator.shell as shell_module
+    import orchestrator.tools.shell as shell_module
 
     new_script, new_preexec = shell_module._ONESHOT_REAPER, shell_module._become_subreaper
 

@@ -22,10 +22,10 @@ import trio
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from orchestrator.calls.permissions import headless_asker  # noqa: E402
+from orchestrator.calls.pipeline import ToolPipeline  # noqa: E402
+from orchestrator.calls.policy import SessionPolicy  # noqa: E402
 from orchestrator.messages import ToolUseBlock  # noqa: E402
-from orchestrator.permissions import headless_asker  # noqa: E402
-from orchestrator.pipeline import ToolPipeline  # noqa: E402
-from orchestrator.session_policy import SessionPolicy  # noqa: E402
 from orchestrator.tools.base import ToolContext  # noqa: E402
 from orchestrator.tools.registry import builtin_facts, builtin_tools  # noqa: E402
 from policies.bash_analysis import BashAnalyser  # noqa: E402

@@ -30,9 +30,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from orchestrator.changes import diff  # noqa: E402
-from orchestrator.content_store import ContentStore  # noqa: E402
-from orchestrator.tree_state import TreeState, scan  # noqa: E402
+from orchestrator.changes.content_store import ContentStore  # noqa: E402
+from orchestrator.changes.recorder import diff  # noqa: E402
+from orchestrator.changes.tree_state import TreeState, scan  # noqa: E402
 
 FILES = 10_000
 PER_DIR = 20

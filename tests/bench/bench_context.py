@@ -28,7 +28,7 @@ import trio
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from orchestrator.context import ContextSandbox, context_spec, gather_context  # noqa: E402
+from orchestrator.conversation.context import ContextSandbox, context_spec, gather_context  # noqa: E402
 from sandbox.host import detect_host  # noqa: E402
 from tests.kit.fake_api import FakeMessagesAPI, Reply  # noqa: E402
 

@@ -29,13 +29,13 @@ import trio
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from orchestrator.calls.permissions import Allow, PermissionResult, headless_asker  # noqa: E402
+from orchestrator.calls.pipeline import ToolPipeline  # noqa: E402
+from orchestrator.calls.plan import CallPlan  # noqa: E402
 from orchestrator.events import Event, HookRan  # noqa: E402
 from orchestrator.hooks.matchers import build_matcher  # noqa: E402
 from orchestrator.hooks.runner import ConfiguredHook, HookRunner, HookSandbox  # noqa: E402
 from orchestrator.messages import ToolUseBlock  # noqa: E402
-from orchestrator.permissions import Allow, PermissionResult, headless_asker  # noqa: E402
-from orchestrator.pipeline import ToolPipeline  # noqa: E402
-from orchestrator.plan import CallPlan  # noqa: E402
 from orchestrator.tools.base import ToolContext  # noqa: E402
 from orchestrator.tools.registry import ToolRegistry  # noqa: E402
 from orchestrator.tools.think import ThinkTool  # noqa: E402

@@ -4,7 +4,7 @@ call, measured in one run, interleaved.
     uv run python tests/bench/bench_host_template.py [--rounds 8]
 
 Two `SpareKeeper`s play the warm server (each in a thread, as its loop): one forks its spares
-from a tool-host template (orchestrator/cli/host_template.py), the other starts them fresh
+from a tool-host template (orchestrator/cli/warm/host_template.py), the other starts them fresh
 (its template cannot start, so it falls back, as a server does). Each round, a "session" on
 each keeper adopts both spares through a real link exactly as a warm session does
 (`SandboxedSpawner(spares=...)`), and the bench times the first call in each host (a Read in
@@ -33,10 +33,10 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from orchestrator.aio import closing_iter  # noqa: E402
-from orchestrator.cli.host_template import HostTemplate  # noqa: E402
-from orchestrator.cli.spares import SpareKeeper  # noqa: E402
+from orchestrator.calls.plan import plan_call, tool_assessor  # noqa: E402
+from orchestrator.cli.warm.host_template import HostTemplate  # noqa: E402
+from orchestrator.cli.warm.spares import SpareKeeper  # noqa: E402
 from orchestrator.messages import ToolUseBlock  # noqa: E402
-from orchestrator.plan import plan_call, tool_assessor  # noqa: E402
 from orchestrator.tools.base import Tool, ToolContext, ToolProgress  # noqa: E402
 from orchestrator.tools.bash import BashTool  # noqa: E402
 from orchestrator.tools.read import ReadTool  # noqa: E402

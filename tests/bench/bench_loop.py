@@ -27,12 +27,12 @@ import trio
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from orchestrator.loop import LoopConfig, run_loop  # noqa: E402
+from orchestrator.calls.permissions import default_permission, headless_asker  # noqa: E402
+from orchestrator.calls.pipeline import ToolPipeline  # noqa: E402
+from orchestrator.conversation.loop import LoopConfig, run_loop  # noqa: E402
 from orchestrator.messages import Message, TextBlock  # noqa: E402
 from orchestrator.model.anthropic import AnthropicModel  # noqa: E402
 from orchestrator.model.scripted import ScriptedModel, ScriptedTurn  # noqa: E402
-from orchestrator.permissions import default_permission, headless_asker  # noqa: E402
-from orchestrator.pipeline import ToolPipeline  # noqa: E402
 from orchestrator.tools.base import Tool, ToolContext, ToolInput, ToolOutput, ToolProgress  # noqa: E402
 from orchestrator.tools.registry import ToolRegistry  # noqa: E402
 from tests.kit.fake_api import FakeMessagesAPI, Reply  # noqa: E402

@@ -32,12 +32,12 @@ import trio
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from orchestrator.calls.permissions import Allow, PermissionResult, headless_asker  # noqa: E402
+from orchestrator.calls.pipeline import ToolPipeline  # noqa: E402
+from orchestrator.calls.plan import CallPlan  # noqa: E402
 from orchestrator.mcp.servers import ServerProcess, open_mcp_servers  # noqa: E402
 from orchestrator.mcp.tool import McpTools  # noqa: E402
 from orchestrator.messages import ToolUseBlock  # noqa: E402
-from orchestrator.permissions import Allow, PermissionResult, headless_asker  # noqa: E402
-from orchestrator.pipeline import ToolPipeline  # noqa: E402
-from orchestrator.plan import CallPlan  # noqa: E402
 from orchestrator.tools.base import ToolContext  # noqa: E402
 from orchestrator.tools.registry import ToolRegistry  # noqa: E402
 from policies.mcp import McpServer  # noqa: E402

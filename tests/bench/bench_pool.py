@@ -33,10 +33,10 @@ import trio
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from orchestrator.agents.types import GENERAL, SubagentEvent, SubagentRequest  # noqa: E402
+from orchestrator.calls.permissions import Allow, Deny  # noqa: E402
 from orchestrator.messages import ContentBlock, TextBlock, ToolUseBlock  # noqa: E402
 from orchestrator.model.base import ModelRequest  # noqa: E402
-from orchestrator.permissions import Allow, Deny  # noqa: E402
-from orchestrator.subagents import GENERAL, SubagentEvent, SubagentRequest  # noqa: E402
 from tests.workers.agent_kit import FunctionModel  # noqa: E402
 from workers.broker import ModelBroker  # noqa: E402
 from workers.pool import PoolOptions, open_worker_pool  # noqa: E402

@@ -53,7 +53,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from orchestrator.demo.sample_repo import generate  # noqa: E402
+from orchestrator.cli.demo.sample_repo import generate  # noqa: E402
 from tests.bench.bench_vs_parent import cpu_between, thread_times  # noqa: E402
 from tests.kit.fake_api import FakeMessagesAPI, FakeResponse, RecordedRequest, Reply  # noqa: E402
 
@@ -400,8 +400,8 @@ def redraw_cost() -> tuple[float, float, float]:
     from rich.table import Table
     from rich.text import Text
 
-    from orchestrator.repl.display import TurnView, _agents_rows
-    from orchestrator.subagents import SubagentStarted
+    from orchestrator.agents.types import SubagentStarted
+    from orchestrator.cli.repl.display import TurnView, _agents_rows
 
     console = Console(
         file=io.StringIO(), force_terminal=True, width=COLS, height=ROWS, color_system="truecolor"

@@ -253,8 +253,9 @@ def _held_session(
                 print(f"a session tree with `sleep 3` in flight (load {os.getloadavg()[0]:.2f})")
                 session_tree(session)
                 # The session's first change scan runs in a child of its own for its first
-                # second or so (orchestrator/scan_child.py); the tree once it is done too.
-                scans = [p for p in session.children() if "orchestrator.scan_child" in _cmd(p)]
+                # second or so (orchestrator/changes/scan_child.py); the tree once it is done too.
+                child = "orchestrator.changes.scan_child"
+                scans = [p for p in session.children() if child in _cmd(p)]
                 if scans:
                     psutil.wait_procs(scans, timeout=2.5)
                     print("the same tree once the start-up scan child has exited:")
@@ -300,7 +301,7 @@ def _start_server(warren: list[str], env: dict[str, str]) -> psutil.Process:
 
 def _settle(server: psutil.Process) -> None:
     """Wait until the server's spare tool hosts are the ones forked from its template (a
-    fresh spare stands in while the template warms: orchestrator/cli/spares.py); a tree
+    fresh spare stands in while the template warms: orchestrator/cli/warm/spares.py); a tree
     without templates shows none within 3 s and is measured as it is."""
     started = time.monotonic()
     while time.monotonic() - started < 20:

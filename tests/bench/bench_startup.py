@@ -11,7 +11,7 @@ Against one fake Messages API server on 127.0.0.1, interleaved, the median over 
 - first tool turnaround, warm and cold: the end of the reply asking for a Read
   (`message_stop`) -> the next request (with its tool_result); and the second, the hosts
   long up, for scale (under load both grow, and the ratio stays). Warm, the server's spare
-  tool hosts serve the session (orchestrator/cli/spares.py); cold, they start alongside
+  tool hosts serve the session (orchestrator/cli/warm/spares.py); cold, they start alongside
   the first request (`--no-server`).
 
 A session of two turns (a Read, then the answer) in a small workspace (the tool hosts

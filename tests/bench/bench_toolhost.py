@@ -28,8 +28,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from orchestrator.aio import closing_iter  # noqa: E402
+from orchestrator.calls.plan import plan_call, tool_assessor  # noqa: E402
 from orchestrator.messages import ToolUseBlock  # noqa: E402
-from orchestrator.plan import plan_call, tool_assessor  # noqa: E402
 from orchestrator.tools.base import Tool, ToolContext, ToolOutput  # noqa: E402
 from orchestrator.tools.think import ThinkTool  # noqa: E402
 from workers import protocol as wire  # noqa: E402

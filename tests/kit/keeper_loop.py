@@ -15,7 +15,7 @@ from typing import Any
 
 import psutil
 
-from orchestrator.cli.spares import SpareKeeper, SpareLink
+from orchestrator.cli.warm.spares import SpareKeeper, SpareLink
 
 __all__ = ["KeeperLoop", "is_forked", "spare_waiting"]
 
@@ -73,7 +73,8 @@ class KeeperLoop:
 
 
 def is_forked(pid: int) -> bool:
-    """The spare `pid` was forked from a tool-host template (orchestrator/cli/host_template.py),
+    """The spare `pid` was forked from a tool-host template
+    (orchestrator/cli/warm/host_template.py),
     whose command line it carries; False for a fresh one (a bwrap) or one gone."""
     try:
         return "workers.zygote" in psutil.Process(pid).cmdline()

@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from orchestrator.demo.sample_repo import generate
+from orchestrator.cli.demo.sample_repo import generate
 from tests.kit.fake_api import FakeMessagesAPI, RecordedRequest, Reply
 from tests.kit.tty import Terminal
 

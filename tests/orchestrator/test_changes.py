@@ -1,6 +1,6 @@
-"""The scans behind per-turn change sets (orchestrator/tree_state.py) and the undo's refusals,
-in process on real files: the inotify-kept tree equals a fresh whole scan after every kind of
-change, and a turn's changes worked out from the names touched equal a whole comparison;
+"""The scans behind per-turn change sets (orchestrator/changes/tree_state.py) and the undo's
+refusals, in process on real files: the inotify-kept tree equals a fresh whole scan after every
+kind of change, and a turn's changes worked out from the names touched equal a whole comparison;
 links and FIFOs are recorded without being followed or opened; an undo whose old content is
 damaged in the store refuses and changes nothing."""
 
@@ -17,19 +17,19 @@ from typing import Any
 
 import trio
 
-from orchestrator.changes import (
+from orchestrator.changes.content_store import ContentStore
+from orchestrator.changes.recorder import (
     ChangeRecorder,
     append_record,
     change_log_path,
     diff,
     read_turns,
 )
-from orchestrator.content_store import ContentStore
-from orchestrator.session import _may_write
-from orchestrator.store_gc import collect, hold
+from orchestrator.changes.store_gc import collect, hold
+from orchestrator.changes.tree_state import Entry, Key, TreeState, scan
+from orchestrator.changes.undo import undo_last_turn
+from orchestrator.session.session import _may_write
 from orchestrator.tools.registry import builtin_tools
-from orchestrator.tree_state import Entry, Key, TreeState, scan
-from orchestrator.undo import undo_last_turn
 from sandbox.binary import find_system_tool
 
 
@@ -292,7 +292,7 @@ def test_a_calls_after_scan_waits_until_the_run_is_idle(tmp_path: Path, monkeypa
     """The scan after a writing call holds the GIL in its thread: it must not run while the
     loop still has work (sending the tool result and the next request), only once every
     task waits; the turn's record is then complete."""
-    import orchestrator.changes as changes
+    import orchestrator.changes.recorder as changes
 
     monkeypatch.setattr(changes, "IDLE_WAIT_S", 60.0)
     recorder, ws = _recorder(tmp_path)
@@ -322,7 +322,7 @@ def test_a_waited_step_never_waits_for_idleness(tmp_path: Path, monkeypatch: Any
     """The next turn's first scan (`before_call`, `settled`) is on a call's path: queued
     behind steps that wait for an idle run, it makes them run at once, even while another
     task (a subagent's stream) keeps the run busy."""
-    import orchestrator.changes as changes
+    import orchestrator.changes.recorder as changes
 
     monkeypatch.setattr(changes, "IDLE_WAIT_S", 60.0)
     recorder, ws = _recorder(tmp_path)
@@ -358,7 +358,7 @@ def test_steps_keep_their_order_whether_run_in_the_callers_task_or_queued(
     """A waited step with nothing queued or under way runs in the caller's task (no trip
     through the background one); a step asked for meanwhile waits for it, and a waited step
     asked for while another is queued or held still runs after that one."""
-    import orchestrator.changes as changes
+    import orchestrator.changes.recorder as changes
 
     monkeypatch.setattr(changes, "IDLE_WAIT_S", 0.05)
     recorder, _ = _recorder(tmp_path)

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from orchestrator.agents.types import load_agent_types
+from orchestrator.calls.policy import load_session_policy
 from orchestrator.errors import ConfigError
-from orchestrator.session_policy import load_session_policy
-from orchestrator.subagents import load_agent_types
 from orchestrator.tools.registry import builtin_facts
 from policies import commands
 from policies.claude_settings import parse_claude_settings

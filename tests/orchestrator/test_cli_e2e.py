@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.demo.sample_repo import CALL_SITES, generate
+from orchestrator.cli.demo.sample_repo import CALL_SITES, generate
 from orchestrator.model.scripted import load_script
 from tests.kit.fake_api import FakeMessagesAPI, FakeResponse, HttpError, RecordedRequest, Reply
 
-DEMO = Path(__file__).resolve().parents[2] / "orchestrator" / "demo"
+DEMO = Path(__file__).resolve().parents[2] / "orchestrator" / "cli" / "demo"
 WARREN = [sys.executable, "-m", "orchestrator.cli"]
 
 
@@ -223,7 +223,7 @@ def test_tool_calls_run_in_a_sandboxed_host(sample: Path, env: dict[str, str]) -
     """Through the CLI: a Bash call runs in bwrap — it sees no API key and cannot write /etc,
     and the init event says the floor is proven. Nothing but the coordinator runs when the
     first request arrives: the tool hosts and the change scan start once it is on its way
-    (orchestrator/later.py), off the cold start's path."""
+    (orchestrator/session/later.py), off the cold start's path."""
     import psutil
 
     replies = [

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.continuation import CONTINUE_PROMPT
+from orchestrator.conversation.continuation import CONTINUE_PROMPT
 from tests.kit.fake_api import FakeMessagesAPI, FakeResponse, RecordedRequest, Reply
 
 ROOT = Path(__file__).resolve().parents[2]

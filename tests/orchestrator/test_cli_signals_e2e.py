@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from orchestrator.demo.sample_repo import generate
+from orchestrator.cli.demo.sample_repo import generate
 from tests.kit.fake_api import FakeMessagesAPI, RecordedRequest, Reply
 from tests.orchestrator.test_cli_e2e import WARREN, run_cli
 

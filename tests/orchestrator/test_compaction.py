@@ -1,5 +1,6 @@
-"""Context accounting and compaction (orchestrator/compaction.py), in process: the real loop,
-the real SDK over a socket to the windowed fake server (tests/kit/long_session.py), real tools.
+"""Context accounting and compaction (orchestrator/conversation/compaction.py), in process: the
+real loop, the real SDK over a socket to the windowed fake server (tests/kit/long_session.py), real
+tools.
 """
 
 from __future__ import annotations
@@ -11,22 +12,22 @@ import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
-from orchestrator.compaction import (
+from orchestrator.calls.permissions import default_permission, headless_asker
+from orchestrator.calls.pipeline import ToolPipeline
+from orchestrator.conversation.compaction import (
     CLEAR_MIN_CHARS,
     Compactor,
     ContextAccount,
     clear_old_results,
     learn_window,
 )
+from orchestrator.conversation.loop import LoopConfig, RunResult, run_loop
+from orchestrator.conversation.repair import is_valid_for_api
 from orchestrator.events import CompactBoundary, Event
-from orchestrator.loop import LoopConfig, RunResult, run_loop
 from orchestrator.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
 from orchestrator.model.anthropic import AnthropicModel
-from orchestrator.permissions import default_permission, headless_asker
-from orchestrator.pipeline import ToolPipeline
 from orchestrator.tools.base import ToolContext
 from orchestrator.tools.registry import builtin_tools
-from orchestrator.transcript_repair import is_valid_for_api
 from tests.kit.fake_api import TEST_MODEL, FakeMessagesAPI, HttpError
 from tests.kit.long_session import LongSession, make_files
 

@@ -177,8 +177,8 @@ def test_project_agent_definitions_do_not_follow_links_or_fifos(
     tmp_path: Path, outside: Path
 ) -> None:
     """`.warren/agents/*.md` (a trusted project's) goes into a subagent's system prompt."""
+    from orchestrator.agents.types import load_agent_types
     from orchestrator.errors import ConfigError
-    from orchestrator.subagents import load_agent_types
 
     for plant in ("symlink", "fifo", "device"):
         ws = tmp_path / plant

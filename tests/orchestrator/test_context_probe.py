@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator import context_probe
+from orchestrator.conversation import context_probe
 
 PROBE = Path(context_probe.__file__)
 

@@ -1,5 +1,5 @@
-"""The denials of a run and the advice printed for them (orchestrator/denials.py): an allow rule
-is suggested only where one would let the call run, and nothing the model wrote reaches the
+"""The denials of a run and the advice printed for them (orchestrator/calls/denials.py): an allow
+rule is suggested only where one would let the call run, and nothing the model wrote reaches the
 terminal unescaped."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 import pytest
 
-from orchestrator.denials import DenialLog, PermissionDenial, allow_rule, render_denials
+from orchestrator.calls.denials import DenialLog, PermissionDenial, allow_rule, render_denials
 from orchestrator.events import PermissionDecided, ToolStarted
 
 

@@ -24,14 +24,14 @@ import trio.testing
 from rich.console import Console
 
 from orchestrator import idle
+from orchestrator.agents.types import SubagentStarted
 from orchestrator.aio import closing_iter
+from orchestrator.cli.live_progress import TerminalProgress
+from orchestrator.cli.repl.display import TurnView
 from orchestrator.events import RetryScheduled, ToolFinished, ToolStarted
-from orchestrator.live_progress import TerminalProgress
 from orchestrator.model.base import ModelClient, ModelEvent, ModelRequest
 from orchestrator.paths import WarrenDirs
-from orchestrator.repl.display import TurnView
-from orchestrator.session import SessionConfig, SessionParts, open_session
-from orchestrator.subagents import SubagentStarted
+from orchestrator.session.session import SessionConfig, SessionParts, open_session
 from tests.kit.fake_api import FakeMessagesAPI, Reply, model_for
 
 _HELD_UP_TO_S = 10.0

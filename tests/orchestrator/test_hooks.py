@@ -10,15 +10,15 @@ from typing import Literal
 
 import pytest
 
+from orchestrator.calls.permissions import headless_asker
+from orchestrator.calls.pipeline import ToolPipeline
+from orchestrator.calls.plan import plan_call
+from orchestrator.calls.policy import SessionPolicy
 from orchestrator.hooks.build import configured_hooks
 from orchestrator.hooks.matchers import build_matcher, claude_matches
 from orchestrator.hooks.output import HookOutput, parse_output
 from orchestrator.hooks.runner import ConfiguredHook, HookRun, HookRunner, merge
 from orchestrator.messages import ToolUseBlock
-from orchestrator.permissions import headless_asker
-from orchestrator.pipeline import ToolPipeline
-from orchestrator.plan import plan_call
-from orchestrator.session_policy import SessionPolicy
 from orchestrator.tools.base import ToolContext
 from orchestrator.tools.registry import builtin_facts, builtin_tools
 from policies.bash_analysis import BashAnalyser

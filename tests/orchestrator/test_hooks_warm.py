@@ -103,7 +103,7 @@ def _host_python(runner: SandboxedToolRunner, role: str) -> psutil.Process:
 
 
 def test_the_sandboxed_tool_runner_is_a_warm_hook_host() -> None:
-    """The session hands its runner to the hooks by this check (orchestrator/session.py)."""
+    """The session hands its runner to the hooks by this check (orchestrator/session/session.py)."""
     assert issubclass(SandboxedToolRunner, WarmHookHost)
 
 
@@ -309,9 +309,9 @@ async def test_what_the_model_left_running_cannot_reach_a_hook(
     that kills every process it can see with the marker, and writes into every pipe it can
     find) cannot touch a hook: hooks run in a host of their own, in another pid namespace,
     with the same floor. The hook's deny answer arrives intact."""
+    from orchestrator.calls.permissions import Allow, headless_asker
+    from orchestrator.calls.pipeline import ToolPipeline
     from orchestrator.messages import ToolUseBlock
-    from orchestrator.permissions import Allow, headless_asker
-    from orchestrator.pipeline import ToolPipeline
     from orchestrator.tools.bash import BashTool
     from orchestrator.tools.registry import ToolRegistry
 

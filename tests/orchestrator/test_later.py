@@ -1,12 +1,12 @@
-"""`FirstResponseStarts` (orchestrator/later.py): the parts start at the first event of the
+"""`FirstResponseStarts` (orchestrator/session/later.py): the parts start at the first event of the
 first response, once, however many events and requests the run streams through it."""
 
 from __future__ import annotations
 
 from orchestrator.aio import closing_iter
-from orchestrator.later import FirstResponseStarts
 from orchestrator.messages import Message, TextBlock
 from orchestrator.model.base import ModelRequest
+from orchestrator.session.later import FirstResponseStarts
 from tests.kit.fake_api import FakeMessagesAPI, Reply, model_for
 
 

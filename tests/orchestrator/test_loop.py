@@ -9,17 +9,17 @@ import pytest
 import trio
 import trio.testing
 
-from orchestrator.events import Event
-from orchestrator.loop import LoopConfig, RunControl, RunResult, run_loop
-from orchestrator.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
-from orchestrator.model.scripted import ScriptedModel, ScriptedTurn
-from orchestrator.permissions import Allow, Ask, Deny, default_permission, headless_asker
-from orchestrator.pipeline import (
+from orchestrator.calls.permissions import Allow, Ask, Deny, default_permission, headless_asker
+from orchestrator.calls.pipeline import (
     INTERRUPTED_RUNNING,
     INTERRUPTED_WAITING,
     REJECTED_EARLIER,
     ToolPipeline,
 )
+from orchestrator.conversation.loop import LoopConfig, RunControl, RunResult, run_loop
+from orchestrator.events import Event
+from orchestrator.messages import Message, TextBlock, ToolResultBlock, ToolUseBlock
+from orchestrator.model.scripted import ScriptedModel, ScriptedTurn
 from orchestrator.tools.base import ToolContext
 from orchestrator.tools.registry import ToolRegistry
 from tests.orchestrator.probe_tools import ProbeLog, ProbeTool

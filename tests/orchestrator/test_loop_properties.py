@@ -14,8 +14,8 @@ import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator.loop import LoopConfig, RunControl
-from orchestrator.transcript_repair import is_valid_for_api, normalize_for_api
+from orchestrator.conversation.loop import LoopConfig, RunControl
+from orchestrator.conversation.repair import is_valid_for_api, normalize_for_api
 from tests.orchestrator.probe_tools import ProbeLog
 from tests.orchestrator.test_loop import run, turn
 

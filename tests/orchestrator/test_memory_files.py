@@ -26,8 +26,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from orchestrator import context
-from orchestrator.context import (
+from orchestrator.conversation import context
+from orchestrator.conversation.context import (
     ContextSandbox,
     ContextSnapshot,
     MemorySources,

@@ -1,4 +1,4 @@
-"""A process that adopts its one-shots' orphans (`orchestrator.orphans`, as the read-only tool
+"""A process that adopts its one-shots' orphans (`sandbox.process.orphans`, as the read-only tool
 host and agent worker do) leaves nothing of a call running, and no zombie, checked on the host.
 
 Adoption makes the whole process a child subreaper, so each case runs in a child Python
@@ -24,8 +24,8 @@ ROOT = Path(__file__).resolve().parents[2]
 CHILD = r"""
 import json, sys, trio, psutil
 from pathlib import Path
-from orchestrator.orphans import adopt_orphans
-from orchestrator.shell import PersistentShell, shell_environment
+from sandbox.process.orphans import adopt_orphans
+from orchestrator.tools.shell import PersistentShell, shell_environment
 
 adopt_orphans()
 case = json.loads(sys.stdin.read())  # not argv: our own command line would hold the markers

@@ -7,21 +7,21 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from orchestrator.continuation import (
+from orchestrator.calls.permissions import default_permission, headless_asker
+from orchestrator.calls.pipeline import ToolPipeline
+from orchestrator.conversation.continuation import (
     CONTINUE_PROMPT,
     THINKING_ANSWER_TOKENS,
     OutputPlan,
     output_plan,
 )
-from orchestrator.loop import LoopConfig, RunResult, run_loop
+from orchestrator.conversation.loop import LoopConfig, RunResult, run_loop
 from orchestrator.messages import Message, RedactedThinkingBlock, TextBlock, ThinkingBlock
 from orchestrator.model.catalog import output_limit
 from orchestrator.outcome import exit_code
-from orchestrator.permissions import default_permission, headless_asker
-from orchestrator.pipeline import ToolPipeline
+from orchestrator.records.transcripts import SessionStore
 from orchestrator.tools.base import ToolContext
 from orchestrator.tools.registry import ToolRegistry
-from orchestrator.transcripts import SessionStore
 from tests.kit.fake_api import (
     TEST_MODEL,
     FakeMessagesAPI,

@@ -13,11 +13,11 @@ import trio.testing
 from prompt_toolkit.completion import CompleteEvent
 from prompt_toolkit.document import Document
 
-from orchestrator.repl.app import with_mentions
-from orchestrator.repl.commands import COMMANDS, suggest
-from orchestrator.repl.dialog import change_diff
-from orchestrator.repl.input import ReplCompleter
-from orchestrator.repl.keys import KeyWatcher
+from orchestrator.cli.repl.app import with_mentions
+from orchestrator.cli.repl.commands import COMMANDS, suggest
+from orchestrator.cli.repl.dialog import change_diff
+from orchestrator.cli.repl.input import ReplCompleter
+from orchestrator.cli.repl.keys import KeyWatcher
 
 
 def test_an_unknown_command_gets_the_nearest_name() -> None:
@@ -86,7 +86,7 @@ def test_completion_of_mcp_prompts_and_resources_in_one_at_grammar(tmp_path: Pat
 def test_columns_align_rows_and_cut_them_to_the_width() -> None:
     from rich.console import Console
 
-    from orchestrator.columns import Columns
+    from orchestrator.cli.columns import Columns
 
     rows = Columns(("agent", "tool"), [(("a1", "cyan"), "Grep('x')"), ("agent-2", "thinking")])
     console = Console(width=14, record=True, color_system=None, file=io.StringIO())

@@ -1,5 +1,5 @@
-"""Write scopes (orchestrator/scopes.py) and the scheduling rule that reads them
-(`orchestrator.plan.may_overlap`): table-driven, on a real directory tree, no sandbox."""
+"""Write scopes (orchestrator/calls/scopes.py) and the scheduling rule that reads them
+(`orchestrator.calls.plan.may_overlap`): table-driven, on a real directory tree, no sandbox."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from orchestrator.messages import ToolUseBlock
-from orchestrator.permissions import Allow, default_permission, headless_asker
-from orchestrator.pipeline import ToolPipeline
-from orchestrator.plan import CallPlan, may_overlap, plan_call, tool_assessor
-from orchestrator.scopes import (
+from orchestrator.agents.types import GENERAL, AgentType
+from orchestrator.calls.permissions import Allow, default_permission, headless_asker
+from orchestrator.calls.pipeline import ToolPipeline
+from orchestrator.calls.plan import CallPlan, may_overlap, plan_call, tool_assessor
+from orchestrator.calls.scopes import (
     ScopeError,
     check_scope,
     hash_scope,
@@ -22,7 +22,7 @@ from orchestrator.scopes import (
     open_scope,
     scope_changes,
 )
-from orchestrator.subagents import GENERAL, AgentType
+from orchestrator.messages import ToolUseBlock
 from orchestrator.tools.base import Tool, ToolContext
 from orchestrator.tools.bash import BashTool
 from orchestrator.tools.dispatch_agent import DispatchAgentTool

@@ -28,8 +28,8 @@ from claude_agent_sdk import (
 )
 
 from orchestrator.aio import closing_iter
+from orchestrator.claude_code.sdk_control import SdkControl
 from orchestrator.cli.main import main
-from orchestrator.sdk_control import SdkControl
 from tests.kit.fake_api import FakeMessagesAPI, Reply
 from tests.kit.floor import needs_sandbox
 

@@ -13,18 +13,18 @@ from typing import Any
 import pytest
 import trio
 
+from orchestrator.conversation.loop import RunResult
+from orchestrator.conversation.repair import INTERRUPTED_BY_USER, is_valid_for_api
 from orchestrator.errors import ConfigError
 from orchestrator.events import Event, ToolStarted
 from orchestrator.limits import Limits
-from orchestrator.loop import RunResult
 from orchestrator.messages import Message, ToolUseBlock
 from orchestrator.model.scripted import ScriptedModel, ScriptedTurn
 from orchestrator.paths import WarrenDirs
-from orchestrator.session import Session, SessionConfig, SessionParts, open_session
+from orchestrator.records.transcripts import SessionStore
+from orchestrator.session.session import Session, SessionConfig, SessionParts, open_session
 from orchestrator.tools.base import DEFAULT_TOOL_TIMEOUT_S
 from orchestrator.tools.registry import ToolRegistry
-from orchestrator.transcript_repair import INTERRUPTED_BY_USER, is_valid_for_api
-from orchestrator.transcripts import SessionStore
 from tests.orchestrator.probe_tools import ProbeLog, ProbeTool
 
 

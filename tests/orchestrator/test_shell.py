@@ -16,8 +16,8 @@ import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
-from orchestrator.shell import OutputCapture, PersistentShell, shell_environment
 from orchestrator.text import truncate_middle
+from orchestrator.tools.shell import OutputCapture, PersistentShell, shell_environment
 
 LIMIT = 30_000
 

@@ -1,5 +1,5 @@
-"""The collector paused while an in-process run starts (orchestrator/startup_gc.py): off from
-`pause()`, back on with the start-up's objects frozen at `resume()` (the run's parts start) or
+"""The collector paused while an in-process run starts (orchestrator/session/startup_gc.py): off
+from `pause()`, back on with the start-up's objects frozen at `resume()` (the run's parts start) or
 after the longest pause, never twice; a real `warren -p` run in its own process ends its
 start-up with it back on and its imports frozen."""
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import startup_gc
+from orchestrator.session import startup_gc
 from tests.kit.fake_api import FakeMessagesAPI, Reply
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,7 +64,7 @@ def test_the_pause_ends_by_itself(collector: None) -> None:
 
 _PROBE = """
 import gc, json, os, sys
-from orchestrator import startup_gc
+from orchestrator.session import startup_gc
 states = []
 original = startup_gc.resume
 def resume():

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.permissions import Allow, Ask, Deny
-from orchestrator.session_policy import load_session_policy
-from orchestrator.terminal_asker import TerminalAsker
+from orchestrator.calls.permissions import Allow, Ask, Deny
+from orchestrator.calls.policy import load_session_policy
+from orchestrator.calls.terminal_asker import TerminalAsker
 from orchestrator.tools.bash import BashTool
 
 

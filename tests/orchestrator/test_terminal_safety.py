@@ -15,6 +15,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from orchestrator.claude_code.output import ProgressPrinter
 from orchestrator.events import (
     PermissionDecided,
     RetryScheduled,
@@ -22,9 +23,8 @@ from orchestrator.events import (
     ToolFinished,
     ToolStarted,
 )
-from orchestrator.output import ProgressPrinter
 from orchestrator.paths import WarrenDirs
-from orchestrator.session import SessionConfig, SessionParts, open_session
+from orchestrator.session.session import SessionConfig, SessionParts, open_session
 from orchestrator.text import escape_controls
 from orchestrator.tools.registry import ToolRegistry
 from tests.kit.fake_api import (

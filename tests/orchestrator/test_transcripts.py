@@ -13,7 +13,7 @@ import pytest
 
 from orchestrator.errors import SessionError, TranscriptWriteError
 from orchestrator.messages import Message
-from orchestrator.transcripts import SessionStore, Transcript, parse_session_id
+from orchestrator.records.transcripts import SessionStore, Transcript, parse_session_id
 
 
 def records(path: Path) -> list[dict[str, object]]:

@@ -5,7 +5,7 @@ The first test runs every one of them in a real writable sandbox on a scratch co
 workspace and checks on the host that it really destroys something: the table holds real
 attacks, not guesses. The others check the engine's answer in each of the five modes, with
 `allow = ["Bash"]` and with `allow = ["Bash(rm:*)"]`: ask where a human can answer, deny in
-`dont-ask` and `plan` (a headless run turns the ask into a deny, orchestrator.permissions),
+`dont-ask` and `plan` (a headless run turns the ask into a deny, orchestrator.calls.permissions),
 with a reason that names what would be destroyed.
 """
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from orchestrator import context_probe
+from orchestrator.conversation import context_probe
 from policies import memory_files
 from policies.memory_files import find_imports, memory_chain, wire_denied
 from policies.rules import compile_path_pattern

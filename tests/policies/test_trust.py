@@ -240,7 +240,7 @@ def test_removing_an_agent_definition_or_renaming_it_asks_again(
 
 
 def test_memory_files_are_the_ones_context_reads() -> None:
-    from orchestrator import context
+    from orchestrator.conversation import context
     from policies.trust import MEMORY_FILES
 
     assert set(context.MEMORY_FILES) <= set(MEMORY_FILES)

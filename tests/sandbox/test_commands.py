@@ -1,5 +1,5 @@
 """`warren doctor` and `warren sandbox run` as plain functions returning values (the CLI,
-orchestrator/cli/doctor.py, prints them: tests/orchestrator/test_cli.py)."""
+orchestrator/cli/subcommands/doctor.py, prints them: tests/orchestrator/test_cli.py)."""
 
 from __future__ import annotations
 

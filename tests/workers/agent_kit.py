@@ -23,6 +23,8 @@ import psutil
 import trio
 from pydantic import Field
 
+from orchestrator.agents.types import AgentType, SubagentEvent, SubagentRequest
+from orchestrator.calls.permissions import Allow, Deny
 from orchestrator.messages import (
     AssistantMessage,
     ContentBlock,
@@ -32,8 +34,6 @@ from orchestrator.messages import (
     Usage,
 )
 from orchestrator.model.base import BlockComplete, MessageComplete, ModelEvent, ModelRequest
-from orchestrator.permissions import Allow, Deny
-from orchestrator.subagents import AgentType, SubagentEvent, SubagentRequest
 from orchestrator.tools.base import Tool, ToolContext, ToolInput, ToolOutput, ToolProgress
 from orchestrator.tools.registry import ToolRegistry
 from workers.agent_worker import worker_tools

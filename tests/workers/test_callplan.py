@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
+from orchestrator.calls.permissions import Allow, Ask, Deny, headless_asker
+from orchestrator.calls.pipeline import ToolPipeline
+from orchestrator.calls.policy import SessionPolicy
 from orchestrator.events import Event, PermissionDecided
 from orchestrator.messages import ToolResultBlock, ToolUseBlock
-from orchestrator.permissions import Allow, Ask, Deny, headless_asker
-from orchestrator.pipeline import ToolPipeline
-from orchestrator.session_policy import SessionPolicy
 from orchestrator.tools.base import Tool, ToolContext, ToolInput
 from orchestrator.tools.registry import builtin_facts, builtin_tools
 from policies.bash_analysis import BashAnalyser, BashClassification

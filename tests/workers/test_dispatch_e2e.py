@@ -1,4 +1,4 @@
-"""dispatch_agent end to end: a `Session` (orchestrator/session.py) with the worker pool
+"""dispatch_agent end to end: a `Session` (orchestrator/session/session.py) with the worker pool
 wired in as the CLI will wire it, real agent workers under real bwrap, and the real Anthropic
 SDK in the coordinator talking over a socket to the fake Messages API.
 
@@ -20,14 +20,7 @@ from typing import Any
 import pytest
 import trio
 
-from orchestrator.loop import LoopConfig, RunControl, run_loop
-from orchestrator.messages import Message
-from orchestrator.paths import WarrenDirs
-from orchestrator.permissions import default_permission, headless_asker
-from orchestrator.pipeline import INTERRUPTED_RUNNING, ToolPipeline, ToolRunner
-from orchestrator.session import SessionConfig, SessionParts, open_session
-from orchestrator.session_policy import SessionPolicy
-from orchestrator.subagents import (
+from orchestrator.agents.types import (
     GENERAL,
     AgentType,
     SubagentEvent,
@@ -36,6 +29,13 @@ from orchestrator.subagents import (
     SubagentRequest,
     SubagentUpdate,
 )
+from orchestrator.calls.permissions import default_permission, headless_asker
+from orchestrator.calls.pipeline import INTERRUPTED_RUNNING, ToolPipeline, ToolRunner
+from orchestrator.calls.policy import SessionPolicy
+from orchestrator.conversation.loop import LoopConfig, RunControl, run_loop
+from orchestrator.messages import Message
+from orchestrator.paths import WarrenDirs
+from orchestrator.session.session import SessionConfig, SessionParts, open_session
 from orchestrator.tools.base import ToolContext
 from orchestrator.tools.dispatch_agent import DispatchAgentTool
 from orchestrator.tools.registry import ToolRegistry
@@ -288,7 +288,7 @@ async def test_a_subagent_continues_a_cut_reply_and_thinks_when_the_session_does
 ) -> None:
     """Subagents run the same loop: a cut text is continued, and with the session's thinking
     budget their requests think and echo their thinking back (signature included)."""
-    from orchestrator.continuation import CONTINUE_PROMPT
+    from orchestrator.conversation.continuation import CONTINUE_PROMPT
 
     thinking = {"type": "thinking", "thinking": "Look first.", "signature": "c2lnLXN1Yg=="}
     replies: list[FakeResponse] = [

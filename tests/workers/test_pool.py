@@ -25,13 +25,13 @@ import psutil
 import pytest
 import trio
 
+from orchestrator.agents.types import SubagentOutcome, SubagentRequest
+from orchestrator.calls.permissions import Allow, Deny
 from orchestrator.errors import ModelError
 from orchestrator.events import PermissionDecided
 from orchestrator.messages import ContentBlock
 from orchestrator.model.base import ModelRequest
 from orchestrator.model.catalog import default_max_tokens
-from orchestrator.permissions import Allow, Deny
-from orchestrator.subagents import SubagentOutcome, SubagentRequest
 from tests.kit.floor import needs_sandbox
 from tests.workers.agent_kit import (
     FACTORY,
@@ -508,10 +508,10 @@ async def test_a_used_up_session_budget_ends_the_subagent(workspace: Path) -> No
 
 
 async def test_the_session_composition_uses_the_policy(workspace: Path) -> None:
+    from orchestrator.calls.policy import load_session_policy
     from orchestrator.cli.wiring import open_subagents
-    from orchestrator.later import LaterSubagents
     from orchestrator.limits import Limits
-    from orchestrator.session_policy import load_session_policy
+    from orchestrator.session.later import LaterSubagents
     from orchestrator.tools.base import ToolContext
     from policies.pool import PoolConfig
 

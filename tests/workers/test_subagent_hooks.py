@@ -21,13 +21,13 @@ from typing import Any
 import pytest
 import trio
 
+from orchestrator.agents.hooks import AgentHooks
+from orchestrator.calls.permissions import Allow, PermissionResult, headless_asker
+from orchestrator.calls.plan import CallPlan, tool_assessor
 from orchestrator.hooks.matchers import build_matcher
 from orchestrator.hooks.runner import ConfiguredHook, HookRunner
-from orchestrator.hooks.subagent import AgentHooks
 from orchestrator.messages import ContentBlock
 from orchestrator.model.base import ModelRequest
-from orchestrator.permissions import Allow, PermissionResult, headless_asker
-from orchestrator.plan import CallPlan, tool_assessor
 from orchestrator.tools.base import ToolContext, ToolOutput
 from orchestrator.tools.dispatch_agent import DispatchAgentInput, DispatchAgentTool
 from policies.files import Hook, HookEvent

@@ -15,15 +15,15 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+from orchestrator.agents.types import SubagentEvent, SubagentUpdate
+from orchestrator.calls.permissions import Allow, PermissionResult, headless_asker
+from orchestrator.calls.plan import CallPlan
 from orchestrator.cli.wiring import _plain_process
 from orchestrator.events import PermissionDecided
 from orchestrator.mcp.deferred import DeferredMcp
 from orchestrator.mcp.servers import ServerProcess, open_mcp_servers
 from orchestrator.messages import ContentBlock
 from orchestrator.model.base import ModelRequest
-from orchestrator.permissions import Allow, PermissionResult, headless_asker
-from orchestrator.plan import CallPlan
-from orchestrator.subagents import SubagentEvent, SubagentUpdate
 from orchestrator.tools.base import ToolContext, ToolOutput
 from orchestrator.tools.dispatch_agent import DispatchAgentInput, DispatchAgentTool
 from orchestrator.tools.registry import ToolRegistry

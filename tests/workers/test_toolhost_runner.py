@@ -20,11 +20,11 @@ import structlog.testing
 import trio
 
 from orchestrator.aio import closing_iter
+from orchestrator.calls.permissions import default_permission, headless_asker
+from orchestrator.calls.pipeline import ToolPipeline
+from orchestrator.calls.plan import CallPlan, plan_call, tool_assessor
 from orchestrator.errors import ToolError
 from orchestrator.messages import ToolUseBlock
-from orchestrator.permissions import default_permission, headless_asker
-from orchestrator.pipeline import ToolPipeline
-from orchestrator.plan import CallPlan, plan_call, tool_assessor
 from orchestrator.tools.base import (
     Checked,
     Tool,
@@ -364,7 +364,7 @@ async def test_misclassified_bash_cannot_write_in_the_read_only_host(
 async def test_nothing_a_read_only_call_starts_outlives_it_in_the_host(
     runner: SandboxedToolRunner, ctx: ToolContext
 ) -> None:
-    """The read-only host adopts its one-shots' orphans (orchestrator.orphans): what a call
+    """The read-only host adopts its one-shots' orphans (sandbox.process.orphans): what a call
     left running with `setsid`, a double fork or `nohup` is gone when it returns, looked up on
     the host by a marker; the host keeps no zombie of them."""
     import secrets

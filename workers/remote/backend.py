@@ -30,7 +30,7 @@ from pathlib import Path
 import structlog
 import trio
 
-from orchestrator.subagents import (
+from orchestrator.agents.types import (
     SubagentEvent,
     SubagentOutcome,
     SubagentPermission,

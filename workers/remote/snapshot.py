@@ -24,10 +24,10 @@ it":
 
 - the files git lists, `git ls-files --cached --others --exclude-standard` (tracked, and
   untracked but not ignored), run inside the read-only sandbox start-up context gathering uses
-  (`orchestrator.context.context_spec`) with git's code-running settings disabled
-  (`orchestrator.context_probe.git_argv`): nothing the repository configures runs or is read
-  on the host (`core.fsmonitor`, hooks, `core.excludesFile`, includes are seen only inside the
-  sandbox). With the floor off (`sandboxed=False`) git runs here with those settings disabled,
+  (`orchestrator.conversation.context.context_spec`) with git's code-running settings disabled
+  (`orchestrator.conversation.context_probe.git_argv`): nothing the repository configures runs or
+  is read on the host (`core.fsmonitor`, hooks, `core.excludesFile`, includes are seen only inside
+  the sandbox). With the floor off (`sandboxed=False`) git runs here with those settings disabled,
   as the context probe then does. Submodules and nested
   repositories are left out (git lists them as one name; their files are another
   repository's). A worktree's git directories are bound into that sandbox read-only. A
@@ -41,12 +41,12 @@ it":
   home;
 - minus `.git` itself: the remote subagent gets no git history, only the work tree.
 
-Files are read on the host the way the change scans read them (`orchestrator.tree_state.walk`,
-`sandbox.safe_read.read_unchanged_at`): directories opened from the root down with
-`O_NOFOLLOW`, files with `O_NOFOLLOW | O_NONBLOCK` and checked to be regular on the open
-descriptor, so a FIFO, a device or a link is never read; a link is recorded by its target
-text only (inside the worker's sandbox it points at the node's path, which the node's floor
-governs). Sizes are capped per file and in total (`SnapshotError` names the cap and the file).
+Files are read on the host the way the change scans read them
+(`orchestrator.changes.tree_state.walk`, `sandbox.safe_read.read_unchanged_at`): directories opened
+from the root down with `O_NOFOLLOW`, files with `O_NOFOLLOW | O_NONBLOCK` and checked to be
+regular on the open descriptor, so a FIFO, a device or a link is never read; a link is recorded by
+its target text only (inside the worker's sandbox it points at the node's path, which the node's
+floor governs). Sizes are capped per file and in total (`SnapshotError` names the cap and the file).
 """
 
 from __future__ import annotations
@@ -70,12 +70,12 @@ from typing import Literal
 import trio
 from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
-from orchestrator.content_store import ContentStore
-from orchestrator.context import context_spec, memory_root
-from orchestrator.context_probe import git_argv, git_env
+from orchestrator.changes.content_store import ContentStore
+from orchestrator.changes.store_gc import inventory, sweep
+from orchestrator.changes.tree_state import open_parent, walk
+from orchestrator.conversation.context import context_spec, memory_root
+from orchestrator.conversation.context_probe import git_argv, git_env
 from orchestrator.errors import WarrenError
-from orchestrator.store_gc import inventory, sweep
-from orchestrator.tree_state import open_parent, walk
 from sandbox.errors import SandboxError
 from sandbox.host import SandboxHost
 from sandbox.masks import gather_host_facts, linked_git_dirs

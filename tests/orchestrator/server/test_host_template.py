@@ -1,4 +1,4 @@
-"""Tool hosts forked from a template (orchestrator/cli/host_template.py), adopted through a
+"""Tool hosts forked from a template (orchestrator/cli/warm/host_template.py), adopted through a
 real `SpareKeeper` link exactly as a warm session adopts them, then attacked from inside.
 
 A thread plays the server's loop over the keeper (links, templates, reaping); a first
@@ -19,9 +19,9 @@ import pytest
 import trio
 
 from orchestrator.aio import closing_iter
-from orchestrator.cli.spares import SpareKeeper
+from orchestrator.calls.plan import CallPlan, plan_call, tool_assessor
+from orchestrator.cli.warm.spares import SpareKeeper
 from orchestrator.messages import ToolUseBlock
-from orchestrator.plan import CallPlan, plan_call, tool_assessor
 from orchestrator.tools.base import Tool, ToolContext, ToolInput, ToolOutput, ToolProgress
 from orchestrator.tools.bash import BashTool
 from tests.kit.floor import needs_sandbox

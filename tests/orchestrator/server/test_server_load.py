@@ -75,8 +75,8 @@ def test_a_fork_that_fails_refuses_the_client_and_keeps_serving(
     """Out of processes (EAGAIN) or memory, the server cannot fork a session: the client is
     told so (it then runs the session itself, as with any refusal) and the server goes on,
     with nothing of that client kept."""
-    from orchestrator.cli import server as srv
     from orchestrator.cli.client import ServerLink
+    from orchestrator.cli.warm import server as srv
 
     path = str(tmp_path / "s.sock")
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:

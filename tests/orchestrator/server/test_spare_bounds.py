@@ -1,4 +1,4 @@
-"""The server's spare tool hosts are bounded (orchestrator/cli/spares.py): no more than
+"""The server's spare tool hosts are bounded (orchestrator/cli/warm/spares.py): no more than
 `max_spares` are kept at once (the oldest goes), and an idle one is stopped after `idle_s`.
 Real spares under the floor, started from recipes reported over a real link, as a session
 reports them; the bounds are checked by count and state, never by timing."""
@@ -13,7 +13,7 @@ import psutil
 import pytest
 import trio
 
-from orchestrator.cli.spares import SpareKeeper, SpareLink
+from orchestrator.cli.warm.spares import SpareKeeper, SpareLink
 from sandbox.host import detect_host
 from sandbox.run import _prepare
 from sandbox.spare import SpareRecipe
@@ -133,7 +133,7 @@ def _settle(keeper: SpareKeeper, until: float = 60.0) -> None:
 def test_tool_host_spares_are_forked_from_a_template_and_fresh_when_it_fails(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from orchestrator.cli.host_template import HostTemplate
+    from orchestrator.cli.warm.host_template import HostTemplate
 
     rw, ro = _tool_host_recipes(tmp_path)
     keeper = SpareKeeper()

@@ -1,5 +1,5 @@
-"""The context probe of a warm server's session (orchestrator/context.py) runs in a spare
-sandbox the server started ahead of it, from the recipe the session before reported, and
+"""The context probe of a warm server's session (orchestrator/conversation/context.py) runs in a
+spare sandbox the server started ahead of it, from the recipe the session before reported, and
 still reports the workspace as it is when the session starts: the spare waits for the
 probe's code and reads nothing before. Real server, real floor, the real SDK against the
 fake Messages API; which sandbox ran the probe is told by pid and the server's count of

@@ -1,4 +1,4 @@
-"""Warm tool hosts through a real server (orchestrator/cli/spares.py): real sessions (a
+"""Warm tool hosts through a real server (orchestrator/cli/warm/spares.py): real sessions (a
 scripted model reading a file), real spares under the floor. Which host served a session is
 told by pid (the session's log names each host's bwrap pid, the server's status its spares),
 never by timing."""
@@ -159,7 +159,7 @@ def _spares(server: Server, count: int, excluding: set[int] = frozenset()) -> se
 
 def _forked(spares: set[int]) -> bool:
     """The tool hosts among `spares` are forked from the workspace's template
-    (orchestrator/cli/host_template.py), whose command line they carry."""
+    (orchestrator/cli/warm/host_template.py), whose command line they carry."""
     try:
         hosts = [
             psutil.Process(pid).cmdline()

@@ -1,6 +1,6 @@
 """Fixtures for the tool tests: a workspace, its context, and running a tool as the pipeline does.
 
-`run_tool` goes parse_input -> validate -> call, like orchestrator/pipeline.py, and reports
+`run_tool` goes parse_input -> validate -> call, like orchestrator/calls/pipeline.py, and reports
 which stage stopped the call, so a test can assert that a refusal happens at validation (before
 a permission prompt) rather than as a failure during the call.
 """

@@ -12,18 +12,7 @@ import pydantic
 import pytest
 import trio
 
-from orchestrator.errors import ConfigError
-from orchestrator.events import (
-    AssistantTurn,
-    Event,
-    RetryScheduled,
-    ToolResultsMessage,
-    ToolStarted,
-)
-from orchestrator.messages import AssistantMessage, Message, TextBlock, ToolResultBlock, Usage
-from orchestrator.output import subagent_record, task_record
-from orchestrator.permissions import Allow, Ask, Deny, default_permission, headless_asker
-from orchestrator.subagents import (
+from orchestrator.agents.types import (
     GENERAL,
     AgentType,
     SubagentEvent,
@@ -37,10 +26,21 @@ from orchestrator.subagents import (
     load_agent_types,
     parse_agent_file,
 )
+from orchestrator.calls.permissions import Allow, Ask, Deny, default_permission, headless_asker
+from orchestrator.claude_code.output import subagent_record, task_record
+from orchestrator.errors import ConfigError
+from orchestrator.events import (
+    AssistantTurn,
+    Event,
+    RetryScheduled,
+    ToolResultsMessage,
+    ToolStarted,
+)
+from orchestrator.messages import AssistantMessage, Message, TextBlock, ToolResultBlock, Usage
+from orchestrator.records.transcripts import SessionStore
 from orchestrator.tools.base import Tool, ToolContext, ToolInput
 from orchestrator.tools.dispatch_agent import DispatchAgentTool, sidechain_path
 from orchestrator.tools.registry import ToolRegistry, builtin_tools
-from orchestrator.transcripts import SessionStore
 from tests.orchestrator.tools.conftest import run_tool
 
 WRITER = AgentType(

@@ -1,0 +1,882 @@
+"""The persistent bash shell behind the Bash tool, and one-shot runs for read-only calls.
+
+The model works like a person at a terminal (`cd src`, `export X=1`, `source .venv/bin/activate`),
+so the working directory, exported variables and functions carry over from one Bash call to
+the next. A command may also hang, ignore SIGTERM, print gigabytes, leave background jobs or
+kill the shell; none of that may hang the session, exhaust memory or leave processes behind.
+
+How one command runs (`PersistentShell.run`):
+
+* bash runs in its own session with job control on (`set -m`), reading calls of a small driver
+  function from its stdin. The driver starts each command as a background job: a subshell that
+  leads its own process group, so a timeout can kill the command's whole group while the shell
+  lives on. The subshell sources the command from a file, with stdin from /dev/null, and on exit
+  writes its state (exported variables, functions, cwd) to a file the shell then loads: that is
+  how `cd` and `export` persist although the command ran in a child.
+* The driver reports `B <id> <pgid>` once the command started and `E <id> <status> <cwd>` once
+  bash has reaped it, on a dedicated pipe (the status fd) that commands never see. Completion is
+  that record, never end-of-file on the output, so a background job (`sleep 100 &`) that holds
+  the output open does not keep the call alive (tests/orchestrator/test_shell.py).
+* stdout and stderr go to two per-command FIFOs, read concurrently into bounded head/tail
+  buffers (`OutputCapture`). We hold a write end of each FIFO ourselves, so they never report
+  end-of-file; after the end record we drain what is buffered and close them. A background job
+  that writes later gets EPIPE: output after the call returns is not shown.
+* Timeout or cancellation: SIGTERM to the command's group, `KILL_GRACE_S` for it to go, SIGKILL,
+  then wait for the end record. A shell that does not answer (or died) is killed with its whole
+  session, and the next call starts a fresh one in the last known cwd; the result says that
+  shell state was reset.
+
+`PersistentShell.run_oneshot` runs a command in a fresh bash that first loads the state the
+persistent shell had after its last command: concurrently running read-only calls cannot share
+one shell, and must not wait for each other.
+
+Nothing a one-shot starts outlives it, not even what left its process group (`setsid`, a
+double fork, `nohup`). Where only one-shots run (the read-only tool host and agent worker),
+this process is the child subreaper of them all and kills their orphans when a call ends
+(`sandbox.process.orphans`). Elsewhere the command runs in a subshell of a bash that is a child
+subreaper (prctl PR_SET_CHILD_SUBREAPER, set between fork and exec), so every orphan of the
+command is handed to that bash instead of escaping to the sandbox's init. When the command ends the
+outer bash kills whatever it holds, until nothing is left; on a timeout or cancellation we
+kill the outer bash's whole subtree ourselves. (A pid namespace per one-shot would do the same
+in the kernel, but the sandbox forbids nested user namespaces, so a process inside it cannot
+make one; a cgroup is not available inside either.)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import platform
+import shlex
+import shutil
+import signal
+import subprocess
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import trio
+
+from orchestrator.errors import ToolError
+from orchestrator.text import join_elided, truncate_middle
+from sandbox.process.orphans import adoption
+
+__all__ = [
+    "KILL_GRACE_S",
+    "OutputCapture",
+    "PersistentShell",
+    "ShellRun",
+    "shell_environment",
+]
+
+KILL_GRACE_S = 2.0
+"""Seconds a command's process group has to exit after SIGTERM before it gets SIGKILL."""
+
+_END_WAIT_S = 2.0
+"""After SIGKILL, how long the shell may take to reap the command before it is replaced."""
+
+_POLL_S = 0.02
+_READ_CHUNK = 1 << 16
+_DRAIN_LIMIT = 1 << 22
+"""Bytes read after the end record: more than a pipe holds, so everything the command wrote,
+yet bounded so a background job that keeps writing cannot hold the call."""
+
+_STATE_OK = "#warren-state-ok"
+_CONTINUATION_BYTES = bytes(range(0x80, 0xC0))
+
+_PLAIN_ENV = {
+    "GIT_EDITOR": "true",
+    "GIT_TERMINAL_PROMPT": "0",
+    "PAGER": "cat",
+    "GIT_PAGER": "cat",
+    "LESS": "-FRX",
+    "TERM": "dumb",
+}
+"""Nothing may wait for a human: no editor, no pager, no prompt, no terminal features."""
+
+_DROPPED_ENV = (
+    "BASH_ENV",  # sourced by every non-interactive bash: would run before each command
+    "ENV",
+    "SHELLOPTS",
+    "BASHOPTS",
+    "PROMPT_COMMAND",
+    "CDPATH",  # makes `cd dir` print and land somewhere unexpected
+    "FORCE_COLOR",
+    "CLICOLOR_FORCE",
+)
+
+# The driver the persistent shell runs. {sfd} is the status fd, {dir} the private directory of
+# per-command files. Names start with __warren_ to stay out of the commands' way.
+_DRIVER = r"""
+set -m
+__warren_sfd={sfd}
+__warren_dir={dir}
+__warren_save() {{
+    set -o posix
+    unset -f __warren_run __warren_save
+    {{ export -p; declare -f; printf 'cd -- %q 2>/dev/null\n' "$PWD"; echo '{ok}'; }} \
+        >"$__warren_base.state" 2>/dev/null
+}}
+__warren_run() {{
+    local __warren_base="$__warren_dir/$1" __warren_pid __warren_status
+    local -a __warren_lines __warren_names
+    (
+        exec {{__warren_sfd}}>&-
+        trap __warren_save EXIT
+        set --
+        unset -v __warren_pid __warren_status __warren_lines __warren_names
+        . "$__warren_base.cmd"
+    ) </dev/null >"$__warren_base.out" 2>"$__warren_base.err" &
+    __warren_pid=$!
+    printf 'B\t%s\t%s\0' "$1" "$__warren_pid" >&"$__warren_sfd"
+    wait "$__warren_pid"
+    __warren_status=$?
+    if [[ -f $__warren_base.state ]]; then
+        mapfile -t __warren_lines <"$__warren_base.state"
+        if [[ ${{__warren_lines[-1]-}} == '{ok}' ]]; then
+            compgen -e >"$__warren_base.names"
+            mapfile -t __warren_names <"$__warren_base.names"
+            unset -v "${{__warren_names[@]}}"
+            . "$__warren_base.state"
+        fi
+    fi
+    printf 'E\t%s\t%s\t%s\0' "$1" "$__warren_status" "$PWD" >&"$__warren_sfd"
+}}
+"""
+
+
+def shell_environment(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment every shell starts with: `base` (default: ours), made non-interactive.
+
+    Variables that would make bash run code before each command or force colour are dropped.
+    """
+    env = {k: v for k, v in (os.environ if base is None else base).items() if k not in _DROPPED_ENV}
+    env.update(_PLAIN_ENV)
+    return env
+
+
+class OutputCapture:
+    """A bounded head and tail of a byte stream, counting what fell out of the middle.
+
+    `text()` equals `truncate_middle(whole_output, limit)` for UTF-8 output, but a command
+    printing 50 MB costs us a few times `limit` bytes, not 50 MB: the counts of dropped
+    characters and lines let the note say exactly how much is missing.
+    """
+
+    def __init__(self, limit: int) -> None:
+        """`limit`: characters `text()` keeps."""
+        self.limit = limit
+        # Four bytes for each character of the larger half, plus one character cut in two.
+        self._head_limit = self._tail_limit = 4 * (limit - limit // 2 + 1)
+        self._head = bytearray()
+        self._tail = bytearray()
+        self._newlines = 0
+        self._last_byte = b""
+        self._dropped_bytes = 0
+        self._dropped_chars = 0
+        self._dropped_lines = 0
+
+    def feed(self, data: bytes) -> None:
+        if not data:
+            return
+        self._newlines += data.count(b"\n")
+        self._last_byte = data[-1:]
+        room = self._head_limit - len(self._head)
+        if room > 0:
+            self._head += data[:room]
+            data = data[room:]
+        self._tail += data
+        excess = len(self._tail) - self._tail_limit
+        if excess > 0:
+            dropped = bytes(self._tail[:excess])
+            del self._tail[:excess]
+            self._dropped_bytes += excess
+            self._dropped_lines += dropped.count(b"\n")
+            # UTF-8 characters are counted by their lead bytes, so one cut in two is counted once.
+            self._dropped_chars += len(dropped.translate(None, _CONTINUATION_BYTES))
+
+    @property
+    def line_count(self) -> int:
+        """Lines of the whole stream, a last one without a newline included."""
+        return self._newlines + (1 if self._last_byte not in (b"", b"\n") else 0)
+
+    def text(self) -> str:
+        """The stream decoded, at most `limit` characters plus the note where the middle went."""
+        limit = self.limit
+        if not self._dropped_bytes:
+            return truncate_middle(bytes(self._head + self._tail).decode(errors="replace"), limit)
+        head = self._head.decode(errors="replace")
+        tail = bytes(self._tail).lstrip(_CONTINUATION_BYTES).decode(errors="replace")
+        keep_head = min(len(head), limit // 2)
+        keep_tail = min(len(tail), limit - keep_head)
+        removed = self._dropped_chars + (len(head) - keep_head) + (len(tail) - keep_tail)
+        removed_lines = (
+            self._dropped_lines
+            + head.count("\n", keep_head)
+            + tail.count("\n", 0, len(tail) - keep_tail)
+        )
+        return join_elided(head[:keep_head], tail[len(tail) - keep_tail :], removed, removed_lines)
+
+
+@dataclass(frozen=True)
+class ShellRun:
+    """What one command did, with its output already capped for the model."""
+
+    stdout: str
+    stderr: str
+    exit_code: int | None
+    """The command's status (128+N when killed by signal N); None when the shell died under it."""
+    cwd: Path
+    """The shell's working directory after the command."""
+    timed_out: bool = False
+    shell_reset: bool = False
+    """The shell died or stopped answering and was replaced: exports and functions are lost."""
+    stdout_lines: int = 0
+    stderr_lines: int = 0
+
+
+@dataclass
+class _Job:
+    """One command in the persistent shell: its files, its FIFOs and what the shell reported."""
+
+    id: str
+    dir: Path
+    out: OutputCapture
+    err: OutputCapture
+    fds: list[int] = field(default_factory=list)
+    pgid: int | None = None
+    status: int | None = None
+    cwd: Path | None = None
+    shell_gone: bool = False
+    restarted: bool = False
+    """It ran in a new shell because the old one was found dead."""
+
+    @property
+    def ended(self) -> bool:
+        return self.status is not None or self.shell_gone
+
+    def path(self, suffix: str) -> Path:
+        return self.dir / f"{self.id}.{suffix}"
+
+    def open(self, command: str) -> tuple[int, int]:
+        """Write the command file and open both FIFOs; return their read ends (stdout, stderr)."""
+        self.path("cmd").write_bytes(_encode(command))
+        readers = []
+        for suffix in ("out", "err"):
+            fifo = self.path(suffix)
+            os.mkfifo(fifo, 0o600)
+            reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            self.fds.append(reader)
+            # Our own writer: the FIFO never reports end-of-file, neither before the command
+            # opens it nor after background jobs close it. Completion is the end record.
+            self.fds.append(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC))
+            readers.append(reader)
+        return readers[0], readers[1]
+
+    def state(self) -> str | None:
+        """The state the command left, if it finished writing it."""
+        try:
+            text = self.path("state").read_text(errors="surrogateescape")
+        except OSError:
+            return None
+        return text if text.rstrip("\n").endswith(_STATE_OK) else None
+
+    def close(self) -> None:
+        for fd in self.fds:
+            os.close(fd)
+        self.fds.clear()
+        for suffix in ("cmd", "out", "err", "state", "names"):
+            self.path(suffix).unlink(missing_ok=True)
+
+
+class _StatusChannel:
+    """NUL-terminated, tab-separated records from the driver on the status fd."""
+
+    def __init__(self, fd: int) -> None:
+        self._stream = trio.lowlevel.FdStream(fd)
+        self._buffer = b""
+
+    async def next(self) -> list[str] | None:
+        """The next record's fields, or None when the shell is gone."""
+        while b"\0" not in self._buffer:
+            data = await self._stream.receive_some(4096)
+            if not data:
+                return None
+            self._buffer += data
+        record, _, self._buffer = self._buffer.partition(b"\0")
+        return record.decode(errors="surrogateescape").split("\t", 3)
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+
+class PersistentShell:
+    """One bash per session whose cwd, exported variables and functions persist across calls.
+
+    Created cheaply (nothing starts until the first `run`); a session-scoped resource closed by
+    `aclose`. Not for concurrent use: `run` calls are serialised; concurrent read-only calls use
+    `run_oneshot`.
+    """
+
+    def __init__(
+        self,
+        *,
+        cwd: Path,
+        env: Mapping[str, str],
+        output_limit: int,
+        kill_grace_s: float = KILL_GRACE_S,
+    ) -> None:
+        """`output_limit`: characters kept of each of stdout and stderr (head and tail)."""
+        self._initial_cwd = cwd
+        self._cwd = cwd
+        self._env = dict(env)
+        self._limit = output_limit
+        self._grace = kill_grace_s
+        self._lock = trio.Lock()
+        self._dir: Path | None = None
+        self._proc: trio.Process | None = None
+        self._stdin: trio.abc.SendStream | None = None
+        self._status: _StatusChannel | None = None
+        self._snapshot = ""
+        """The state script of the last completed command: what one-shot runs start from."""
+        self._counter = 0
+        self._closed = False
+        self._shim: list[str] | None = None
+        """The one-shots' subreaper shim, looked up at the first one-shot (`_subreaper_shim`)."""
+
+    @property
+    def cwd(self) -> Path:
+        """The shell's working directory after the last command (or where it will start)."""
+        return self._cwd
+
+    @property
+    def snapshot(self) -> str:
+        """A bash script recreating the exported variables, functions and cwd the shell had
+        after its last completed command: what one-shot runs start from ("" before any)."""
+        return self._snapshot
+
+    def adopt_state(self, *, cwd: Path, snapshot: str) -> None:
+        """Make later one-shot runs start from another shell's `cwd` and `snapshot`.
+
+        For a shell used only for one-shot runs (a read-only host following the read-write
+        host's shell); a running persistent bash keeps its own state.
+        """
+        self._cwd = cwd
+        self._snapshot = snapshot
+
+    @property
+    def pid(self) -> int | None:
+        """The running bash's pid (it leads its own session), if it has started."""
+        return None if self._proc is None else self._proc.pid
+
+    async def syntax_error(self, command: str) -> str | None:
+        """bash's own parser on `command` (`bash -n`, nothing runs): its complaint, or None.
+
+        **Errors:** `ToolError` if bash cannot be started.
+        """
+        try:
+            result = await trio.run_process(
+                ["bash", "--noprofile", "--norc", "-n"],
+                stdin=_encode(command),
+                capture_stdout=True,
+                capture_stderr=True,
+                check=False,
+                env=self._env,
+            )
+        except OSError as exc:
+            raise ToolError(f"Could not start bash: {exc}") from exc
+        if result.returncode == 0:
+            return None
+        message = result.stderr.decode(errors="replace").strip()
+        return message.replace("bash: ", "", 1) or f"bash -n exited with {result.returncode}"
+
+    async def run(self, command: str, *, timeout_s: float) -> ShellRun:
+        """Run `command` in the persistent shell; its cwd and exports carry over to the next.
+
+        **Cancellation:** the command's process group is killed (SIGTERM, then SIGKILL after
+        the grace period) before `Cancelled` propagates; the shell is left usable or replaced.
+
+        **Errors:** `ToolError` if bash cannot be started.
+        """
+        async with self._lock:
+            self._check_open()
+            await self._ensure_started()
+            self._counter += 1
+            job = _Job(
+                id=str(self._counter),
+                dir=self._workdir(),
+                out=self._capture(),
+                err=self._capture(),
+            )
+            try:
+                return await self._run_job(job, command, timeout_s)
+            finally:
+                job.close()
+
+    async def set_cwd(self, path: Path) -> ShellRun:
+        """Move the shell to `path` (used to pull it back into the workspace)."""
+        return await self.run(f"cd -- {shlex.quote(str(path))}", timeout_s=10.0)
+
+    async def run_oneshot(self, command: str, *, timeout_s: float) -> ShellRun:
+        """Run `command` in a new bash from the persistent shell's cwd and state; nothing persists.
+
+        Any number may run at once, alongside each other (not alongside `run`: the caller runs
+        only read-only commands this way). The whole process group is killed at the end, so
+        background jobs do not outlive the call.
+
+        **Cancellation:** as `run`.
+        """
+        self._check_open()
+        script = self._oneshot_script(command)
+        cwd = self._cwd if self._cwd.is_dir() else self._initial_cwd
+        out, err = self._capture(), self._capture()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        os.set_blocking(out_r, False)  # _pump and _drain must never block the event loop
+        os.set_blocking(err_r, False)
+        adopted = adoption()
+        try:
+            if adopted is not None:  # we are the subreaper: a plain bash (sandbox.process.orphans)
+                with adopted.starting():
+                    proc = await trio.lowlevel.open_process(
+                        ["bash", "--noprofile", "--norc", str(script)],
+                        stdin=subprocess.DEVNULL,
+                        stdout=out_w,
+                        stderr=err_w,
+                        cwd=cwd,
+                        env=self._env,
+                        start_new_session=True,
+                    )
+                    adopted.started(proc.pid)
+            else:
+                if self._shim is None:
+                    self._shim = _subreaper_shim()
+                shim = self._shim
+                bash = ["bash", "--noprofile", "--norc", "-c", _ONESHOT_REAPER, "warren-oneshot"]
+                proc = await trio.lowlevel.open_process(
+                    [*shim, *bash, str(script)],
+                    stdin=subprocess.DEVNULL,
+                    stdout=out_w,
+                    stderr=err_w,
+                    cwd=cwd,
+                    env=self._env,
+                    start_new_session=True,
+                    # Without the shim, the prctl runs between fork and exec; a `preexec_fn`
+                    # makes Python fork instead of vfork, which costs ~13 ms a call in a tool
+                    # host (tests/bench/bench_vs_parent.py, Bash read-only).
+                    preexec_fn=None if shim else _become_subreaper,
+                )
+        except OSError as exc:
+            for fd in (out_r, err_r):
+                os.close(fd)
+            script.unlink(missing_ok=True)
+            raise ToolError(f"Could not start bash: {exc}") from exc
+        finally:
+            os.close(out_w)
+            os.close(err_w)
+        finished = False
+        try:
+            with trio.move_on_after(timeout_s) as deadline:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(_pump, out_r, out)
+                    nursery.start_soon(_pump, err_r, err)
+                    await proc.wait()
+                    nursery.cancel_scope.cancel()
+            finished = True
+        finally:
+            with trio.CancelScope(shield=True):
+                if not finished or deadline.cancelled_caught:  # all it started, wherever it went
+                    await _kill_subtree(proc.pid, self._grace)
+                # On timeout or cancellation the command itself; otherwise its background jobs.
+                await _terminate_group(proc.pid, self._grace)
+                with trio.move_on_after(self._grace):
+                    await proc.wait()
+                if adopted is not None:  # a bash that would not die is swept with the rest
+                    adopted.ended(proc.pid)
+                    await adopted.sweep(proc.pid)
+                if finished:
+                    _drain(out_r, out)
+                    _drain(err_r, err)
+                os.close(out_r)
+                os.close(err_r)
+                script.unlink(missing_ok=True)
+        code = proc.returncode
+        return self._result(
+            out,
+            err,
+            exit_code=None if code is None else (128 - code if code < 0 else code),
+            cwd=cwd,
+            timed_out=deadline.cancelled_caught,
+        )
+
+    async def aclose(self) -> None:
+        """Kill the shell, every process still in its session, and remove its files.
+
+        Shielded and bounded: SIGTERM, `kill_grace_s`, SIGKILL, then at most `kill_grace_s` to reap.
+        """
+        self._closed = True
+        with trio.CancelScope(shield=True):
+            await self._kill_session()
+            if self._dir is not None:
+                shutil.rmtree(self._dir, ignore_errors=True)
+                self._dir = None
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ToolError("The shell of this session is closed; no more commands can run.")
+
+    def _capture(self) -> OutputCapture:
+        return OutputCapture(self._limit)
+
+    def _oneshot_script(self, command: str) -> Path:
+        """A script of the latest state snapshot followed by `command`."""
+        self._counter += 1
+        script = self._workdir() / f"{self._counter}.oneshot"
+        script.write_bytes(_encode(f"{self._snapshot}\n{command}\n"))
+        return script
+
+    def _workdir(self) -> Path:
+        if self._dir is None:
+            self._dir = Path(tempfile.mkdtemp(prefix="warren-shell-"))
+        return self._dir
+
+    def _result(
+        self,
+        out: OutputCapture,
+        err: OutputCapture,
+        *,
+        exit_code: int | None,
+        cwd: Path,
+        timed_out: bool = False,
+        shell_reset: bool = False,
+    ) -> ShellRun:
+        return ShellRun(
+            stdout=out.text(),
+            stderr=err.text(),
+            exit_code=exit_code,
+            cwd=cwd,
+            timed_out=timed_out,
+            shell_reset=shell_reset,
+            stdout_lines=out.line_count,
+            stderr_lines=err.line_count,
+        )
+
+    async def _ensure_started(self) -> None:
+        if self._proc is not None:
+            return
+        workdir = self._workdir()
+        cwd = self._cwd if self._cwd.is_dir() else self._initial_cwd
+        status_r, status_w = os.pipe()
+        try:
+            proc = await trio.lowlevel.open_process(
+                ["bash", "--noprofile", "--norc"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                cwd=cwd,
+                env=self._env,
+                start_new_session=True,
+                pass_fds=(status_w,),
+            )
+        except OSError as exc:
+            os.close(status_r)
+            raise ToolError(f"Could not start bash: {exc}") from exc
+        finally:
+            os.close(status_w)
+        assert proc.stdin is not None
+        if (adopted := adoption()) is not None:
+            adopted.started(proc.pid)
+        self._proc, self._stdin, self._status = proc, proc.stdin, _StatusChannel(status_r)
+        self._cwd = cwd
+        driver = _DRIVER.format(sfd=status_w, dir=shlex.quote(str(workdir)), ok=_STATE_OK)
+        await proc.stdin.send_all(driver.encode())
+
+    async def _run_job(self, job: _Job, command: str, timeout_s: float) -> ShellRun:
+        out_r, err_r = job.open(command)
+        try:
+            with trio.move_on_after(timeout_s) as deadline:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(_pump, out_r, job.out)
+                    nursery.start_soon(_pump, err_r, job.err)
+                    await self._submit(job)
+                    nursery.cancel_scope.cancel()
+        finally:
+            if not job.ended or job.shell_gone:
+                await self._stop(job)
+        _drain(out_r, job.out)
+        _drain(err_r, job.err)
+        if job.cwd is not None:
+            self._cwd = job.cwd
+            state = job.state()
+            if state is not None:
+                self._snapshot = state
+        return self._result(
+            job.out,
+            job.err,
+            exit_code=job.status,
+            cwd=self._cwd,
+            timed_out=deadline.cancelled_caught,
+            shell_reset=job.status is None or job.restarted,
+        )
+
+    async def _submit(self, job: _Job) -> None:
+        """Hand `job` to the shell and wait for its end record.
+
+        A shell found dead before it started the command (killed from outside between calls)
+        is replaced once, and the command runs in the new one.
+        """
+        for attempt in (1, 2):
+            try:
+                assert self._stdin is not None
+                await self._stdin.send_all(f"__warren_run {job.id}\n".encode())
+            except trio.BrokenResourceError:
+                job.shell_gone = True
+            else:
+                await self._await_end(job)
+            if not job.shell_gone or job.pgid is not None or attempt == 2:
+                return
+            await self._kill_session()
+            await self._ensure_started()
+            job.shell_gone = False
+            job.restarted = True
+
+    async def _read_record(self, job: _Job) -> None:
+        if self._status is None:
+            job.shell_gone = True
+            return
+        record = await self._status.next()
+        match record:
+            case None:
+                job.shell_gone = True
+            case ["B", job.id, pgid]:
+                job.pgid = int(pgid)
+            case ["E", job.id, status, cwd]:
+                job.status = int(status)
+                job.cwd = Path(cwd)
+            case _:
+                pass  # a record of no interest (cannot happen: one command at a time)
+
+    async def _await_end(self, job: _Job) -> None:
+        while not job.ended:
+            await self._read_record(job)
+
+    async def _stop(self, job: _Job) -> None:
+        """Kill the job's process group and collect its end record; failing that, the shell.
+
+        Shielded and bounded by about twice the grace period.
+        """
+        with trio.CancelScope(shield=True):
+            with trio.move_on_after(self._grace):
+                while job.pgid is None and not job.ended:
+                    await self._read_record(job)
+            if job.pgid is not None and not job.ended:
+                await _terminate_group(job.pgid, self._grace)
+                with trio.move_on_after(_END_WAIT_S):
+                    await self._await_end(job)
+            if job.status is None:
+                await self._kill_session()
+
+    async def _kill_session(self) -> None:
+        """Kill the shell and everything in its session (bounded); the next `run` starts afresh."""
+        proc, stdin, status = self._proc, self._stdin, self._status
+        self._proc = self._stdin = self._status = None
+        self._snapshot = ""
+        with trio.CancelScope(shield=True):
+            if stdin is not None:
+                await stdin.aclose()
+            if status is not None:
+                await status.aclose()
+            if proc is None:
+                return
+            # The shell is not reaped before the end, so its pid (the session id) stays ours.
+            sid = proc.pid
+            _signal_all(_live_pids(sid=sid), signal.SIGTERM)
+            if not await _all_gone(lambda: _live_pids(sid=sid), self._grace):
+                _signal_all(_live_pids(sid=sid), signal.SIGKILL)
+            with trio.move_on_after(self._grace):
+                await proc.wait()
+            if (adopted := adoption()) is not None:
+                adopted.ended(proc.pid)
+
+
+async def _pump(fd: int, capture: OutputCapture) -> None:
+    """Read non-blocking `fd` into `capture` until end-of-file; cancelling loses nothing read."""
+    while True:
+        try:
+            data = os.read(fd, _READ_CHUNK)
+        except BlockingIOError:
+            await trio.lowlevel.wait_readable(fd)
+            continue
+        if not data:
+            return
+        capture.feed(data)
+        # A writer faster than us would otherwise never let the deadline or the end record in.
+        await trio.lowlevel.checkpoint()
+
+
+def _encode(command: str) -> bytes:
+    """The bytes bash sees; the syntax check and the run use the same ones."""
+    return command.encode(errors="replace")
+
+
+def _drain(fd: int, capture: OutputCapture) -> None:
+    """Read what is buffered in `fd` now, without waiting, up to `_DRAIN_LIMIT` bytes."""
+    taken = 0
+    while taken < _DRAIN_LIMIT:
+        try:
+            data = os.read(fd, _READ_CHUNK)
+        except BlockingIOError:
+            return
+        if not data:
+            return
+        capture.feed(data)
+        taken += len(data)
+
+
+def _live_pids(*, pgid: int | None = None, sid: int | None = None) -> list[int]:
+    """Processes (zombies excluded) in process group `pgid` or session `sid`."""
+    import psutil  # only a kill needs it: not imported at every worker's start-up
+
+    if pgid is not None:
+        try:
+            os.killpg(pgid, 0)
+        except OSError:
+            return []
+    found = []
+    for pid in psutil.pids():
+        try:
+            if pgid is not None and os.getpgid(pid) != pgid:
+                continue
+            if sid is not None and os.getsid(pid) != sid:
+                continue
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                continue
+        except (OSError, psutil.Error):
+            continue
+        found.append(pid)
+    return found
+
+
+def _signal_all(pids: list[int], sig: signal.Signals) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+            if sig == signal.SIGTERM:
+                os.kill(pid, signal.SIGCONT)  # a stopped process acts on SIGTERM only once resumed
+        except OSError:
+            pass
+
+
+async def _all_gone(live: Callable[[], list[int]], limit_s: float) -> bool:
+    """Poll `live()` until it is empty (True) or `limit_s` passes (False).
+
+    Polling, because the processes are not our children: nothing signals their exit to us.
+    """
+    with trio.move_on_after(limit_s):
+        while True:
+            if not live():
+                return True
+            await trio.sleep(_POLL_S)
+    return False
+
+
+_ONESHOT_REAPER = r"""
+(
+    script=$1
+    set --
+    . "$script"
+)
+status=$?
+# A child subreaper: what the command left running was handed to us. Kill it all.
+while read -r -a kids < "/proc/$$/task/$$/children" || ((${#kids[@]})); do
+    ((${#kids[@]})) || break
+    kill -KILL "${kids[@]}" 2>/dev/null
+done
+exit "$status"
+"""
+"""The outer bash of a one-shot (see the module docstring); `$1` is the command's script."""
+
+_PR_SET_CHILD_SUBREAPER = 36
+
+_PRCTL_SYSCALL = {"x86_64": 157, "aarch64": 167}
+"""prctl's syscall number, for the perl shim (the seccomp filter knows these two too)."""
+
+
+def _subreaper_shim() -> list[str]:
+    """An argv prefix that makes the process a child subreaper and execs the rest, without
+    forking Python the slow way: perl's `syscall` (perl-base is essential on Debian). Empty
+    when there is no perl or the architecture is unknown: then `_become_subreaper` runs."""
+    number = _PRCTL_SYSCALL.get(platform.machine())
+    perl = shutil.which("perl")
+    bash = shutil.which("bash")
+    if number is None or perl is None or bash is None:
+        return []
+    code = (
+        f'syscall({number}, {_PR_SET_CHILD_SUBREAPER}, 1, 0, 0, 0) == 0 or die "prctl: $!\\n";'
+        f" exec {{ '{bash}' }} @ARGV or die \"exec: $!\\n\";"
+    )
+    return [perl, "-e", code, "--"]
+
+
+def _become_subreaper() -> None:
+    """Between fork and exec of a one-shot's outer bash: orphans below it come to it."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER) failed")
+
+
+def _subtree(pid: int) -> list[int]:
+    """The descendants of `pid` (not `pid`), from each thread's `children` file."""
+    found = [pid]
+    for member in found:  # grows as we go
+        try:
+            tasks = os.listdir(f"/proc/{member}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            with contextlib.suppress(OSError, ValueError):
+                found += map(int, Path(f"/proc/{member}/task/{task}/children").read_text().split())
+    return found[1:]
+
+
+async def _kill_subtree(pid: int, grace_s: float) -> None:
+    """SIGTERM every descendant of `pid` (a child subreaper, so none can leave its subtree),
+    allow `grace_s`, then SIGKILL until none is left (bounded)."""
+    _signal_all(_subtree(pid), signal.SIGTERM)
+    if await _all_gone(lambda: _live(_subtree(pid)), grace_s):
+        return
+    with trio.move_on_after(max(grace_s, 1.0)):
+        while live := _live(_subtree(pid)):
+            _signal_all(live, signal.SIGKILL)
+            await trio.sleep(0.005)
+
+
+def _live(pids: list[int]) -> list[int]:
+    """`pids` that are not zombies."""
+    alive = []
+    for pid in pids:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        if stat[stat.rfind(")") + 2 :][:1] != "Z":
+            alive.append(pid)
+    return alive
+
+
+async def _terminate_group(pgid: int, grace_s: float) -> None:
+    """SIGTERM process group `pgid`, allow `grace_s` seconds, then SIGKILL what is left."""
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+        os.killpg(pgid, signal.SIGCONT)
+    except OSError:
+        return  # no such group: nothing left to stop
+    if not await _all_gone(lambda: _live_pids(pgid=pgid), grace_s):
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except OSError:
+            pass
