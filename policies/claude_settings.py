@@ -51,6 +51,7 @@ from typing import Any, Final
 from pydantic import ValidationError
 
 from policies.atomic import read_regular
+from policies.claude_names import CLAUDE_MODE_NAMES, warren_mode, warren_rule
 from policies.hooks import HOOK_EVENTS, MATCHER_EVENTS, Hook, UnsupportedHook
 from policies.rules import RuleSyntaxError, parse_rule
 from policies.sources import MAX_SOURCE_BYTES, PolicyError, read_source_text
@@ -88,20 +89,6 @@ def user_claude_settings(env: Mapping[str, str] | None = None) -> Path:
     return Path(env.get("HOME") or Path.home()) / ".claude" / "settings.json"
 
 
-_CLAUDE_MODES: Final[Mapping[str, str]] = MappingProxyType(
-    {
-        "default": "default",
-        "acceptEdits": "accept-edits",
-        "plan": "plan",
-        "dontAsk": "dont-ask",
-        "bypassPermissions": "bypass",
-        "accept-edits": "accept-edits",
-        "dont-ask": "dont-ask",
-        "bypass": "bypass",
-    }
-)
-"""`defaultMode` values and the Warren mode each is."""
-_AGENT_RULE = re.compile(r"(?:Task|Agent)\((?P<name>.*)\)", re.DOTALL)
 _PERMISSION_KEYS: Final = ("allow", "ask", "deny", "defaultMode", "additionalDirectories")
 
 
@@ -169,17 +156,6 @@ def parse_claude_settings(text: str, *, file: str) -> ClaudeSettings:
     return ClaudeSettings(file, MappingProxyType(data), hooks, unsupported, permissions)
 
 
-def claude_rule(text: str) -> str:
-    """A Claude Code rule as Warren writes it: `Task(x)` / `Agent(x)` are `dispatch_agent(x)`,
-    a bare `Task` / `Agent` is `dispatch_agent`; everything else is the same syntax."""
-    stripped = text.strip()
-    if stripped in ("Task", "Agent"):
-        return "dispatch_agent"
-    if match := _AGENT_RULE.fullmatch(stripped):
-        return f"dispatch_agent({match['name']})"
-    return stripped
-
-
 def _map_permissions(data: Mapping[str, Any], file: str) -> ClaudePermissions:
     value = data.get("permissions")
     if value is None:
@@ -204,7 +180,7 @@ def _map_permissions(data: Mapping[str, Any], file: str) -> ClaudePermissions:
             where = _key("permissions", kind, index)
             if not isinstance(text, str):
                 raise PolicyError("must be a rule string", file=file, key=where)
-            rule = claude_rule(text)
+            rule = warren_rule(text)
             try:
                 parse_rule(rule)
             except RuleSyntaxError as exc:
@@ -212,10 +188,10 @@ def _map_permissions(data: Mapping[str, Any], file: str) -> ClaudePermissions:
             out.append(rule)
         rules[kind] = tuple(out)
     mode = value.get("defaultMode")
-    if mode is not None and (not isinstance(mode, str) or mode not in _CLAUDE_MODES):
+    if mode is not None and (not isinstance(mode, str) or warren_mode(mode) is None):
         raise PolicyError(
             f"{json.dumps(mode)} is not a mode Warren has; write one of "
-            f"{', '.join(list(_CLAUDE_MODES)[:5])}",
+            f"{', '.join(CLAUDE_MODE_NAMES.values())}",
             file=file,
             key="permissions.defaultMode",
         )
@@ -232,7 +208,7 @@ def _map_permissions(data: Mapping[str, Any], file: str) -> ClaudePermissions:
         allow=rules["allow"],
         ask=rules["ask"],
         deny=rules["deny"],
-        mode=None if mode is None else _CLAUDE_MODES[mode],
+        mode=None if mode is None else warren_mode(mode),
         additional_directories=tuple(directories),
         unsupported=tuple(sorted(k for k in value if k not in _PERMISSION_KEYS)),
     )

@@ -45,6 +45,7 @@ from pydantic import (
 )
 
 from policies.atomic import read_regular, write_atomic
+from policies.claude_names import warren_mode
 from policies.claude_settings import (
     ClaudeSettings,
     claude_settings_files,
@@ -77,11 +78,9 @@ from policies.trust import (
 )
 
 __all__ = [
-    "CLAUDE_CODE_MODE_NAMES",
     "LEVELS",
     "MANAGED_POLICY_PATH",
     "MODES",
-    "MODE_ALIASES",
     "EffectivePolicy",
     "Example",
     "Hook",
@@ -115,14 +114,6 @@ __all__ = [
 
 Mode = Literal["default", "accept-edits", "plan", "dont-ask", "bypass"]
 MODES: Final[tuple[Mode, ...]] = get_args(Mode)
-CLAUDE_CODE_MODE_NAMES: Final[dict[str, str]] = {
-    "default": "default",
-    "accept-edits": "acceptEdits",
-    "plan": "plan",
-    "dont-ask": "dontAsk",
-    "bypass": "bypassPermissions",
-}
-"""Each mode as Claude Code spells it: what stream-json, hook inputs and SDK hosts see."""
 Level = Literal["built-in", "user", "project", "local", "command line", "managed"]
 LEVELS: Final[tuple[Level, ...]] = get_args(Level)
 """Lowest to highest precedence."""
@@ -131,10 +122,6 @@ RuleKindName = Literal["allow", "ask", "deny"]
 MANAGED_POLICY_PATH: Final = Path("/etc/warren/policy.toml")
 _MAX_POLICY_BYTES: Final = MAX_SOURCE_BYTES
 """A policy file larger than this is refused unread."""
-MODE_ALIASES: Final[Mapping[str, Mode]] = MappingProxyType(
-    {"acceptEdits": "accept-edits", "bypassPermissions": "bypass", "dontAsk": "dont-ask"}
-)
-"""Claude Code's spellings of Warren's modes (`--permission-mode`, `defaultMode`)."""
 
 
 # -- schema --
@@ -529,7 +516,7 @@ def command_line_policy(
                 parse_rule(rule)
             except RuleSyntaxError as exc:
                 raise PolicyError(str(exc), file="command line", key=flag) from None
-    mode = MODE_ALIASES.get(permission_mode, permission_mode) if permission_mode else None
+    mode = (warren_mode(permission_mode) or permission_mode) if permission_mode else None
     if mode is not None and mode not in MODES:
         raise PolicyError(
             f"unknown mode `{permission_mode}`; choose one of {', '.join(MODES)}",

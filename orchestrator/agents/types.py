@@ -1,6 +1,6 @@
 """Subagents as the orchestrator sees them: agent types, the runner seam, their events.
 
-`dispatch_agent` (orchestrator/tools/dispatch_agent.py) hands a `SubagentRequest` to a
+`dispatch_agent` (orchestrator/agents/dispatch_agent.py) hands a `SubagentRequest` to a
 `SubagentRunner` and gets one `SubagentOutcome` back. The orchestrator never imports the
 implementation: the worker pool (`workers.pool.WorkerPool`) runs each subagent in its own
 sandboxed process, and only the composition root (the CLI) wires it in.
@@ -59,6 +59,7 @@ from orchestrator.messages import Usage
 from orchestrator.model.catalog import resolve_model
 from orchestrator.outcome import TerminalReason
 from orchestrator.tools.registry import STATELESS_TOOLS
+from policies.claude_names import SUBAGENT_TOOL, warren_tool
 from sandbox.safe_read import read_bounded_regular
 
 if TYPE_CHECKING:
@@ -102,7 +103,6 @@ _MCP_NAME = re.compile(r"^mcp__[A-Za-z0-9_-]+?(__.+)?$")
 """Front matter keys other agent tools write that mean nothing here."""
 _CLAUDE_KEYS = frozenset({"name", "description", "tools", "disallowedTools", "model"})
 """Claude Code's front matter keys that Warren maps (besides `_IGNORED_KEYS`)."""
-_CLAUDE_TOOL_NAMES = {"Task": "dispatch_agent", "Agent": "dispatch_agent"}
 Dialect = Literal["warren", "claude"]
 
 
@@ -284,8 +284,8 @@ def _claude_fields(
         denied = [t.strip() for t in denied.split(",") if t.strip()]
     if not isinstance(denied, list):
         raise ConfigError("disallowedTools: a list of tool names", source=str(path))
-    named = [_CLAUDE_TOOL_NAMES.get(t, t) for t in tools]
-    kept = tuple(t for t in named if t != "dispatch_agent" and t not in denied)
+    named = [warren_tool(t) for t in tools]
+    kept = tuple(t for t in named if t != SUBAGENT_TOOL and t not in denied)
     out["tools"] = kept
     out["writable"] = any(t not in STATELESS_TOOLS for t in kept)
     if out.get("model") == "inherit":

@@ -46,7 +46,7 @@ from orchestrator.events import (
     ToolStarted,
 )
 from orchestrator.text import escape_controls
-from policies.files import CLAUDE_CODE_MODE_NAMES
+from policies.claude_names import claude_mode
 
 __all__ = [
     "OutputFormat",
@@ -328,7 +328,7 @@ class OutputPrinter:
                     "model": model,
                     "tools": tools,
                     "mcp_servers": mcp_servers or [],
-                    "permissionMode": CLAUDE_CODE_MODE_NAMES.get(permission_mode, permission_mode),
+                    "permissionMode": claude_mode(permission_mode),
                     "apiKeySource": api_key_source(),
                     "slash_commands": [],
                     "output_style": "default",

@@ -51,7 +51,8 @@ from orchestrator.errors import ConfigError
 from orchestrator.hooks.matchers import build_matcher
 from orchestrator.hooks.runner import ConfiguredHook, HookCallback
 from orchestrator.tools.base import CURRENT_TOOL_USE_ID, Tool, ToolInput
-from policies.files import CLAUDE_CODE_MODE_NAMES, MODES, Mode
+from policies.claude_names import CLAUDE_MODE_NAMES, warren_mode
+from policies.files import MODES, Mode
 from policies.hooks import HOOK_EVENTS, MATCHER_EVENTS, Hook
 
 __all__ = ["SDK_HOOKS", "HostParts", "ProtocolError", "SdkControl", "prompt_text"]
@@ -63,9 +64,6 @@ DEFAULT_HOOK_TIMEOUT_S = 60.0
 
 MAX_LINE_BYTES = 16 * 1024 * 1024
 """A line from the host longer than this ends the session (the SDK's own cap is 1 MiB out)."""
-
-_WARREN_MODE = {cc: warren for warren, cc in CLAUDE_CODE_MODE_NAMES.items()}
-
 
 class ProtocolError(Exception):
     """The host sent something that is not the protocol (a malformed line, a bad message)."""
@@ -231,9 +229,9 @@ class SdkControl:
                 return {}
             case "set_permission_mode":
                 wanted = str(request.get("mode"))
-                mode = _WARREN_MODE.get(wanted, wanted)
+                mode = warren_mode(wanted) or wanted
                 if mode not in MODES:
-                    names = ", ".join(CLAUDE_CODE_MODE_NAMES.values())
+                    names = ", ".join(CLAUDE_MODE_NAMES.values())
                     raise ValueError(f"no permission mode {wanted!r}; the modes are {names}")
                 if self.set_mode is None:
                     raise ValueError("no session is running yet")

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 from orchestrator.cli.commands import COMMANDS, is_command
+from policies.claude_names import CLAUDE_MODE_NAMES, MODE_ALIASES
 
 if TYPE_CHECKING:
     from sandbox.probe import KnownFloor
@@ -149,7 +150,7 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--permission-mode",
-        choices=["default", "accept-edits", "plan", "dont-ask", "bypass", *_CLAUDE_CODE_MODES],
+        choices=[*CLAUDE_MODE_NAMES, *MODE_ALIASES],
         default=None,
         help="default: read-only calls run, others ask (denied when headless); accept-edits: "
         "edits in the workspace run too; plan: read-only tools only; dont-ask: asks become "
@@ -228,8 +229,6 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
 # or is an error that names it; none is accepted and then ignored
 # (tests/orchestrator/test_cli_claude_code.py holds the list against the SDK's builder).
 
-_CLAUDE_CODE_MODES = ("acceptEdits", "dontAsk", "bypassPermissions")
-"""Claude Code's spellings of `accept-edits`, `dont-ask`, `bypass` (`policies.files`)."""
 
 UNSUPPORTED_CLAUDE_CODE_FLAGS: dict[str, tuple[bool, str]] = {
     "--strict-mcp-config": (False, "MCP servers from --mcp-config only"),
@@ -731,14 +730,13 @@ def _claude_code_config(args: argparse.Namespace) -> dict[str, object] | int:
     """The session settings Claude Code's flags (and `--permission-mode`) give, or the exit
     code of a one-line error."""
     from orchestrator.outcome import EXIT_USAGE
-    from orchestrator.session.session import tool_names
-    from policies.files import MODE_ALIASES
+    from policies.claude_names import warren_mode, warren_tool
 
     def fail(message: str) -> int:
         print(f"warren: {message}", file=sys.stderr)
         return EXIT_USAGE
 
-    mode = MODE_ALIASES.get(args.permission_mode, args.permission_mode)
+    mode = warren_mode(args.permission_mode) or args.permission_mode
     if args.dangerously_skip_permissions:
         if mode not in (None, "bypass"):
             return fail(
@@ -762,7 +760,7 @@ def _claude_code_config(args: argparse.Namespace) -> dict[str, object] | int:
         add_dirs.append(resolved)
     tools = None
     if args.tools is not None and args.tools.strip() != "default":
-        tools = tool_names(tuple(t.strip() for t in args.tools.split(",") if t.strip()))
+        tools = tuple(warren_tool(t.strip()) for t in args.tools.split(",") if t.strip())
     sources = None
     if args.setting_sources is not None:
         names = {s.strip() for s in args.setting_sources.split(",") if s.strip()}

@@ -24,22 +24,19 @@ from pathlib import Path
 from typing import Any, Literal
 
 from orchestrator.calls.plan import CallPlan
+from policies.claude_names import CLAUDE_SUBAGENT_TOOLS, SUBAGENT_TOOL, warren_rule
 from policies.engine import CallAssessment, PolicyEngine
 from policies.rules import CompiledRule, ParsedRule, RuleSyntaxError, parse_rule
 
 __all__ = ["HookMatcher", "build_matcher", "claude_matches"]
 
 _NAMES = re.compile(r"[A-Za-z0-9_|]+")
-_SUBAGENT_TOOL = "dispatch_agent"
-_CLAUDE_SUBAGENT_NAMES = ("Task", "Agent")
-"""Claude Code's names for its subagent tool (older, newer)."""
-_CLAUDE_SUBAGENT_RULE = re.compile(r"^(?:Task|Agent)(?=\(|$)")
 
 
 def _names_of(tool: str) -> tuple[str, ...]:
     """The names a Claude Code matcher may know a tool by."""
-    if tool == _SUBAGENT_TOOL:
-        return (tool, *_CLAUDE_SUBAGENT_NAMES)
+    if tool == SUBAGENT_TOOL:
+        return (tool, *CLAUDE_SUBAGENT_TOOLS)
     return (tool,)
 
 
@@ -107,7 +104,7 @@ def build_matcher(
     if text in ("", "*") or kind == "regex":
         return HookMatcher(text, regex=kind == "regex")
     # Claude Code's name for the subagent tool, as a rule: `Task(reviewer)`.
-    rule_text = _CLAUDE_SUBAGENT_RULE.sub(_SUBAGENT_TOOL, text)
+    rule_text = warren_rule(text)
     try:
         parsed = parse_rule(rule_text)
     except RuleSyntaxError:

@@ -62,7 +62,8 @@ from orchestrator.hooks.output import (
     parse_output,
 )
 from orchestrator.hooks.process import HookProcess, run_hook_command
-from policies.files import CLAUDE_CODE_MODE_NAMES, Hook, HookEvent
+from policies.claude_names import claude_mode
+from policies.files import Hook, HookEvent
 
 if TYPE_CHECKING:  # the sandbox is imported when a hook first runs sandboxed
     from orchestrator.hooks.matchers import HookMatcher
@@ -311,9 +312,7 @@ class HookRunner:
             "transcript_path": self.transcript_path,
             "cwd": str(self.workspace),
             # Claude Code's spelling (`acceptEdits`): hook scripts are written for it.
-            "permission_mode": CLAUDE_CODE_MODE_NAMES.get(
-                self.permission_mode, self.permission_mode
-            ),
+            "permission_mode": claude_mode(self.permission_mode),
         }
 
     # -- per event --------------------------------------------------------------------------

@@ -89,6 +89,7 @@ from orchestrator.session import startup_gc
 from orchestrator.session.later import FirstResponseStarts, LaterSubagents, LaterToolHosts
 from orchestrator.tools.base import Tool, ToolContext
 from orchestrator.tools.registry import ToolRegistry, builtin_tools
+from policies.claude_names import SUBAGENT_TOOL
 from policies.files import Mode
 from policies.pool import PoolBackend, PoolConfig, check_max_subagents, resolve_pool
 from policies.sources import PolicyError
@@ -896,7 +897,7 @@ async def _open_session(
             parts.subagents is not None
             and sandboxed
             and limits.max_subagents > 0
-            and (config.tools is None or DISPATCH_AGENT in config.tools)
+            and (config.tools is None or SUBAGENT_TOOL in config.tools)
         ):
             pool = await stack.enter_async_context(
                 parts.subagents(ctx, policy, model, limits, pool_config)
@@ -1044,16 +1045,6 @@ def _open_transcript(
         raise StateUnwritable(dirs.sessions, exc) from exc
 
 
-DISPATCH_AGENT = "dispatch_agent"
-_TOOL_ALIASES = {"Task": DISPATCH_AGENT, "Agent": DISPATCH_AGENT}
-"""Claude Code's names of Warren's tools (`--tools Task`)."""
-
-
-def tool_names(names: tuple[str, ...]) -> tuple[str, ...]:
-    """`--tools` names with Claude Code's spellings mapped to Warren's."""
-    return tuple(_TOOL_ALIASES.get(name, name) for name in names)
-
-
 def _may_write(mode: str, registry: ToolRegistry, mcp: bool, roots: Sequence[Path]) -> bool:
     """Whether a call of this session can change the writable roots at all: not in plan mode
     (until the user leaves it: the first writing call then scans, and waits), not with only
@@ -1075,7 +1066,7 @@ def _read_only_fs(root: Path) -> bool:
 
 def _only_tools(registry: ToolRegistry, names: tuple[str, ...]) -> ToolRegistry:
     """The built-in tools `--tools` names; a name that is no tool is an error naming it."""
-    known = {*registry.names(), DISPATCH_AGENT}
+    known = {*registry.names(), SUBAGENT_TOOL}
     unknown = sorted(set(names) - known)
     if unknown:
         raise ConfigError(
@@ -1251,7 +1242,7 @@ def _dispatch_tool(
     (its `.warren/agents/` and `.claude/agents/` only when trusted), the session's tools and
     permissions, and the main agent's context text (git snapshot, memory files) for every
     subagent."""
-    from orchestrator.tools.dispatch_agent import DispatchAgentTool
+    from orchestrator.agents.dispatch_agent import DispatchAgentTool
 
     return DispatchAgentTool(
         runner=pool,

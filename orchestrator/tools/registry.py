@@ -10,18 +10,31 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from orchestrator.tools.base import Tool
+from policies.claude_names import SUBAGENT_TOOL
 from policies.facts import ToolFacts
 
 if TYPE_CHECKING:
     from orchestrator.model.base import ToolSpec
 
-__all__ = ["STATELESS_TOOLS", "ToolRegistry", "ToolSource", "builtin_facts", "builtin_tools"]
+__all__ = [
+    "DISPATCH_AGENT_FACTS",
+    "STATELESS_TOOLS",
+    "ToolRegistry",
+    "ToolSource",
+    "builtin_facts",
+    "builtin_tools",
+]
 
 STATELESS_TOOLS: tuple[str, ...] = ("Read", "Glob", "Grep", "LS", "Think")
 """The built-in tools whose facts say they only read (family read or meta): they cannot change
 anything and leave no state behind (no shell). The `general` subagent gets them, and a worker
 that ran only these is reused (tests/orchestrator/test_tool_facts.py keeps this list equal to
 the tools' declared facts)."""
+
+DISPATCH_AGENT_FACTS = ToolFacts(family="agent", runs_in_coordinator=True)
+"""The facts of `dispatch_agent` (orchestrator/agents/dispatch_agent.py), which a session adds
+to its registry once it has a pool: here so that the policy commands know them without the
+agents room."""
 
 
 class ToolSource(Protocol):
@@ -127,8 +140,4 @@ def builtin_tools(*, bash_classifier: Callable[[str], bool] | None = None) -> To
 def builtin_facts() -> dict[str, ToolFacts]:
     """The facts of every built-in tool, dispatch_agent included, by name: what
     `warren policy check|test` decide with."""
-    from orchestrator.tools.dispatch_agent import DispatchAgentTool
-
-    facts = builtin_tools().facts()
-    facts[DispatchAgentTool.name] = DispatchAgentTool.facts
-    return facts
+    return {**builtin_tools().facts(), SUBAGENT_TOOL: DISPATCH_AGENT_FACTS}

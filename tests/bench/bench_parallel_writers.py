@@ -44,6 +44,7 @@ import trio
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from orchestrator.agents.dispatch_agent import DispatchAgentTool  # noqa: E402
 from orchestrator.agents.types import AgentType  # noqa: E402
 from orchestrator.calls.permissions import default_permission, headless_asker  # noqa: E402
 from orchestrator.calls.pipeline import ToolPipeline  # noqa: E402
@@ -52,7 +53,6 @@ from orchestrator.events import Event  # noqa: E402
 from orchestrator.messages import ContentBlock, TextBlock, ToolUseBlock  # noqa: E402
 from orchestrator.model.base import ModelRequest  # noqa: E402
 from orchestrator.tools.base import ToolContext  # noqa: E402
-from orchestrator.tools.dispatch_agent import DispatchAgentTool  # noqa: E402
 from orchestrator.tools.registry import ToolRegistry, builtin_tools  # noqa: E402
 from tests.workers.agent_kit import FunctionModel  # noqa: E402
 from workers.broker import ModelBroker  # noqa: E402

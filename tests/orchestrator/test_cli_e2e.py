@@ -28,7 +28,7 @@ def env(tmp_path: Path) -> dict[str, str]:
         **os.environ,
         "XDG_STATE_HOME": str(tmp_path / "state"),
         "ANTHROPIC_API_KEY": "sk-test-e2e",
-        "PYTHONPATH": str(DEMO.parents[1]),
+        "PYTHONPATH": str(DEMO.parents[2]),
     }
 
 

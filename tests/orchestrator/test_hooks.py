@@ -220,7 +220,7 @@ def test_claude_codes_task_and_agent_match_dispatch_agent(
     """Claude Code's subagent tool is `Task` (newer: `Agent`): its settings' matchers
     select Warren's `dispatch_agent`, read as a rule or as Claude Code reads them."""
     policy = _policy(ws, "")
-    from orchestrator.tools.dispatch_agent import DispatchAgentInput, DispatchAgentTool
+    from orchestrator.agents.dispatch_agent import DispatchAgentInput, DispatchAgentTool
 
     class _Dispatch(DispatchAgentTool):
         def __init__(self) -> None:  # only its name, facts and input model are used here

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from orchestrator.agents.dispatch_agent import DispatchAgentTool
 from orchestrator.agents.types import GENERAL, AgentType
 from orchestrator.calls.permissions import Allow, default_permission, headless_asker
 from orchestrator.calls.pipeline import ToolPipeline
@@ -25,7 +26,6 @@ from orchestrator.calls.scopes import (
 from orchestrator.messages import ToolUseBlock
 from orchestrator.tools.base import Tool, ToolContext
 from orchestrator.tools.bash import BashTool
-from orchestrator.tools.dispatch_agent import DispatchAgentTool
 from orchestrator.tools.read import ReadTool
 from orchestrator.tools.registry import ToolRegistry
 from sandbox.spec import DEFAULT_PROTECTED

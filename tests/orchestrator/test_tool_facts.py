@@ -13,12 +13,12 @@ from typing import Any, ClassVar
 
 import pytest
 
+from orchestrator.agents.dispatch_agent import DispatchAgentTool
 from orchestrator.calls.permissions import Allow, Deny, headless_asker
 from orchestrator.calls.pipeline import ToolPipeline
 from orchestrator.calls.policy import SessionPolicy
 from orchestrator.messages import ToolUseBlock
 from orchestrator.tools.base import Tool, ToolContext, ToolInput, ToolOutput, ToolProgress
-from orchestrator.tools.dispatch_agent import DispatchAgentTool
 from orchestrator.tools.registry import ToolRegistry, builtin_facts, builtin_tools
 from policies.bash_analysis import BashAnalyser
 from policies.engine import PolicyEngine

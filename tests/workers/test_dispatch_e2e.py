@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import trio
 
+from orchestrator.agents.dispatch_agent import DispatchAgentTool
 from orchestrator.agents.types import (
     GENERAL,
     AgentType,
@@ -37,7 +38,6 @@ from orchestrator.messages import Message
 from orchestrator.paths import WarrenDirs
 from orchestrator.session.session import SessionConfig, SessionParts, open_session
 from orchestrator.tools.base import ToolContext
-from orchestrator.tools.dispatch_agent import DispatchAgentTool
 from orchestrator.tools.registry import ToolRegistry
 from tests.kit.fake_api import TEST_MODEL, FakeMessagesAPI, FakeResponse, RecordedRequest, Reply
 from tests.kit.floor import needs_sandbox

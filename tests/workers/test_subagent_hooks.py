@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import trio
 
+from orchestrator.agents.dispatch_agent import DispatchAgentInput, DispatchAgentTool
 from orchestrator.agents.hooks import AgentHooks
 from orchestrator.calls.permissions import Allow, PermissionResult, headless_asker
 from orchestrator.calls.plan import CallPlan, tool_assessor
@@ -29,7 +30,6 @@ from orchestrator.hooks.runner import ConfiguredHook, HookRunner
 from orchestrator.messages import ContentBlock
 from orchestrator.model.base import ModelRequest
 from orchestrator.tools.base import ToolContext, ToolOutput
-from orchestrator.tools.dispatch_agent import DispatchAgentInput, DispatchAgentTool
 from policies.files import Hook, HookEvent
 from tests.kit.floor import needs_sandbox
 from tests.workers.agent_kit import (

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+from orchestrator.agents.dispatch_agent import DispatchAgentInput, DispatchAgentTool
 from orchestrator.agents.types import SubagentEvent, SubagentUpdate
 from orchestrator.calls.permissions import Allow, PermissionResult, headless_asker
 from orchestrator.calls.plan import CallPlan
@@ -25,7 +26,6 @@ from orchestrator.mcp.servers import ServerProcess, open_mcp_servers
 from orchestrator.messages import ContentBlock
 from orchestrator.model.base import ModelRequest
 from orchestrator.tools.base import ToolContext, ToolOutput
-from orchestrator.tools.dispatch_agent import DispatchAgentInput, DispatchAgentTool
 from orchestrator.tools.registry import ToolRegistry
 from policies.mcp import McpServer
 from tests.kit.floor import needs_sandbox

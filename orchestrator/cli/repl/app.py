@@ -39,6 +39,13 @@ from rich.text import Text
 from orchestrator.agents.types import SubagentUpdate
 from orchestrator.calls.permissions import Asker
 from orchestrator.calls.policy import SessionPolicy
+from orchestrator.cli.repl.actions import Action, Exit, Reopen, ToolOutput
+from orchestrator.cli.repl.commands import (
+    COMMANDS,
+    mcp_prompt_commands,
+    mcp_prompt_usage,
+    run_command,
+)
 from orchestrator.cli.repl.dialog import DialogAsker
 from orchestrator.cli.repl.display import TurnView
 from orchestrator.cli.repl.input import (
@@ -60,38 +67,10 @@ from orchestrator.paths import WarrenDirs
 from orchestrator.session.session import Session, SessionConfig, SessionParts, open_session
 from orchestrator.text import escape_controls
 
-__all__ = ["Exit", "Reopen", "Repl", "run_repl", "with_mentions"]
+__all__ = ["Repl", "run_repl", "with_mentions"]
 
 _MENTION = re.compile(r"(?<!\S)@(\S+)")
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Exit:
-    """Leave the REPL."""
-
-
-@dataclass(frozen=True)
-class Reopen:
-    """Close this session and open one with `config` (`/clear`, `/resume`, `/model`)."""
-
-    config: SessionConfig
-    note: str = ""
-    between: Callable[[], str] | None = None
-    """Work done while no session is open, its report printed: writes into a protected path
-    such as `.warren/` (`/init`), which a running writable sandbox's guard would undo."""
-
-
-Action = Exit | Reopen
-
-
-@dataclass
-class ToolOutput:
-    """A finished tool call of the main agent as `/expand N` shows it: whole."""
-
-    display: str
-    is_error: bool
-    text: str
 
 
 class _Discard(io.StringIO):
@@ -130,8 +109,6 @@ class Repl:
     # -- the outer loop --
 
     async def main(self, first_prompt: str | None) -> int:
-        from orchestrator.cli.repl.commands import COMMANDS
-
         completer = ReplCompleter(
             {name: c.summary for name, c in COMMANDS.items()},
             self.config.cwd,
@@ -202,8 +179,6 @@ class Repl:
                     config = new
 
     def _mcp_prompts(self) -> dict[str, str]:
-        from orchestrator.cli.repl.commands import mcp_prompt_commands, mcp_prompt_usage
-
         found = mcp_prompt_commands(self.session)
         return {
             name: escape_controls(mcp_prompt_usage(name, prompt).removeprefix(f"/{name}").strip())
@@ -253,8 +228,6 @@ class Repl:
         self.console.print(Text("/help for commands · esc interrupts · ctrl-d exits", "dim"))
 
     async def _loop(self, session: Session, pending: str | None) -> Action:
-        from orchestrator.cli.repl.commands import run_command
-
         while True:
             if pending is not None:
                 text, pending = pending, None

@@ -26,20 +26,20 @@ import trio
 from rich.table import Table
 from rich.text import Text
 
+from orchestrator.cli.repl.actions import Action, CommandHost, Exit, Reopen
 from orchestrator.errors import ModelError, SessionError
 from orchestrator.model.catalog import resolve_model
 from orchestrator.records.transcripts import SessionStore, SessionSummary
 from orchestrator.session.session import MeteredModel, Session, SessionConfig
 from orchestrator.text import escape_controls
+from policies.files import MODES
 
 if TYPE_CHECKING:
     import mcp_types
 
-    from orchestrator.cli.repl.app import Action, Repl
 
 __all__ = [
     "COMMANDS",
-    "MODES",
     "Command",
     "mcp_prompt_commands",
     "mcp_prompt_usage",
@@ -47,9 +47,7 @@ __all__ = [
     "suggest",
 ]
 
-Handler = Callable[["Repl", Session, str], Awaitable["Action | None"]]
-
-MODES = ("default", "accept-edits", "plan", "dont-ask", "bypass")
+Handler = Callable[[CommandHost, Session, str], Awaitable[Action | None]]
 
 
 @dataclass(frozen=True)
@@ -58,11 +56,11 @@ class Command:
     handler: Handler
 
 
-def _say(repl: Repl, text: str, style: str = "") -> None:
+def _say(repl: CommandHost, text: str, style: str = "") -> None:
     repl.console.print(Text(escape_controls(text, keep_lines=True), style))
 
 
-async def _help(repl: Repl, session: Session, arg: str) -> Action | None:
+async def _help(repl: CommandHost, session: Session, arg: str) -> Action | None:
     table = Table(box=None, show_header=False, padding=(0, 2))
     for name, command in COMMANDS.items():
         table.add_row(Text(f"/{name}", "bold cyan"), command.summary)
@@ -81,20 +79,18 @@ async def _help(repl: Repl, session: Session, arg: str) -> Action | None:
     return None
 
 
-async def _exit(repl: Repl, session: Session, arg: str) -> Action | None:
-    from orchestrator.cli.repl.app import Exit
+async def _exit(repl: CommandHost, session: Session, arg: str) -> Action | None:
 
     return Exit()
 
 
-async def _clear(repl: Repl, session: Session, arg: str) -> Action | None:
-    from orchestrator.cli.repl.app import Reopen
+async def _clear(repl: CommandHost, session: Session, arg: str) -> Action | None:
 
     config = _config(session.config, session, resume=None, continue_last=False)
     return Reopen(config, note=f"(the conversation {session.session_id} is kept; /resume finds it)")
 
 
-async def _compact(repl: Repl, session: Session, arg: str) -> Action | None:
+async def _compact(repl: CommandHost, session: Session, arg: str) -> Action | None:
     try:
         compaction = await repl.turn(
             lambda: session.compact(arg.strip() or None), status="Compacting"
@@ -111,7 +107,7 @@ async def _compact(repl: Repl, session: Session, arg: str) -> Action | None:
     return None
 
 
-async def _cost(repl: Repl, session: Session, arg: str) -> Action | None:
+async def _cost(repl: CommandHost, session: Session, arg: str) -> Action | None:
     model = session.model
     if not isinstance(model, MeteredModel):
         _say(repl, "No cost is counted in this session (no broker is wired in).", "yellow")
@@ -130,7 +126,7 @@ async def _cost(repl: Repl, session: Session, arg: str) -> Action | None:
     return None
 
 
-async def _context(repl: Repl, session: Session, arg: str) -> Action | None:
+async def _context(repl: CommandHost, session: Session, arg: str) -> Action | None:
     used, window = session.context_usage()
     share = used / window if window else 0.0
     width = 30
@@ -145,8 +141,7 @@ async def _context(repl: Repl, session: Session, arg: str) -> Action | None:
     return None
 
 
-async def _model(repl: Repl, session: Session, arg: str) -> Action | None:
-    from orchestrator.cli.repl.app import Reopen
+async def _model(repl: CommandHost, session: Session, arg: str) -> Action | None:
 
     name = arg.strip()
     if not name:
@@ -158,7 +153,7 @@ async def _model(repl: Repl, session: Session, arg: str) -> Action | None:
     return Reopen(config, note=f"(continuing on {resolved})")
 
 
-async def _permissions(repl: Repl, session: Session, arg: str) -> Action | None:
+async def _permissions(repl: CommandHost, session: Session, arg: str) -> Action | None:
     engine = session.policy.engine
     wanted = arg.strip()
     if wanted:
@@ -168,7 +163,7 @@ async def _permissions(repl: Repl, session: Session, arg: str) -> Action | None:
         if wanted == "bypass" and not engine.floor_proven:
             _say(repl, "bypass needs a proven sandbox floor (see /doctor).", "yellow")
             return None
-        engine.mode = wanted  # type: ignore[assignment]
+        engine.mode = wanted
         _say(repl, f"Mode for this session: {wanted}.", "green")
         return None
     _say(repl, f"Mode: {engine.mode}  (switch with /permissions MODE: {', '.join(MODES)})")
@@ -189,14 +184,14 @@ async def _permissions(repl: Repl, session: Session, arg: str) -> Action | None:
     return None
 
 
-async def _policy(repl: Repl, session: Session, arg: str) -> Action | None:
+async def _policy(repl: CommandHost, session: Session, arg: str) -> Action | None:
     from policies import commands
 
     _say(repl, commands.show(session.config.cwd).text.rstrip())
     return None
 
 
-async def _agents(repl: Repl, session: Session, arg: str) -> Action | None:
+async def _agents(repl: CommandHost, session: Session, arg: str) -> Action | None:
     from orchestrator.agents.types import load_agent_types
     from orchestrator.errors import ConfigError
     from orchestrator.paths import WarrenDirs
@@ -225,7 +220,7 @@ async def _agents(repl: Repl, session: Session, arg: str) -> Action | None:
     return None
 
 
-async def _doctor(repl: Repl, session: Session, arg: str) -> Action | None:
+async def _doctor(repl: CommandHost, session: Session, arg: str) -> Action | None:
     from sandbox.commands import doctor
 
     report = await repl.turn(
@@ -235,15 +230,14 @@ async def _doctor(repl: Repl, session: Session, arg: str) -> Action | None:
     return None
 
 
-async def _hooks(repl: Repl, session: Session, arg: str) -> Action | None:
+async def _hooks(repl: CommandHost, session: Session, arg: str) -> Action | None:
     from policies import commands
 
     _say(repl, commands.hooks_list(session.config.cwd).text.rstrip())
     return None
 
 
-async def _init(repl: Repl, session: Session, arg: str) -> Action | None:
-    from orchestrator.cli.repl.app import Reopen
+async def _init(repl: CommandHost, session: Session, arg: str) -> Action | None:
     from orchestrator.cli.repl.starter import write_starter_memory
     from policies import commands
 
@@ -262,8 +256,7 @@ async def _init(repl: Repl, session: Session, arg: str) -> Action | None:
     )
 
 
-async def _resume(repl: Repl, session: Session, arg: str) -> Action | None:
-    from orchestrator.cli.repl.app import Reopen
+async def _resume(repl: CommandHost, session: Session, arg: str) -> Action | None:
     from orchestrator.cli.repl.input import CTRL_C, CTRL_D, prompt_line
 
     chosen = arg.strip()
@@ -286,12 +279,12 @@ async def _resume(repl: Repl, session: Session, arg: str) -> Action | None:
     return Reopen(_config(session.config, session, resume=chosen, continue_last=False))
 
 
-async def _sessions(repl: Repl, session: Session, arg: str) -> Action | None:
+async def _sessions(repl: CommandHost, session: Session, arg: str) -> Action | None:
     _list_sessions(repl, session)
     return None
 
 
-async def _undo(repl: Repl, session: Session, arg: str) -> Action | None:
+async def _undo(repl: CommandHost, session: Session, arg: str) -> Action | None:
     from orchestrator.changes.undo import undo_last_turn
 
     recorder = session.changes
@@ -307,7 +300,7 @@ async def _undo(repl: Repl, session: Session, arg: str) -> Action | None:
     return None
 
 
-async def _expand(repl: Repl, session: Session, arg: str) -> Action | None:
+async def _expand(repl: CommandHost, session: Session, arg: str) -> Action | None:
     outputs = repl.outputs
     wanted = arg.strip()
     if not outputs:
@@ -334,7 +327,7 @@ _EXPAND_LINES = 5_000
 """Lines of one result `/expand` prints."""
 
 
-async def _mcp(repl: Repl, session: Session, arg: str) -> Action | None:
+async def _mcp(repl: CommandHost, session: Session, arg: str) -> Action | None:
     servers = await session.mcp_servers()
     if servers is None or not servers.names():
         _say(repl, "No MCP servers in force here (`warren mcp add` adds one).", "dim")
@@ -411,7 +404,12 @@ def mcp_prompt_usage(name: str, prompt: mcp_types.Prompt) -> str:
 
 
 async def _mcp_prompt(
-    repl: Repl, session: Session, name: str, server: str, prompt: mcp_types.Prompt, arg: str
+    repl: CommandHost,
+    session: Session,
+    name: str,
+    server: str,
+    prompt: mcp_types.Prompt,
+    arg: str,
 ) -> Action | None:
     from orchestrator.mcp.servers import McpCallFailed
 
@@ -442,7 +440,7 @@ async def _mcp_prompt(
     return None
 
 
-async def run_command(repl: Repl, session: Session, text: str) -> Action | None:
+async def run_command(repl: CommandHost, session: Session, text: str) -> Action | None:
     name, _, arg = text[1:].partition(" ")
     name = {"quit": "exit", "?": "help"}.get(name, name)
     command = COMMANDS.get(name)
@@ -471,7 +469,7 @@ def _config(config: SessionConfig, session: Session | None = None, **changes: An
     return SessionConfig.model_validate({**config.model_dump(), **changes})
 
 
-def _list_sessions(repl: Repl, session: Session) -> list[SessionSummary]:
+def _list_sessions(repl: CommandHost, session: Session) -> list[SessionSummary]:
     """Earlier sessions started in this workspace, newest first (at most 20), printed with
     the columns of `warren sessions` and a number to pick one by."""
     from orchestrator.cli.subcommands.sessions import session_rows

@@ -134,10 +134,10 @@ def _serve(args: argparse.Namespace) -> int:
 
     import trio
 
+    from orchestrator.cli.mcp_serve import serve_http, serve_stdio
     from orchestrator.cli.run import say
     from orchestrator.cli.wiring import session_parts
     from orchestrator.errors import ConfigError
-    from orchestrator.mcp.serve import serve_http, serve_stdio
     from orchestrator.outcome import EXIT_USAGE
     from orchestrator.session.session import SessionConfig
     from orchestrator.text import escape_controls

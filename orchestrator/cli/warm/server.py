@@ -105,7 +105,7 @@ _PRELOAD = (
     "orchestrator.cli.live_progress",
     "orchestrator.cli.repl.app",
     "orchestrator.tools.registry",
-    "orchestrator.tools.dispatch_agent",
+    "orchestrator.agents.dispatch_agent",
     "orchestrator.mcp.tool",
     "workers.pool",
     "workers.toolhost_runner",
@@ -163,8 +163,8 @@ def _preload() -> None:
     # The built-in tools (their modules load lazily) and their input schemas (cached per
     # class): the first request of every session sends them.
     with contextlib.suppress(Exception):
+        from orchestrator.agents.dispatch_agent import DispatchAgentTool
         from orchestrator.tools.base import input_schema_of
-        from orchestrator.tools.dispatch_agent import DispatchAgentTool
         from orchestrator.tools.registry import builtin_tools
 
         builtin_tools().specs()

@@ -12,6 +12,7 @@ import pydantic
 import pytest
 import trio
 
+from orchestrator.agents.dispatch_agent import DispatchAgentTool, sidechain_path
 from orchestrator.agents.types import (
     GENERAL,
     AgentType,
@@ -39,7 +40,6 @@ from orchestrator.events import (
 from orchestrator.messages import AssistantMessage, Message, TextBlock, ToolResultBlock, Usage
 from orchestrator.records.transcripts import SessionStore
 from orchestrator.tools.base import Tool, ToolContext, ToolInput
-from orchestrator.tools.dispatch_agent import DispatchAgentTool, sidechain_path
 from orchestrator.tools.registry import ToolRegistry, builtin_tools
 from tests.orchestrator.tools.conftest import run_tool
 

@@ -76,7 +76,8 @@ from orchestrator.tools.base import (
     ToolOutput,
     ToolProgress,
 )
-from orchestrator.tools.registry import ToolRegistry
+from orchestrator.tools.registry import DISPATCH_AGENT_FACTS, ToolRegistry
+from policies.claude_names import SUBAGENT_TOOL
 from policies.facts import ToolFacts
 from sandbox.spec import DEFAULT_PROTECTED
 
@@ -136,8 +137,8 @@ def sidechain_path(sidechain_root: Path, session_id: str, agent_id: str) -> Path
 
 
 class DispatchAgentTool(Tool[DispatchAgentInput]):
-    name: ClassVar[str] = "dispatch_agent"
-    facts: ClassVar[ToolFacts] = ToolFacts(family="agent", runs_in_coordinator=True)
+    name: ClassVar[str] = SUBAGENT_TOOL
+    facts: ClassVar[ToolFacts] = DISPATCH_AGENT_FACTS
     input_model: ClassVar[type[ToolInput]] = DispatchAgentInput
     description: ClassVar[str] = DESCRIPTION
 
