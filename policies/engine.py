@@ -42,6 +42,7 @@ from typing import Any, Final, Literal
 from policies.bash_analysis import BashAnalyser, BashClassification, CommandPart
 from policies.facts import ToolFacts
 from policies.files import EffectivePolicy, Mode, PolicyError, RuleEntry
+from policies.mode import PermissionMode
 from policies.rules import (
     CompiledRule,
     ParsedRule,
@@ -193,7 +194,8 @@ class PolicyEngine:
                 key="mode",
             )
         self.policy = policy
-        self.mode: Mode = policy.mode
+        self.permission_mode = PermissionMode(policy.mode, floor_proven=floor_proven)
+        """The mode in force, live (policies/mode.py): its `set` is the one way to change it."""
         self.floor_proven = floor_proven
         self.floor: FloorState = "proven" if floor_proven else "unproven"
         self.workspace = workspace.resolve()
@@ -209,6 +211,11 @@ class PolicyEngine:
         )
         self._protected = self._protected_paths()
         self._masked = self._masked_patterns(env)
+
+    @property
+    def mode(self) -> Mode:
+        """The mode in force now (`permission_mode.current`)."""
+        return self.permission_mode.current
 
     # -- set-up --
 

@@ -31,6 +31,7 @@ from policies.files import (
     load_effective_policy,
 )
 from policies.mcp import McpJson, McpJsonError, parse_mcp_json, read_mcp_json
+from policies.mode import PermissionMode
 from policies.rules import PathPattern, compile_path_pattern
 
 __all__ = ["SessionPolicy", "load_session_policy"]
@@ -51,7 +52,14 @@ class SessionPolicy:
 
     @property
     def mode(self) -> Mode:
+        """The mode in force now."""
         return self.engine.mode
+
+    @property
+    def permission_mode(self) -> PermissionMode:
+        """The session's mode, live: hooks, the audit log and the REPL hold it and read it
+        when they need it; `set` is the one way to switch it (policies/mode.py)."""
+        return self.engine.permission_mode
 
     def bash_classifier(self) -> Callable[[str], bool]:
         """Command -> may run as a read-only, concurrency-safe call (in the read-only host)."""

@@ -590,7 +590,7 @@ def _prompt(
     from orchestrator.cli.run import run_prompt
     from orchestrator.cli.wiring import session_parts
     from orchestrator.outcome import EXIT_USAGE
-    from orchestrator.session.session import DEFAULT_MODEL, SessionConfig
+    from orchestrator.session.config import DEFAULT_MODEL, SessionConfig
 
     if args.prompt is not None and args.words is not None:
         print("warren: give the prompt once: as PROMPT or with -p", file=sys.stderr)

@@ -39,7 +39,9 @@ from mcp.server.stdio import stdio_server
 
 from orchestrator.errors import ConfigError
 from orchestrator.messages import ImageBlock, TextBlock, ToolResultBlock
-from orchestrator.session.session import Session, SessionConfig, SessionParts, open_session
+from orchestrator.session.config import SessionConfig, SessionParts
+from orchestrator.session.open import open_session
+from orchestrator.session.session import Session
 
 __all__ = ["AGENT", "SERVED", "BearerToken", "build_server", "serve_http", "serve_stdio", "served"]
 

@@ -34,7 +34,9 @@ from orchestrator.calls.denials import render_denials
 from orchestrator.cli.live_progress import TerminalProgress
 from orchestrator.errors import ConfigError
 from orchestrator.outcome import EXIT_IO_ERROR, EXIT_USAGE, TerminalReason, exit_code
-from orchestrator.session.session import Session, SessionConfig, SessionParts, open_session
+from orchestrator.session.config import SessionConfig, SessionParts
+from orchestrator.session.open import open_session
+from orchestrator.session.session import Session
 from orchestrator.text import escape_controls
 
 __all__ = ["EXIT_OUTPUT_CLOSED", "STOP_SIGNALS", "ClosableStdout", "run_prompt"]

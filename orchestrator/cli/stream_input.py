@@ -25,7 +25,9 @@ from orchestrator.claude_code.sdk_control import ProtocolError, SdkControl
 from orchestrator.cli.run import ClosableStdout, _Stopping, say
 from orchestrator.errors import ConfigError
 from orchestrator.outcome import EXIT_USAGE, exit_code
-from orchestrator.session.session import Session, SessionConfig, SessionParts, open_session
+from orchestrator.session.config import SessionConfig, SessionParts
+from orchestrator.session.open import open_session
+from orchestrator.session.session import Session
 from orchestrator.text import escape_controls
 from policies.files import Mode
 
@@ -107,11 +109,9 @@ async def run_stream_input(config: SessionConfig, parts: SessionParts, *, host_a
 
 
 def _set_mode(session: Session, mode: Mode) -> None:
-    """`set_permission_mode` from the host: the same switch as the REPL's `/permissions`."""
-    engine = session.policy.engine
-    if mode == "bypass" and not engine.floor_proven:
-        raise ValueError("bypassPermissions needs a proven sandbox floor (warren doctor)")
-    engine.mode = mode
+    """`set_permission_mode` from the host: the same switch as the REPL's `/permissions`
+    (`ModeRefused`, a `ValueError`, is the error the host is sent)."""
+    session.policy.permission_mode.set(mode)
 
 
 _CONNECTION = {"ready": "connected", "starting": "pending", "failed": "failed"}

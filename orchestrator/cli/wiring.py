@@ -13,8 +13,8 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from functools import partial
 from typing import TYPE_CHECKING
 
+from orchestrator.session.config import SessionParts
 from orchestrator.session.later import LaterSubagents, LaterToolHosts
-from orchestrator.session.session import SessionParts
 
 if TYPE_CHECKING:
     from orchestrator.agents.types import SubagentRunner

@@ -1,6 +1,6 @@
 """Running the hooks of one event: each under the floor, all at once, merged in one answer.
 
-`HookRunner` is the session's (built by `orchestrator.hooks.build_hook_runner` from the
+`HookRunner` is the session's (built by `orchestrator.session.hooks_hook_runner` from the
 effective policy, so an untrusted repository's hooks are not even in it). The pipeline, the
 loop, the compactor, the session and the terminal asker call its per-event methods; with no
 hook for an event each returns `NO_OUTCOME` after one set lookup (tests/bench/bench_hooks.py
@@ -64,6 +64,7 @@ from orchestrator.hooks.output import (
 from orchestrator.hooks.process import HookProcess, run_hook_command
 from policies.claude_names import claude_mode
 from policies.files import Hook, HookEvent
+from policies.mode import PermissionMode
 
 if TYPE_CHECKING:  # the sandbox is imported when a hook first runs sandboxed
     from orchestrator.hooks.matchers import HookMatcher
@@ -279,7 +280,7 @@ class HookRunner:
         workspace: Path,
         session_id: str = "",
         transcript_path: str = "",
-        permission_mode: str = "default",
+        permission_mode: PermissionMode | None = None,
         extra_roots: Sequence[Path] = (),
         sandbox: HookSandbox | None = None,
         emit: EventSink | None = None,
@@ -295,7 +296,8 @@ class HookRunner:
         self.extra_roots = tuple(extra_roots)
         self.session_id = session_id
         self.transcript_path = transcript_path
-        self.permission_mode = permission_mode
+        self.permission_mode = permission_mode or PermissionMode("default", floor_proven=False)
+        """The session's mode, live: read at each hook (plan mode runs hooks read-only)."""
         self.sandbox = sandbox
         self.emit: EventSink = emit or (lambda event: None)
         self.output_bytes = output_bytes
@@ -312,7 +314,7 @@ class HookRunner:
             "transcript_path": self.transcript_path,
             "cwd": str(self.workspace),
             # Claude Code's spelling (`acceptEdits`): hook scripts are written for it.
-            "permission_mode": claude_mode(self.permission_mode),
+            "permission_mode": claude_mode(self.permission_mode.current),
         }
 
     # -- per event --------------------------------------------------------------------------
@@ -466,7 +468,7 @@ class HookRunner:
                     cwd=self.workspace,
                     timeout_s=hook.timeout_s,
                     output_bytes=self.output_bytes,
-                    writable=self.permission_mode != "plan",
+                    writable=self.permission_mode.current != "plan",
                 )
             else:
                 done = await self._one_shot(hook, payload, env)
@@ -513,7 +515,7 @@ class HookRunner:
 
         assert self.sandbox is not None
         base = self.sandbox.spec
-        mode: Literal["ro", "rw"] = "ro" if self.permission_mode == "plan" else "rw"
+        mode: Literal["ro", "rw"] = "ro" if self.permission_mode.current == "plan" else "rw"
         roots = (self.workspace, *self.extra_roots)
         denied = await self.sandbox.denied(roots)
         spec = base.model_copy(

@@ -17,18 +17,22 @@ from pathlib import Path
 from typing import IO, Any
 
 from orchestrator.events import CallScheduled, Event, HookRan, PermissionDecided
+from policies.mode import PermissionMode
 
 __all__ = ["AuditLog"]
 
 
 class AuditLog:
-    def __init__(self, path: Path, *, mode: str, floor: str) -> None:
+    """Opened once the floor is known and the policy loaded; each permission line says the
+    mode in force when it was decided (`mode` is the session's live value)."""
+
+    def __init__(self, path: Path, *, mode: PermissionMode, floor: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.path = path
         self.mode = mode
-        """The session's permission mode; set once the policy has loaded."""
+        """The session's permission mode, live (policies/mode.py)."""
         self.floor = floor
-        """`proven`, `unproven` or `off`; set once the start-up probe has answered."""
+        """`proven`, `unproven` or `off`."""
         self._file: IO[str] = path.open("a", encoding="utf-8")
 
     def record(self, kind: str, **fields: Any) -> None:
@@ -49,7 +53,7 @@ class AuditLog:
                 decision=event.decision,
                 rule=event.rule,
                 answered_by=event.answered_by,
-                mode=self.mode,
+                mode=self.mode.current,
                 floor=self.floor,
                 message=event.message,
                 read_only=event.read_only,

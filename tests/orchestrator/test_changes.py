@@ -28,7 +28,7 @@ from orchestrator.changes.recorder import (
 from orchestrator.changes.store_gc import collect, hold
 from orchestrator.changes.tree_state import Entry, Key, TreeState, scan
 from orchestrator.changes.undo import undo_last_turn
-from orchestrator.session.session import _may_write
+from orchestrator.session.recording import may_write
 from orchestrator.tools.registry import builtin_tools
 from sandbox.binary import find_system_tool
 
@@ -231,11 +231,11 @@ def test_the_first_scan_runs_in_a_child_and_misses_nothing_changed_while_it_ran(
 def test_sessions_that_cannot_write_do_not_scan(tmp_path: Path) -> None:
     tools = builtin_tools()
     readers = tools.only(lambda tool: tool.facts.family in ("read", "meta"))
-    assert _may_write("default", tools, False, [tmp_path])
-    assert not _may_write("plan", tools, False, [tmp_path])
-    assert not _may_write("default", readers, False, [tmp_path])
-    assert _may_write("default", readers, True, [tmp_path])  # MCP tools may write
-    assert not _may_write("default", tools, False, [tmp_path / "gone"])  # no root to write
+    assert may_write("default", tools, False, [tmp_path])
+    assert not may_write("plan", tools, False, [tmp_path])
+    assert not may_write("default", readers, False, [tmp_path])
+    assert may_write("default", readers, True, [tmp_path])  # MCP tools may write
+    assert not may_write("default", tools, False, [tmp_path / "gone"])  # no root to write
 
 
 def test_the_store_keeps_what_an_undo_can_need_and_prunes_the_rest(tmp_path: Path) -> None:

@@ -31,7 +31,8 @@ from orchestrator.cli.repl.display import TurnView
 from orchestrator.events import RetryScheduled, ToolFinished, ToolStarted
 from orchestrator.model.base import ModelClient, ModelEvent, ModelRequest
 from orchestrator.paths import WarrenDirs
-from orchestrator.session.session import SessionConfig, SessionParts, open_session
+from orchestrator.session.config import SessionConfig, SessionParts
+from orchestrator.session.open import open_session
 from tests.kit.fake_api import FakeMessagesAPI, Reply, model_for
 
 _HELD_UP_TO_S = 10.0

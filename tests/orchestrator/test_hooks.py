@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Literal
+from typing import Literal, cast
 
 import pytest
 
@@ -14,16 +14,17 @@ from orchestrator.calls.permissions import headless_asker
 from orchestrator.calls.pipeline import ToolPipeline
 from orchestrator.calls.plan import plan_call
 from orchestrator.calls.policy import SessionPolicy
-from orchestrator.hooks.build import configured_hooks
 from orchestrator.hooks.matchers import build_matcher, claude_matches
 from orchestrator.hooks.output import HookOutput, parse_output
 from orchestrator.hooks.runner import ConfiguredHook, HookRun, HookRunner, merge
 from orchestrator.messages import ToolUseBlock
+from orchestrator.session.hooks import configured_hooks
 from orchestrator.tools.base import ToolContext
 from orchestrator.tools.registry import builtin_facts, builtin_tools
 from policies.bash_analysis import BashAnalyser
 from policies.engine import PolicyEngine
-from policies.files import Hook, PolicyLayer, merge_policy, parse_policy_text
+from policies.files import Hook, Mode, PolicyLayer, merge_policy, parse_policy_text
+from policies.mode import PermissionMode
 
 
 @pytest.mark.parametrize(
@@ -122,7 +123,8 @@ def _policy(ws: Path, text: str) -> SessionPolicy:
 
 
 def _pipeline(ws: Path, policy: SessionPolicy) -> ToolPipeline:
-    hooks = HookRunner(configured_hooks(policy), workspace=ws, permission_mode=policy.mode)
+    live = policy.permission_mode
+    hooks = HookRunner(configured_hooks(policy), workspace=ws, permission_mode=live)
     return ToolPipeline(
         tools=builtin_tools(bash_classifier=policy.bash_classifier()),
         ctx=ToolContext(workspace=ws, cwd=ws),
@@ -243,5 +245,6 @@ def test_hook_inputs_spell_the_mode_as_claude_code_does(
     tmp_path: Path, mode: str, spelled: str
 ) -> None:
     """Hook scripts written for Claude Code compare `permission_mode` to its names."""
-    hooks = HookRunner([], workspace=tmp_path, permission_mode=mode)
+    live = PermissionMode(cast(Mode, mode), floor_proven=True)
+    hooks = HookRunner([], workspace=tmp_path, permission_mode=live)
     assert hooks._common()["permission_mode"] == spelled

@@ -11,6 +11,7 @@ import secrets
 import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import cast
 
 import psutil
 import pytest
@@ -26,7 +27,8 @@ from orchestrator.hooks.runner import (
     WarmHookHost,
 )
 from orchestrator.tools.base import ToolContext
-from policies.files import Hook
+from policies.files import Hook, Mode
+from policies.mode import PermissionMode
 from sandbox.spec import SandboxSpec
 from tests.kit.floor import needs_sandbox
 from workers.toolhost_runner import (
@@ -68,14 +70,15 @@ def _hooks(
         for command in commands
     ]
     sandbox = HookSandbox(SandboxSpec(), warm=runner)
-    return HookRunner(configured, workspace=workspace, permission_mode=mode, sandbox=sandbox)
+    live = PermissionMode(cast(Mode, mode), floor_proven=True)
+    return HookRunner(configured, workspace=workspace, permission_mode=live, sandbox=sandbox)
 
 
 async def _prompt(hooks: HookRunner, prompt: str = "hello") -> HookOutcome:
     return await hooks.run(
         UserPromptSubmitInput(
             session_id="s", transcript_path="", cwd=str(hooks.workspace),
-            permission_mode=hooks.permission_mode, prompt=prompt,
+            permission_mode=hooks.permission_mode.current, prompt=prompt,
         )
     )  # fmt: skip
 

@@ -22,7 +22,9 @@ from orchestrator.messages import Message, ToolUseBlock
 from orchestrator.model.scripted import ScriptedModel, ScriptedTurn
 from orchestrator.paths import WarrenDirs
 from orchestrator.records.transcripts import SessionStore
-from orchestrator.session.session import Session, SessionConfig, SessionParts, open_session
+from orchestrator.session.config import SessionConfig, SessionParts
+from orchestrator.session.open import open_session
+from orchestrator.session.session import Session
 from orchestrator.tools.base import DEFAULT_TOOL_TIMEOUT_S
 from orchestrator.tools.registry import ToolRegistry
 from tests.orchestrator.probe_tools import ProbeLog, ProbeTool

@@ -24,7 +24,8 @@ from orchestrator.events import (
     ToolStarted,
 )
 from orchestrator.paths import WarrenDirs
-from orchestrator.session.session import SessionConfig, SessionParts, open_session
+from orchestrator.session.config import SessionConfig, SessionParts
+from orchestrator.session.open import open_session
 from orchestrator.text import escape_controls
 from orchestrator.tools.registry import ToolRegistry
 from tests.kit.fake_api import (

@@ -36,7 +36,8 @@ from orchestrator.calls.policy import SessionPolicy
 from orchestrator.conversation.loop import LoopConfig, RunControl, run_loop
 from orchestrator.messages import Message
 from orchestrator.paths import WarrenDirs
-from orchestrator.session.session import SessionConfig, SessionParts, open_session
+from orchestrator.session.config import SessionConfig, SessionParts
+from orchestrator.session.open import open_session
 from orchestrator.tools.base import ToolContext
 from orchestrator.tools.registry import ToolRegistry
 from tests.kit.fake_api import TEST_MODEL, FakeMessagesAPI, FakeResponse, RecordedRequest, Reply

@@ -48,7 +48,8 @@ from orchestrator.events import (
 )
 from orchestrator.outcome import exit_code
 from orchestrator.paths import WarrenDirs
-from orchestrator.session.session import SessionConfig, SessionParts, open_session
+from orchestrator.session.config import SessionConfig, SessionParts
+from orchestrator.session.open import open_session
 
 __all__ = ["demo_main"]
 

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from orchestrator.conversation.loop import RunResult
-    from orchestrator.session.session import SessionConfig, SessionParts
+    from orchestrator.session.config import SessionConfig, SessionParts
 
 __all__ = ["Action", "CommandHost", "Exit", "Reopen", "ToolOutput"]
 

@@ -64,7 +64,9 @@ from orchestrator.events import Event, ToolFinished, ToolResultsMessage, ToolSta
 from orchestrator.messages import ToolResultBlock
 from orchestrator.outcome import EXIT_USAGE
 from orchestrator.paths import WarrenDirs
-from orchestrator.session.session import Session, SessionConfig, SessionParts, open_session
+from orchestrator.session.config import SessionConfig, SessionParts
+from orchestrator.session.open import open_session
+from orchestrator.session.session import Session
 from orchestrator.text import escape_controls
 
 __all__ = ["Repl", "run_repl", "with_mentions"]

@@ -30,9 +30,11 @@ from orchestrator.cli.repl.actions import Action, CommandHost, Exit, Reopen
 from orchestrator.errors import ModelError, SessionError
 from orchestrator.model.catalog import resolve_model
 from orchestrator.records.transcripts import SessionStore, SessionSummary
-from orchestrator.session.session import MeteredModel, Session, SessionConfig
+from orchestrator.session.config import MeteredModel, SessionConfig
+from orchestrator.session.session import Session
 from orchestrator.text import escape_controls
 from policies.files import MODES
+from policies.mode import ModeRefused
 
 if TYPE_CHECKING:
     import mcp_types
@@ -154,19 +156,17 @@ async def _model(repl: CommandHost, session: Session, arg: str) -> Action | None
 
 
 async def _permissions(repl: CommandHost, session: Session, arg: str) -> Action | None:
-    engine = session.policy.engine
+    live = session.policy.permission_mode
     wanted = arg.strip()
     if wanted:
-        if wanted not in MODES:
-            _say(repl, f"No mode {wanted!r}; the modes are {', '.join(MODES)}.", "yellow")
+        try:
+            mode = live.set(wanted)
+        except ModeRefused as exc:
+            _say(repl, f"{str(exc).capitalize()}.", "yellow")
             return None
-        if wanted == "bypass" and not engine.floor_proven:
-            _say(repl, "bypass needs a proven sandbox floor (see /doctor).", "yellow")
-            return None
-        engine.mode = wanted
-        _say(repl, f"Mode for this session: {wanted}.", "green")
+        _say(repl, f"Mode for this session: {mode}.", "green")
         return None
-    _say(repl, f"Mode: {engine.mode}  (switch with /permissions MODE: {', '.join(MODES)})")
+    _say(repl, f"Mode: {live.current}  (switch with /permissions MODE: {', '.join(MODES)})")
     if not session.policy.effective.rules:
         _say(repl, "No rules: read-only calls run, the rest asks (see /policy).", "dim")
         return None

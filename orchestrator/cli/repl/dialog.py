@@ -138,7 +138,7 @@ class DialogAsker:
                     self._console.print(Text("  → allowed", "green"))
                     return Allow(rule="user: yes")
                 case "a" if edit:
-                    self._policy.engine.mode = "accept-edits"
+                    self._policy.permission_mode.set("accept-edits")
                     self._console.print(
                         Text("  → allowed; edits in the workspace run without asking for the "
                              "rest of this session (accept-edits)", "green")

@@ -103,8 +103,8 @@ def _sample(path: Path | None) -> dict[str, Any]:
 async def _run_test(args: argparse.Namespace, data: dict[str, Any]) -> int:
     from orchestrator.calls.policy import load_session_policy
     from orchestrator.errors import ConfigError
-    from orchestrator.hooks.build import build_hook_runner
     from orchestrator.hooks.events import sample_input
+    from orchestrator.session.hooks import build_hook_runner
 
     cwd = (args.cwd or Path.cwd()).absolute().resolve()
     sandboxed = args.sandbox == "required"

@@ -139,7 +139,7 @@ def _serve(args: argparse.Namespace) -> int:
     from orchestrator.cli.wiring import session_parts
     from orchestrator.errors import ConfigError
     from orchestrator.outcome import EXIT_USAGE
-    from orchestrator.session.session import SessionConfig
+    from orchestrator.session.config import SessionConfig
     from orchestrator.text import escape_controls
     from policies.files import split_tool_list
 

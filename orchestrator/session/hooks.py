@@ -75,7 +75,7 @@ def build_hook_runner(
         workspace=workspace,
         session_id=session_id,
         transcript_path=transcript_path,
-        permission_mode=policy.mode,
+        permission_mode=policy.permission_mode,
         extra_roots=extra_roots,
         sandbox=hook_sandbox(policy, warm) if sandboxed and hooks else None,
         emit=emit,

@@ -1,0 +1,97 @@
+"""The tools a session offers: the built-in set (or the composition root's), narrowed by
+`--tools`, and `dispatch_agent` over the worker pool with the agent types this workspace
+defines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from orchestrator.agents.types import SubagentRunner, SubagentUpdate, load_agent_types
+from orchestrator.calls.permissions import Asker, PermissionFn
+from orchestrator.calls.policy import SessionPolicy
+from orchestrator.errors import ConfigError
+from orchestrator.hooks.runner import HookRunner
+from orchestrator.paths import WarrenDirs
+from orchestrator.session.config import SessionConfig, SessionParts
+from orchestrator.tools.base import Tool
+from orchestrator.tools.registry import ToolRegistry, builtin_tools
+from policies.claude_names import SUBAGENT_TOOL
+
+__all__ = ["build_registry", "dispatch_tool"]
+
+
+def build_registry(
+    config: SessionConfig, parts: SessionParts, policy: SessionPolicy
+) -> ToolRegistry:
+    """The built-in tools (or the composition root's), only those `--tools` names.
+
+    **Errors:** `ConfigError` for a `--tools` name that is no tool.
+    """
+    registry = (
+        parts.tools()
+        if parts.tools is not None
+        else builtin_tools(bash_classifier=policy.bash_classifier())
+    )
+    if config.tools is not None:
+        registry = _only_tools(registry, config.tools)
+    return registry
+
+
+def _only_tools(registry: ToolRegistry, names: tuple[str, ...]) -> ToolRegistry:
+    """The built-in tools `--tools` names; a name that is no tool is an error naming it."""
+    known = {*registry.names(), SUBAGENT_TOOL}
+    unknown = sorted(set(names) - known)
+    if unknown:
+        raise ConfigError(
+            f"no tool named {', '.join(unknown)} (known: {', '.join(sorted(known))})",
+            source="--tools",
+        )
+    return registry.only(lambda tool: tool.name in names)
+
+
+def dispatch_tool(
+    pool: SubagentRunner,
+    registry: ToolRegistry,
+    policy: SessionPolicy,
+    dirs: WarrenDirs,
+    permission: PermissionFn,
+    asker: Asker,
+    *,
+    context: str,
+    on_update: Callable[[SubagentUpdate], None],
+    hooks: HookRunner,
+    max_stop_hook_blocks: int,
+    output_cap: int,
+    claude_sources: tuple[str, ...] = ("user", "project"),
+    sdk_agents: Mapping[str, Any] | None = None,
+) -> Tool[Any]:
+    """`dispatch_agent` over the worker pool, with the agent types this workspace defines
+    (its `.warren/agents/` and `.claude/agents/` only when trusted), the session's tools and
+    permissions, and the main agent's context text (git snapshot, memory files) for every
+    subagent."""
+    from orchestrator.agents.dispatch_agent import DispatchAgentTool
+
+    return DispatchAgentTool(
+        runner=pool,
+        agent_types=load_agent_types(
+            policy.engine.workspace,
+            trusted=policy.effective.trust == "trusted",
+            config_dir=dirs.config,
+            known_tools=registry.names(),
+            claude_sources=claude_sources,
+            sdk_agents=sdk_agents,
+        ),
+        tools=registry,
+        permission=permission,
+        asker=asker,
+        assessor=policy.assessor(),
+        sidechain_root=dirs.sessions,
+        on_update=on_update,
+        context=context,
+        hooks=hooks,
+        max_stop_hook_blocks=max_stop_hook_blocks,
+        output_cap=output_cap,
+        protected=policy.protected(),
+    )
