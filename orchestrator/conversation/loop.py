@@ -8,6 +8,8 @@ happens; the run ends with one `TerminalReason`.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -106,6 +108,18 @@ class RunControl:
         if self._scope is not None:
             self._scope.cancel()
 
+    @contextmanager
+    def scoped(self) -> Iterator[None]:
+        """A step that `interrupt()` cancels (at once, if the run was interrupted already)."""
+        with trio.CancelScope() as scope:
+            self._scope = scope
+            if self.interrupted:
+                scope.cancel()
+            try:
+                yield
+            finally:
+                self._scope = None
+
 
 @dataclass(frozen=True)
 class ModelUsage:
@@ -166,195 +180,253 @@ async def run_loop(
 
     **Errors:** none for model or tool failures: they are terminal reasons or tool_results.
     """
-    control = control or RunControl()
-    compactor = compactor or Compactor(window=context_window(model.model))
-    summaries_before = compactor.compactions
-    reacted = False
-    # Normalised once: from here on the loop only appends pairs that keep it valid, so a long
-    # history is not re-checked every turn (tests/bench/bench_loop.py, benchmark c).
-    history = normalize_for_api(list(messages))
-    started = time.monotonic()
-    usage = Usage()
-    cost = 0.0
-    limiter = trio.CapacityLimiter(config.max_concurrency)
-    tool_specs = pipeline.tools.specs()
-    tools_version = pipeline.tools.version
-    last_text = ""
-    # Replies cut at max_tokens: continued, retried higher, or the end (continuation.py).
-    recovery = OutputRecovery(model.model, config.max_tokens, config.thinking_budget)
-    stop_blocks = 0
+    run = _Run(
+        model,
+        pipeline,
+        config,
+        emit,
+        control or RunControl(),
+        compactor or Compactor(window=context_window(model.model)),
+        messages,
+    )
+    for turn in range(1, config.max_turns + 1):
+        ended = await run.turn(turn)
+        if ended is not None:
+            return ended
+    return run.finish(
+        "max_turns", run.last_text or f"Stopped after {config.max_turns} turns.", config.max_turns
+    )
 
-    by_model: dict[str, ModelUsage] = {}
-    api_s = 0.0
 
-    def finish(reason: TerminalReason, result: str, turns: int) -> RunResult:
+@dataclass
+class _Reply:
+    """One model request's outcome: the reply (None when the stream failed or the run was
+    interrupted before it completed), what to do with it, the blocks that completed, the
+    tool results, and the model's error."""
+
+    final: AssistantMessage | None = None
+    verdict: OutputVerdict = field(default_factory=Keep)
+    completed: dict[int, ContentBlock] = field(default_factory=dict)
+    results: list[ToolResultBlock] = field(default_factory=list)
+    error: ModelError | None = None
+
+
+class _Run:
+    """One run's state across its turns: the history it appends to, what it spent, and the
+    recoveries in progress (a compaction retried once, a reply cut at max_tokens, Stop hooks
+    that kept it going)."""
+
+    def __init__(
+        self,
+        model: ModelClient,
+        pipeline: ToolPipeline,
+        config: LoopConfig,
+        emit: EventSink,
+        control: RunControl,
+        compactor: Compactor,
+        messages: list[Message],
+    ) -> None:
+        self.model, self.pipeline, self.config, self.emit = model, pipeline, config, emit
+        self.control, self.compactor = control, compactor
+        self.summaries_before = compactor.compactions
+        self.reacted = False
+        # Normalised once: from here on the loop only appends pairs that keep it valid, so a
+        # long history is not re-checked every turn (tests/bench/bench_loop.py, benchmark c).
+        self.history = normalize_for_api(list(messages))
+        self.started = time.monotonic()
+        self.usage = Usage()
+        self.cost = 0.0
+        self.limiter = trio.CapacityLimiter(config.max_concurrency)
+        self.tool_specs = pipeline.tools.specs()
+        self.tools_version = pipeline.tools.version
+        self.last_text = ""
+        # Replies cut at max_tokens: continued, retried higher, or the end (continuation.py).
+        self.recovery = OutputRecovery(model.model, config.max_tokens, config.thinking_budget)
+        self.stop_blocks = 0
+        self.by_model: dict[str, ModelUsage] = {}
+        self.api_s = 0.0
+
+    def finish(self, reason: TerminalReason, result: str, turns: int) -> RunResult:
         return RunResult(
             reason,
-            history,
+            self.history,
             turns,
-            usage,
-            cost,
+            self.usage,
+            self.cost,
             result,
-            time.monotonic() - started,
-            by_model,
-            context_tokens=compactor.account.last_reported,
-            context_window=compactor.window,
-            compactions=compactor.compactions - summaries_before,
-            api_duration_s=api_s,
+            time.monotonic() - self.started,
+            self.by_model,
+            context_tokens=self.compactor.account.last_reported,
+            context_window=self.compactor.window,
+            compactions=self.compactor.compactions - self.summaries_before,
+            api_duration_s=self.api_s,
         )
 
-    def take(compaction: Compaction) -> None:
-        nonlocal history, usage, cost
-        history = compaction.messages
-        if (summary := compaction.summary) is not None:
-            usage += summary.usage
-            cost += summary.cost_usd
-            by_model[summary.model] = by_model.get(summary.model, ModelUsage()).add(summary)
+    def interrupted(self, turn: int, reply: _Reply | None = None) -> RunResult:
+        """The end of an interrupted turn: a resumable transcript (`_close_interrupted`)."""
+        if reply is None:
+            _close_interrupted(self.history, None, {}, [], self.emit)
+        else:
+            _close_interrupted(self.history, reply.final, reply.completed, reply.results, self.emit)
+        return self.finish("interrupted", "The run was interrupted.", turn)
 
-    for turn in range(1, config.max_turns + 1):
-        if pipeline.tools.version != tools_version:  # an MCP server listed its tools
-            tool_specs, tools_version = pipeline.tools.specs(), pipeline.tools.version
-        output = recovery.plan()
-        with trio.CancelScope() as scope:
-            control._scope = scope
-            if control.interrupted:
-                scope.cancel()
-            compaction = await compactor.before_request(
-                history,
-                model=model,
+    def take(self, compaction: Compaction) -> None:
+        self.history = compaction.messages
+        if (summary := compaction.summary) is not None:
+            self.count(summary)
+
+    def count(self, reply: AssistantMessage) -> None:
+        self.usage += reply.usage
+        self.cost += reply.cost_usd
+        self.by_model[reply.model] = self.by_model.get(reply.model, ModelUsage()).add(reply)
+
+    async def turn(self, turn: int) -> RunResult | None:
+        """One request and the tools it asks for; a result when the run ends here."""
+        pipeline, config, control = self.pipeline, self.config, self.control
+        if pipeline.tools.version != self.tools_version:  # an MCP server listed its tools
+            self.tool_specs, self.tools_version = pipeline.tools.specs(), pipeline.tools.version
+        output = self.recovery.plan()
+        with control.scoped():
+            compaction = await self.compactor.before_request(
+                self.history,
+                model=self.model,
                 system=config.system,
-                tools=tool_specs,
+                tools=self.tool_specs,
                 pipeline=pipeline,
                 max_tokens=output.max_tokens,
-                emit=emit,
+                emit=self.emit,
             )
             if compaction is not None:
-                take(compaction)
-        control._scope = None
+                self.take(compaction)
         if control.interrupted:
-            _close_interrupted(history, None, {}, [], emit)
-            return finish("interrupted", "The run was interrupted.", turn)
+            return self.interrupted(turn)
         request = ModelRequest(
             system=config.system,
-            messages=list(history),
-            tools=tool_specs,
+            messages=list(self.history),
+            tools=self.tool_specs,
             max_tokens=output.max_tokens,
             thinking_budget=output.thinking_budget,
         )
-        final: AssistantMessage | None = None
-        verdict: OutputVerdict = Keep()
-        completed: dict[int, ContentBlock] = {}
-        results: list[ToolResultBlock] = []
-        error: ModelError | None = None
-        with trio.CancelScope() as scope:
-            control._scope = scope
-            if control.interrupted:
-                scope.cancel()
+        reply = await self.exchange(request)
+        final = reply.final
+        if final is not None:
+            self.count(final)
+            self.last_text = final.message.text() or self.last_text
+        if control.interrupted:
+            return self.interrupted(turn, reply)
+        if reply.error is not None:
+            return await self.refused(reply.error, turn)
+        assert final is not None
+        self.reacted = False
+        self.compactor.observe(
+            request.messages,
+            final,
+            self.compactor.account.fixed_chars(config.system, self.tool_specs),
+        )
+        match reply.verdict:
+            case RetryHigher(note=note):
+                self.emit(RetryScheduled(2, 0.0, note, None))
+                return None
+            case Resume(prompt=prompt):
+                self.history.append(prompt)
+                self.emit(ToolResultsMessage(prompt))
+                return None
+            case Truncated(result=text):
+                return self.finish("output_truncated", text, turn)
+        if not final.message.tool_uses():
+            return await self.stop(final, turn)
+        tool_results = Message(role="user", content=list(reply.results))
+        self.history.append(tool_results)
+        self.emit(ToolResultsMessage(tool_results))
+        hooks = pipeline.hooks
+        if hooks is not None and hooks.stop_requested is not None:
+            return self.finish("hook_blocked", hooks.stop_requested, turn)
+        return None
+
+    async def exchange(self, request: ModelRequest) -> _Reply:
+        """Stream the reply, starting each safe tool call as its block completes, and run
+        the rest once the reply is complete (orchestrator/conversation/executor.py)."""
+        reply = _Reply()
+        control = self.control
+        with control.scoped():
             async with trio.open_nursery() as nursery:
-                executor = StreamingToolExecutor(pipeline, nursery, limiter)
+                executor = StreamingToolExecutor(self.pipeline, nursery, self.limiter)
                 asked = time.monotonic()
                 try:
-                    final = await _stream_turn(model, request, executor, completed, emit)
+                    final = await _stream_turn(
+                        self.model, request, executor, reply.completed, self.emit
+                    )
                 except ModelError as exc:
-                    error = exc
+                    reply.error = exc
                     nursery.cancel_scope.cancel()
                 else:
-                    api_s += time.monotonic() - asked
-                    verdict = recovery.review(final)
-                    if not verdict.keeps_reply:
+                    reply.final = final
+                    self.api_s += time.monotonic() - asked
+                    reply.verdict = self.recovery.review(final)
+                    if not reply.verdict.keeps_reply:
                         executor.discard()  # a cut tool call: its reply is dropped
                     else:
                         executor.message_complete(final.message.tool_uses())
-                        emit(AssistantTurn(final))
-                        history.append(final.message if final.message.content else _EMPTY_TURN)
-                        results = await executor.results()
-        control._scope = None
+                        self.emit(AssistantTurn(final))
+                        self.history.append(final.message if final.message.content else _EMPTY_TURN)
+                        reply.results = await executor.results()
         if control.interrupted:
-            results = executor.settled_results()
+            reply.results = executor.settled_results()
+        return reply
 
-        if final is not None:
-            usage += final.usage
-            cost += final.cost_usd
-            by_model[final.model] = by_model.get(final.model, ModelUsage()).add(final)
-            last_text = final.message.text() or last_text
-        if control.interrupted:
-            _close_interrupted(history, final, completed, results, emit)
-            return finish("interrupted", "The run was interrupted.", turn)
-        if error is not None:
-            if error.reason != "prompt_too_long" or reacted:
-                return finish(error.reason, error.message, turn)
-            # Refused as too long: learn the window, summarise, retry once (never a loop).
-            reacted = True
-            compactor.learn(error.message)
-            try:
-                take(
-                    await compactor.compact(
-                        history,
-                        trigger="reactive",
-                        model=model,
-                        system=config.system,
-                        tools=tool_specs,
-                        pipeline=pipeline,
-                        emit=emit,
-                    )
+    async def refused(self, error: ModelError, turn: int) -> RunResult | None:
+        """The model's error ends the run, except a first `prompt_too_long`: the window is
+        learnt, the history summarised and the request retried once (never a loop)."""
+        if error.reason != "prompt_too_long" or self.reacted:
+            return self.finish(error.reason, error.message, turn)
+        self.reacted = True
+        self.compactor.learn(error.message)
+        try:
+            self.take(
+                await self.compactor.compact(
+                    self.history,
+                    trigger="reactive",
+                    model=self.model,
+                    system=self.config.system,
+                    tools=self.tool_specs,
+                    pipeline=self.pipeline,
+                    emit=self.emit,
                 )
-            except ModelError as exc:
-                return finish(error.reason, f"{error.message} Compacting failed: {exc}", turn)
-            continue
-        assert final is not None
-        reacted = False
-        compactor.observe(
-            request.messages, final, compactor.account.fixed_chars(config.system, tool_specs)
-        )
-        match verdict:
-            case RetryHigher(note=note):
-                emit(RetryScheduled(2, 0.0, note, None))
-                continue
-            case Resume(prompt=prompt):
-                history.append(prompt)
-                emit(ToolResultsMessage(prompt))
-                continue
-            case Truncated(result=text):
-                return finish("output_truncated", text, turn)
-        hooks = pipeline.hooks
-        if not final.message.tool_uses():
-            stop_event: HookEvent = "SubagentStop" if config.agent_id else "Stop"
-            if hooks is None or not hooks.has(stop_event):
-                return finish("completed", recovery.answer(final.message.text()), turn)
-            with trio.CancelScope() as scope:
-                control._scope = scope
-                if control.interrupted:
-                    scope.cancel()
-                outcome = await hooks.stop(active=stop_blocks > 0, agent_id=config.agent_id)
-            control._scope = None
-            if control.interrupted:
-                return finish("interrupted", "The run was interrupted.", turn)
-            if hooks.stop_requested is not None:
-                return finish("hook_blocked", hooks.stop_requested, turn)
-            if not outcome.blocked:
-                return finish("completed", recovery.answer(final.message.text()), turn)
-            if stop_blocks >= config.max_stop_hook_blocks:
-                return finish(
-                    "hook_blocked",
-                    f"{stop_event} hooks kept the run going {stop_blocks} times and blocked it "
-                    "again "
-                    f"(limit: [limits] max_stop_hook_blocks = {config.max_stop_hook_blocks}): "
-                    + outcome.reason_text,
-                    turn,
-                )
-            stop_blocks += 1
-            feedback = Message.user_text(f"{stop_event} hook feedback:\n" + outcome.reason_text)
-            history.append(feedback)
-            emit(ToolResultsMessage(feedback))
-            continue
-        tool_results = Message(role="user", content=list(results))
-        history.append(tool_results)
-        emit(ToolResultsMessage(tool_results))
-        if hooks is not None and hooks.stop_requested is not None:
-            return finish("hook_blocked", hooks.stop_requested, turn)
-    return finish(
-        "max_turns", last_text or f"Stopped after {config.max_turns} turns.", config.max_turns
-    )
+            )
+        except ModelError as exc:
+            return self.finish(error.reason, f"{error.message} Compacting failed: {exc}", turn)
+        return None
+
+    async def stop(self, final: AssistantMessage, turn: int) -> RunResult | None:
+        """A reply without tool calls ends the run, unless a Stop (SubagentStop) hook blocks
+        the end: its feedback is sent and the run goes on, at most `max_stop_hook_blocks`
+        times."""
+        config, hooks = self.config, self.pipeline.hooks
+        stop_event: HookEvent = "SubagentStop" if config.agent_id else "Stop"
+        if hooks is None or not hooks.has(stop_event):
+            return self.finish("completed", self.recovery.answer(final.message.text()), turn)
+        with self.control.scoped():
+            outcome = await hooks.stop(active=self.stop_blocks > 0, agent_id=config.agent_id)
+        if self.control.interrupted:
+            return self.finish("interrupted", "The run was interrupted.", turn)
+        if hooks.stop_requested is not None:
+            return self.finish("hook_blocked", hooks.stop_requested, turn)
+        if not outcome.blocked:
+            return self.finish("completed", self.recovery.answer(final.message.text()), turn)
+        if self.stop_blocks >= config.max_stop_hook_blocks:
+            return self.finish(
+                "hook_blocked",
+                f"{stop_event} hooks kept the run going {self.stop_blocks} times and blocked it "
+                "again "
+                f"(limit: [limits] max_stop_hook_blocks = {config.max_stop_hook_blocks}): "
+                + outcome.reason_text,
+                turn,
+            )
+        self.stop_blocks += 1
+        feedback = Message.user_text(f"{stop_event} hook feedback:\n" + outcome.reason_text)
+        self.history.append(feedback)
+        self.emit(ToolResultsMessage(feedback))
+        return None
 
 
 async def _stream_turn(

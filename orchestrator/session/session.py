@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import structlog
-import trio
 
 from orchestrator.calls.denials import DenialLog
 from orchestrator.calls.pipeline import ToolPipeline
@@ -167,18 +166,17 @@ class Session:
         self._start_context = []
         if hooks is not None:
             hooks.stop_requested = None
-            with trio.CancelScope() as scope:
-                control._scope = scope
-                if control.interrupted:
-                    scope.cancel()
+            submitted = None
+            with control.scoped():
                 submitted = await hooks.user_prompt_submit(prompt)
-            control._scope = None
-            if submitted.blocked or hooks.stop_requested is not None:
-                why = hooks.stop_requested or submitted.reason_text
-                return self._finish(
-                    self._rejected(f"The prompt was blocked by a hook: {why}", started)
-                )
-            context.extend(submitted.context)
+            # None: interrupted while the hooks ran (the loop then ends `interrupted` at once).
+            if submitted is not None:
+                if submitted.blocked or hooks.stop_requested is not None:
+                    why = hooks.stop_requested or submitted.reason_text
+                    return self._finish(
+                        self._rejected(f"The prompt was blocked by a hook: {why}", started)
+                    )
+                context.extend(submitted.context)
         if self.mcp_source is not None and "@" in prompt:
             from orchestrator.mcp.resources import resolve_mentions
 
