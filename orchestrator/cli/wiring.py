@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from sandbox.host import SandboxHost
     from sandbox.spare import SpareSource
     from workers.broker import ModelBroker
+    from workers.remote.cluster import NodeReport
 
 __all__ = [
     "SCOPES_ENV",
@@ -220,6 +221,18 @@ LOCAL_MAX_SUBAGENTS = 10
 
 MCP_NICENESS = 10
 """How much lower than the coordinator's an MCP server's CPU priority is."""
+
+
+def cluster_nodes(address: str) -> list[NodeReport]:
+    """Each alive node of the Ray cluster at `address` with its floor (`warren doctor
+    --pool ray`).
+
+    **Errors:** `ConnectionError` when the cluster cannot be reached; `ModuleNotFoundError`
+    without Ray installed.
+    """
+    from workers.remote.cluster import check_nodes
+
+    return check_nodes(address)
 
 
 def open_mcp(

@@ -75,14 +75,14 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def _ray_nodes(as_json: bool) -> int:
-    """Each alive node of the Ray cluster with its floor (workers/remote/cluster.py's
-    `check_nodes`): 1 when a node has none or the cluster cannot be reached, else 0."""
+    """Each alive node of the Ray cluster with its floor (`wiring.cluster_nodes`): 1 when a
+    node has none or the cluster cannot be reached, else 0."""
     import os
 
     from orchestrator.calls.policy import load_session_policy
+    from orchestrator.cli.wiring import cluster_nodes
     from policies.pool import PoolSetting, resolve_pool
     from policies.sources import PolicyError
-    from workers.remote.cluster import check_nodes
 
     try:
         setting = load_session_policy(Path.cwd(), floor_proven=True).effective.pool
@@ -91,7 +91,7 @@ def _ray_nodes(as_json: bool) -> int:
     try:
         address = resolve_pool(setting, "ray", os.environ).address
         assert address is not None
-        reports = check_nodes(address)
+        reports = cluster_nodes(address)
     except (PolicyError, ConnectionError, ModuleNotFoundError) as exc:
         print(f"warren doctor: {exc}", file=sys.stderr)
         return 1
