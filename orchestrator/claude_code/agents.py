@@ -13,7 +13,6 @@ session's model; `disallowedTools` are taken out. A key Warren does not have
 
 from __future__ import annotations
 
-import os
 from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any, Final
@@ -45,10 +44,11 @@ SDK_AGENTS: Final = "SDK host (initialize agents)"
 
 def claude_agents_dir(env: Mapping[str, str] | None = None) -> Path:
     """The user's Claude Code agents: `$CLAUDE_CONFIG_DIR/agents`, else `~/.claude/agents`."""
-    env = os.environ if env is None else env
-    if directory := env.get("CLAUDE_CONFIG_DIR"):
-        return Path(directory) / "agents"
-    return Path(env.get("HOME") or Path.home()) / ".claude" / "agents"
+    # Imported when asked: the policy's settings modules (20 ms) are loaded by then in a
+    # session, which reads its policy first; an importer of `AgentType` alone needs none.
+    from policies.claude_settings import claude_config_dir
+
+    return claude_config_dir(env) / "agents"
 
 
 def agent_fields(
