@@ -58,7 +58,14 @@ from policies.hooks import HOOK_EVENTS, MATCHER_EVENTS, Hook
 if TYPE_CHECKING:
     from orchestrator.mcp.servers import McpServers
 
-__all__ = ["SDK_HOOKS", "HostParts", "ProtocolError", "SdkControl", "mcp_status", "prompt_text"]
+__all__ = [
+    "SDK_HOOKS",
+    "HostParts",
+    "ProtocolError",
+    "SdkControl",
+    "mcp_status_entries",
+    "prompt_text",
+]
 
 SDK_HOOKS = "SDK host (initialize hooks)"
 """The source a host's hook callbacks are listed under (audit log, hook events)."""
@@ -107,10 +114,12 @@ _CONNECTION = {"ready": "connected", "starting": "pending", "failed": "failed"}
 restarts, is `failed`)."""
 
 
-def mcp_status(servers: McpServers | None, configured: Collection[str]) -> list[dict[str, Any]]:
+def mcp_status_entries(
+    servers: McpServers | None, configured: Collection[str]
+) -> list[dict[str, Any]]:
     """Each configured MCP server as Claude Code's `mcp_status` answers (`name`, `status`,
-    `error`, `tools`): `servers` not started yet (None: they start after the first response)
-    are `pending`, each of the `configured` names; asking does not start them."""
+    `error`, `tools`). `servers` is None until they start (after the first response): then
+    each of the `configured` names is `pending`; asking does not start them."""
     if servers is None:
         return [{"name": name, "status": "pending"} for name in sorted(configured)]
     listed = servers.tools()
@@ -146,8 +155,8 @@ class SdkControl:
     """`set_model` (None: the session's own model); raises `ValueError` for a name it does
     not know."""
     mcp_status: Callable[[], list[dict[str, Any]]] | None = None
-    """The `mcpServers` entries of `mcp_status` (Claude Code's `McpServerStatus` shape: the
-    module's `mcp_status`)."""
+    """The `mcpServers` entries of `mcp_status` (Claude Code's `McpServerStatus` shape:
+    `mcp_status_entries`)."""
     host: HostParts = field(default_factory=HostParts)
     """What the host's `initialize` added (empty until it came)."""
     ready: trio.Event = field(default_factory=trio.Event)

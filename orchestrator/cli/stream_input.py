@@ -21,7 +21,7 @@ from typing import IO, Any, cast
 import trio
 
 from orchestrator.aio import closing_iter
-from orchestrator.claude_code.sdk_control import ProtocolError, SdkControl, mcp_status
+from orchestrator.claude_code.sdk_control import ProtocolError, SdkControl, mcp_status_entries
 from orchestrator.cli.run import ClosableStdout, _Stopping, say
 from orchestrator.errors import ConfigError
 from orchestrator.outcome import EXIT_USAGE, exit_code
@@ -119,4 +119,4 @@ def _mcp_status(session: Session) -> list[dict[str, Any]]:
     """`mcp_status` from the host: the session's MCP servers, or the configured names while
     they wait to start (after the first response)."""
     source = session.mcp_source
-    return mcp_status(session.mcp, () if source is None else source.names)
+    return mcp_status_entries(session.mcp, () if source is None else source.names)
