@@ -61,6 +61,7 @@ __all__ = [
     "CLAUDE_SETTINGS",
     "ClaudePermissions",
     "ClaudeSettings",
+    "claude_config_dir",
     "claude_settings_files",
     "count_declared_hooks",
     "parse_claude_settings",
@@ -80,13 +81,19 @@ def claude_settings_files(root: Path) -> tuple[Path, Path]:
     return root / CLAUDE_SETTINGS, root / CLAUDE_LOCAL_SETTINGS
 
 
-def user_claude_settings(env: Mapping[str, str] | None = None) -> Path:
-    """The user's Claude Code settings: `$CLAUDE_CONFIG_DIR/settings.json`, else
-    `~/.claude/settings.json` (as Claude Code finds it)."""
+def claude_config_dir(env: Mapping[str, str] | None = None) -> Path:
+    """The user's Claude Code directory, as Claude Code finds it: `$CLAUDE_CONFIG_DIR`, else
+    `~/.claude` (its settings here; its agents, orchestrator/claude_code/agents.py)."""
     env = os.environ if env is None else env
     if directory := env.get("CLAUDE_CONFIG_DIR"):
-        return Path(directory) / "settings.json"
-    return Path(env.get("HOME") or Path.home()) / ".claude" / "settings.json"
+        return Path(directory)
+    return Path(env.get("HOME") or Path.home()) / ".claude"
+
+
+def user_claude_settings(env: Mapping[str, str] | None = None) -> Path:
+    """The user's Claude Code settings: `$CLAUDE_CONFIG_DIR/settings.json`, else
+    `~/.claude/settings.json` (`claude_config_dir`)."""
+    return claude_config_dir(env) / "settings.json"
 
 
 _PERMISSION_KEYS: Final = ("allow", "ask", "deny", "defaultMode", "additionalDirectories")

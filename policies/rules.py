@@ -52,6 +52,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Final, Literal
 
+from policies.claude_names import SUBAGENT_TOOL
 from policies.facts import Family
 
 __all__ = [
@@ -136,7 +137,7 @@ def parse_rule(text: str) -> ParsedRule:
                 "or `domain:*.example.com` for its subdomains)"
             )
         return ParsedRule(stripped, tool, "domain", domain.lower())
-    if tool == "dispatch_agent":
+    if tool == SUBAGENT_TOOL:
         name = spec.strip()
         if _AGENT_NAME.fullmatch(name) is None:
             raise RuleSyntaxError(

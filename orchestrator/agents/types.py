@@ -26,23 +26,20 @@ run there after the session's policy allowed it (orchestrator/agents/mcp.py).
 
 Claude Code's agent definitions are agent types too: `~/.claude/agents/*.md`
 (`$CLAUDE_CONFIG_DIR/agents`) at the user's level and, once trusted, the repository's
-`.claude/agents/*.md` (part of what trust hashes). Claude Code's meaning of the front matter
-holds for them: no `tools` means every tool (but `dispatch_agent`: a subagent does not
-dispatch), which makes a writable type; any tool besides the read-only ones does too; such a
-type still needs the policy's `dispatch_agent(NAME)` allow (or an answer to its ask) to run.
-`model: inherit` is the session's model; `disallowedTools` are taken out; a key Warren does
-not have (`permissionMode`, `skills`, ...) is an error naming it, never ignored. Within a
-level Warren's own definition of a name wins over Claude Code's.
+`.claude/agents/*.md` (part of what trust hashes), read with Claude Code's meaning of the front
+matter (orchestrator/claude_code/agents.py: no `tools` means every tool but `dispatch_agent`,
+which makes a writable type). A writable type still needs the policy's `dispatch_agent(NAME)`
+allow (or an answer to its ask) to run. Within a level Warren's own definition of a name wins
+over Claude Code's.
 
 An application driving Warren through the Claude Agent SDK may define agent types in its
 `initialize` (`agents`, orchestrator/claude_code/sdk_control.py): read with the same Claude Code
-meaning (`sdk_agent_types`: `prompt` is the system prompt, `maxTurns` the turn limit), trusted as
-the user's own and last, so they replace a type of the same name; still under the policy.
+meaning (`sdk_agent_types`), trusted as the user's own and last, so they replace a type of the
+same name; still under the policy.
 """
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
@@ -53,13 +50,18 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from orchestrator.calls.permissions import Allow, Deny
+from orchestrator.claude_code.agents import (
+    SDK_AGENTS,
+    agent_fields,
+    claude_agents_dir,
+    sdk_agent_fields,
+)
 from orchestrator.errors import ConfigError
 from orchestrator.events import Event
 from orchestrator.messages import Usage
 from orchestrator.model.catalog import resolve_model
 from orchestrator.outcome import TerminalReason
 from orchestrator.tools.registry import STATELESS_TOOLS
-from policies.claude_names import SUBAGENT_TOOL, warren_tool
 from sandbox.safe_read import read_bounded_regular
 
 if TYPE_CHECKING:
@@ -85,7 +87,6 @@ __all__ = [
     "SubagentUpdate",
     "WarmsWriters",
     "WorkerFailure",
-    "claude_agents_dir",
     "load_agent_types",
     "parse_agent_file",
     "sdk_agent_types",
@@ -101,8 +102,6 @@ _IGNORED_KEYS = frozenset({"color"})
 MCP_PREFIX = "mcp__"
 _MCP_NAME = re.compile(r"^mcp__[A-Za-z0-9_-]+?(__.+)?$")
 """Front matter keys other agent tools write that mean nothing here."""
-_CLAUDE_KEYS = frozenset({"name", "description", "tools", "disallowedTools", "model"})
-"""Claude Code's front matter keys that Warren maps (besides `_IGNORED_KEYS`)."""
 Dialect = Literal["warren", "claude"]
 
 
@@ -210,8 +209,9 @@ def parse_agent_file(
 ) -> AgentType:
     """One definition file (YAML front matter between `---` lines, then the system prompt).
 
-    `dialect="claude"` reads it with Claude Code's meaning (module docstring); `all_tools`
-    is then what no `tools` key stands for.
+    `dialect="claude"` reads it with Claude Code's meaning
+    (`orchestrator.claude_code.agents.agent_fields`); `all_tools` is then what no `tools`
+    key stands for.
 
     **Errors:** `ConfigError` naming the file when it cannot be read or is not a valid
     definition.
@@ -250,7 +250,7 @@ def parse_agent_file(
     if isinstance(fields.get("tools"), str):
         fields["tools"] = [t.strip() for t in fields["tools"].split(",") if t.strip()]
     if dialect == "claude":
-        fields = _claude_fields(fields, path, all_tools)
+        fields = agent_fields(fields, path, all_tools)
     fields.setdefault("name", path.stem)
     body = "\n".join(lines[end + 1 :]).strip()
     try:
@@ -263,70 +263,21 @@ def parse_agent_file(
         raise ConfigError(f"{where}: {first['msg']}", source=str(path)) from exc
 
 
-def _claude_fields(
-    fields: dict[str, Any], path: Path | str, all_tools: Collection[str]
-) -> dict[str, Any]:
-    """Claude Code's front matter as Warren's `AgentType` fields."""
-    unknown = sorted(set(fields) - _CLAUDE_KEYS)
-    if unknown:
-        raise ConfigError(
-            f"{', '.join(unknown)}: not an agent key Warren supports (it reads name, "
-            "description, tools, disallowedTools, model)",
-            source=str(path),
-        )
-    out = {k: v for k, v in fields.items() if k != "disallowedTools"}
-    every = [t for t in all_tools if t != "dispatch_agent"]
-    tools = out.get("tools", every)
-    if not isinstance(tools, list) or not all(isinstance(t, str) for t in tools):
-        raise ConfigError("tools: a comma-separated list of tool names", source=str(path))
-    denied = fields.get("disallowedTools", [])
-    if isinstance(denied, str):
-        denied = [t.strip() for t in denied.split(",") if t.strip()]
-    if not isinstance(denied, list):
-        raise ConfigError("disallowedTools: a list of tool names", source=str(path))
-    named = [warren_tool(t) for t in tools]
-    kept = tuple(t for t in named if t != SUBAGENT_TOOL and t not in denied)
-    out["tools"] = kept
-    out["writable"] = any(t not in STATELESS_TOOLS for t in kept)
-    if out.get("model") == "inherit":
-        del out["model"]
-    return out
-
-
-_SDK_KEYS = {"description": "description", "prompt": "system_prompt", "maxTurns": "max_turns"}
-"""An SDK `AgentDefinition`'s keys besides Claude Code's front matter ones, as Warren's."""
-SDK_AGENTS = "SDK host (initialize agents)"
-"""Where messages say an SDK-defined agent type comes from."""
-
-
 def sdk_agent_types(
     definitions: Mapping[str, Any], *, all_tools: Collection[str]
 ) -> dict[str, AgentType]:
     """The `agents` of an SDK host's `initialize` (the SDK's `AgentDefinition`s by name) as
-    agent types, with Claude Code's meaning of their fields as for `.claude/agents`: no
-    `tools` is `all_tools` (a writable type), `model: inherit` the session's. A field Warren
-    has no meaning for (`skills`, `mcpServers`, `permissionMode`, ...) is an error naming it.
+    agent types, with Claude Code's meaning of their fields as for `.claude/agents`
+    (`orchestrator.claude_code.agents.sdk_agent_fields`): no `tools` is `all_tools` (a
+    writable type), `model: inherit` the session's. A field Warren has no meaning for
+    (`skills`, `mcpServers`, `permissionMode`, ...) is an error naming it.
 
     **Errors:** `ConfigError` naming the agent.
     """
     types: dict[str, AgentType] = {}
     for name, definition in definitions.items():
         where = f"{SDK_AGENTS}: {name}"
-        if not isinstance(definition, Mapping):
-            raise ConfigError("an agent definition is an object", source=where)
-        given = {key: value for key, value in definition.items() if value is not None}
-        fields = {k: v for k, v in given.items() if k not in _SDK_KEYS}
-        if isinstance(fields.get("tools"), str):
-            fields["tools"] = [t.strip() for t in fields["tools"].split(",") if t.strip()]
-        unknown = sorted(set(fields) - _CLAUDE_KEYS)
-        if unknown:
-            raise ConfigError(
-                f"{', '.join(unknown)}: not an agent field Warren supports (it reads "
-                "description, prompt, tools, disallowedTools, model, maxTurns)",
-                source=where,
-            )
-        fields = _claude_fields(fields, where, all_tools)
-        fields.update({_SDK_KEYS[k]: v for k, v in given.items() if k in _SDK_KEYS})
+        fields = sdk_agent_fields(definition, where, all_tools)
         try:
             types[name] = AgentType.model_validate({**fields, "name": name, "source": "sdk"})
         except pydantic.ValidationError as exc:
@@ -343,14 +294,6 @@ def sdk_agent_types(
                 source=where,
             )
     return types
-
-
-def claude_agents_dir(env: Mapping[str, str] | None = None) -> Path:
-    """The user's Claude Code agents: `$CLAUDE_CONFIG_DIR/agents`, else `~/.claude/agents`."""
-    env = os.environ if env is None else env
-    if directory := env.get("CLAUDE_CONFIG_DIR"):
-        return Path(directory) / "agents"
-    return Path(env.get("HOME") or Path.home()) / ".claude" / "agents"
 
 
 def load_agent_types(

@@ -17,11 +17,11 @@ from typing import Any
 
 from orchestrator.calls.permissions import Allow, Ask, Deny, PermissionFn, PermissionResult
 from orchestrator.calls.plan import Assessor, CallPlan, Verdict
+from orchestrator.claude_code.settings import settings_flag
 from orchestrator.errors import ConfigError
 from orchestrator.tools.base import Tool, ToolContext, ToolInput
 from orchestrator.tools.registry import builtin_facts
 from policies.bash_analysis import BashAnalyser
-from policies.claude_settings import ClaudeSettings, parse_claude_settings, read_claude_settings
 from policies.engine import CallAssessment, PolicyDecision, PolicyEngine
 from policies.files import (
     EffectivePolicy,
@@ -224,7 +224,7 @@ def load_session_policy(
         effective = load_effective_policy(
             workspace,
             command_line=command_line,
-            command_line_settings=None if settings is None else _settings_flag(settings),
+            command_line_settings=None if settings is None else settings_flag(settings),
             setting_sources=setting_sources,
             command_line_mcp=tuple(_mcp_config_flag(value) for value in mcp_configs),
         )
@@ -239,20 +239,6 @@ def load_session_policy(
     except PolicyError as exc:
         raise ConfigError(str(exc), source="policy") from exc
     return SessionPolicy(effective, engine)
-
-
-def _settings_flag(value: str) -> ClaudeSettings:
-    """`--settings`: JSON text (it starts with `{`) or the path of a settings file.
-
-    **Errors:** `PolicyError` naming `--settings` or the file.
-    """
-    if value.lstrip().startswith("{"):
-        return parse_claude_settings(value, file="--settings")
-    path = Path(value).expanduser()
-    found = read_claude_settings(path)
-    if found is None:
-        raise PolicyError("no such file", file=str(path), key="--settings")
-    return found
 
 
 def _mcp_config_flag(value: str) -> tuple[str, McpJson]:

@@ -20,7 +20,7 @@ import json
 import os
 import sys
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any, Literal
 
@@ -315,9 +315,11 @@ class OutputPrinter:
         tools: list[str],
         transcript: str,
         permission_mode: str,
-        mcp_servers: list[dict[str, str]] | None = None,
+        mcp_servers: Sequence[str] = (),
         **extra: Any,
     ) -> None:
+        """The run's first line (stream-json's `system/init`); `mcp_servers`: the names of
+        the servers configured, none connected yet (Claude Code's `pending`)."""
         if self.format == "stream-json":
             self._line(
                 {
@@ -327,7 +329,7 @@ class OutputPrinter:
                     "cwd": cwd,
                     "model": model,
                     "tools": tools,
-                    "mcp_servers": mcp_servers or [],
+                    "mcp_servers": [{"name": name, "status": "pending"} for name in mcp_servers],
                     "permissionMode": claude_mode(permission_mode),
                     "apiKeySource": api_key_source(),
                     "slash_commands": [],

@@ -38,9 +38,9 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Collection
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import pydantic
 import trio
@@ -55,7 +55,17 @@ from policies.claude_names import CLAUDE_MODE_NAMES, warren_mode
 from policies.files import MODES, Mode
 from policies.hooks import HOOK_EVENTS, MATCHER_EVENTS, Hook
 
-__all__ = ["SDK_HOOKS", "HostParts", "ProtocolError", "SdkControl", "prompt_text"]
+if TYPE_CHECKING:
+    from orchestrator.mcp.servers import McpServers
+
+__all__ = [
+    "SDK_HOOKS",
+    "HostParts",
+    "ProtocolError",
+    "SdkControl",
+    "mcp_status_entries",
+    "prompt_text",
+]
 
 SDK_HOOKS = "SDK host (initialize hooks)"
 """The source a host's hook callbacks are listed under (audit log, hook events)."""
@@ -64,6 +74,7 @@ DEFAULT_HOOK_TIMEOUT_S = 60.0
 
 MAX_LINE_BYTES = 16 * 1024 * 1024
 """A line from the host longer than this ends the session (the SDK's own cap is 1 MiB out)."""
+
 
 class ProtocolError(Exception):
     """The host sent something that is not the protocol (a malformed line, a bad message)."""
@@ -98,6 +109,35 @@ def prompt_text(message: dict[str, Any]) -> str:
     )
 
 
+_CONNECTION = {"ready": "connected", "starting": "pending", "failed": "failed"}
+"""Warren's server states as Claude Code's `mcp_status` spells them (`stopped`, out of
+restarts, is `failed`)."""
+
+
+def mcp_status_entries(
+    servers: McpServers | None, configured: Collection[str]
+) -> list[dict[str, Any]]:
+    """Each configured MCP server as Claude Code's `mcp_status` answers (`name`, `status`,
+    `error`, `tools`). `servers` is None until they start (after the first response): then
+    each of the `configured` names is `pending`; asking does not start them."""
+    if servers is None:
+        return [{"name": name, "status": "pending"} for name in sorted(configured)]
+    listed = servers.tools()
+    entries: list[dict[str, Any]] = []
+    for name in servers.names():
+        status, error, _ = servers.status(name)
+        entry: dict[str, Any] = {"name": name, "status": _CONNECTION.get(status, "failed")}
+        if error:
+            entry["error"] = error
+        entry["tools"] = [
+            {"name": tool.name, **({"description": tool.description} if tool.description else {})}
+            for server, tool in listed
+            if server == name
+        ]
+        entries.append(entry)
+    return entries
+
+
 @dataclass
 class SdkControl:
     """Both ends of the control protocol over one stdin and one stdout.
@@ -115,7 +155,8 @@ class SdkControl:
     """`set_model` (None: the session's own model); raises `ValueError` for a name it does
     not know."""
     mcp_status: Callable[[], list[dict[str, Any]]] | None = None
-    """The `mcpServers` entries of `mcp_status` (Claude Code's `McpServerStatus` shape)."""
+    """The `mcpServers` entries of `mcp_status` (Claude Code's `McpServerStatus` shape:
+    `mcp_status_entries`)."""
     host: HostParts = field(default_factory=HostParts)
     """What the host's `initialize` added (empty until it came)."""
     ready: trio.Event = field(default_factory=trio.Event)

@@ -42,13 +42,13 @@ from orchestrator.messages import ImageBlock, TextBlock, ToolResultBlock
 from orchestrator.session.config import SessionConfig, SessionParts
 from orchestrator.session.open import open_session
 from orchestrator.session.session import Session
+from policies.claude_names import SUBAGENT_TOOL
 
-__all__ = ["AGENT", "SERVED", "BearerToken", "build_server", "serve_http", "serve_stdio", "served"]
+__all__ = ["SERVED", "BearerToken", "build_server", "serve_http", "serve_stdio", "served"]
 
 SERVED: Final = ("Read", "Glob", "Grep", "LS", "Edit", "MultiEdit", "Write", "NotebookEdit", "Bash")
-"""The tools always offered to clients."""
-AGENT: Final = "dispatch_agent"
-"""Offered too when the session can reach a model (`served`)."""
+"""The tools always offered to clients; `dispatch_agent` too when the session can reach a
+model (`served`)."""
 
 
 def served(session: Session) -> tuple[str, ...]:
@@ -56,7 +56,8 @@ def served(session: Session) -> tuple[str, ...]:
     model = session.config.model.startswith("scripted:") or any(
         os.environ.get(key) for key in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")
     )
-    return (*SERVED, AGENT) if model and session.tools.get(AGENT) is not None else SERVED
+    agent = model and session.tools.get(SUBAGENT_TOOL) is not None
+    return (*SERVED, SUBAGENT_TOOL) if agent else SERVED
 
 
 def _tool(session: Session, name: str) -> mcp_types.Tool | None:

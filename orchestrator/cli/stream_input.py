@@ -21,7 +21,7 @@ from typing import IO, Any, cast
 import trio
 
 from orchestrator.aio import closing_iter
-from orchestrator.claude_code.sdk_control import ProtocolError, SdkControl
+from orchestrator.claude_code.sdk_control import ProtocolError, SdkControl, mcp_status_entries
 from orchestrator.cli.run import ClosableStdout, _Stopping, say
 from orchestrator.errors import ConfigError
 from orchestrator.outcome import EXIT_USAGE, exit_code
@@ -84,7 +84,7 @@ async def run_stream_input(config: SessionConfig, parts: SessionParts, *, host_a
                     control.on_interrupt = session.interrupt
                     control.set_mode = lambda mode: _set_mode(session, mode)
                     control.set_model = session.set_model
-                    control.mcp_status = lambda: mcp_status(session)
+                    control.mcp_status = lambda: _mcp_status(session)
                     async with closing_iter(control.prompts()) as prompts:
                         async for prompt in prompts:
                             # A signal during a run interrupts it; between runs (no session
@@ -114,30 +114,8 @@ def _set_mode(session: Session, mode: Mode) -> None:
     session.policy.permission_mode.set(mode)
 
 
-_CONNECTION = {"ready": "connected", "starting": "pending", "failed": "failed"}
-"""Warren's server states as Claude Code's `mcp_status` spells them (`stopped`, out of
-restarts, is `failed`)."""
-
-
-def mcp_status(session: Session) -> list[dict[str, Any]]:
-    """Each configured MCP server as Claude Code's `mcp_status` answers (`name`, `status`,
-    `error`, `tools`): servers not started yet (they start after the first response) are
-    `pending`; asking does not start them."""
-    servers = session.mcp
-    if servers is None:
-        names = [] if session.mcp_source is None else sorted(session.mcp_source.names)
-        return [{"name": name, "status": "pending"} for name in names]
-    listed = servers.tools()
-    entries: list[dict[str, Any]] = []
-    for name in servers.names():
-        status, error, _ = servers.status(name)
-        entry: dict[str, Any] = {"name": name, "status": _CONNECTION.get(status, "failed")}
-        if error:
-            entry["error"] = error
-        entry["tools"] = [
-            {"name": tool.name, **({"description": tool.description} if tool.description else {})}
-            for server, tool in listed
-            if server == name
-        ]
-        entries.append(entry)
-    return entries
+def _mcp_status(session: Session) -> list[dict[str, Any]]:
+    """`mcp_status` from the host: the session's MCP servers, or the configured names while
+    they wait to start (after the first response)."""
+    source = session.mcp_source
+    return mcp_status_entries(session.mcp, () if source is None else source.names)

@@ -181,11 +181,7 @@ class _Opening:
             tools=registry.names(),
             transcript=str(transcript.path),
             permission_mode=policy.mode,
-            # Claude Code's word for a server not connected yet: none has started at init.
-            mcp_servers=[
-                {"name": name, "status": "pending"}
-                for name, _, _ in (policy.effective.mcp_servers if servers is not None else ())
-            ],
+            mcp_servers=[] if servers is None else [n for n, _, _ in policy.effective.mcp_servers],
             sandbox=up.floor_state,
         )
         pipeline = ToolPipeline(

@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.claude_code import flags as cc_flags
+from orchestrator.cli import options as cli_options
+
 cli = importlib.import_module("orchestrator.cli.main")  # the package exports `main`, a function
 
 
@@ -32,19 +35,19 @@ def _declared(parser: argparse.ArgumentParser) -> set[str]:
 def test_every_flag_the_sdk_can_emit_is_declared() -> None:
     flags = _sdk_flags()
     assert {"--allowedTools", "--system-prompt", "--setting-sources", "--fork-session"} <= flags
-    missing = flags - _declared(cli._prompt_parser())
+    missing = flags - _declared(cli_options.prompt_parser())
     assert not missing, f"Claude Code flags Warren neither supports nor refuses: {missing}"
 
 
-@pytest.mark.parametrize("flag", sorted(cli.UNSUPPORTED_CLAUDE_CODE_FLAGS))
+@pytest.mark.parametrize("flag", sorted(cc_flags.UNSUPPORTED_CLAUDE_CODE_FLAGS))
 def test_an_unsupported_flag_is_an_error_naming_it(
     flag: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    takes_value, what = cli.UNSUPPORTED_CLAUDE_CODE_FLAGS[flag]
+    takes_value, what = cc_flags.UNSUPPORTED_CLAUDE_CODE_FLAGS[flag]
     argv = ["-p", "hi", flag, *(["x"] if takes_value else [])]
-    parser = cli._prompt_parser()
+    parser = cli_options.prompt_parser()
     if flag not in {
-        a.option_strings[0] for a in parser._actions if isinstance(a, cli._Unsupported)
+        a.option_strings[0] for a in parser._actions if isinstance(a, cc_flags._Unsupported)
     }:
         pytest.skip(f"{flag} is supported now")
     with pytest.raises(SystemExit) as exit_info:
@@ -65,15 +68,15 @@ def test_the_sdks_spellings_become_warrens_options(tmp_path: Path) -> None:
         "--session-id=0b5f3a3e-6a43-4a8e-9d55-1c2b3d4e5f60", "--setting-sources=user,project",
         "--tools", "Read,Task", "--max-thinking-tokens", "2048", "-p", "hi",
     ]  # fmt: skip
-    args = cli._prompt_parser().parse_args(argv)
-    options = cli._claude_code_config(args)
+    args = cli_options.prompt_parser().parse_args(argv)
+    options = cc_flags.claude_code_config(args)
     assert not isinstance(options, int)
     assert options["system_prompt"] == ""
     assert options["permission_mode"] == "bypass"
     assert options["add_dirs"] == (tmp_path.resolve(),)
     assert options["tools"] == ("Read", "dispatch_agent")
     assert options["setting_sources"] == frozenset({"user", "project"})
-    assert cli._tool_list(args.allowed_tools) == frozenset({"Bash(npm test *)", "Read"})
+    assert cli_options.tool_list(args.allowed_tools) == frozenset({"Bash(npm test *)", "Read"})
     assert args.verbose and args.max_thinking_tokens == 2048
 
 
@@ -89,15 +92,15 @@ def test_the_sdks_spellings_become_warrens_options(tmp_path: Path) -> None:
 def test_contradictions_are_one_line_errors(
     argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    args = cli._prompt_parser().parse_args(["-p", "hi", *argv])
-    assert cli._claude_code_config(args) == 2
+    args = cli_options.prompt_parser().parse_args(["-p", "hi", *argv])
+    assert cc_flags.claude_code_config(args) == 2
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith("warren: ") and message in line
 
 
 def test_dangerously_skip_permissions_is_bypass() -> None:
-    args = cli._prompt_parser().parse_args(["-p", "hi", "--dangerously-skip-permissions"])
-    options = cli._claude_code_config(args)
+    args = cli_options.prompt_parser().parse_args(["-p", "hi", "--dangerously-skip-permissions"])
+    options = cc_flags.claude_code_config(args)
     assert not isinstance(options, int) and options["permission_mode"] == "bypass"
 
 

@@ -72,7 +72,7 @@ def resume():
     original()
     states.append(("resumed", gc.isenabled(), gc.get_freeze_count() > 0))
 startup_gc.resume = resume
-import orchestrator.cli.main as main
+import orchestrator.cli.in_process as main
 exit_now = main.exit_now
 def report(code):
     with open(os.environ["PROBE_OUT"], "w") as out:

@@ -9,7 +9,7 @@ of a server that never ran one.
 
 The session process leaves the server's process session (`setsid`: the server's stop does
 not stop it), installs the client's descriptors as 0/1/2, takes its cwd, environment, umask
-and argv, and runs exactly the in-process code path (`orchestrator.cli.main.run_in_process`)
+and argv, and runs exactly the in-process code path (`orchestrator.cli.in_process`)
 with the client's terminal (by its `/dev/pts/N` path, since a process cannot take another
 session's controlling terminal) for permission asks. A thread reads the client's signal
 lines and raises them in the process; the client's end of the socket closing is SIGHUP.
@@ -96,7 +96,7 @@ _PRELOAD = (
     "anthropic",
     "httpx",
     "pydantic",
-    "orchestrator.cli.main",
+    "orchestrator.cli.in_process",
     "orchestrator.cli.run",
     "orchestrator.cli.wiring",
     "orchestrator.session.session",
@@ -173,7 +173,7 @@ def _preload() -> None:
 
 def _entry(spec: str | None) -> SessionEntry:
     if spec is None:
-        from orchestrator.cli.main import run_in_process
+        from orchestrator.cli.in_process import run_in_process
 
         return run_in_process
     import importlib
