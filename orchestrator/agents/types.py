@@ -303,7 +303,7 @@ def load_agent_types(
     config_dir: Path,
     known_tools: Collection[str] | None = None,
     claude_dir: Path | None = None,
-    claude_sources: Collection[str] = ("user", "project"),
+    claude_sources: Collection[str] | None = None,
     sdk_agents: Mapping[str, Any] | None = None,
 ) -> dict[str, AgentType]:
     """Every agent type of a session, by name: `general`, then the user's definitions
@@ -311,7 +311,7 @@ def load_agent_types(
     `config_dir/agents/*.md`), then the project's (`.claude/agents/*.md`, then
     `.warren/agents/*.md`) when `trusted`. A later definition replaces an earlier one of the
     same name. `claude_sources` (`--setting-sources`) says which Claude Code directories are
-    read (`user`, `project`). `sdk_agents`: an SDK host's definitions (`sdk_agent_types`),
+    read (`user`, `project`; None: both). `sdk_agents`: an SDK host's definitions (`sdk_agent_types`),
     last: the application that runs the session is trusted, and its types win.
 
     `known_tools`: when given, a definition naming any other tool is an error (and it is
@@ -320,6 +320,8 @@ def load_agent_types(
     **Errors:** `ConfigError` naming the file of the first bad definition.
     """
     types = {GENERAL.name: GENERAL}
+    if claude_sources is None:
+        claude_sources = ("user", "project")
     sources: list[tuple[Path, Literal["user", "project"], Dialect]] = []
     if "user" in claude_sources:
         sources.append((claude_dir or claude_agents_dir(), "user", "claude"))

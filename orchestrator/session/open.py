@@ -325,11 +325,7 @@ class _Opening:
             hooks=hooks,
             max_stop_hook_blocks=limits.max_stop_hook_blocks,
             output_cap=limits.max_tool_output_chars,
-            claude_sources=(
-                ("user", "project")
-                if config.setting_sources is None
-                else tuple(config.setting_sources)
-            ),
+            claude_sources=config.setting_sources,
             sdk_agents=parts.host.agents if parts.host is not None else None,
         )
         return registry.with_tools([dispatch]), pool

@@ -5,7 +5,7 @@ defines.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from orchestrator.agents.types import SubagentRunner, SubagentUpdate, load_agent_types
@@ -64,7 +64,7 @@ def dispatch_tool(
     hooks: HookRunner,
     max_stop_hook_blocks: int,
     output_cap: int,
-    claude_sources: tuple[str, ...] = ("user", "project"),
+    claude_sources: Collection[str] | None = None,
     sdk_agents: Mapping[str, Any] | None = None,
 ) -> Tool[Any]:
     """`dispatch_agent` over the worker pool, with the agent types this workspace defines
