@@ -311,8 +311,9 @@ def load_agent_types(
     `config_dir/agents/*.md`), then the project's (`.claude/agents/*.md`, then
     `.warren/agents/*.md`) when `trusted`. A later definition replaces an earlier one of the
     same name. `claude_sources` (`--setting-sources`) says which Claude Code directories are
-    read (`user`, `project`; None: both). `sdk_agents`: an SDK host's definitions (`sdk_agent_types`),
-    last: the application that runs the session is trusted, and its types win.
+    read (`user`, `project`; None: both). `sdk_agents`: an SDK host's definitions
+    (`sdk_agent_types`), last: the application that runs the session is trusted, and its
+    types win.
 
     `known_tools`: when given, a definition naming any other tool is an error (and it is
     what a Claude Code definition without `tools` gets; default: the built-in tools).
