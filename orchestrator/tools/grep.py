@@ -244,6 +244,7 @@ class GrepTool(Tool[GrepInput]):
         family="read", path_fields=("path",), path_defaults_to_workspace=True
     )
     input_model: ClassVar[type[ToolInput]] = GrepInput
+    read_only: ClassVar[bool] = True
     description: ClassVar[str] = f"""Searches file contents with ripgrep (regular expressions).
 
 - Always use Grep for searching file contents; do not run grep or rg through Bash.
@@ -258,12 +259,6 @@ line numbers (on by default); "count" gives matching lines per file.
 - Results are capped at {MAX_GREP_LINES} lines or entries (head_limit can lower that); the \
 result says when something was cut. For an open-ended search needing several rounds, use \
 dispatch_agent."""
-
-    def is_read_only(self, input: GrepInput) -> bool:
-        return True
-
-    def is_concurrency_safe(self, input: GrepInput) -> bool:
-        return True
 
     async def validate(self, input: GrepInput, ctx: ToolContext) -> str | None:
         return _check(input, ctx)
