@@ -8,7 +8,6 @@ if all of them matched.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import ClassVar
 
@@ -16,22 +15,15 @@ import trio
 from pydantic import Field
 
 from orchestrator.tools._files import HARD_LINK_NOTE, TextFile, load_text
-from orchestrator.tools.base import (
-    Tool,
-    ToolContext,
-    ToolError,
-    ToolInput,
-    ToolOutput,
-    ToolProgress,
-)
+from orchestrator.tools.base import BlockingTool, ToolContext, ToolError, ToolInput, ToolOutput
 from orchestrator.tools.edit import (
     NEW_STRING_HELP,
     OLD_STRING_HELP,
     REPLACE_ALL_HELP,
+    PlannedEdit,
     apply_edit,
-    describe_change,
+    dry_run_refusal,
     edit_target_problem,
-    write_back,
 )
 from policies.facts import ToolFacts
 
@@ -92,21 +84,11 @@ def _apply_all(input: MultiEditInput, before: TextFile | None) -> tuple[str, int
     return text, count
 
 
-def _check(input: MultiEditInput, ctx: ToolContext) -> str | None:
-    creating = input.edits[0].old_string == ""
-    problem = edit_target_problem(input.file_path, ctx, creating=creating)
-    if problem:
-        return problem
-    try:
-        before = None if creating else load_text(Path(input.file_path))
-        _apply_all(input, before)
-    except ToolError as exc:
-        return exc.message
-    return None
+def _plan(input: MultiEditInput, ctx: ToolContext) -> PlannedEdit:
+    """Every edit worked out in memory; nothing is written.
 
-
-def _multi_edit(input: MultiEditInput, ctx: ToolContext) -> ToolOutput:
-    """Blocking part of the call (worker thread)."""
+    **Errors:** `ToolError` with the refusal for the model.
+    """
     path = Path(input.file_path)
     creating = input.edits[0].old_string == ""
     problem = edit_target_problem(input.file_path, ctx, creating=creating)
@@ -114,18 +96,10 @@ def _multi_edit(input: MultiEditInput, ctx: ToolContext) -> ToolOutput:
         raise ToolError(problem)
     before = None if creating else load_text(path)
     after, count = _apply_all(input, before)
-    note = write_back(path, before, after, ctx)
-    edits = len(input.edits)
-    what = f"{edits} edit{'s' * (edits != 1)}, {count} replacement{'s' * (count != 1)}"
-    if before is None:
-        what = f"created the file, then {what}"
-    text, summary = describe_change(path, before.text if before else "", after, what)
-    if note:
-        text += "\n" + note
-    return ToolOutput.text(text, summary=summary)
+    return PlannedEdit(path, before, after, count)
 
 
-class MultiEditTool(Tool[MultiEditInput]):
+class MultiEditTool(BlockingTool[MultiEditInput]):
     name: ClassVar[str] = "MultiEdit"
     facts: ClassVar[ToolFacts] = ToolFacts(family="edit", path_fields=("file_path",))
     input_model: ClassVar[type[ToolInput]] = MultiEditInput
@@ -148,12 +122,16 @@ old_string.
     )
 
     async def validate(self, input: MultiEditInput, ctx: ToolContext) -> str | None:
-        return await trio.to_thread.run_sync(_check, input, ctx)
+        return await trio.to_thread.run_sync(dry_run_refusal, _plan, input, ctx)
 
-    async def call(
-        self, input: MultiEditInput, ctx: ToolContext
-    ) -> AsyncIterator[ToolProgress | ToolOutput]:
-        yield await trio.to_thread.run_sync(_multi_edit, input, ctx)
+    def run(self, input: MultiEditInput, ctx: ToolContext) -> ToolOutput:
+        # Planned again: the file may have changed (or appeared) while permission was asked.
+        edit = _plan(input, ctx)
+        edits, count = len(input.edits), edit.replacements
+        what = f"{edits} edit{'s' * (edits != 1)}, {count} replacement{'s' * (count != 1)}"
+        if edit.before is None:
+            what = f"created the file, then {what}"
+        return edit.write_and_describe(ctx, what)
 
     def render_use(self, input: MultiEditInput) -> str:
         return f"MultiEdit({input.file_path}, {len(input.edits)} edits)"
