@@ -1063,44 +1063,41 @@ _BRANCH_BAD_LONG = name_set(
     "delete move copy force set-upstream-to set-upstream unset-upstream edit-description"
     " track no-track create-reflog recurse-submodules"
 )
-
-
-def _git_branch(args: Sequence[Word]) -> str | None:
-    problem = _scan_options(
-        "git branch",
-        args,
-        short="dDmMcCfut",
-        long=_BRANCH_BAD_LONG,
-        double_dash_ends=False,
-        default_effect="changes branches",
-    )
-    if problem is not None:
-        return problem
-    if _git_positionals(args) and not _git_flag_present(args, "lvar", _BRANCH_LIST_LONG):
-        return "`git branch NAME` creates a branch (list with `git branch --list`)"
-    return None
-
-
 _TAG_BAD_LONG = name_set(
     "annotate sign no-sign local-user force delete verify message file edit cleanup"
     " create-reflog trailer"
 )
 
 
-def _git_tag(args: Sequence[Word]) -> str | None:
-    problem = _scan_options(
-        "git tag",
-        args,
-        short="asudfvmFe",
-        long=_TAG_BAD_LONG,
-        double_dash_ends=False,
-        default_effect="changes or verifies tags",
-    )
-    if problem is not None:
-        return problem
-    if _git_positionals(args) and not _git_flag_present(args, "l", frozenset({"list"})):
-        return "`git tag NAME` creates a tag (list with `git tag --list`)"
-    return None
+def _git_lister(
+    what: str,
+    *,
+    short: str,
+    long: frozenset[str],
+    effect: str,
+    lists: str,
+    list_long: frozenset[str],
+) -> Callable[[Sequence[Word]], str | None]:
+    """`git branch` and `git tag`: read-only when they list. `short` and `long` are the options
+    that change or verify (`effect`); a name given without a listing option (`lists`,
+    `list_long`) creates one."""
+
+    def check(args: Sequence[Word]) -> str | None:
+        problem = _scan_options(
+            f"git {what}",
+            args,
+            short=short,
+            long=long,
+            double_dash_ends=False,
+            default_effect=effect,
+        )
+        if problem is not None:
+            return problem
+        if _git_positionals(args) and not _git_flag_present(args, lists, list_long):
+            return f"`git {what} NAME` creates a {what} (list with `git {what} --list`)"
+        return None
+
+    return check
 
 
 def _git_reflog(args: Sequence[Word]) -> str | None:
@@ -1179,8 +1176,22 @@ def _git_submodule(args: Sequence[Word]) -> str | None:
 
 _GIT_SUBCOMMANDS: Mapping[str, Callable[[Sequence[Word]], str | None]] = MappingProxyType(
     {
-        "branch": _git_branch,
-        "tag": _git_tag,
+        "branch": _git_lister(
+            "branch",
+            short="dDmMcCfut",
+            long=_BRANCH_BAD_LONG,
+            effect="changes branches",
+            lists="lvar",
+            list_long=_BRANCH_LIST_LONG,
+        ),
+        "tag": _git_lister(
+            "tag",
+            short="asudfvmFe",
+            long=_TAG_BAD_LONG,
+            effect="changes or verifies tags",
+            lists="l",
+            list_long=frozenset({"list"}),
+        ),
         "reflog": _git_reflog,
         "remote": _git_remote,
         "config": _git_config,
