@@ -21,7 +21,7 @@ import math
 from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
 import mcp_types
 import structlog
@@ -52,6 +52,8 @@ _STDERR_TAIL = 2_000
 """Characters of a server's stderr kept to explain a failure."""
 
 ServerStatus = Literal["starting", "ready", "failed", "stopped"]
+
+T = TypeVar("T")
 
 
 class ServerProcess(Protocol):
@@ -358,29 +360,26 @@ class McpServers:
     def tools(self) -> list[tuple[str, mcp_types.Tool]]:
         """(server, tool) of every tool listed by a server that is not out of restarts (a
         failed server keeps its tools: a call starts it again)."""
-        return [
-            (server.name, tool)
-            for server in self._servers.values()
-            for tool in server.tools.values()
-            if server.status != "stopped"
-        ]
+        return self._listed(lambda server: server.tools, ready_only=False)
 
     def prompts(self) -> list[tuple[str, mcp_types.Prompt]]:
         """(server, prompt) of every prompt template a server that is up offers."""
-        return [
-            (server.name, prompt)
-            for server in self._servers.values()
-            for prompt in server.prompts.values()
-            if server.status == "ready"
-        ]
+        return self._listed(lambda server: server.prompts, ready_only=True)
 
     def resources(self) -> list[tuple[str, mcp_types.Resource]]:
         """(server, resource) of every resource a server that is up lists."""
+        return self._listed(lambda server: server.resources, ready_only=True)
+
+    def _listed(
+        self, listing: Callable[[_Server], dict[str, T]], *, ready_only: bool
+    ) -> list[tuple[str, T]]:
+        """(server, item) of every item in the `listing` of each server that is ready, or
+        (not `ready_only`) of each that is not stopped."""
         return [
-            (server.name, resource)
+            (server.name, item)
             for server in self._servers.values()
-            for resource in server.resources.values()
-            if server.status == "ready"
+            if (server.status == "ready" if ready_only else server.status != "stopped")
+            for item in listing(server).values()
         ]
 
     async def get_prompt(self, server: str, name: str, arguments: Mapping[str, str]) -> str:
