@@ -147,12 +147,12 @@ def _rg_args(input: GrepInput, target: Path, select: list[str]) -> list[str]:
         case "content":
             args += ["--no-heading", "--with-filename", "--null"]
             args.append("--line-number" if input.line_numbers else "--no-line-number")
-            if input.context is not None:
-                args.append(f"--context={input.context}")
-            if input.after_context is not None:
-                args.append(f"--after-context={input.after_context}")
-            if input.before_context is not None:
-                args.append(f"--before-context={input.before_context}")
+            context = {
+                "--context": input.context,
+                "--after-context": input.after_context,
+                "--before-context": input.before_context,
+            }
+            args += [f"{flag}={lines}" for flag, lines in context.items() if lines is not None]
     return [*args, "--regexp", input.pattern, "--", str(target)]
 
 
