@@ -4,12 +4,11 @@ Exact, literal matching is what makes an edit safe to apply without a human look
 to replace must occur once (or `replace_all` says every occurrence is meant), and nothing in
 `new_string` is interpreted (`$1` and backslashes are kept). Models send LF text; in a CRLF
 file both strings are matched and written with CRLF. MultiEdit reuses `apply_edit`,
-`PlannedEdit` and `dry_run_refusal` from here.
+`PlannedEdit` and `PlannedEditTool` from here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, TypeVar
@@ -40,8 +39,8 @@ __all__ = [
     "EditInput",
     "EditTool",
     "PlannedEdit",
+    "PlannedEditTool",
     "apply_edit",
-    "dry_run_refusal",
     "edit_target_problem",
 ]
 
@@ -190,44 +189,31 @@ class PlannedEdit:
         return ToolOutput.text(text, summary=f"{what} (+{diff.added} -{diff.removed})")
 
 
-def dry_run_refusal(
-    plan: Callable[[InputT, ToolContext], object], input: InputT, ctx: ToolContext
-) -> str | None:
-    """Validation by a dry run: the message of the `ToolError` that `plan` raises while it works
-    out the call's change in memory (nothing is written), or None when the change applies.
-    Blocking (it reads the file): Edit and MultiEdit run it in a worker thread."""
-    try:
-        plan(input, ctx)
-    except ToolError as exc:
-        return exc.message
-    return None
+class PlannedEditTool(BlockingTool[InputT]):
+    """Edit and MultiEdit: the change to `file_path` is worked out in memory first (`plan`).
+    Validation is that plan made dry, in a worker thread (it reads the file); the call plans
+    again, since the file may have changed (or appeared) while permission was asked, and
+    writes it."""
+
+    def plan(self, input: InputT, ctx: ToolContext) -> PlannedEdit:
+        """The change worked out in memory; nothing is written.
+
+        **Errors:** `ToolError` with the refusal for the model.
+        """
+        raise NotImplementedError
+
+    async def validate(self, input: InputT, ctx: ToolContext) -> str | None:
+        return await trio.to_thread.run_sync(self._dry_run, input, ctx)
+
+    def _dry_run(self, input: InputT, ctx: ToolContext) -> str | None:
+        try:
+            self.plan(input, ctx)
+        except ToolError as exc:
+            return exc.message
+        return None
 
 
-def _plan(input: EditInput, ctx: ToolContext) -> PlannedEdit:
-    """The edit worked out in memory; nothing is written.
-
-    **Errors:** `ToolError` with the refusal for the model.
-    """
-    path = Path(input.file_path)
-    creating = input.old_string == ""
-    problem = edit_target_problem(input.file_path, ctx, creating=creating)
-    if problem:
-        raise ToolError(problem)
-    if creating:
-        return PlannedEdit(path, None, input.new_string, 0)
-    before = load_text(path)
-    after, count = apply_edit(
-        before.text,
-        input.old_string,
-        input.new_string,
-        replace_all=input.replace_all,
-        line_ending=before.line_ending,
-        path=path,
-    )
-    return PlannedEdit(path, before, after, count)
-
-
-class EditTool(BlockingTool[EditInput]):
+class EditTool(PlannedEditTool[EditInput]):
     name: ClassVar[str] = "Edit"
     facts: ClassVar[ToolFacts] = ToolFacts(family="edit", path_fields=("file_path",))
     input_model: ClassVar[type[ToolInput]] = EditInput
@@ -254,12 +240,27 @@ check it.
         + HARD_LINK_NOTE
     )
 
-    async def validate(self, input: EditInput, ctx: ToolContext) -> str | None:
-        return await trio.to_thread.run_sync(dry_run_refusal, _plan, input, ctx)
+    def plan(self, input: EditInput, ctx: ToolContext) -> PlannedEdit:
+        path = Path(input.file_path)
+        creating = input.old_string == ""
+        problem = edit_target_problem(input.file_path, ctx, creating=creating)
+        if problem:
+            raise ToolError(problem)
+        if creating:
+            return PlannedEdit(path, None, input.new_string, 0)
+        before = load_text(path)
+        after, count = apply_edit(
+            before.text,
+            input.old_string,
+            input.new_string,
+            replace_all=input.replace_all,
+            line_ending=before.line_ending,
+            path=path,
+        )
+        return PlannedEdit(path, before, after, count)
 
     def run(self, input: EditInput, ctx: ToolContext) -> ToolOutput:
-        # Planned again: the file may have changed (or appeared) while permission was asked.
-        edit = _plan(input, ctx)
+        edit = self.plan(input, ctx)
         if edit.before is None:
             edit.write(ctx)
             lines = len(edit.after.splitlines())

@@ -11,18 +11,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar
 
-import trio
 from pydantic import Field
 
 from orchestrator.tools._files import HARD_LINK_NOTE, TextFile, load_text
-from orchestrator.tools.base import BlockingTool, ToolContext, ToolError, ToolInput, ToolOutput
+from orchestrator.tools.base import ToolContext, ToolError, ToolInput, ToolOutput
 from orchestrator.tools.edit import (
     NEW_STRING_HELP,
     OLD_STRING_HELP,
     REPLACE_ALL_HELP,
     PlannedEdit,
+    PlannedEditTool,
     apply_edit,
-    dry_run_refusal,
     edit_target_problem,
 )
 from policies.facts import ToolFacts
@@ -84,22 +83,7 @@ def _apply_all(input: MultiEditInput, before: TextFile | None) -> tuple[str, int
     return text, count
 
 
-def _plan(input: MultiEditInput, ctx: ToolContext) -> PlannedEdit:
-    """Every edit worked out in memory; nothing is written.
-
-    **Errors:** `ToolError` with the refusal for the model.
-    """
-    path = Path(input.file_path)
-    creating = input.edits[0].old_string == ""
-    problem = edit_target_problem(input.file_path, ctx, creating=creating)
-    if problem:
-        raise ToolError(problem)
-    before = None if creating else load_text(path)
-    after, count = _apply_all(input, before)
-    return PlannedEdit(path, before, after, count)
-
-
-class MultiEditTool(BlockingTool[MultiEditInput]):
+class MultiEditTool(PlannedEditTool[MultiEditInput]):
     name: ClassVar[str] = "MultiEdit"
     facts: ClassVar[ToolFacts] = ToolFacts(family="edit", path_fields=("file_path",))
     input_model: ClassVar[type[ToolInput]] = MultiEditInput
@@ -121,12 +105,18 @@ old_string.
         + HARD_LINK_NOTE
     )
 
-    async def validate(self, input: MultiEditInput, ctx: ToolContext) -> str | None:
-        return await trio.to_thread.run_sync(dry_run_refusal, _plan, input, ctx)
+    def plan(self, input: MultiEditInput, ctx: ToolContext) -> PlannedEdit:
+        path = Path(input.file_path)
+        creating = input.edits[0].old_string == ""
+        problem = edit_target_problem(input.file_path, ctx, creating=creating)
+        if problem:
+            raise ToolError(problem)
+        before = None if creating else load_text(path)
+        after, count = _apply_all(input, before)
+        return PlannedEdit(path, before, after, count)
 
     def run(self, input: MultiEditInput, ctx: ToolContext) -> ToolOutput:
-        # Planned again: the file may have changed (or appeared) while permission was asked.
-        edit = _plan(input, ctx)
+        edit = self.plan(input, ctx)
         edits, count = len(input.edits), edit.replacements
         what = f"{edits} edit{'s' * (edits != 1)}, {count} replacement{'s' * (count != 1)}"
         if edit.before is None:
