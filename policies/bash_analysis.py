@@ -54,6 +54,7 @@ from policies.catalogue import (
     check_command,
     is_safe_env_assignment,
     is_shell_local_name,
+    name_set,
     resolve_program,
     unwrap_wrapper,
 )
@@ -73,11 +74,6 @@ __all__ = [
     "classify",
     "suggest_rule",
 ]
-
-
-def _names(text: str) -> frozenset[str]:
-    """A set of names written as one blank-separated string (long lists stay readable)."""
-    return frozenset(text.split())
 
 
 MAX_COMMAND_CHARS: Final = 10_000
@@ -135,17 +131,19 @@ _INTEGER_WORD = re.compile(
     r"[-+]?(?:0[xX][0-9A-Fa-f]+|[0-9]+(?:#[0-9A-Za-z@_]+)?)|(\"?)\$(?:[#?$!]|\{[#?$!]\})\1"
 )
 _VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_ARITHMETIC_TESTS = _names("-eq -ne -lt -le -gt -ge")
-_INDIRECT_TESTS = _names("-v -R")
+_ESCAPED = re.compile(r"\\.", re.DOTALL)
+_ANY_METACHARACTER = re.compile(r"[|&;()<> \t\n]")
+_ARITHMETIC_TESTS = name_set("-eq -ne -lt -le -gt -ge")
+_INDIRECT_TESTS = name_set("-v -R")
 _ARITHMETIC_DANGER = "a variable holding `a[$(cmd)]` runs cmd"
 # Programs for which a "don't ask again" prefix rule would allow anything at all.
-_NO_PREFIX_RULE = _names(
+_NO_PREFIX_RULE = name_set(
     "sh bash zsh dash ksh fish eval exec source . xargs sudo doas env timeout nice nohup"
     " time stdbuf command builtin rm python python3 python2 node perl ruby php deno bun"
     " npx uvx bunx pnpx find awk gawk mawk sed"
 )
 # Programs whose first word after the name says what they do: a prefix rule must name it.
-_NEEDS_SUBCOMMAND = _names(
+_NEEDS_SUBCOMMAND = name_set(
     "git npm pnpm yarn cargo go uv pip pip3 pipx docker podman kubectl gh make just"
     " poetry hatch tox nox"
 )
@@ -1375,32 +1373,22 @@ def _unescape_dq(text: str) -> str:
     return "".join(out)
 
 
+def _unescaped(text: str) -> str:
+    """`text` with each backslash-escaped character, with its backslash, made one neutral `_`:
+    what is left is what bash reads unescaped (an escaped `$` cannot start `$(`, and no two
+    characters an escape kept apart become neighbours)."""
+    return _ESCAPED.sub("_", text) if "\\" in text else text
+
+
 def _has_unparsed_substitution(text: str) -> bool:
     """A backtick or `$(` the grammar left as plain text (bash would run it)."""
-    index = 0
-    while index < len(text):
-        char = text[index]
-        if char == "\\":
-            index += 2
-            continue
-        if char == "`" or (char == "$" and text.startswith("(", index + 1)):
-            return True
-        index += 1
-    return False
+    plain = _unescaped(text)
+    return "`" in plain or "$(" in plain
 
 
 def _has_metacharacter(text: str) -> bool:
     """An unescaped `|&;()<>`, blank or newline: never part of one unquoted bash word."""
-    index = 0
-    while index < len(text):
-        char = text[index]
-        if char == "\\":
-            index += 2
-            continue
-        if char in "|&;()<> \t\n":
-            return True
-        index += 1
-    return False
+    return _ANY_METACHARACTER.search(_unescaped(text)) is not None
 
 
 def _has_anonymous(node: Node, kinds: frozenset[str]) -> bool:
@@ -1445,7 +1433,7 @@ _HANDLERS: Final[Mapping[str, Callable[[_Walk, Node, int], None]]] = MappingProx
 )
 # Node types that need no handling of their own: containers whose children are walked, and
 # parts of words or redirections handled by their parent.
-_PLAIN_NODES: Final = _names(
+_PLAIN_NODES: Final = name_set(
     "program list pipeline subshell negated_command if_statement elif_clause else_clause"
     " while_statement do_group case_statement case_item command_name string raw_string"
     " ansi_c_string translated_string concatenation number variable_name"

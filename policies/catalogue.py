@@ -43,12 +43,13 @@ __all__ = [
     "check_command",
     "is_safe_env_assignment",
     "is_shell_local_name",
+    "name_set",
     "resolve_program",
     "unwrap_wrapper",
 ]
 
 
-def _names(text: str) -> frozenset[str]:
+def name_set(text: str) -> frozenset[str]:
     """A set of names written as one blank-separated string (long lists stay readable)."""
     return frozenset(text.split())
 
@@ -144,7 +145,7 @@ _SHELL_LOCAL_NAME = re.compile(r"[a-z_][a-z0-9_]*")
 _VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Variables a command may be given without risk: none of them makes a program load or run
 # other code. Anything else (PATH, LD_PRELOAD, GIT_*, PAGER=less, BASH_ENV, ...) can.
-_SAFE_ENV_NAMES = _names(
+_SAFE_ENV_NAMES = name_set(
     "LANG LANGUAGE TZ NO_COLOR CLICOLOR CLICOLOR_FORCE FORCE_COLOR COLUMNS LINES TERM"
     " GREP_COLORS LS_COLORS"
 )
@@ -417,7 +418,7 @@ def _check_printf(args: Sequence[Word], ctx: CheckContext) -> str | None:
     return None
 
 
-_HOSTNAME_QUERIES = _names(
+_HOSTNAME_QUERIES = name_set(
     "-s -f -d -i -I -A -a -y --short --fqdn --long --domain --ip-address"
     " --all-ip-addresses --all-fqdns --alias --nis --yp"
 )
@@ -476,7 +477,7 @@ def _check_read(args: Sequence[Word], ctx: CheckContext) -> str | None:
 
 # sed -------------------------------------------------------------------------------------
 
-_SED_LONG_OK = _names(
+_SED_LONG_OK = name_set(
     "quiet silent expression regexp-extended separate sandbox debug posix unbuffered"
     " null-data zero-terminated line-length binary follow-symlinks version help"
 )
@@ -577,20 +578,21 @@ def _check_sed(args: Sequence[Word], ctx: CheckContext) -> str | None:
     return None
 
 
-def _sed_regex_end(script: str, start: int, delimiter: str) -> int | None:
-    """Index just past the closing delimiter of a sed regex starting at `start`.
+def _literal_end(text: str, start: int, closer: str) -> int | None:
+    """Index just past the `closer` that ends a literal (a sed regex, an awk string or regex)
+    whose text starts at `start`; None when a newline or the end of `text` comes first.
 
     Like GNU sed's match_slash: only a backslash escapes; brackets are not special.
     """
     index = start
-    while index < len(script):
-        char = script[index]
+    while index < len(text):
+        char = text[index]
         if char == "\n":
             return None
         if char == "\\":
             index += 2
             continue
-        if char == delimiter:
+        if char == closer:
             return index + 1
         index += 1
     return None
@@ -620,7 +622,7 @@ def _sed_address(script: str, index: int) -> int | None:
         else:
             delimiter = "/"
             index += 1
-        end = _sed_regex_end(script, index, delimiter)
+        end = _literal_end(script, index, delimiter)
         if end is None:
             return None
         while end < len(script) and script[end] in "IM":
@@ -705,7 +707,7 @@ def _sed_script_problem(script: str) -> str | None:
 
 # awk -------------------------------------------------------------------------------------
 
-_AWK_LONG_OK = _names(
+_AWK_LONG_OK = name_set(
     "characters-as-bytes traditional copyright usage help lint bignum use-lc-numeric"
     " non-decimal-data optimize no-optimize posix re-interval sandbox lint-old version"
     " field-separator assign source"
@@ -854,7 +856,7 @@ def _awk_program_problem(program: str) -> str | None:
                 index += 1
             continue
         if char == '"':
-            end = _awk_literal_end(program, index + 1, '"')
+            end = _literal_end(program, index + 1, '"')
             if end is None:
                 return "unterminated string"
             index = end
@@ -864,7 +866,7 @@ def _awk_program_problem(program: str) -> str | None:
             if previous == "ambiguous":
                 return "`/` after `++` or `--` is ambiguous"
             if previous in ("start", "operator"):
-                end = _awk_literal_end(program, index + 1, "/")
+                end = _literal_end(program, index + 1, "/")
                 if end is None:
                     return "unterminated regular expression"
                 body = program[index + 1 : end - 1]
@@ -934,24 +936,9 @@ def _awk_program_problem(program: str) -> str | None:
     return None
 
 
-def _awk_literal_end(program: str, start: int, quote: str) -> int | None:
-    index = start
-    while index < len(program):
-        char = program[index]
-        if char == "\n":
-            return None
-        if char == "\\":
-            index += 2
-            continue
-        if char == quote:
-            return index + 1
-        index += 1
-    return None
-
-
 # git -------------------------------------------------------------------------------------
 
-_GIT_GLOBAL_FLAGS = _names(
+_GIT_GLOBAL_FLAGS = name_set(
     "--no-pager -P --no-replace-objects --literal-pathspecs --glob-pathspecs"
     " --noglob-pathspecs --icase-pathspecs --no-optional-locks --no-advice"
 )
@@ -983,13 +970,13 @@ _GIT_OPTION_EFFECTS = MappingProxyType(
         "help": "starts a manual viewer",
     }
 )
-_GIT_SIMPLE = _names(
+_GIT_SIMPLE = name_set(
     "status log diff show blame annotate rev-parse rev-list ls-files ls-tree cat-file"
     " grep describe shortlog merge-base for-each-ref name-rev count-objects check-ignore"
     " check-attr check-mailmap show-ref show-branch diff-tree diff-files diff-index var"
     " version whatchanged cherry range-diff"
 )
-_GIT_SPECIAL = _names("branch tag reflog remote config stash worktree submodule")
+_GIT_SPECIAL = name_set("branch tag reflog remote config stash worktree submodule")
 
 
 def _git_c_inside(path: str, ctx: CheckContext) -> bool:
@@ -1069,51 +1056,48 @@ def _git_flag_present(args: Sequence[Word], letters: str, longs: frozenset[str])
     return False
 
 
-_BRANCH_LIST_LONG = _names(
+_BRANCH_LIST_LONG = name_set(
     "list contains no-contains merged no-merged points-at verbose all remotes"
 )
-_BRANCH_BAD_LONG = _names(
+_BRANCH_BAD_LONG = name_set(
     "delete move copy force set-upstream-to set-upstream unset-upstream edit-description"
     " track no-track create-reflog recurse-submodules"
 )
-
-
-def _git_branch(args: Sequence[Word]) -> str | None:
-    problem = _scan_options(
-        "git branch",
-        args,
-        short="dDmMcCfut",
-        long=_BRANCH_BAD_LONG,
-        double_dash_ends=False,
-        default_effect="changes branches",
-    )
-    if problem is not None:
-        return problem
-    if _git_positionals(args) and not _git_flag_present(args, "lvar", _BRANCH_LIST_LONG):
-        return "`git branch NAME` creates a branch (list with `git branch --list`)"
-    return None
-
-
-_TAG_BAD_LONG = _names(
+_TAG_BAD_LONG = name_set(
     "annotate sign no-sign local-user force delete verify message file edit cleanup"
     " create-reflog trailer"
 )
 
 
-def _git_tag(args: Sequence[Word]) -> str | None:
-    problem = _scan_options(
-        "git tag",
-        args,
-        short="asudfvmFe",
-        long=_TAG_BAD_LONG,
-        double_dash_ends=False,
-        default_effect="changes or verifies tags",
-    )
-    if problem is not None:
-        return problem
-    if _git_positionals(args) and not _git_flag_present(args, "l", frozenset({"list"})):
-        return "`git tag NAME` creates a tag (list with `git tag --list`)"
-    return None
+def _git_lister(
+    what: str,
+    *,
+    short: str,
+    long: frozenset[str],
+    effect: str,
+    lists: str,
+    list_long: frozenset[str],
+) -> Callable[[Sequence[Word]], str | None]:
+    """`git branch` and `git tag`: read-only when they list. `short` and `long` are the options
+    that change or verify (`effect`); a name given without a listing option (`lists`,
+    `list_long`) creates one."""
+
+    def check(args: Sequence[Word]) -> str | None:
+        problem = _scan_options(
+            f"git {what}",
+            args,
+            short=short,
+            long=long,
+            double_dash_ends=False,
+            default_effect=effect,
+        )
+        if problem is not None:
+            return problem
+        if _git_positionals(args) and not _git_flag_present(args, lists, list_long):
+            return f"`git {what} NAME` creates a {what} (list with `git {what} --list`)"
+        return None
+
+    return check
 
 
 def _git_reflog(args: Sequence[Word]) -> str | None:
@@ -1141,7 +1125,7 @@ _CONFIG_WRITE_LONG = frozenset(
 _CONFIG_READ_LONG = frozenset(
     {"get", "get-all", "get-regexp", "get-urlmatch", "get-color", "get-colorbool", "list"}
 )
-_CONFIG_SCOPE = _names(
+_CONFIG_SCOPE = name_set(
     "--global --local --system --worktree --show-origin --show-scope --null -z --includes"
     " --no-includes --name-only"
 )
@@ -1192,8 +1176,22 @@ def _git_submodule(args: Sequence[Word]) -> str | None:
 
 _GIT_SUBCOMMANDS: Mapping[str, Callable[[Sequence[Word]], str | None]] = MappingProxyType(
     {
-        "branch": _git_branch,
-        "tag": _git_tag,
+        "branch": _git_lister(
+            "branch",
+            short="dDmMcCfut",
+            long=_BRANCH_BAD_LONG,
+            effect="changes branches",
+            lists="lvar",
+            list_long=_BRANCH_LIST_LONG,
+        ),
+        "tag": _git_lister(
+            "tag",
+            short="asudfvmFe",
+            long=_TAG_BAD_LONG,
+            effect="changes or verifies tags",
+            lists="l",
+            list_long=frozenset({"list"}),
+        ),
         "reflog": _git_reflog,
         "remote": _git_remote,
         "config": _git_config,
@@ -1209,7 +1207,7 @@ _GIT_SUBCOMMANDS: Mapping[str, Callable[[Sequence[Word]], str | None]] = Mapping
 # Left out on purpose: less, more and man (interactive; `!cmd` runs commands), top and tput
 # (terminal control), ruff check (writes .ruff_cache), xargs (runs commands), sdiff (-o
 # writes), split, csplit and shuf (write files or have -o).
-_SIMPLE_COMMANDS = _names(
+_SIMPLE_COMMANDS = name_set(
     # Read files or print facts, and have no option that writes or runs a program.
     "cat head tail wc ls stat du df diff cmp comm which type pwd echo true false :"
     " uname whoami id groups nproc seq tr cut paste nl od hexdump sha256sum md5sum sha1sum"
@@ -1286,7 +1284,7 @@ _NEVER_READ_ONLY: Mapping[str, str] = MappingProxyType(
     {
         **{
             shell: f"`{shell}` runs a shell script"
-            for shell in _names("sh bash zsh dash ksh mksh fish csh tcsh busybox")
+            for shell in name_set("sh bash zsh dash ksh mksh fish csh tcsh busybox")
         },
         "eval": "`eval` runs its arguments as a command",
         "let": "`let` evaluates arithmetic, which runs commands hidden in variables' subscripts",

@@ -24,21 +24,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
+from policies.catalogue import name_set
+
 __all__ = ["CommandView", "ViewsFound", "command_views"]
 
 CommandView = tuple[str | None, ...]
 """An argv: the program's base name first; `None` for a word not known before it runs."""
 
 
-def _names(text: str) -> frozenset[str]:
-    return frozenset(text.split())
-
-
-_WRAPPERS: Final = _names(
+_WRAPPERS: Final = name_set(
     "env timeout nice nohup stdbuf time command builtin exec sudo doas xargs setsid ionice"
     " chrt taskset unbuffer flock chroot nsenter watch strace ltrace catchsegv"
 )
-_SHELLS: Final = _names("sh bash zsh dash ksh mksh fish busybox")
+_SHELLS: Final = name_set("sh bash zsh dash ksh mksh fish busybox")
 _LOOKED_INTO: Final = _WRAPPERS | _SHELLS | {"eval", "find", "git"}
 _SHELL_C = re.compile(r"-[a-zA-Z]*c[a-zA-Z]*")
 _FIND_EXEC: Final = frozenset({"-exec", "-execdir", "-ok", "-okdir"})

@@ -429,13 +429,7 @@ def server_lines(policy: EffectivePolicy) -> list[str]:
         lines.append(f"{name}: {_one_line(what)}  [{how}]  ({source})")
     for skipped in policy.unsupported_servers:
         lines.append(f"unsupported: {skipped.name} ({skipped.file}): {skipped.why}")
-    for source, count in policy.untrusted_servers:
-        servers = "server" if count == 1 else "servers"
-        lines.append(
-            f"not trusted: {count} {servers} in {source} will not start until you trust the "
-            "repository (`warren trust`)"
-        )
-    return lines
+    return lines + _untrusted_lines(policy.untrusted_servers, "server", "start")
 
 
 @_reported
@@ -453,6 +447,16 @@ def mcp_list(
 
 def _one_line(text: str) -> str:
     return text.replace("\r", "\\r").replace("\n", "\\n")
+
+
+def _untrusted_lines(untrusted: Sequence[tuple[str, int]], noun: str, verb: str) -> list[str]:
+    """One line per file of an untrusted repository: how many of its `noun`s will not `verb`
+    until the repository is trusted."""
+    return [
+        f"not trusted: {count} {noun}{'s' * (count != 1)} in {source} will not {verb} until you "
+        "trust the repository (`warren trust`)"
+        for source, count in untrusted
+    ]
 
 
 def hook_lines(policy: EffectivePolicy) -> list[str]:
@@ -474,13 +478,7 @@ def hook_lines(policy: EffectivePolicy) -> list[str]:
             f"unsupported: {skipped.event}{matcher} {skipped.type} {json.dumps(skipped.text)}  "
             f"({skipped.source}: {skipped.key}): {skipped.reason}"
         )
-    for source, count in policy.untrusted_hooks:
-        hooks = "hook" if count == 1 else "hooks"
-        lines.append(
-            f"not trusted: {count} {hooks} in {source} will not run until you trust the "
-            "repository (`warren trust`)"
-        )
-    return lines
+    return lines + _untrusted_lines(policy.untrusted_hooks, "hook", "run")
 
 
 @_reported

@@ -33,24 +33,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from policies.catalogue import Word, resolve_program
+from policies.catalogue import Word, name_set, resolve_program
 
 __all__ = ["DELETE_PROGRAMS", "DeleteCheck", "cd_may_leave", "delete_danger", "is_critical_path"]
 
 
-def _names(text: str) -> frozenset[str]:
-    return frozenset(text.split())
-
-
-DELETE_PROGRAMS: Final = _names("rm unlink shred truncate rmdir mv find git rsync")
+DELETE_PROGRAMS: Final = name_set("rm unlink shred truncate rmdir mv find git rsync")
 """Programs `delete_danger` looks at (after unwrapping wrappers)."""
 
-_WRAPPERS = _names("env timeout nice nohup stdbuf time command builtin exec sudo doas xargs")
-_SHELLS_AND_RUNNERS = _names(
+_WRAPPERS = name_set("env timeout nice nohup stdbuf time command builtin exec sudo doas xargs")
+_SHELLS_AND_RUNNERS = name_set(
     "sh bash zsh dash ksh mksh fish busybox env sudo doas timeout nice nohup command xargs"
     " find perl python python3 node ruby php"
 )
-_TOP_LEVEL_DIRS = _names(
+_TOP_LEVEL_DIRS = name_set(
     "bin boot dev etc home lib lib32 lib64 libx32 media mnt opt proc root run sbin srv"
     " sys tmp usr var"
 )

@@ -22,7 +22,6 @@ on it: `load_effective_policy` either returns a whole policy or raises.
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import re
 import tomllib
@@ -33,16 +32,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Annotated, Any, Final, Literal, assert_never, get_args
 
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    ConfigDict,
-    Field,
-    StrictBool,
-    StrictStr,
-    ValidationError,
-    model_validator,
-)
+from pydantic import AfterValidator, Field, StrictBool, StrictStr, ValidationError, model_validator
 
 from policies.atomic import read_regular, write_atomic
 from policies.claude_names import warren_mode
@@ -68,7 +58,13 @@ from policies.mcp import (
 )
 from policies.pool import POOL_LEVELS, PoolSection, PoolSetting, merge_pool
 from policies.rules import ParsedRule, RuleSyntaxError, parse_rule
-from policies.sources import MAX_SOURCE_BYTES, PolicyError, read_source_text
+from policies.sources import (
+    MAX_SOURCE_BYTES,
+    PolicyError,
+    PolicyTable,
+    finite,
+    read_source_text,
+)
 from policies.trust import (
     LOCAL_POLICY,
     TrustState,
@@ -138,11 +134,7 @@ def _valid_rule(text: str) -> str:
 RuleText = Annotated[StrictStr, AfterValidator(_valid_rule)]
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class PermissionRules(_Section):
+class PermissionRules(PolicyTable):
     """`[permissions]`: rules in `Tool(specifier)` syntax (see `policies.rules`)."""
 
     allow: tuple[RuleText, ...] = ()
@@ -153,7 +145,7 @@ class PermissionRules(_Section):
     """Calls that never run, whatever any other level says."""
 
 
-class SandboxAdditions(_Section):
+class SandboxAdditions(PolicyTable):
     """`[sandbox]`: additions to the floor's defaults (`sandbox.spec`), never removals."""
 
     deny_read: tuple[StrictStr, ...] = ()
@@ -168,13 +160,7 @@ class SandboxAdditions(_Section):
     the home is hidden. Ignored in an untrusted project."""
 
 
-def _finite(value: float) -> float:
-    if not math.isfinite(value):
-        raise ValueError("must be a finite number")
-    return value
-
-
-class Limits(_Section):
+class Limits(PolicyTable):
     """`[limits]`: each one from the highest level that sets it."""
 
     max_turns: Annotated[int, Field(strict=True, ge=1, le=100_000)] | None = None
@@ -184,13 +170,13 @@ class Limits(_Section):
     a Ray cluster (`policies.pool.check_max_subagents`, when the session knows its pool)."""
     max_concurrency: Annotated[int, Field(strict=True, ge=1, le=10)] | None = None
     """Concurrency-safe tool calls run at once. At most 10 (the design's cap)."""
-    tool_timeout_s: Annotated[float, Field(gt=0, le=86_400), AfterValidator(_finite)] | None = None
+    tool_timeout_s: Annotated[float, Field(gt=0, le=86_400), AfterValidator(finite)] | None = None
     """Seconds a tool call may run unless the tool says otherwise. Kernel default 300."""
-    max_budget_usd: Annotated[float, Field(gt=0), AfterValidator(_finite)] | None = None
+    max_budget_usd: Annotated[float, Field(gt=0), AfterValidator(finite)] | None = None
     """US dollars the session may spend on the model, subagents included. Default: no limit."""
     max_output_tokens_total: Annotated[int, Field(strict=True, ge=1)] | None = None
     """Output tokens the session may generate, subagents included. Default: no limit."""
-    compact_threshold: Annotated[float, Field(ge=0.5, le=0.95), AfterValidator(_finite)] | None = (
+    compact_threshold: Annotated[float, Field(ge=0.5, le=0.95), AfterValidator(finite)] | None = (
         None
     )
     """Fraction of the context window filled before the conversation is compacted. Default 0.8."""
@@ -206,7 +192,7 @@ class Limits(_Section):
     Default 5."""
 
 
-class Example(_Section):
+class Example(PolicyTable):
     """`[[examples]]`: a call and the decision it must get (`warren policy test`)."""
 
     tool: Annotated[StrictStr, Field(min_length=1)]
@@ -237,7 +223,7 @@ class Example(_Section):
         return self
 
 
-class PolicyFile(_Section):
+class PolicyFile(PolicyTable):
     """One policy file (or the command line's flags), as written."""
 
     mode: Mode | None = None
@@ -252,7 +238,7 @@ class PolicyFile(_Section):
     """Where subagents run; the user's and the managed policy only (`policies.pool`)."""
 
 
-_MODELS: Final[Mapping[str, type[BaseModel]]] = MappingProxyType(
+_MODELS: Final[Mapping[str, type[PolicyTable]]] = MappingProxyType(
     {
         "permissions": PermissionRules,
         "sandbox": SandboxAdditions,
@@ -338,7 +324,7 @@ def _schema_message(error: Mapping[str, Any], loc: tuple[Any, ...]) -> str:
     return message.removeprefix("Value error, ")
 
 
-def _model_at(loc: Sequence[Any]) -> type[BaseModel] | None:
+def _model_at(loc: Sequence[Any]) -> type[PolicyTable] | None:
     names = [part for part in loc if isinstance(part, str)]
     if not names:
         return PolicyFile

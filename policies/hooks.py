@@ -26,24 +26,14 @@ list`, never dropped silently.
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 from typing import Annotated, Final, Literal, get_args
 
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    ConfigDict,
-    Field,
-    StrictBool,
-    StrictStr,
-    ValidationInfo,
-    field_validator,
-    model_validator,
-)
+from pydantic import Field, StrictBool, StrictStr, ValidationInfo, field_validator, model_validator
 
 from policies.rules import RuleSyntaxError, parse_rule
+from policies.sources import PolicyTable, Seconds
 
 __all__ = [
     "HOOK_EVENTS",
@@ -75,11 +65,6 @@ MATCHER_EVENTS: Final[frozenset[str]] = _TOOL_EVENTS | {"SessionStart", "PreComp
 """Events whose hooks may have a matcher: a tool call, or SessionStart's `source` and
 PreCompact's `trigger` (as Claude Code allows; it ignores the matcher of the others)."""
 
-def _finite(value: float) -> float:
-    if not math.isfinite(value):
-        raise ValueError("must be a finite number")
-    return value
-
 
 def _compiles(text: str) -> str | None:
     """None when `text` is a regular expression Python reads, else why not."""
@@ -100,11 +85,9 @@ def _rule_error(text: str) -> str | None:
     return None
 
 
-class Hook(BaseModel):
+class Hook(PolicyTable):
     """A command run at an event: a `[[hooks]]` table, or one mapped from Claude Code's
     settings. Validated here, run by the hooks layer."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     event: HookEvent
     command: Annotated[StrictStr, Field(min_length=1)]
@@ -116,7 +99,7 @@ class Hook(BaseModel):
     matcher: StrictStr | None = None
     """Which calls (or SessionStart sources, PreCompact triggers) the hook is for; None, `""`
     or `*`: all of them. Only for `MATCHER_EVENTS`."""
-    timeout_s: Annotated[float, Field(gt=0, le=3600), AfterValidator(_finite)] = 60.0
+    timeout_s: Seconds = 60.0
     """Seconds before the hook is killed. Default 60."""
     sandbox: StrictBool = True
     """Run under the floor (workspace as the tools have it, no network, secrets masked).

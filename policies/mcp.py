@@ -21,24 +21,15 @@ Agent SDK's application runs itself) is taken only from `--mcp-config`, which th
 from __future__ import annotations
 
 import json
-import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Final
 
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    ConfigDict,
-    Field,
-    StrictBool,
-    StrictStr,
-    ValidationError,
-    model_validator,
-)
+from pydantic import AfterValidator, Field, StrictBool, StrictStr, ValidationError, model_validator
 
 from policies.atomic import read_regular
+from policies.sources import PolicyTable, Seconds
 
 __all__ = [
     "MCP_JSON",
@@ -62,19 +53,8 @@ MCP_JSON: Final = Path(".mcp.json")
 MAX_MCP_JSON_BYTES: Final = 1 << 20
 
 
-def _finite(value: float) -> float:
-    if not math.isfinite(value):
-        raise ValueError("must be a finite number")
-    return value
-
-
-Seconds = Annotated[float, Field(gt=0, le=3600), AfterValidator(_finite)]
-
-
-class McpServer(BaseModel):
+class McpServer(PolicyTable):
     """One MCP server: a stdio `command` (with `args`, `env`) or a streamable HTTP `url`."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     command: StrictStr | None = None
     """The program of a stdio server (looked up on the sandbox's PATH)."""
@@ -127,10 +107,8 @@ def _server_names(servers: dict[str, McpServer]) -> dict[str, McpServer]:
     return servers
 
 
-class McpSection(BaseModel):
+class McpSection(PolicyTable):
     """`[mcp]`: servers, and whether read-only tools may run without asking."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     servers: Annotated[dict[StrictStr, McpServer], AfterValidator(_server_names)] = Field(
         default_factory=dict

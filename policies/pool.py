@@ -28,7 +28,7 @@ from typing import Annotated, Final, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, StrictStr, model_validator
 
-from policies.sources import PolicyError
+from policies.sources import PolicyError, PolicyTable
 
 __all__ = [
     "MAX_LOCAL_SUBAGENTS",
@@ -109,10 +109,8 @@ def check_address(text: str) -> str:
 Address = Annotated[StrictStr, AfterValidator(check_address)]
 
 
-class PoolSection(BaseModel):
+class PoolSection(PolicyTable):
     """`[pool]` in the user's or the managed policy: where subagents run."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     backend: PoolBackend | None = None
     """`local` (worker processes on this machine) or `ray` (actors on a Ray cluster); unset

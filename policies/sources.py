@@ -1,21 +1,34 @@
-"""What every policy source shares: its one error, and how its file is read.
+"""What every policy source shares: its one error, how its file is read, and the base of
+the tables it declares.
 
 Warren's own policy files (`policies.files`, TOML) and Claude Code's settings files
 (`policies.claude_settings`, JSON) are both read by the coordinator on the host, and both may
 lie in a repository someone else controls. So both are read here, by the rules of
 `policies.atomic` (no link followed in a repository, no FIFO or device opened for reading, at
 most `MAX_SOURCE_BYTES`), and both fail the same way: one `PolicyError` naming the file and,
-when known, the line and the key.
+when known, the line and the key. Every table they declare (`[limits]`, a hook,
+`[mcp.servers.NAME]`, `[pool]`) is a `PolicyTable`, and a number of seconds or a limit in one
+is refused unless `finite`.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
-from typing import Final, assert_never
+from typing import Annotated, Final, assert_never
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from policies.atomic import read_regular
 
-__all__ = ["MAX_SOURCE_BYTES", "PolicyError", "read_source_text"]
+__all__ = [
+    "MAX_SOURCE_BYTES",
+    "PolicyError",
+    "PolicyTable",
+    "Seconds",
+    "finite",
+    "read_source_text",
+]
 
 MAX_SOURCE_BYTES: Final = 1 << 20
 """A policy or settings file larger than this is refused unread."""
@@ -44,6 +57,25 @@ class PolicyError(Exception):
         self.file = file
         self.line = line
         self.key = key
+
+
+class PolicyTable(BaseModel):
+    """Base of every table a policy source declares: an unknown key is an error (a misspelt
+    rule never goes unnoticed), and nothing is changed once loaded."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def finite(value: float) -> float:
+    """A validator for a table's number: TOML and JSON can write `nan` and `inf`, which no
+    limit or timeout means."""
+    if not math.isfinite(value):
+        raise ValueError("must be a finite number")
+    return value
+
+
+Seconds = Annotated[float, Field(gt=0, le=3600), AfterValidator(finite)]
+"""A time limit of a hook or an MCP server: more than 0 and at most an hour."""
 
 
 def read_source_text(path: Path, *, beneath: Path | None = None) -> str | None:

@@ -410,7 +410,7 @@ def rehearse() -> None:
     async def first_calls() -> None:
         input = read.parse_input(asked)
         refusal = await read.validate(input, ctx)
-        output = read._read(here, input, ctx)
+        output = read.run(input, ctx)
         await host._send(wire.Validated(id="r", refusal=refusal, ledger=host.ledger.take_changes()))
         await host._send(wire.ToolProgress(id="r", text="rehearsal"))
         await host._send(host._result("r", "output", output))

@@ -242,10 +242,7 @@ class ToolPipeline:
                 if ran and hooks is not None and hooks.has("PostToolUse"):
                     result = _with_feedback(result, await hooks.post_tool_use(plan, result.content))
                 return result
-        try:
-            refusal = await self.runner.validate(plan, self.ctx)
-        except Exception as exc:
-            return self._error(block, f"{tool.name} could not validate this call: {exc}")
+        refusal = await self._refusal(plan, tool)
         if refusal is not None:
             return self._error(block, refusal)
 
@@ -269,10 +266,7 @@ class ToolPipeline:
                 plan = plan_call(block, tool, changed, self.assessor, workspace=self.ctx.workspace)
                 if scheduled is not None and plan.write_scope != scheduled:
                     return self._error(block, _SCOPE_CHANGED)
-                try:
-                    refusal = await self.runner.validate(plan, self.ctx)
-                except Exception as exc:
-                    refusal = f"{tool.name} could not validate this call: {exc}"
+                refusal = await self._refusal(plan, tool)
                 if refusal is not None:
                     return self._error(block, refusal)
 
@@ -296,10 +290,7 @@ class ToolPipeline:
                 return self._error(block, _SCOPE_CHANGED)
             plan = plan if decision is None else plan.decided(decision)
             if rewritten != original and self.recheck_rewrites:
-                try:
-                    again = await self.permission(plan, self.ctx)
-                except Exception as exc:
-                    again = Deny(f"The permission check failed ({exc}); the call was not run.")
+                again = await self._policy(plan)
                 if isinstance(again, Deny):
                     self._audit(plan, again, "policy")
                     return self._error(block, again.message)
@@ -321,10 +312,7 @@ class ToolPipeline:
         tool = plan.tool
         detail = None if plan.verdict is None else plan.verdict.detail
         plan = replace(plan, verdict=Verdict(False, "typed by the user", False, detail))
-        try:
-            refusal = await self.runner.validate(plan, self.ctx)
-        except Exception as exc:
-            refusal = f"{tool.name} could not validate this call: {exc}"
+        refusal = await self._refusal(plan, tool)
         if refusal is not None:
             return self._error(block, refusal)
         try:
@@ -338,6 +326,14 @@ class ToolPipeline:
             plan = self._audit(plan, Allow(rule="typed by the user"), "asker")
         done, _ = await self._call(plan)
         return done
+
+    async def _refusal(self, plan: CallPlan, tool: Tool[Any]) -> str | None:
+        """The tool's validation of the call: its refusal for the model, or None; a validation
+        that raises refuses the call with what it raised."""
+        try:
+            return await self.runner.validate(plan, self.ctx)
+        except Exception as exc:
+            return f"{tool.name} could not validate this call: {exc}"
 
     async def _policy(self, plan: CallPlan) -> Allow | Deny | Ask:
         """The permission function's decision (a failure denies), not reported."""

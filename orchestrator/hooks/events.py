@@ -9,7 +9,7 @@ are None.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from policies.files import HookEvent
 
@@ -38,10 +38,12 @@ class _Common:
     permission_mode: str
     agent_id: str | None = None
     """Set when a subagent's call or stop fired the hook."""
+    event: ClassVar[HookEvent]
+    """The event each input class is for."""
 
     @property
     def hook_event_name(self) -> HookEvent:
-        raise NotImplementedError
+        return self.event
 
     def payload(self) -> dict[str, Any]:
         data = {"hook_event_name": self.hook_event_name, **asdict(self)}
@@ -49,40 +51,35 @@ class _Common:
 
 
 @dataclass(frozen=True, kw_only=True)
-class PreToolUseInput(_Common):
+class _ToolCall(_Common):
+    """An event about one tool call."""
+
     tool_name: str
     tool_input: dict[str, Any]
     tool_use_id: str
-
-    @property
-    def hook_event_name(self) -> HookEvent:
-        return "PreToolUse"
 
 
 @dataclass(frozen=True, kw_only=True)
-class PostToolUseInput(_Common):
-    tool_name: str
-    tool_input: dict[str, Any]
-    tool_use_id: str
+class PreToolUseInput(_ToolCall):
+    event: ClassVar[HookEvent] = "PreToolUse"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PostToolUseInput(_ToolCall):
+    event: ClassVar[HookEvent] = "PostToolUse"
     tool_response: Any
     """The tool_result's content as the model sees it (text, or content blocks)."""
-
-    @property
-    def hook_event_name(self) -> HookEvent:
-        return "PostToolUse"
 
 
 @dataclass(frozen=True, kw_only=True)
 class UserPromptSubmitInput(_Common):
+    event: ClassVar[HookEvent] = "UserPromptSubmit"
     prompt: str
-
-    @property
-    def hook_event_name(self) -> HookEvent:
-        return "UserPromptSubmit"
 
 
 @dataclass(frozen=True, kw_only=True)
 class StopInput(_Common):
+    event: ClassVar[HookEvent] = "Stop"
     stop_hook_active: bool
     """True when this stop follows a continuation a Stop hook forced (avoid loops)."""
     subagent: bool = False
@@ -101,39 +98,27 @@ class StopInput(_Common):
 
 @dataclass(frozen=True, kw_only=True)
 class SessionStartInput(_Common):
+    event: ClassVar[HookEvent] = "SessionStart"
     source: SessionSource
-
-    @property
-    def hook_event_name(self) -> HookEvent:
-        return "SessionStart"
 
 
 @dataclass(frozen=True, kw_only=True)
 class SessionEndInput(_Common):
+    event: ClassVar[HookEvent] = "SessionEnd"
     reason: str = "other"
-
-    @property
-    def hook_event_name(self) -> HookEvent:
-        return "SessionEnd"
 
 
 @dataclass(frozen=True, kw_only=True)
 class NotificationInput(_Common):
+    event: ClassVar[HookEvent] = "Notification"
     message: str
-
-    @property
-    def hook_event_name(self) -> HookEvent:
-        return "Notification"
 
 
 @dataclass(frozen=True, kw_only=True)
 class PreCompactInput(_Common):
+    event: ClassVar[HookEvent] = "PreCompact"
     trigger: Literal["auto", "manual", "reactive"]
     custom_instructions: str = ""
-
-    @property
-    def hook_event_name(self) -> HookEvent:
-        return "PreCompact"
 
 
 HookInput = (
@@ -156,15 +141,12 @@ def sample_input(event: HookEvent, common: dict[str, str], data: dict[str, Any])
     """
     fields = {**common, **{k: v for k, v in data.items() if k != "hook_event_name"}}
     match event:
-        case "PreToolUse":
+        case "PreToolUse" | "PostToolUse":
             fields.setdefault("tool_name", "Bash")
             fields.setdefault("tool_input", {"command": "true"})
             fields.setdefault("tool_use_id", "toolu_test")
-            return PreToolUseInput(**fields)
-        case "PostToolUse":
-            fields.setdefault("tool_name", "Bash")
-            fields.setdefault("tool_input", {"command": "true"})
-            fields.setdefault("tool_use_id", "toolu_test")
+            if event == "PreToolUse":
+                return PreToolUseInput(**fields)
             fields.setdefault("tool_response", "")
             return PostToolUseInput(**fields)
         case "UserPromptSubmit":

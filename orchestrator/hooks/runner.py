@@ -317,19 +317,22 @@ class HookRunner:
             "permission_mode": claude_mode(self.permission_mode.current),
         }
 
+    def _call_fields(self, plan: CallPlan) -> dict[str, Any]:
+        """The fields of a tool call's event (PreToolUse, PostToolUse)."""
+        return {
+            **self._common(),
+            "tool_name": plan.block.name,
+            "tool_input": _raw_input(plan),
+            "tool_use_id": plan.block.id,
+        }
+
     # -- per event --------------------------------------------------------------------------
 
     async def pre_tool_use(self, plan: CallPlan, *, agent_id: str | None = None) -> HookOutcome:
         """`agent_id`: the subagent that made the call (orchestrator/agents/hooks.py)."""
         if "PreToolUse" not in self._by_event:
             return NO_OUTCOME
-        input = PreToolUseInput(
-            **self._common(),
-            tool_name=plan.block.name,
-            tool_input=_raw_input(plan),
-            tool_use_id=plan.block.id,
-            agent_id=agent_id,
-        )
+        input = PreToolUseInput(**self._call_fields(plan), agent_id=agent_id)
         return await self.run(input, plan=plan)
 
     async def post_tool_use(
@@ -338,12 +341,7 @@ class HookRunner:
         if "PostToolUse" not in self._by_event:
             return NO_OUTCOME
         input = PostToolUseInput(
-            **self._common(),
-            tool_name=plan.block.name,
-            tool_input=_raw_input(plan),
-            tool_use_id=plan.block.id,
-            tool_response=response,
-            agent_id=agent_id,
+            **self._call_fields(plan), tool_response=response, agent_id=agent_id
         )
         return await self.run(input, plan=plan)
 

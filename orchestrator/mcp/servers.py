@@ -18,10 +18,10 @@ then the launcher's own SIGTERM/SIGKILL teardown), so no server process outlives
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator, Callable, Collection, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
 import mcp_types
 import structlog
@@ -52,6 +52,8 @@ _STDERR_TAIL = 2_000
 """Characters of a server's stderr kept to explain a failure."""
 
 ServerStatus = Literal["starting", "ready", "failed", "stopped"]
+
+T = TypeVar("T")
 
 
 class ServerProcess(Protocol):
@@ -358,29 +360,26 @@ class McpServers:
     def tools(self) -> list[tuple[str, mcp_types.Tool]]:
         """(server, tool) of every tool listed by a server that is not out of restarts (a
         failed server keeps its tools: a call starts it again)."""
-        return [
-            (server.name, tool)
-            for server in self._servers.values()
-            for tool in server.tools.values()
-            if server.status != "stopped"
-        ]
+        return self._listed(lambda server: server.tools, ready_only=False)
 
     def prompts(self) -> list[tuple[str, mcp_types.Prompt]]:
         """(server, prompt) of every prompt template a server that is up offers."""
-        return [
-            (server.name, prompt)
-            for server in self._servers.values()
-            for prompt in server.prompts.values()
-            if server.status == "ready"
-        ]
+        return self._listed(lambda server: server.prompts, ready_only=True)
 
     def resources(self) -> list[tuple[str, mcp_types.Resource]]:
         """(server, resource) of every resource a server that is up lists."""
+        return self._listed(lambda server: server.resources, ready_only=True)
+
+    def _listed(
+        self, listing: Callable[[_Server], dict[str, T]], *, ready_only: bool
+    ) -> list[tuple[str, T]]:
+        """(server, item) of every item in the `listing` of each server that is ready, or
+        (not `ready_only`) of each that is not stopped."""
         return [
-            (server.name, resource)
+            (server.name, item)
             for server in self._servers.values()
-            for resource in server.resources.values()
-            if server.status == "ready"
+            if (server.status == "ready" if ready_only else server.status != "stopped")
+            for item in listing(server).values()
         ]
 
     async def get_prompt(self, server: str, name: str, arguments: Mapping[str, str]) -> str:
@@ -390,24 +389,18 @@ class McpServers:
         **Errors:** `McpCallFailed` (no such server, the server down, the prompt refused or
         not answered in time).
         """
-        found = self._servers.get(server)
-        if found is None:
-            raise McpCallFailed(f"there is no MCP server {server!r}")
-        session = await found.connected()
-        with trio.move_on_after(found.config.timeout_s):
-            try:
-                result = await session.get_prompt(name, dict(arguments))
-            except Exception as exc:  # an MCP error or a broken connection
-                raise McpCallFailed(
-                    f"MCP server {server!r} could not give the prompt {name}: {_describe(exc)}"
-                ) from None
-            return "\n\n".join(
-                message.content.text
-                if isinstance(message.content, mcp_types.TextContent)
-                else f"[{message.content.type} content]"
-                for message in result.messages
-            )
-        raise McpCallFailed(f"MCP server {server!r} did not give the prompt {name} in time")
+        result = await self._request(
+            server,
+            lambda session: session.get_prompt(name, dict(arguments)),
+            failed=f"could not give the prompt {name}",
+            late=f"did not give the prompt {name}",
+        )
+        return "\n\n".join(
+            message.content.text
+            if isinstance(message.content, mcp_types.TextContent)
+            else f"[{message.content.type} content]"
+            for message in result.messages
+        )
 
     def tool(self, server: str, name: str) -> mcp_types.Tool | None:
         found = self._servers.get(server)
@@ -433,34 +426,55 @@ class McpServers:
         **Errors:** `McpCallFailed` (no such server, the server down, the read refused or
         timed out).
         """
-        found = self._servers.get(server)
-        if found is None:
-            raise McpCallFailed(f"there is no MCP server {server!r}")
-        session = await found.connected()
-        with trio.move_on_after(found.config.timeout_s):
-            try:
-                result = await session.read_resource(uri)
-            except Exception as exc:  # an MCP error or a broken connection
-                raise McpCallFailed(
-                    f"MCP server {server!r} could not read {uri}: {_describe(exc)}"
-                ) from None
-            parts = [
-                item.text
-                if isinstance(item, mcp_types.TextResourceContents)
-                else f"[binary content of {item.uri}]"
-                for item in result.contents
-            ]
-            return "\n".join(parts)
-        raise McpCallFailed(f"MCP server {server!r} did not answer for {uri} in time")
+        result = await self._request(
+            server,
+            lambda session: session.read_resource(uri),
+            failed=f"could not read {uri}",
+            late=f"did not answer for {uri}",
+        )
+        parts = [
+            item.text
+            if isinstance(item, mcp_types.TextResourceContents)
+            else f"[binary content of {item.uri}]"
+            for item in result.contents
+        ]
+        return "\n".join(parts)
 
     async def call(
         self, server: str, tool: str, arguments: Mapping[str, Any]
     ) -> mcp_types.CallToolResult:
         """See `_Server.call`; an unknown server is `McpCallFailed` too."""
+        found = self._named(server)
+        return await found.call(tool, arguments, found.config.timeout_s)
+
+    def _named(self, server: str) -> _Server:
+        """**Errors:** `McpCallFailed` when there is no such server."""
         found = self._servers.get(server)
         if found is None:
             raise McpCallFailed(f"there is no MCP server {server!r}")
-        return await found.call(tool, arguments, found.config.timeout_s)
+        return found
+
+    async def _request(
+        self,
+        server: str,
+        request: Callable[[ClientSession], Awaitable[T]],
+        *,
+        failed: str,
+        late: str,
+    ) -> T:
+        """What `request` gets of `server`'s session, within the server's `timeout_s`.
+
+        **Errors:** `McpCallFailed`: no such server, the server down, `MCP server NAME
+        {failed}: why` when the request fails, `MCP server NAME {late} in time`.
+        """
+        found = self._named(server)
+        session = await found.connected()
+        with trio.move_on_after(found.config.timeout_s):
+            try:
+                return await request(session)
+            except Exception as exc:  # an MCP error or a broken connection
+                raise McpCallFailed(f"MCP server {server!r} {failed}: {_describe(exc)}") from None
+        raise McpCallFailed(f"MCP server {server!r} {late} in time")
 
 
 @asynccontextmanager

@@ -10,8 +10,9 @@ its stdout) ends the connection instead of the coordinator's memory.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import anyio
@@ -20,7 +21,14 @@ import trio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import SessionMessage
 
-__all__ = ["MAX_LINE_BYTES", "HostMessages", "LineTooLong", "host_streams", "process_streams"]
+__all__ = [
+    "MAX_LINE_BYTES",
+    "HostMessages",
+    "LineTooLong",
+    "SessionStreams",
+    "host_streams",
+    "process_streams",
+]
 
 MAX_LINE_BYTES = 16 * 1024 * 1024
 """One JSON-RPC message from a server, at most (a tool result included)."""
@@ -41,6 +49,46 @@ class LineTooLong(ValueError):
     """The server wrote a line past `MAX_LINE_BYTES`: the connection is closed."""
 
 
+SessionStreams = tuple[
+    MemoryObjectReceiveStream[SessionMessage | Exception],
+    MemoryObjectSendStream[SessionMessage],
+]
+"""What `mcp.ClientSession` takes: the messages from the server, and where to write its own."""
+
+
+@dataclass(frozen=True)
+class _Channels:
+    """The memory streams between a session and the pumps that carry its messages to a server
+    and back: the session reads `from_server` and writes `to_server`; the pumps write
+    `to_session` and read `from_session`."""
+
+    to_session: MemoryObjectSendStream[SessionMessage | Exception]
+    from_server: MemoryObjectReceiveStream[SessionMessage | Exception]
+    to_server: MemoryObjectSendStream[SessionMessage]
+    from_session: MemoryObjectReceiveStream[SessionMessage]
+
+    @classmethod
+    def open(cls) -> _Channels:
+        to_session, from_server = anyio.create_memory_object_stream[SessionMessage | Exception](16)
+        to_server, from_session = anyio.create_memory_object_stream[SessionMessage](16)
+        return cls(to_session, from_server, to_server, from_session)
+
+    @asynccontextmanager
+    async def pumped(self, *pumps: Callable[[], Awaitable[None]]) -> AsyncIterator[SessionStreams]:
+        """The session's pair while `pumps` run; leaving the block stops them and closes the
+        memory streams."""
+        async with trio.open_nursery() as nursery:
+            for pump in pumps:
+                nursery.start_soon(pump)
+            try:
+                yield self.from_server, self.to_server
+            finally:
+                nursery.cancel_scope.cancel()
+                await self.to_server.aclose()
+                await self.from_server.aclose()
+                await self.to_session.aclose()
+
+
 def _parse(line: bytes) -> SessionMessage | Exception:
     try:
         return SessionMessage(mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False))
@@ -51,19 +99,14 @@ def _parse(line: bytes) -> SessionMessage | Exception:
 @asynccontextmanager
 async def process_streams(
     stdin: trio.abc.SendStream, stdout: trio.abc.ReceiveStream
-) -> AsyncIterator[
-    tuple[
-        MemoryObjectReceiveStream[SessionMessage | Exception],
-        MemoryObjectSendStream[SessionMessage],
-    ]
-]:
+) -> AsyncIterator[SessionStreams]:
     """The session's stream pair over a process's pipes, for the block's duration.
 
     Leaving the block stops both pumps and closes the memory streams; the process itself is
     its owner's to stop (closing its stdin is the MCP way to ask it to exit).
     """
-    to_session, from_server = anyio.create_memory_object_stream[SessionMessage | Exception](16)
-    to_server, from_session = anyio.create_memory_object_stream[SessionMessage](16)
+    channels = _Channels.open()
+    to_session, from_session = channels.to_session, channels.from_session
 
     async def read() -> None:
         buffer = bytearray()
@@ -97,33 +140,19 @@ async def process_streams(
                     await to_session.aclose()  # the server is gone: the session sees the end
                     return
 
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(read)
-        nursery.start_soon(write)
-        try:
-            yield from_server, to_server
-        finally:
-            nursery.cancel_scope.cancel()
-            await to_server.aclose()
-            await from_server.aclose()
+    async with channels.pumped(read, write) as streams:
+        yield streams
 
 
 @asynccontextmanager
-async def host_streams(
-    server: str, host: HostMessages
-) -> AsyncIterator[
-    tuple[
-        MemoryObjectReceiveStream[SessionMessage | Exception],
-        MemoryObjectSendStream[SessionMessage],
-    ]
-]:
+async def host_streams(server: str, host: HostMessages) -> AsyncIterator[SessionStreams]:
     """The session's stream pair for a server an SDK host runs: each message the session
     writes goes to the host as an `mcp_message` control request, in order; a request's
     answer (the server's JSON-RPC reply) comes back to the session, a notification's ack is
     dropped. A host that cannot answer a request gives it a JSON-RPC error, so that one call
     fails and the connection stays."""
-    to_session, from_server = anyio.create_memory_object_stream[SessionMessage | Exception](16)
-    to_server, from_session = anyio.create_memory_object_stream[SessionMessage](16)
+    channels = _Channels.open()
+    to_session, from_session = channels.to_session, channels.from_session
 
     async def reply(request_id: Any, pending: Awaitable[dict[str, Any]]) -> None:
         try:
@@ -147,12 +176,5 @@ async def host_streams(
                 if "id" in data and "method" in data:
                     replies.start_soon(reply, data["id"], pending.answer())
 
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(write)
-        try:
-            yield from_server, to_server
-        finally:
-            nursery.cancel_scope.cancel()
-            await to_server.aclose()
-            await from_server.aclose()
-            await to_session.aclose()
+    async with channels.pumped(write) as streams:
+        yield streams

@@ -131,11 +131,18 @@ def request_params(model: str, request: ModelRequest) -> dict[str, Any]:
 
     At most four cache breakpoints, the API's limit: system, tools, and the last two messages.
     """
-    params: dict[str, Any] = {
-        "model": model,
-        "max_tokens": request.max_tokens,
-        "messages": messages_param(request.messages),
-    }
+    return _with_options(
+        request,
+        model=model,
+        max_tokens=request.max_tokens,
+        messages=messages_param(request.messages),
+    )
+
+
+def _with_options(request: ModelRequest, **first: Any) -> dict[str, Any]:
+    """`first`, then the request's thinking, system and tools, each only when it has one (in
+    this order: `encode_request` writes the body's keys as `request_params` has them)."""
+    params = dict(first)
     if request.thinking_budget is not None:
         params["thinking"] = thinking_param(request.thinking_budget)
     system = system_param(request.system)
@@ -197,14 +204,7 @@ def encode_request(
     of a 1,000-message conversation well under a millisecond
     (tests/orchestrator/model/test_convert.py checks that the result equals `request_params`).
     """
-    head: dict[str, Any] = {"model": model, "max_tokens": request.max_tokens, "stream": stream}
-    if request.thinking_budget is not None:
-        head["thinking"] = thinking_param(request.thinking_budget)
-    system = system_param(request.system)
-    if system:
-        head["system"] = system
-    if request.tools:
-        head["tools"] = tools_param(request.tools)
+    head = _with_options(request, model=model, max_tokens=request.max_tokens, stream=stream)
     messages = request.messages
     first_breakpoint = max(0, len(messages) - 2)
     parts = [cache.joined(messages, first_breakpoint)] if first_breakpoint else []

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import IO, Any
 
@@ -60,16 +61,8 @@ class AuditLog:
                 read_only_reason=event.read_only_reason,
                 sandbox=event.sandbox,
             )
-
         elif isinstance(event, CallScheduled):
-            self.record(
-                "schedule",
-                tool_use_id=event.tool_use_id,
-                tool=event.tool,
-                write_scope=event.write_scope,
-                waits_for=event.waits_for,
-                runs_with=event.runs_with,
-            )
+            self.record("schedule", **asdict(event))  # the event is the line, field for field
         elif isinstance(event, HookRan):
             self.record(
                 "hook",

@@ -43,6 +43,7 @@ __all__ = [
     "non_regular_problem",
     "open_regular",
     "path_problem",
+    "read_failed",
     "ripgrep_path",
     "run_ripgrep",
     "sniff_encoding",
@@ -329,6 +330,18 @@ class TextFile:
     """The dominant line ending ("\\r\\n" when CRLF lines outnumber bare LF lines)."""
 
 
+def read_failed(path: Path, exc: OSError) -> ToolError:
+    """The error for the model when `path` cannot be read (`exc`: what opening or reading it
+    raised), worded alike in every tool that reads."""
+    if isinstance(exc, FileNotFoundError):
+        return ToolError(f"{path} no longer exists (it was deleted or moved).")
+    if isinstance(exc, IsADirectoryError):
+        return ToolError(f"{path} is a directory, not a file. Use LS to list it.")
+    if isinstance(exc, PermissionError):
+        return ToolError(f"Permission denied reading {path}.")
+    return ToolError(f"Cannot read {path}: {exc.strerror or exc}.")
+
+
 def load_text(path: Path) -> TextFile:
     """Read and decode a whole text file.
 
@@ -337,12 +350,8 @@ def load_text(path: Path) -> TextFile:
     try:
         with open_regular(path) as f:
             raw = f.read()
-    except FileNotFoundError:
-        raise ToolError(f"{path} no longer exists (it was deleted or moved).") from None
-    except IsADirectoryError:
-        raise ToolError(f"{path} is a directory, not a file.") from None
     except OSError as exc:
-        raise ToolError(f"Cannot read {path}: {exc.strerror or exc}.") from exc
+        raise read_failed(path, exc) from exc
     problem = binary_problem(path, raw[:SNIFF_BYTES])
     if problem:
         raise ToolError(problem)

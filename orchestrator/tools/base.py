@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Generic, TypeVar
 
+import trio
 from pydantic import BaseModel, ConfigDict
 
 from orchestrator.errors import ToolError
@@ -27,6 +28,7 @@ from policies.facts import ToolFacts
 __all__ = [
     "CURRENT_TOOL_USE_ID",
     "DEFAULT_TOOL_TIMEOUT_S",
+    "BlockingTool",
     "Checked",
     "ReadLedger",
     "Tool",
@@ -246,9 +248,13 @@ class Tool(Generic[InputT]):
     """What the tool declares about itself for the policy (family, path fields, where it
     runs): every built-in tool sets its own. The default, `external` without paths, is the
     one that is never auto-approved as a file read or edit."""
+    read_only: ClassVar[bool] = False
+    """True for a tool no call of which changes anything (Read, Grep, Think): each call is then
+    read-only and, by default, concurrency-safe. A tool whose answer depends on the input
+    (Bash) overrides `is_read_only` instead."""
 
     def is_read_only(self, input: InputT) -> bool:
-        return False
+        return self.read_only
 
     def is_concurrency_safe(self, input: InputT) -> bool:
         return self.is_read_only(input)
@@ -290,6 +296,21 @@ class Tool(Generic[InputT]):
         """Schema validation; raises pydantic's ValidationError."""
         parsed: InputT = self.input_model.model_validate(raw)  # type: ignore[assignment]
         return parsed
+
+
+class BlockingTool(Tool[InputT]):
+    """A tool whose call is one piece of blocking file work with no progress to report (Read,
+    Write, Edit, LS): `run` makes the output in a worker thread, so the trio loop never waits
+    on the disk."""
+
+    def run(self, input: InputT, ctx: ToolContext) -> ToolOutput:
+        """The call's work, blocking (in a worker thread); raises `ToolError` for the model."""
+        raise NotImplementedError
+
+    async def call(
+        self, input: InputT, ctx: ToolContext
+    ) -> AsyncIterator[ToolProgress | ToolOutput]:
+        yield await trio.to_thread.run_sync(self.run, input, ctx)
 
 
 @functools.cache

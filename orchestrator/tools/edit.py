@@ -3,15 +3,15 @@
 Exact, literal matching is what makes an edit safe to apply without a human looking: the text
 to replace must occur once (or `replace_all` says every occurrence is meant), and nothing in
 `new_string` is interpreted (`$1` and backslashes are kept). Models send LF text; in a CRLF
-file both strings are matched and written with CRLF. MultiEdit reuses `apply_edit` and
-`write_back` from here.
+file both strings are matched and written with CRLF. MultiEdit reuses `apply_edit`,
+`PlannedEdit` and `PlannedEditTool` from here.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 import trio
 from pydantic import Field
@@ -29,14 +29,7 @@ from orchestrator.tools._files import (
     to_line_ending,
     write_atomically,
 )
-from orchestrator.tools.base import (
-    Tool,
-    ToolContext,
-    ToolError,
-    ToolInput,
-    ToolOutput,
-    ToolProgress,
-)
+from orchestrator.tools.base import BlockingTool, ToolContext, ToolError, ToolInput, ToolOutput
 from policies.facts import ToolFacts
 
 __all__ = [
@@ -45,10 +38,10 @@ __all__ = [
     "REPLACE_ALL_HELP",
     "EditInput",
     "EditTool",
+    "PlannedEdit",
+    "PlannedEditTool",
     "apply_edit",
-    "describe_change",
     "edit_target_problem",
-    "write_back",
 ]
 
 OLD_STRING_HELP = (
@@ -58,6 +51,8 @@ OLD_STRING_HELP = (
 )
 NEW_STRING_HELP = "The text to put in its place (must differ from old_string). Taken literally."
 REPLACE_ALL_HELP = "Replace every occurrence of old_string instead of exactly one (default false)."
+
+InputT = TypeVar("InputT", bound=ToolInput)
 
 
 class EditInput(ToolInput):
@@ -154,82 +149,71 @@ def edit_target_problem(raw: str, ctx: ToolContext, *, creating: bool) -> str | 
     return stale_read_problem(path, ctx)
 
 
-def write_back(path: Path, before: TextFile | None, after: str, ctx: ToolContext) -> str | None:
-    """Write `after` in the encoding of `before` (UTF-8 for a new file), atomically, and
-    record the new mtime.
+@dataclass(frozen=True)
+class PlannedEdit:
+    """A change to one file worked out in memory (Edit, MultiEdit), not yet written."""
 
-    Returns a note for the model when the encoding could not be kept.
-    **Errors:** `ToolError` saying nothing changed when the write fails (`write_atomically`).
-    """
-    if before is None:
-        data, note = after.encode("utf-8"), None
-    else:
-        data, note = encode_text(after, before.encoding, before.bom)
-    write_atomically(path, data, ctx)
-    return note
+    path: Path
+    before: TextFile | None
+    """The file as it is; None when the call creates it."""
+    after: str
+    """Its text after the change."""
+    replacements: int
 
+    def write(self, ctx: ToolContext) -> str | None:
+        """Write `after` in the encoding of `before` (UTF-8 for a new file), atomically, and
+        record the new mtime.
 
-def describe_change(path: Path, before: str, after: str, what: str) -> tuple[str, str]:
-    """The result text (what changed, then the changed region with line numbers) and summary."""
-    diff = diff_lines(before, after)
-    view = snippet(after, diff.regions)
-    text = f"Edited {path}: {what} ({diff.describe()})."
-    if view:
-        text += f" The changed region now reads (line numbers as Read shows them):\n{view}"
-    return text, f"{what} (+{diff.added} -{diff.removed})"
+        Returns a note for the model when the encoding could not be kept.
+        **Errors:** `ToolError` saying nothing changed when the write fails (`write_atomically`).
+        """
+        if self.before is None:
+            data, note = self.after.encode("utf-8"), None
+        else:
+            data, note = encode_text(self.after, self.before.encoding, self.before.bom)
+        write_atomically(self.path, data, ctx)
+        return note
 
-
-def _check(input: EditInput, ctx: ToolContext) -> str | None:
-    problem = edit_target_problem(input.file_path, ctx, creating=input.old_string == "")
-    if problem or input.old_string == "":
-        return problem
-    path = Path(input.file_path)
-    try:
-        current = load_text(path)
-        apply_edit(
-            current.text,
-            input.old_string,
-            input.new_string,
-            replace_all=input.replace_all,
-            line_ending=current.line_ending,
-            path=path,
-        )
-    except ToolError as exc:
-        return exc.message
-    return None
+    def write_and_describe(self, ctx: ToolContext, what: str) -> ToolOutput:
+        """`write`, then the result for the model: `what` changed, the changed region with line
+        numbers, and the encoding note if any."""
+        note = self.write(ctx)
+        before = self.before.text if self.before is not None else ""
+        diff = diff_lines(before, self.after)
+        view = snippet(self.after, diff.regions)
+        text = f"Edited {self.path}: {what} ({diff.describe()})."
+        if view:
+            text += f" The changed region now reads (line numbers as Read shows them):\n{view}"
+        if note:
+            text += "\n" + note
+        return ToolOutput.text(text, summary=f"{what} (+{diff.added} -{diff.removed})")
 
 
-def _edit(input: EditInput, ctx: ToolContext) -> ToolOutput:
-    """Blocking part of the call (worker thread)."""
-    path = Path(input.file_path)
-    creating = input.old_string == ""
-    # Checked again: the file may have changed (or appeared) while permission was asked.
-    problem = edit_target_problem(input.file_path, ctx, creating=creating)
-    if problem:
-        raise ToolError(problem)
-    if creating:
-        write_back(path, None, input.new_string, ctx)
-        lines = len(input.new_string.splitlines())
-        text = f"Created {path} ({lines} lines)."
-        return ToolOutput.text(text, summary=f"Created ({lines} lines)")
-    before = load_text(path)
-    after, count = apply_edit(
-        before.text,
-        input.old_string,
-        input.new_string,
-        replace_all=input.replace_all,
-        line_ending=before.line_ending,
-        path=path,
-    )
-    note = write_back(path, before, after, ctx)
-    what = "1 replacement" if count == 1 else f"{count} replacements"
-    text, summary = describe_change(path, before.text, after, what)
-    if note:
-        text += "\n" + note
-    return ToolOutput.text(text, summary=summary)
+class PlannedEditTool(BlockingTool[InputT]):
+    """Edit and MultiEdit: the change to `file_path` is worked out in memory first (`plan`).
+    Validation is that plan made dry, in a worker thread (it reads the file); the call plans
+    again, since the file may have changed (or appeared) while permission was asked, and
+    writes it."""
+
+    def plan(self, input: InputT, ctx: ToolContext) -> PlannedEdit:
+        """The change worked out in memory; nothing is written.
+
+        **Errors:** `ToolError` with the refusal for the model.
+        """
+        raise NotImplementedError
+
+    async def validate(self, input: InputT, ctx: ToolContext) -> str | None:
+        return await trio.to_thread.run_sync(self._dry_run, input, ctx)
+
+    def _dry_run(self, input: InputT, ctx: ToolContext) -> str | None:
+        try:
+            self.plan(input, ctx)
+        except ToolError as exc:
+            return exc.message
+        return None
 
 
-class EditTool(Tool[EditInput]):
+class EditTool(PlannedEditTool[EditInput]):
     name: ClassVar[str] = "Edit"
     facts: ClassVar[ToolFacts] = ToolFacts(family="edit", path_fields=("file_path",))
     input_model: ClassVar[type[ToolInput]] = EditInput
@@ -256,13 +240,36 @@ check it.
         + HARD_LINK_NOTE
     )
 
-    async def validate(self, input: EditInput, ctx: ToolContext) -> str | None:
-        return await trio.to_thread.run_sync(_check, input, ctx)
+    def plan(self, input: EditInput, ctx: ToolContext) -> PlannedEdit:
+        path = Path(input.file_path)
+        creating = input.old_string == ""
+        problem = edit_target_problem(input.file_path, ctx, creating=creating)
+        if problem:
+            raise ToolError(problem)
+        if creating:
+            return PlannedEdit(path, None, input.new_string, 0)
+        before = load_text(path)
+        after, count = apply_edit(
+            before.text,
+            input.old_string,
+            input.new_string,
+            replace_all=input.replace_all,
+            line_ending=before.line_ending,
+            path=path,
+        )
+        return PlannedEdit(path, before, after, count)
 
-    async def call(
-        self, input: EditInput, ctx: ToolContext
-    ) -> AsyncIterator[ToolProgress | ToolOutput]:
-        yield await trio.to_thread.run_sync(_edit, input, ctx)
+    def run(self, input: EditInput, ctx: ToolContext) -> ToolOutput:
+        edit = self.plan(input, ctx)
+        if edit.before is None:
+            edit.write(ctx)
+            lines = len(edit.after.splitlines())
+            text = f"Created {edit.path} ({lines} lines)."
+            return ToolOutput.text(text, summary=f"Created ({lines} lines)")
+        count = edit.replacements
+        return edit.write_and_describe(
+            ctx, "1 replacement" if count == 1 else f"{count} replacements"
+        )
 
     def render_use(self, input: EditInput) -> str:
         suffix = ", replace_all" if input.replace_all else ""

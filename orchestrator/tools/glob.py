@@ -145,6 +145,7 @@ class GlobTool(Tool[GlobInput]):
         family="read", path_fields=("path",), path_defaults_to_workspace=True
     )
     input_model: ClassVar[type[ToolInput]] = GlobInput
+    read_only: ClassVar[bool] = True
     description: ClassVar[str] = f"""Finds files by name pattern (a fast file search that \
 works in a codebase of any size).
 
@@ -159,12 +160,6 @@ files are included; .git is not.
 layout use LS. For an open-ended search that may take several rounds of globbing and \
 grepping, use dispatch_agent.
 - Several searches that may be useful can be run at once in one response."""
-
-    def is_read_only(self, input: GlobInput) -> bool:
-        return True
-
-    def is_concurrency_safe(self, input: GlobInput) -> bool:
-        return True
 
     async def validate(self, input: GlobInput, ctx: ToolContext) -> str | None:
         return _check(input, ctx)

@@ -147,12 +147,12 @@ def _rg_args(input: GrepInput, target: Path, select: list[str]) -> list[str]:
         case "content":
             args += ["--no-heading", "--with-filename", "--null"]
             args.append("--line-number" if input.line_numbers else "--no-line-number")
-            if input.context is not None:
-                args.append(f"--context={input.context}")
-            if input.after_context is not None:
-                args.append(f"--after-context={input.after_context}")
-            if input.before_context is not None:
-                args.append(f"--before-context={input.before_context}")
+            context = {
+                "--context": input.context,
+                "--after-context": input.after_context,
+                "--before-context": input.before_context,
+            }
+            args += [f"{flag}={lines}" for flag, lines in context.items() if lines is not None]
     return [*args, "--regexp", input.pattern, "--", str(target)]
 
 
@@ -244,6 +244,7 @@ class GrepTool(Tool[GrepInput]):
         family="read", path_fields=("path",), path_defaults_to_workspace=True
     )
     input_model: ClassVar[type[ToolInput]] = GrepInput
+    read_only: ClassVar[bool] = True
     description: ClassVar[str] = f"""Searches file contents with ripgrep (regular expressions).
 
 - Always use Grep for searching file contents; do not run grep or rg through Bash.
@@ -258,12 +259,6 @@ line numbers (on by default); "count" gives matching lines per file.
 - Results are capped at {MAX_GREP_LINES} lines or entries (head_limit can lower that); the \
 result says when something was cut. For an open-ended search needing several rounds, use \
 dispatch_agent."""
-
-    def is_read_only(self, input: GrepInput) -> bool:
-        return True
-
-    def is_concurrency_safe(self, input: GrepInput) -> bool:
-        return True
 
     async def validate(self, input: GrepInput, ctx: ToolContext) -> str | None:
         return _check(input, ctx)

@@ -10,16 +10,14 @@ from __future__ import annotations
 import fnmatch
 import os
 from collections import deque
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-import trio
 from pydantic import Field
 
 from orchestrator.tools._files import missing_file_message, non_regular_problem, path_problem
-from orchestrator.tools.base import Tool, ToolContext, ToolInput, ToolOutput, ToolProgress
+from orchestrator.tools.base import BlockingTool, ToolContext, ToolInput, ToolOutput
 from policies.facts import ToolFacts
 
 __all__ = ["MAX_LS_ENTRIES", "SKIPPED_DIRS", "LSInput", "LSTool"]
@@ -130,10 +128,11 @@ def _check(input: LSInput, ctx: ToolContext) -> str | None:
     return non_regular_problem(path)
 
 
-class LSTool(Tool[LSInput]):
+class LSTool(BlockingTool[LSInput]):
     name: ClassVar[str] = "LS"
     facts: ClassVar[ToolFacts] = ToolFacts(family="read", path_fields=("path",))
     input_model: ClassVar[type[ToolInput]] = LSInput
+    read_only: ClassVar[bool] = True
     description: ClassVar[str] = f"""Lists files and directories under a path as a tree.
 
 - path must be an absolute path to a directory (not a relative one).
@@ -143,23 +142,15 @@ not descended into; LS them directly if you need to. ignore takes extra glob pat
 leave out.
 - To find files by name pattern Glob is usually better; to search contents use Grep."""
 
-    def is_read_only(self, input: LSInput) -> bool:
-        return True
-
-    def is_concurrency_safe(self, input: LSInput) -> bool:
-        return True
-
     async def validate(self, input: LSInput, ctx: ToolContext) -> str | None:
         return _check(input, ctx)
 
-    async def call(
-        self, input: LSInput, ctx: ToolContext
-    ) -> AsyncIterator[ToolProgress | ToolOutput]:
+    def run(self, input: LSInput, ctx: ToolContext) -> ToolOutput:
         root = Path(input.path)
         patterns = [p.rstrip("/") for p in input.ignore or [] if p.rstrip("/")]
-        listing = await trio.to_thread.run_sync(_walk, root, patterns)
+        listing = _walk(root, patterns)
         more = "more than " if listing.truncated else ""
-        yield ToolOutput.text(
+        return ToolOutput.text(
             _render(root, listing), summary=f"Listed {more}{len(listing.entries)} entries"
         )
 

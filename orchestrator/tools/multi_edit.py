@@ -8,30 +8,21 @@ if all of them matched.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import ClassVar
 
-import trio
 from pydantic import Field
 
 from orchestrator.tools._files import HARD_LINK_NOTE, TextFile, load_text
-from orchestrator.tools.base import (
-    Tool,
-    ToolContext,
-    ToolError,
-    ToolInput,
-    ToolOutput,
-    ToolProgress,
-)
+from orchestrator.tools.base import ToolContext, ToolError, ToolInput, ToolOutput
 from orchestrator.tools.edit import (
     NEW_STRING_HELP,
     OLD_STRING_HELP,
     REPLACE_ALL_HELP,
+    PlannedEdit,
+    PlannedEditTool,
     apply_edit,
-    describe_change,
     edit_target_problem,
-    write_back,
 )
 from policies.facts import ToolFacts
 
@@ -92,40 +83,7 @@ def _apply_all(input: MultiEditInput, before: TextFile | None) -> tuple[str, int
     return text, count
 
 
-def _check(input: MultiEditInput, ctx: ToolContext) -> str | None:
-    creating = input.edits[0].old_string == ""
-    problem = edit_target_problem(input.file_path, ctx, creating=creating)
-    if problem:
-        return problem
-    try:
-        before = None if creating else load_text(Path(input.file_path))
-        _apply_all(input, before)
-    except ToolError as exc:
-        return exc.message
-    return None
-
-
-def _multi_edit(input: MultiEditInput, ctx: ToolContext) -> ToolOutput:
-    """Blocking part of the call (worker thread)."""
-    path = Path(input.file_path)
-    creating = input.edits[0].old_string == ""
-    problem = edit_target_problem(input.file_path, ctx, creating=creating)
-    if problem:
-        raise ToolError(problem)
-    before = None if creating else load_text(path)
-    after, count = _apply_all(input, before)
-    note = write_back(path, before, after, ctx)
-    edits = len(input.edits)
-    what = f"{edits} edit{'s' * (edits != 1)}, {count} replacement{'s' * (count != 1)}"
-    if before is None:
-        what = f"created the file, then {what}"
-    text, summary = describe_change(path, before.text if before else "", after, what)
-    if note:
-        text += "\n" + note
-    return ToolOutput.text(text, summary=summary)
-
-
-class MultiEditTool(Tool[MultiEditInput]):
+class MultiEditTool(PlannedEditTool[MultiEditInput]):
     name: ClassVar[str] = "MultiEdit"
     facts: ClassVar[ToolFacts] = ToolFacts(family="edit", path_fields=("file_path",))
     input_model: ClassVar[type[ToolInput]] = MultiEditInput
@@ -147,13 +105,23 @@ old_string.
         + HARD_LINK_NOTE
     )
 
-    async def validate(self, input: MultiEditInput, ctx: ToolContext) -> str | None:
-        return await trio.to_thread.run_sync(_check, input, ctx)
+    def plan(self, input: MultiEditInput, ctx: ToolContext) -> PlannedEdit:
+        path = Path(input.file_path)
+        creating = input.edits[0].old_string == ""
+        problem = edit_target_problem(input.file_path, ctx, creating=creating)
+        if problem:
+            raise ToolError(problem)
+        before = None if creating else load_text(path)
+        after, count = _apply_all(input, before)
+        return PlannedEdit(path, before, after, count)
 
-    async def call(
-        self, input: MultiEditInput, ctx: ToolContext
-    ) -> AsyncIterator[ToolProgress | ToolOutput]:
-        yield await trio.to_thread.run_sync(_multi_edit, input, ctx)
+    def run(self, input: MultiEditInput, ctx: ToolContext) -> ToolOutput:
+        edit = self.plan(input, ctx)
+        edits, count = len(input.edits), edit.replacements
+        what = f"{edits} edit{'s' * (edits != 1)}, {count} replacement{'s' * (count != 1)}"
+        if edit.before is None:
+            what = f"created the file, then {what}"
+        return edit.write_and_describe(ctx, what)
 
     def render_use(self, input: MultiEditInput) -> str:
         return f"MultiEdit({input.file_path}, {len(input.edits)} edits)"

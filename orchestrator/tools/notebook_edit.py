@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -27,14 +26,7 @@ from orchestrator.tools._files import (
     stale_read_problem,
     write_atomically,
 )
-from orchestrator.tools.base import (
-    Tool,
-    ToolContext,
-    ToolError,
-    ToolInput,
-    ToolOutput,
-    ToolProgress,
-)
+from orchestrator.tools.base import BlockingTool, ToolContext, ToolError, ToolInput, ToolOutput
 from policies.facts import ToolFacts
 
 __all__ = ["NotebookEditInput", "NotebookEditTool"]
@@ -153,39 +145,7 @@ def _retype(cell: dict[str, Any], cell_type: str) -> None:
         cell.pop("execution_count", None)
 
 
-def _notebook_edit(input: NotebookEditInput, ctx: ToolContext) -> ToolOutput:
-    """Blocking part of the call (worker thread)."""
-    path = Path(input.notebook_path)
-    problem = _check(input, ctx)  # again: the file may have changed while permission was asked
-    if problem:
-        raise ToolError(problem)
-    nb = _load(path)
-    cells: list[dict[str, Any]] = nb["cells"]
-    index = input.cell_number
-    match input.edit_mode:
-        case "insert":
-            assert input.cell_type is not None  # _check refused it otherwise
-            cells.insert(index, _new_cell(input.cell_type, input.new_source, nb))
-            text = f"Inserted a {input.cell_type} cell at index {index} of {path}."
-        case "delete":
-            kind = cells.pop(index).get("cell_type", "?")
-            text = f"Deleted cell {index} ({kind}) of {path}; later cells moved up by one."
-        case "replace":
-            cell = cells[index]
-            if input.cell_type is not None:
-                _retype(cell, input.cell_type)
-            cell["source"] = _source_lines(input.new_source)
-            text = f"Replaced the source of cell {index} ({cell.get('cell_type')}) of {path}."
-            if cell.get("cell_type") == "code":
-                cell["outputs"] = []
-                cell["execution_count"] = None
-                text += " Its outputs and execution count were cleared."
-    data = json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
-    write_atomically(path, data.encode("utf-8"), ctx)
-    return ToolOutput.text(f"{text} The notebook now has {len(cells)} cells.", summary=text)
-
-
-class NotebookEditTool(Tool[NotebookEditInput]):
+class NotebookEditTool(BlockingTool[NotebookEditInput]):
     name: ClassVar[str] = "NotebookEdit"
     facts: ClassVar[ToolFacts] = ToolFacts(family="edit", path_fields=("notebook_path",))
     input_model: ClassVar[type[ToolInput]] = NotebookEditInput
@@ -209,10 +169,35 @@ Read the notebook again before the next edit by index if unsure.
     async def validate(self, input: NotebookEditInput, ctx: ToolContext) -> str | None:
         return await trio.to_thread.run_sync(_check, input, ctx)
 
-    async def call(
-        self, input: NotebookEditInput, ctx: ToolContext
-    ) -> AsyncIterator[ToolProgress | ToolOutput]:
-        yield await trio.to_thread.run_sync(_notebook_edit, input, ctx)
+    def run(self, input: NotebookEditInput, ctx: ToolContext) -> ToolOutput:
+        path = Path(input.notebook_path)
+        problem = _check(input, ctx)  # again: the file may have changed while permission was asked
+        if problem:
+            raise ToolError(problem)
+        nb = _load(path)
+        cells: list[dict[str, Any]] = nb["cells"]
+        index = input.cell_number
+        match input.edit_mode:
+            case "insert":
+                assert input.cell_type is not None  # _check refused it otherwise
+                cells.insert(index, _new_cell(input.cell_type, input.new_source, nb))
+                text = f"Inserted a {input.cell_type} cell at index {index} of {path}."
+            case "delete":
+                kind = cells.pop(index).get("cell_type", "?")
+                text = f"Deleted cell {index} ({kind}) of {path}; later cells moved up by one."
+            case "replace":
+                cell = cells[index]
+                if input.cell_type is not None:
+                    _retype(cell, input.cell_type)
+                cell["source"] = _source_lines(input.new_source)
+                text = f"Replaced the source of cell {index} ({cell.get('cell_type')}) of {path}."
+                if cell.get("cell_type") == "code":
+                    cell["outputs"] = []
+                    cell["execution_count"] = None
+                    text += " Its outputs and execution count were cleared."
+        data = json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+        write_atomically(path, data.encode("utf-8"), ctx)
+        return ToolOutput.text(f"{text} The notebook now has {len(cells)} cells.", summary=text)
 
     def render_use(self, input: NotebookEditInput) -> str:
         return f"NotebookEdit({input.notebook_path}, {input.edit_mode} cell {input.cell_number})"

@@ -13,12 +13,10 @@ import base64
 import io
 import json
 import re
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, ClassVar, Literal, TextIO
 
-import trio
 from pydantic import Field
 
 from orchestrator.messages import ImageBlock, ImageSource, TextBlock
@@ -29,16 +27,10 @@ from orchestrator.tools._files import (
     existing_file_problem,
     format_numbered,
     open_regular,
+    read_failed,
     sniff_encoding,
 )
-from orchestrator.tools.base import (
-    Tool,
-    ToolContext,
-    ToolError,
-    ToolInput,
-    ToolOutput,
-    ToolProgress,
-)
+from orchestrator.tools.base import BlockingTool, ToolContext, ToolError, ToolInput, ToolOutput
 from policies.facts import ToolFacts
 
 __all__ = [
@@ -333,10 +325,11 @@ def _read_notebook(path: Path, raw: bytes) -> ToolOutput | None:
 # --- the tool --------------------------------------------------------------------------------
 
 
-class ReadTool(Tool[ReadInput]):
+class ReadTool(BlockingTool[ReadInput]):
     name: ClassVar[str] = "Read"
     facts: ClassVar[ToolFacts] = ToolFacts(family="read", path_fields=("file_path",))
     input_model: ClassVar[type[ToolInput]] = ReadInput
+    read_only: ClassVar[bool] = True
     description: ClassVar[str] = f"""Reads a file from the local filesystem and returns its content.
 
 - file_path must be an absolute path inside the workspace, not a relative one.
@@ -356,23 +349,11 @@ on disk is required too.
 - When you know several files you need, read them in one response (several Read calls at \
 once): they run in parallel."""
 
-    def is_read_only(self, input: ReadInput) -> bool:
-        return True
-
-    def is_concurrency_safe(self, input: ReadInput) -> bool:
-        return True
-
     async def validate(self, input: ReadInput, ctx: ToolContext) -> str | None:
         return existing_file_problem(input.file_path, ctx, param="file_path", writing=False)
 
-    async def call(
-        self, input: ReadInput, ctx: ToolContext
-    ) -> AsyncIterator[ToolProgress | ToolOutput]:
+    def run(self, input: ReadInput, ctx: ToolContext) -> ToolOutput:
         path = Path(input.file_path)
-        yield await trio.to_thread.run_sync(self._read, path, input, ctx)
-
-    def _read(self, path: Path, input: ReadInput, ctx: ToolContext) -> ToolOutput:
-        """Blocking part of the call (worker thread)."""
         if ctx.read_denied(path):
             raise ToolError(
                 f"Reading {path} is denied by the policy (a `Read` deny rule covers it); do "
@@ -400,15 +381,10 @@ once): they run in parallel."""
         except ToolError:
             ctx.read_ledger.forget(path)  # a refused read (binary, undecodable) is no read
             raise
-        except FileNotFoundError:
-            ctx.read_ledger.forget(path)
-            raise ToolError(f"{path} no longer exists (it was deleted or moved).") from None
-        except IsADirectoryError:
-            raise ToolError(f"{path} is a directory, not a file. Use LS to list it.") from None
-        except PermissionError:
-            raise ToolError(f"Permission denied reading {path}.") from None
         except OSError as exc:
-            raise ToolError(f"Cannot read {path}: {exc.strerror or exc}.") from exc
+            if isinstance(exc, FileNotFoundError):
+                ctx.read_ledger.forget(path)
+            raise read_failed(path, exc) from exc
 
     def render_use(self, input: ReadInput) -> str:
         extra = ""

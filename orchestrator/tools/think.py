@@ -26,18 +26,13 @@ class ThinkTool(Tool[ThinkInput]):
     name: ClassVar[str] = "Think"
     facts: ClassVar[ToolFacts] = ToolFacts(family="meta")
     input_model: ClassVar[type[ToolInput]] = ThinkInput
+    read_only: ClassVar[bool] = True
     description: ClassVar[str] = """Use this tool to think about something. It does not fetch \
 new information or change anything; it only logs the thought.
 
 Use it when complex reasoning helps: after tool results, to check what they mean for the plan; \
 before a multi-file change, to list the files and the order of edits; when several approaches \
 are possible, to weigh them; when a test fails, to work out the cause before changing code."""
-
-    def is_read_only(self, input: ThinkInput) -> bool:
-        return True
-
-    def is_concurrency_safe(self, input: ThinkInput) -> bool:
-        return True
 
     async def call(
         self, input: ThinkInput, ctx: ToolContext

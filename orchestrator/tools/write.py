@@ -9,11 +9,9 @@ failed write leaves it byte-identical.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import ClassVar
 
-import trio
 from pydantic import Field
 
 from orchestrator.tools._files import (
@@ -26,14 +24,7 @@ from orchestrator.tools._files import (
     to_line_ending,
     write_atomically,
 )
-from orchestrator.tools.base import (
-    Tool,
-    ToolContext,
-    ToolError,
-    ToolInput,
-    ToolOutput,
-    ToolProgress,
-)
+from orchestrator.tools.base import BlockingTool, ToolContext, ToolError, ToolInput, ToolOutput
 from policies.facts import ToolFacts
 
 __all__ = ["WriteInput", "WriteTool"]
@@ -54,41 +45,7 @@ def _check(input: WriteInput, ctx: ToolContext) -> str | None:
     return stale_read_problem(path, ctx)
 
 
-def _write(input: WriteInput, ctx: ToolContext) -> ToolOutput:
-    """Blocking part of the call (worker thread)."""
-    path = Path(input.file_path)
-    # Checked again: the file may have changed while permission was being asked.
-    problem = _check(input, ctx)
-    if problem:
-        raise ToolError(problem)
-    content = input.content
-    note: str | None = None
-    if path.exists():
-        old = load_text(path)
-        if old.line_ending == "\r\n":
-            content = to_line_ending(content, "\r\n")
-        data, note = encode_text(content, old.encoding, old.bom)
-        old_text: str | None = old.text
-    else:
-        data, old_text = content.encode("utf-8"), None
-    write_atomically(path, data, ctx)
-    lines = len(content.splitlines())
-    if old_text is None:
-        text = f"Created {path} ({lines} lines)."
-        summary = f"Created ({lines} lines)"
-    elif old_text == content:
-        text = f"{path} already had exactly this content; nothing changed."
-        summary = "Unchanged"
-    else:
-        diff = diff_lines(old_text, content)
-        text = f"Updated {path}: {diff.describe()} ({lines} lines now)."
-        summary = f"Updated (+{diff.added} -{diff.removed})"
-    if note:
-        text += " " + note
-    return ToolOutput.text(text, summary=summary)
-
-
-class WriteTool(Tool[WriteInput]):
+class WriteTool(BlockingTool[WriteInput]):
     name: ClassVar[str] = "Write"
     facts: ClassVar[ToolFacts] = ToolFacts(family="edit", path_fields=("file_path",))
     input_model: ClassVar[type[ToolInput]] = WriteInput
@@ -111,10 +68,37 @@ Write for new files or complete rewrites.
     async def validate(self, input: WriteInput, ctx: ToolContext) -> str | None:
         return _check(input, ctx)
 
-    async def call(
-        self, input: WriteInput, ctx: ToolContext
-    ) -> AsyncIterator[ToolProgress | ToolOutput]:
-        yield await trio.to_thread.run_sync(_write, input, ctx)
+    def run(self, input: WriteInput, ctx: ToolContext) -> ToolOutput:
+        path = Path(input.file_path)
+        # Checked again: the file may have changed while permission was being asked.
+        problem = _check(input, ctx)
+        if problem:
+            raise ToolError(problem)
+        content = input.content
+        note: str | None = None
+        if path.exists():
+            old = load_text(path)
+            if old.line_ending == "\r\n":
+                content = to_line_ending(content, "\r\n")
+            data, note = encode_text(content, old.encoding, old.bom)
+            old_text: str | None = old.text
+        else:
+            data, old_text = content.encode("utf-8"), None
+        write_atomically(path, data, ctx)
+        lines = len(content.splitlines())
+        if old_text is None:
+            text = f"Created {path} ({lines} lines)."
+            summary = f"Created ({lines} lines)"
+        elif old_text == content:
+            text = f"{path} already had exactly this content; nothing changed."
+            summary = "Unchanged"
+        else:
+            diff = diff_lines(old_text, content)
+            text = f"Updated {path}: {diff.describe()} ({lines} lines now)."
+            summary = f"Updated (+{diff.added} -{diff.removed})"
+        if note:
+            text += " " + note
+        return ToolOutput.text(text, summary=summary)
 
     def render_use(self, input: WriteInput) -> str:
         return f"Write({input.file_path})"

@@ -16,6 +16,7 @@ import os
 import termios
 import threading
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
@@ -59,29 +60,26 @@ def _none() -> Mapping[str, str]:
     return {}
 
 
+@dataclass(frozen=True)
 class ReplCompleter(Completer):
     """Slash commands at the start of the line; `@path` and `@server:uri` anywhere (names
     listed, never read)."""
 
-    def __init__(
-        self,
-        commands: Mapping[str, str],
-        workspace: Path,
-        *,
-        mcp_prompts: McpListing = _none,
-        mcp_resources: McpListing = _none,
-    ) -> None:
-        self._commands = commands
-        self._workspace = workspace
-        self._mcp_prompts = mcp_prompts
-        self._mcp_resources = mcp_resources
+    commands: Mapping[str, str]
+    """The slash commands, by name, with their summaries."""
+    workspace: Path
+    """Where a relative `@path` starts."""
+    mcp_prompts: McpListing = field(default=_none, kw_only=True)
+    """The MCP servers' prompts, offered as slash commands (asked at each completion)."""
+    mcp_resources: McpListing = field(default=_none, kw_only=True)
+    """The MCP servers' resources, offered after `@`."""
 
     def get_completions(
         self, document: Document, complete_event: CompleteEvent
     ) -> Iterable[Completion]:
         before = document.text_before_cursor
         if before.startswith("/") and " " not in before:
-            for name, summary in [*self._commands.items(), *self._mcp_prompts().items()]:
+            for name, summary in [*self.commands.items(), *self.mcp_prompts().items()]:
                 if name.startswith(before[1:]):
                     yield Completion("/" + name, start_position=-len(before), display_meta=summary)
             return
@@ -91,13 +89,13 @@ class ReplCompleter(Completer):
             yield from self._paths(word[1:])
 
     def _resources(self, typed: str) -> Iterable[Completion]:
-        found = [(n, d) for n, d in self._mcp_resources().items() if n.startswith(typed)]
+        found = [(n, d) for n, d in self.mcp_resources().items() if n.startswith(typed)]
         for name, description in sorted(found)[:_MAX_PATH_COMPLETIONS]:
             yield Completion("@" + name, start_position=-len(typed) - 1, display_meta=description)
 
     def _paths(self, typed: str) -> Iterable[Completion]:
         head, _, stem = typed.rpartition("/")
-        base = Path(head) if head.startswith("/") else self._workspace / head
+        base = Path(head) if head.startswith("/") else self.workspace / head
         try:
             entries = sorted(os.scandir(base), key=lambda e: e.name)
         except OSError:

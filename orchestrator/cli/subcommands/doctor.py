@@ -8,14 +8,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from orchestrator.cli.subcommands.parsers import command_group, command_parser
+
 __all__ = ["add_commands"]
 
 
 def add_commands(sub: Any, summaries: dict[str, str]) -> None:
     """Add `doctor` and `sandbox` to the `warren` subparsers."""
-    doctor = sub.add_parser(
-        "doctor", prog="warren doctor", help=summaries["doctor"], description=summaries["doctor"]
-    )
+    doctor = command_parser(sub, "doctor", summaries)
     doctor.add_argument("--json", action="store_true", help="print the report as JSON")
     doctor.add_argument(
         "--pool",
@@ -26,13 +26,7 @@ def add_commands(sub: Any, summaries: dict[str, str]) -> None:
     )
     doctor.set_defaults(handler=_doctor)
 
-    sandbox = sub.add_parser(
-        "sandbox",
-        prog="warren sandbox",
-        help=summaries["sandbox"],
-        description=summaries["sandbox"],
-    )
-    commands = sandbox.add_subparsers(dest="sandbox_command", required=True, metavar="COMMAND")
+    commands = command_group(sub, "sandbox", summaries)
     run = commands.add_parser("run", help="run CMD in the sandbox; its exit code is passed through")
     run.add_argument(
         "--workspace",

@@ -23,6 +23,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, get_args
 
+from orchestrator.cli.subcommands.parsers import Subcommands, add_cwd, command_group
+
 if TYPE_CHECKING:
     from orchestrator.calls.plan import CallPlan
     from orchestrator.hooks.runner import HookOutcome
@@ -30,15 +32,12 @@ if TYPE_CHECKING:
 __all__ = ["add_commands"]
 
 
-def add_commands(sub: Any, summaries: dict[str, str]) -> argparse.ArgumentParser:
+def add_commands(sub: Any, summaries: dict[str, str]) -> Subcommands:
     """Add `hooks` to the `warren` subparsers; returns its parser's subcommands' parent so
     more subcommands (`hooks list`) can be added beside `test`."""
     from policies.files import HookEvent
 
-    hooks = sub.add_parser(
-        "hooks", prog="warren hooks", help=summaries["hooks"], description=summaries["hooks"]
-    )
-    commands = hooks.add_subparsers(dest="hooks_command", required=True, metavar="COMMAND")
+    commands = command_group(sub, "hooks", summaries)
     listing = commands.add_parser(
         "list",
         help="the hooks in force with their files (Warren's [[hooks]] and Claude Code's "
@@ -46,7 +45,7 @@ def add_commands(sub: Any, summaries: dict[str, str]) -> argparse.ArgumentParser
         description="warren hooks list [--cwd DIR]: the hooks in force with their files, then "
         "unsupported ones and an untrusted repository's (which do not run)",
     )
-    listing.add_argument("--cwd", type=Path, default=None, help="the workspace (default: here)")
+    add_cwd(listing)
     listing.set_defaults(handler=_list)
     test = commands.add_parser(
         "test",
@@ -61,7 +60,7 @@ def add_commands(sub: Any, summaries: dict[str, str]) -> argparse.ArgumentParser
         default=None,
         help="a JSON object with the event's fields (Claude Code's names), `-` for stdin",
     )
-    test.add_argument("--cwd", type=Path, default=None, help="the workspace (default: here)")
+    add_cwd(test)
     test.add_argument(
         "--sandbox",
         choices=["required", "off"],
@@ -69,7 +68,7 @@ def add_commands(sub: Any, summaries: dict[str, str]) -> argparse.ArgumentParser
         help="required (default): hooks run under the floor; off: as plain processes",
     )
     test.set_defaults(handler=_test)
-    return commands  # type: ignore[no-any-return]
+    return commands
 
 
 def _list(args: argparse.Namespace) -> int:

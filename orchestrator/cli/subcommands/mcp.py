@@ -7,14 +7,13 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from orchestrator.cli.subcommands.parsers import add_cwd, command_group
+
 __all__ = ["add_commands"]
 
 
 def add_commands(sub: Any, summaries: dict[str, str]) -> None:
-    mcp = sub.add_parser(
-        "mcp", prog="warren mcp", help=summaries["mcp"], description=summaries["mcp"]
-    )
-    commands = mcp.add_subparsers(dest="mcp_command", required=True, metavar="COMMAND")
+    commands = command_group(sub, "mcp", summaries)
     listing = commands.add_parser(
         "list",
         help="the MCP servers in force with their files, and those that do not start",
@@ -23,11 +22,11 @@ def add_commands(sub: Any, summaries: dict[str, str]) -> None:
         "or HTTP outside the floor) with "
         "its file, then unsupported ones and an untrusted repository's (which do not start)",
     )
-    listing.add_argument("--cwd", type=Path, default=None, help="the workspace (default: here)")
+    add_cwd(listing)
     listing.set_defaults(handler=_list)
     get = commands.add_parser("get", help="one server in force, as its policy table, with its file")
     get.add_argument("name")
-    get.add_argument("--cwd", type=Path, default=None, help="the workspace (default: here)")
+    add_cwd(get)
     get.set_defaults(handler=_get)
     add = commands.add_parser(
         "add",
@@ -49,7 +48,7 @@ def add_commands(sub: Any, summaries: dict[str, str]) -> None:
     remove = commands.add_parser("remove", help="remove a server from a policy file")
     remove.add_argument("name")
     remove.add_argument("--scope", choices=["local", "project", "user"], default="local")
-    remove.add_argument("--cwd", type=Path, default=None, help="the workspace (default: here)")
+    add_cwd(remove)
     remove.set_defaults(handler=_remove)
     serve = commands.add_parser(
         "serve",
@@ -75,7 +74,7 @@ def add_commands(sub: Any, summaries: dict[str, str]) -> None:
         default=None,
         help="with --http: the file holding the bearer token clients must send",
     )
-    serve.add_argument("--cwd", type=Path, default=None, help="the workspace (default: here)")
+    add_cwd(serve)
     serve.add_argument(
         "--permission-mode",
         choices=["default", "accept-edits", "plan", "dont-ask", "bypass"],
@@ -190,7 +189,7 @@ def _add_options(parser: argparse.ArgumentParser) -> None:
         "--network", action="store_true", help="the host's network for it (default: none)"
     )
     parser.add_argument("--timeout", type=float, default=None, help="seconds per call (60)")
-    parser.add_argument("--cwd", type=Path, default=None, help="the workspace (default: here)")
+    add_cwd(parser)
 
 
 def _add(args: argparse.Namespace) -> int:

@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.cli.subcommands.parsers import add_cwd, command_group
+
 if TYPE_CHECKING:
     from policies.commands import CommandReport
 
@@ -16,10 +18,7 @@ __all__ = ["add_commands", "printed"]
 
 def add_commands(sub: Any, summaries: dict[str, str]) -> None:
     """Add `policy`, `trust` and `untrust` to the `warren` subparsers."""
-    policy = sub.add_parser(
-        "policy", prog="warren policy", help=summaries["policy"], description=summaries["policy"]
-    )
-    commands = policy.add_subparsers(dest="policy_command", required=True, metavar="COMMAND")
+    commands = command_group(sub, "policy", summaries)
     check = commands.add_parser(
         "check",
         help="explain the decision for one call: `-- COMMAND...` or `TOOL PATH`",
@@ -27,7 +26,7 @@ def add_commands(sub: Any, summaries: dict[str, str]) -> None:
         "warren policy check [--json] Edit PATH",
     )
     check.add_argument("--json", action="store_true", help="print the decision as JSON")
-    check.add_argument("--cwd", type=Path, default=None, help="the workspace (default: here)")
+    add_cwd(check)
     check.add_argument("target", nargs=argparse.REMAINDER, help="-- COMMAND... or TOOL PATH")
     check.set_defaults(handler=_check)
     for name, text in (

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from orchestrator.cli.subcommands.parsers import add_cwd, command_parser
 from orchestrator.records.transcripts import SessionStore, SessionSummary
 from orchestrator.text import escape_controls
 
@@ -28,14 +29,13 @@ _PICKER_ROWS = 15
 
 def add_commands(sub: Any, summaries: dict[str, str]) -> None:
     """Add `sessions` to the `warren` subparsers."""
-    sessions = sub.add_parser(
+    sessions = command_parser(
+        sub,
         "sessions",
-        prog="warren sessions",
-        help=summaries["sessions"],
-        description=summaries["sessions"]
-        + "; resume one with `warren --resume ID -p PROMPT` (or `warren --resume` to pick)",
+        summaries,
+        more="; resume one with `warren --resume ID -p PROMPT` (or `warren --resume` to pick)",
     )
-    sessions.add_argument("--cwd", type=Path, default=None, help="the directory (default: here)")
+    add_cwd(sessions, of="the directory")
     sessions.add_argument(
         "--all", action="store_true", help="the sessions of every directory, with their cwd"
     )

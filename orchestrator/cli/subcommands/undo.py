@@ -20,6 +20,7 @@ from orchestrator.changes import store_gc
 from orchestrator.changes.content_store import ContentStore
 from orchestrator.changes.recorder import change_log_path
 from orchestrator.changes.undo import undo_last_turn
+from orchestrator.cli.subcommands.parsers import add_cwd, command_parser
 from orchestrator.errors import SessionError
 from orchestrator.records.transcripts import SessionStore
 from orchestrator.text import escape_controls
@@ -29,12 +30,11 @@ __all__ = ["add_commands"]
 
 def add_commands(sub: Any, summaries: dict[str, str]) -> None:
     """Add `undo` to the `warren` subparsers."""
-    undo = sub.add_parser(
+    undo = command_parser(
+        sub,
         "undo",
-        prog="warren undo",
-        help=summaries["undo"],
-        description=summaries["undo"]
-        + ". Refuses, changing nothing, when a file was touched after that turn.",
+        summaries,
+        more=". Refuses, changing nothing, when a file was touched after that turn.",
     )
     undo.add_argument(
         "session",
@@ -43,7 +43,7 @@ def add_commands(sub: Any, summaries: dict[str, str]) -> None:
         metavar="SESSION",
         help="the session id (default: the newest of this directory with a writing turn)",
     )
-    undo.add_argument("--cwd", type=Path, default=None, help="the directory (default: here)")
+    add_cwd(undo, of="the directory")
     undo.add_argument(
         "--gc",
         action="store_true",

@@ -626,12 +626,13 @@ def _run(
 
 def add_commands(sub: Any, summaries: dict[str, str]) -> None:
     """Add `server start|stop|status|run` to the `warren` subparsers."""
-    server = sub.add_parser(
+    from orchestrator.cli.subcommands.parsers import command_parser
+
+    server = command_parser(
+        sub,
         "server",
-        prog="warren server",
-        help=summaries["server"],
-        description=summaries["server"]
-        + ". `warren` uses a running server by itself, and starts one in the background "
+        summaries,
+        more=". `warren` uses a running server by itself, and starts one in the background "
         f"from an interactive terminal; {DIR_ENV} moves its socket, WARREN_NO_SERVER=1 or "
         "--no-server keeps a run in-process.",
     )
