@@ -55,7 +55,8 @@ async def terminate_group(pgid: int, grace_s: float) -> None:
     """SIGTERM (and SIGCONT) process group `pgid`, allow `grace_s` seconds for every member
     to go, then SIGKILL what is left.
 
-    **Cancellation:** call it shielded; it is bounded by `grace_s`."""
+    **Cancellation:** call it shielded; it is bounded by `grace_s`.
+    **Errors:** none (a group that is gone already is no error)."""
     try:
         os.killpg(pgid, signal.SIGTERM)
         os.killpg(pgid, signal.SIGCONT)  # a stopped process acts on SIGTERM only once resumed
@@ -72,7 +73,8 @@ async def stop_session(sid: int, grace_s: float) -> None:
     """SIGTERM every live process of session `sid`, allow `grace_s`, then SIGKILL those left.
     The session's leader must not be reaped before this ends, or its id could be reused.
 
-    **Cancellation:** call it shielded; it is bounded by `grace_s`."""
+    **Cancellation:** call it shielded; it is bounded by `grace_s`.
+    **Errors:** none (what is gone already is no error)."""
     signal_each(members(sid=sid), signal.SIGTERM)
     if not await until_gone(lambda: members(sid=sid), grace_s):
         signal_each(members(sid=sid), signal.SIGKILL)

@@ -57,7 +57,8 @@ class HeldProcess:
     async def wait(self) -> None:
         """Wait until it exits.
 
-        **Cancellation:** safe: nothing is lost, wait again."""
+        **Cancellation:** safe: nothing is lost, wait again.
+        **Errors:** none; a closed hold returns at once."""
         import trio  # the warm server, which never runs trio, holds processes too
 
         if self.fd >= 0:

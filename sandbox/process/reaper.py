@@ -54,7 +54,10 @@ def adopted_sandbox_inits() -> list[int]:
 async def reap_adopted_sandbox_inits(timeout_s: float) -> list[int]:
     """Wait (at most `timeout_s` each) for every adopted sandbox init to exit, and reap it.
     The kernel killed the rest of its namespace when bwrap went, so this is brief. Returns
-    the pids reaped. Cancellation: stops waiting; the rest is reaped by a later call."""
+    the pids reaped.
+
+    **Cancellation:** stops waiting; the rest is reaped by a later call.
+    **Errors:** none."""
     reaped = []
     for pid in adopted_sandbox_inits():
         try:

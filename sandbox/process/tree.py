@@ -128,7 +128,8 @@ def signal_each(pids: Iterable[int], sig: signal.Signals) -> None:
 async def until_gone(live: Callable[[], list[int]], limit_s: float) -> bool:
     """Poll `live()` every `POLL_S` until it is empty (True) or `limit_s` passes (False).
 
-    **Cancellation:** returns at once (unless shielded by the caller)."""
+    **Cancellation:** returns at once (unless shielded by the caller).
+    **Errors:** whatever `live` raises."""
     with trio.move_on_after(limit_s):
         while True:
             if not live():
@@ -144,6 +145,7 @@ async def kill_tree(pid: int, grace_s: float) -> None:
     command starts can leave its subtree, not even by `setsid` or a double fork.
 
     **Cancellation:** call it shielded; it is bounded by about twice `grace_s` (at least 1 s).
+    **Errors:** none (what is gone already is no error).
     """
     signal_each(descendants(pid), signal.SIGTERM)
     if await until_gone(lambda: alive(descendants(pid)), grace_s):

@@ -477,7 +477,8 @@ class AsyncZygoteLink:
         """Wait for the zygote's first message: True when it is `Ready` (the caller bounds
         the wait).
 
-        **Cancellation:** nothing is lost but the wait."""
+        **Cancellation:** nothing is lost but the wait.
+        **Errors:** `OSError` from the socket."""
         data, fds = await receive_with_fds_async(self._control, max_fds=1, size=MESSAGE_BYTES)
         try:
             return bool(data) and isinstance(parse(data, fds), Ready)
@@ -489,7 +490,8 @@ class AsyncZygoteLink:
         watcher, answers to `fork`. At the end every process still watched counts as killed
         (the zygote took its pid namespace along).
 
-        **Cancellation:** stops reading; the same end."""
+        **Cancellation:** stops reading; the same end.
+        **Errors:** none: a socket that fails ends it as the zygote's going does."""
         import trio
 
         try:
