@@ -1,9 +1,9 @@
 """The OS floor: bubblewrap sandboxes built from a `SandboxSpec` (see README.md).
 
 The names below are loaded on first use (PEP 562), not when the package is: a pool worker
-imports `sandbox.reaper` alone (through `sandbox.process.orphans`), and importing the whole floor
-with it, the probe, the host and the spec models, cost every worker start tens of milliseconds
-of CPU (tests/workers/test_worker_imports.py pins that it does not).
+imports the process room alone (`sandbox.process.orphans`, `sandbox.process.handover`), and
+importing the whole floor with it, the probe, the host and the spec models, cost every worker
+start tens of milliseconds of CPU (tests/workers/test_worker_imports.py pins that it does not).
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from sandbox.errors import SandboxConfigError, SandboxError, SandboxUnavailable
     from sandbox.host import SandboxHost, detect_host
+    from sandbox.launch import RunAs
     from sandbox.probe import FloorCheck, FloorReport, probe_floor
     from sandbox.run import (
-        RunAs,
         SandboxProcess,
         SandboxResult,
         open_sandboxed_process,
@@ -60,7 +60,7 @@ _HOME = {
     "FloorReport": "probe",
     "Limits": "spec",
     "ProtectedPath": "spec",
-    "RunAs": "run",
+    "RunAs": "launch",
     "SandboxConfigError": "errors",
     "SandboxError": "errors",
     "SandboxHost": "host",

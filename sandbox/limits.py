@@ -29,6 +29,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from sandbox.process.tree import children, family
 from sandbox.spec import LimitName, Limits
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "count_namespace_processes",
     "count_sandbox_processes",
     "detect_cgroups",
+    "kill_sandbox_init",
     "sandbox_command_pids",
     "sandbox_init_pid",
     "tree_usage",
@@ -271,19 +273,24 @@ def _counter(text: str | None, key: str) -> int:
 
 
 def sandbox_init_pid(bwrap_pid: int) -> int | None:
-    """Host pid of the sandbox's init (bwrap's child, pid 1 in the sandbox), if running."""
-    children = _children(bwrap_pid)
-    return children[0] if children else None
+    """Host pid of the sandbox's init (bwrap's child, pid 1 in the sandbox), if running (a
+    raw read: the sandbox watchdog asks ten times a second per sandbox, from the
+    coordinator's trio thread)."""
+    found = children(bwrap_pid)
+    return found[0] if found else None
 
 
-def _children(pid: int) -> list[int]:
-    """The children of `pid`'s main thread (a raw read: the sandbox watchdog asks ten times a
-    second per sandbox, from the coordinator's trio thread)."""
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children", "rb") as children:
-            return [int(child) for child in children.read().split()]
-    except OSError:
-        return []
+def kill_sandbox_init(bwrap_pid: int) -> bool:
+    """SIGKILL the sandbox's init, which kills its whole pid namespace at once (bwrap sees its
+    child die and exits by itself; killing bwrap first would orphan the init to the host's
+    init, to be reaped there). False when there is no init (not started yet, or gone): then
+    kill bwrap itself."""
+    init = sandbox_init_pid(bwrap_pid)
+    if init is None:
+        return False
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(init, signal.SIGKILL)
+    return True
 
 
 def sandbox_command_pids(bwrap_pid: int) -> list[int]:
@@ -291,7 +298,7 @@ def sandbox_command_pids(bwrap_pid: int) -> list[int]:
     init = sandbox_init_pid(bwrap_pid)
     if init is None:
         return []
-    return _children(init)
+    return children(init)
 
 
 def count_sandbox_processes(bwrap_pid: int) -> int | None:
@@ -325,10 +332,11 @@ def tree_usage(pid: int) -> tuple[int, float] | None:
     Read from each process's `/proc/PID/stat` (one read gives both), not through psutil: the
     pool measures every worker's tree twice a second in the coordinator's trio thread (a
     remote worker's, in its Ray actor on the node: workers/remote/actor.py), and psutil's
-    objects cost 0.3 ms per process there. Here, not in workers.pool, so that the actor
-    measures without importing the coordinator's modules."""
+    objects cost 0.3 ms per process there; the tree is walked the same way
+    (`sandbox.process.tree.family`). Here, not in workers.pool, so that the actor measures
+    without importing the coordinator's modules."""
     rss, cpu = 0, 0.0
-    for member in _tree(pid):
+    for member in family(pid):
         usage = _stat_usage(member)
         if usage is None:
             if member == pid:
@@ -356,25 +364,6 @@ def _stat_usage(pid: int) -> tuple[int, float] | None:
         return None
     utime, stime, cutime, cstime = (int(f) for f in fields[11:15])
     return int(fields[21]) * _PAGE_BYTES, (utime + stime + cutime + cstime) / _TICKS_PER_S
-
-
-def _tree(pid: int) -> list[int]:
-    """`pid` and its descendants, from each thread's `children` file: a walk of the tree only,
-    where psutil's `children()` reads the parent of every process on the machine (a tenth of
-    the coordinator's CPU in a 10-worker run, tests/bench/bench_pool.py)."""
-    found = [pid]
-    for member in found:  # grows as we go
-        try:
-            tasks = os.listdir(f"/proc/{member}/task")
-        except OSError:
-            continue
-        for task in tasks:
-            try:
-                with open(f"/proc/{member}/task/{task}/children", "rb") as children:
-                    found += map(int, children.read().split())
-            except OSError:
-                continue
-    return found
 
 
 def classify_exit(

@@ -6,7 +6,9 @@ process watchdog (see `sandbox.limits`), the cgroup and the workspace guard's li
 writable sandbox's protected names, `sandbox.guard`). Every
 sandbox it starts is killed and reaped before the call returns, whatever happens: normal exit,
 a limit, an exception in the caller, or cancellation (teardown is shielded and bounded); so is
-its init when it was handed to us (we are PID 1 or a subreaper, see `sandbox.reaper`).
+its init when it was handed to us (we are PID 1 or a subreaper, see `sandbox.process.reaper`).
+The stop itself (end of input, SIGTERM, grace, SIGKILL) is the process room's
+(`sandbox.process.child.stop_child`); the command that starts bwrap is `sandbox.launch`'s.
 
 Why we spawn bwrap ourselves instead of with `trio.lowlevel.open_process`: bwrap's
 `--die-with-parent` uses PR_SET_PDEATHSIG, which fires when the *thread* that forked the
@@ -20,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import select
 import signal
 import subprocess
 import time
@@ -34,25 +35,26 @@ from typing import Literal
 import trio
 from pydantic import BaseModel, ConfigDict
 
-from sandbox.argv import bwrap_argv
 from sandbox.guard import WorkspaceGuard
 from sandbox.host import SandboxHost, detect_host
+from sandbox.launch import RunAs, launch_prefix, name_pipes, sandbox_command
 from sandbox.limits import (
     SandboxCgroup,
     classify_exit,
     count_namespace_processes,
     count_sandbox_processes,
+    kill_sandbox_init,
     sandbox_command_pids,
-    sandbox_init_pid,
 )
 from sandbox.masks import HostFacts, gather_host_facts, python_runtime_paths, warren_code_paths
-from sandbox.reaper import reap_adopted_sandbox_inits
-from sandbox.seccomp import build_filter, program_fd
+from sandbox.process.child import KILL_GRACE_S, REAP_TIMEOUT_S, stop_child
+from sandbox.process.handover import PIPE_FDS_ENV, StdioPipes, handing_over
+from sandbox.process.held import HeldProcess
+from sandbox.process.reaper import reap_adopted_sandbox_inits
 from sandbox.spare import Adopted, SpareRecipe, SpareSource
 from sandbox.spec import LimitName, Limits, SandboxSpec
 
 __all__ = [
-    "KILL_GRACE_S",
     "PIPE_FDS_ENV",
     "WATCHDOG_INTERVAL_S",
     "RunAs",
@@ -63,10 +65,8 @@ __all__ = [
     "run_sandboxed",
 ]
 
-KILL_GRACE_S = 2.0
-"""Seconds between SIGTERM and SIGKILL when a long-lived sandbox is closed."""
-REAP_TIMEOUT_S = 5.0
-"""Seconds we wait for a SIGKILLed bwrap to be reaped before giving up on it."""
+_INIT_KILL_WAIT_S = 1.0
+"""Seconds bwrap has to exit after its sandbox's init was SIGKILLed, before bwrap itself is."""
 WATCHDOG_INTERVAL_S = 0.1
 """How often the process watchdog counts a sandbox's processes."""
 CAPPED_WATCH_INTERVAL_S = 1.0
@@ -80,23 +80,6 @@ StdinSpec = bytes | int | Literal["inherit"] | None
 """`bytes` fed through a pipe, an fd to hand over, `"inherit"` ours, None for /dev/null."""
 
 OutputCallback = Callable[[Literal["stdout", "stderr"], bytes], None]
-
-# Enter the cgroups named by the first N arguments, then exec the rest (bwrap). A shell and
-# not a preexec_fn: preexec_fn is unsafe in a process with threads (trio has some).
-_ENTER_CGROUP = (
-    'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; '
-    'n=$((n - 1)); done; exec "$@"'
-)
-
-
-class RunAs(BaseModel):
-    """Drop to this uid/gid (with no supplementary groups) before bwrap starts. Needs root.
-    Used to run sandboxes as an unprivileged account, and by the escape suite."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    uid: int
-    gid: int
 
 
 class SandboxResult(BaseModel):
@@ -168,12 +151,13 @@ class SandboxProcess:
         self.stdout = stdout
         self.stderr = stderr
         self._wait_lock = trio.Lock()
-        self._pidfd: int | None = None
+        self._held: HeldProcess | None = None
+        """bwrap (or the adopted process) by a pidfd of ours, to wait on; None before 5.3."""
         with contextlib.suppress(OSError, AttributeError):
-            self._pidfd = (
-                os.dup(popen.pidfd)
+            self._held = (
+                HeldProcess(os.dup(popen.held.fd), popen.pid)
                 if isinstance(popen, _AdoptedPopen)
-                else os.pidfd_open(popen.pid)
+                else HeldProcess.open(popen.pid)
             )
         self.adopted = isinstance(popen, _AdoptedPopen)
         """Started by another process (a spare, `sandbox.spare`), which reaps it."""
@@ -212,8 +196,8 @@ class SandboxProcess:
         """Wait for bwrap to exit and reap it. Cancellation: safe, nothing is lost."""
         async with self._wait_lock:
             if self._popen.poll() is None:
-                if self._pidfd is not None:
-                    await trio.lowlevel.wait_readable(self._pidfd)
+                if self._held is not None:
+                    await self._held.wait()
                 else:  # kernels before 5.3: no pidfd
                     await trio.to_thread.run_sync(self._popen.wait, abandon_on_cancel=True)
             return self._popen.wait()
@@ -244,14 +228,12 @@ class SandboxProcess:
         if self.forked:
             self._popen.send_signal(signal.SIGKILL)
             return
-        init = sandbox_init_pid(self.pid) if self._popen.poll() is None else None
-        if init is None:
-            self._popen.send_signal(signal.SIGKILL)
-            return
-        if isinstance(self._popen, _AdoptedPopen):
-            self._popen.signalled(signal.SIGKILL)
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(init, signal.SIGKILL)
+        if self._popen.poll() is None:
+            if isinstance(self._popen, _AdoptedPopen):
+                self._popen.signalled(signal.SIGKILL)
+            if kill_sandbox_init(self.pid):
+                return
+        self._popen.send_signal(signal.SIGKILL)
 
     def _stop_for(self, limit: LimitName) -> None:
         if self.killed_by_limit is None:
@@ -259,10 +241,9 @@ class SandboxProcess:
         self.kill()
 
     def _close(self) -> None:
-        if self._pidfd is not None:
-            trio.lowlevel.notify_closing(self._pidfd)
-            os.close(self._pidfd)
-            self._pidfd = None
+        if self._held is not None:
+            self._held.close()
+            self._held = None
         if isinstance(self._popen, _AdoptedPopen):
             self._popen.close()
 
@@ -275,30 +256,27 @@ class _AdoptedPopen:
 
     def __init__(self, adopted: Adopted, args: Sequence[str]) -> None:
         self.pid = adopted.pid
-        self.pidfd = adopted.pidfd
+        self.held = HeldProcess(adopted.pidfd, adopted.pid)
         self.forked = adopted.forked
         self.args = list(args)
         self.returncode: int | None = None
         self._signalled = 0
 
     def poll(self) -> int | None:
-        if self.returncode is None and self.pidfd >= 0:
-            ready, _, _ = select.select([self.pidfd], [], [], 0)
-            if ready:
-                self.returncode = -self._signalled
+        if self.returncode is None and self.held.fd >= 0 and self.held.ended():
+            self.returncode = -self._signalled
         return self.returncode
 
     def wait(self) -> int:
-        if self.returncode is None and self.pidfd >= 0:
-            select.select([self.pidfd], [], [])
+        if self.returncode is None:
+            self.held.wait_ended(None)
         return self.poll() or 0
 
     def send_signal(self, sig: int) -> None:
         if self.poll() is not None:
             return
         self.signalled(sig)
-        with contextlib.suppress(ProcessLookupError):
-            signal.pidfd_send_signal(self.pidfd, sig)
+        self.held.signal(sig)
 
     def signalled(self, sig: int) -> None:
         """`sig` was sent to it (or its sandbox's init): its status, if it ends now."""
@@ -307,40 +285,7 @@ class _AdoptedPopen:
 
     def close(self) -> None:
         self.poll()
-        if self.pidfd >= 0:
-            os.close(self.pidfd)
-            self.pidfd = -1
-
-
-def launch_prefix(
-    *,
-    shell: Path,
-    cgroup_procs: Sequence[Path],
-    setpriv: Path | None,
-    run_as: RunAs | None,
-) -> list[str]:
-    """What runs before bwrap: a shell entering the cgroups, then setpriv dropping to
-    `run_as`; each execs the next, so bwrap keeps the pid we spawned."""
-    out: list[str] = []
-    if cgroup_procs:
-        out += [str(shell), "-c", _ENTER_CGROUP, "warren-enter-cgroup", str(len(cgroup_procs))]
-        out += [str(p) for p in cgroup_procs]
-    if run_as is not None:
-        if setpriv is None:
-            raise RuntimeError("run_as needs util-linux setpriv, which was not found")
-        out += [
-            str(setpriv),
-            f"--reuid={run_as.uid}",
-            f"--regid={run_as.gid}",
-            "--clear-groups",
-            "--",
-        ]
-    return out
-
-
-PIPE_FDS_ENV = "WARREN_PIPE_FDS"
-"""Names, inside a sandbox opened with `private_pipes`, the descriptors of its stdin and
-stdout pipes: `"<in>,<out>"`."""
+        self.held.close()
 
 
 @dataclass
@@ -355,64 +300,25 @@ class _Io:
     of two pipes (`open_sandboxed_process(stdio_socket=...)`)."""
 
 
-@dataclass
-class _PrivatePipes:
-    """The stdin and stdout pipes of a sandbox, kept off bwrap's own stdio."""
+@dataclass(frozen=True)
+class _Launch:
+    """One sandbox to start: what `run_sandboxed` and `open_sandboxed_process` were asked."""
 
-    child_in: int
-    ours_in: int
-    child_out: int
-    ours_out: int
-
-    @classmethod
-    def open(cls) -> _PrivatePipes:
-        child_in, ours_in = os.pipe()
-        try:
-            ours_out, child_out = os.pipe()
-        except BaseException:
-            os.close(child_in)
-            os.close(ours_in)
-            raise
-        return cls(child_in, ours_in, child_out, ours_out)
-
-    @classmethod
-    def of_socket(cls, socket_fd: int) -> _PrivatePipes:
-        """A connected socket as the child's stdin and stdout: two copies of it (each end can
-        be closed alone), and nothing on our side (-1)."""
-        child_in = os.dup(socket_fd)
-        try:
-            child_out = os.dup(socket_fd)
-        except BaseException:
-            os.close(child_in)
-            raise
-        return cls(child_in, -1, child_out, -1)
-
-    def close_all(self) -> None:
-        for fd in (self.child_in, self.ours_in, self.child_out, self.ours_out):
-            if fd >= 0:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
-
-    def named_in(self, facts: HostFacts) -> HostFacts:
-        """`facts` whose environment names the child's ends (`PIPE_FDS_ENV`)."""
-        named = (PIPE_FDS_ENV, f"{self.child_in},{self.child_out}")
-        return facts.model_copy(update={"env": (*facts.env, named)})
+    spec: SandboxSpec
+    argv: Sequence[str]
+    io: _Io
+    cwd: Path | None
+    host: SandboxHost
+    run_as: RunAs | None
+    pass_fds: tuple[int, ...] = ()
+    nested_uid: int | None = None
 
 
 @asynccontextmanager
 async def _sandbox(
-    spec: SandboxSpec,
-    argv: Sequence[str],
-    *,
-    io: _Io,
-    cwd: Path | None,
-    host: SandboxHost,
-    run_as: RunAs | None,
-    graceful: bool,
-    pass_fds: tuple[int, ...] = (),
-    nested_uid: int | None = None,
-    spares: SpareSource | None = None,
+    launch: _Launch, *, graceful: bool, spares: SpareSource | None = None
 ) -> AsyncIterator[SandboxProcess]:
+    spec, host = launch.spec, launch.host
     executables = [host.bwrap.path] + ([host.prlimit] if host.prlimit else [])
     facts, guard = await trio.to_thread.run_sync(
         partial(_prepare, spec, executables=executables, stub_dir=host.stub_dir)
@@ -424,29 +330,18 @@ async def _sandbox(
     try:
         if (
             spares is not None
-            and io.private
-            and run_as is None
-            and not pass_fds
-            and nested_uid is None
+            and launch.io.private
+            and launch.run_as is None
+            and not launch.pass_fds
+            and launch.nested_uid is None
         ):
-            recipe = SpareRecipe.gather(spec, facts, argv, cwd, host)
+            recipe = SpareRecipe.gather(spec, facts, launch.argv, launch.cwd, host)
             adopted = await spares.claim(recipe)
         if adopted is not None:
-            proc, cgroup = _adopt(adopted, argv)
+            proc, cgroup = _adopt(adopted, launch.argv)
         else:
             cgroup = SandboxCgroup.create(host.cgroups, spec.limits)
-            proc = _start(
-                spec,
-                argv,
-                io=io,
-                cwd=cwd,
-                host=host,
-                run_as=run_as,
-                facts=facts,
-                cgroup=cgroup,
-                pass_fds=pass_fds,
-                nested_uid=nested_uid,
-            )
+            proc = _start(launch, facts=facts, cgroup=cgroup)
         proc.warnings = facts.warnings
         proc.guard = guard
         if adopted is None and recipe is not None and spares is not None:
@@ -481,89 +376,41 @@ async def _sandbox(
                 await reap_adopted_sandbox_inits(REAP_TIMEOUT_S)
 
 
-def _start(
-    spec: SandboxSpec,
-    argv: Sequence[str],
-    *,
-    io: _Io,
-    cwd: Path | None,
-    host: SandboxHost,
-    run_as: RunAs | None,
-    facts: HostFacts,
-    cgroup: SandboxCgroup | None,
-    pass_fds: tuple[int, ...] = (),
-    nested_uid: int | None = None,
-) -> SandboxProcess:
-    """Spawn bwrap for `spec` in `cgroup` (the cold start)."""
-    pipes: _PrivatePipes | None = None
+def _start(launch: _Launch, *, facts: HostFacts, cgroup: SandboxCgroup | None) -> SandboxProcess:
+    """Spawn bwrap for `launch` in `cgroup` (the cold start). Every descriptor made for bwrap
+    (its ends of the pipes, the seccomp program) is closed here once it has started, or
+    failed to."""
+    io = launch.io
+    pipes = StdioPipes(-1, -1, -1, -1)
     if io.private:
-        pipes = _PrivatePipes.open() if io.socket is None else _PrivatePipes.of_socket(io.socket)
-        facts = pipes.named_in(facts)
-    seccomp_fd: int | None = None
-    try:
+        pipes = (
+            StdioPipes.open(stderr=False) if io.socket is None else StdioPipes.of_socket(io.socket)
+        )
+        facts = name_pipes(facts, pipes)
+    with handing_over(pipes) as also_handed:
         command, seccomp_fd = sandbox_command(
-            spec,
-            argv,
-            host=host,
+            launch.spec,
+            launch.argv,
+            host=launch.host,
             facts=facts,
             cgroup=cgroup,
-            run_as=run_as,
-            cwd=cwd,
-            nested_uid=nested_uid,
+            run_as=launch.run_as,
+            cwd=launch.cwd,
+            nested_uid=launch.nested_uid,
         )
-        passed = pass_fds + (() if seccomp_fd is None else (seccomp_fd,))
-        owned, pipes = pipes, None  # _spawn closes them, whatever happens
-        return _spawn(command, io, pass_fds=passed, pipes=owned)
-    finally:
-        if seccomp_fd is not None:
-            os.close(seccomp_fd)
-        if pipes is not None:
-            pipes.close_all()
-
-
-def sandbox_command(
-    spec: SandboxSpec,
-    argv: Sequence[str],
-    *,
-    host: SandboxHost,
-    facts: HostFacts,
-    cgroup: SandboxCgroup | None,
-    run_as: RunAs | None,
-    cwd: Path | None,
-    nested_uid: int | None = None,
-) -> tuple[list[str], int | None]:
-    """The command that starts `spec`'s sandbox running `argv` (the launch prefix: cgroup,
-    setpriv; then bwrap), and the descriptor of its seccomp program for bwrap to read (None
-    without seccomp), which the caller passes to the command and closes. The one builder
-    for a cold start and for the warm server's spares (`sandbox.spare`), whose recipes must
-    start exactly the sandbox a session would."""
-    program = (
-        build_filter(allow_unix_sockets=spec.allow_unix_sockets, machine=host.machine)
-        if host.seccomp_supported
-        else None
+        program = () if seccomp_fd is None else (seccomp_fd,)
+        also_handed += program
+        popen = _spawn(command, io, pipes, pass_fds=launch.pass_fds + program)
+    return SandboxProcess(
+        popen,
+        stdin=_stream(pipes.ours_in),
+        stdout=_stream(pipes.ours_out),
+        stderr=_stream(pipes.ours_err),
     )
-    seccomp_fd = program_fd(program) if program is not None else None
-    try:
-        command = launch_prefix(
-            shell=host.shell,
-            cgroup_procs=cgroup.procs_files if cgroup else [],
-            setpriv=host.setpriv,
-            run_as=run_as,
-        ) + bwrap_argv(
-            spec,
-            argv,
-            bwrap=host.bwrap.path,
-            facts=facts,
-            prlimit=host.prlimit,
-            seccomp_fd=seccomp_fd,
-            cwd=cwd,
-            nested_uid=nested_uid,
-        )
-    except BaseException:
-        if seccomp_fd is not None:
-            os.close(seccomp_fd)
-        raise
-    return command, seccomp_fd
+
+
+def _stream(fd: int) -> trio.lowlevel.FdStream | None:
+    return trio.lowlevel.FdStream(fd) if fd >= 0 else None
 
 
 def _adopt(adopted: Adopted, argv: Sequence[str]) -> tuple[SandboxProcess, SandboxCgroup | None]:
@@ -616,63 +463,50 @@ def _prepare(
 
 
 def _spawn(
-    command: list[str],
-    io: _Io,
-    *,
-    pass_fds: tuple[int, ...],
-    pipes: _PrivatePipes | None = None,
-) -> SandboxProcess:
-    """Start bwrap. With `pipes`, its stdin is /dev/null and its stdout goes where its stderr
-    goes; the pipes are passed as extra descriptors (closed in the parent here)."""
-    to_close: list[int] = []
-    ours: dict[str, trio.lowlevel.FdStream | None] = {"stdin": None, "stdout": None, "stderr": None}
-    child: dict[str, int | None] = {}
-    try:
-        if pipes is not None:
-            to_close += [pipes.child_in, pipes.child_out]
-            for name, fd in (("stdin", pipes.ours_in), ("stdout", pipes.ours_out)):
-                ours[name] = trio.lowlevel.FdStream(fd) if fd >= 0 else None
-            pass_fds = (*pass_fds, pipes.child_in, pipes.child_out)
-            child["stdin"] = subprocess.DEVNULL
-        elif isinstance(io.stdin, bytes):
-            read_fd, write_fd = os.pipe()
-            to_close.append(read_fd)
-            ours["stdin"] = trio.lowlevel.FdStream(write_fd)
-            child["stdin"] = read_fd
-        elif isinstance(io.stdin, int):
-            child["stdin"] = io.stdin
-        else:
-            child["stdin"] = None if io.stdin == "inherit" else subprocess.DEVNULL
-        for name, mode in (("stdout", io.stdout), ("stderr", io.stderr)):
-            if name == "stdout" and pipes is not None:
-                continue
-            if mode == "pipe":
-                read_fd, write_fd = os.pipe()
-                to_close.append(write_fd)
-                ours[name] = trio.lowlevel.FdStream(read_fd)
-                child[name] = write_fd
-            else:
-                child[name] = None if mode == "inherit" else subprocess.DEVNULL
-        if pipes is not None:
-            child["stdout"] = child["stderr"]
-        popen = subprocess.Popen(
-            command,
-            stdin=child["stdin"],
-            stdout=child["stdout"],
-            stderr=child["stderr"],
-            pass_fds=pass_fds,
-            env={},  # bwrap's own environ is readable inside as /proc/1/environ
-            start_new_session=True,  # out of the terminal's process group: Ctrl-C is ours
-        )
-    except BaseException:
-        for stream in ours.values():
-            if stream is not None:
-                stream.close()
-        raise
-    finally:
-        for fd in to_close:
-            os.close(fd)
-    return SandboxProcess(popen, stdin=ours["stdin"], stdout=ours["stdout"], stderr=ours["stderr"])
+    command: list[str], io: _Io, pipes: StdioPipes, *, pass_fds: tuple[int, ...]
+) -> subprocess.Popen[bytes]:
+    """Start bwrap with the stdio `io` asks for, the pipes it needs made into `pipes` (the
+    caller closes what is left of them). Private pipes are there already: passed as extra
+    descriptors, with stdin /dev/null and stdout where stderr goes."""
+    stdin: int | None
+    if io.private:
+        pass_fds = (*pass_fds, pipes.child_in, pipes.child_out)
+        stdin = subprocess.DEVNULL
+    elif isinstance(io.stdin, bytes):
+        pipes.child_in, pipes.ours_in = os.pipe()
+        stdin = pipes.child_in
+    elif isinstance(io.stdin, int):
+        stdin = io.stdin
+    else:
+        stdin = None if io.stdin == "inherit" else subprocess.DEVNULL
+    stdout = None if io.private else _output(io.stdout, pipes, "stdout")
+    stderr = _output(io.stderr, pipes, "stderr")
+    return subprocess.Popen(
+        command,
+        stdin=stdin,
+        stdout=stderr if io.private else stdout,
+        stderr=stderr,
+        pass_fds=pass_fds,
+        env={},  # bwrap's own environ is readable inside as /proc/1/environ
+        start_new_session=True,  # out of the terminal's process group: Ctrl-C is ours
+    )
+
+
+def _output(
+    mode: Literal["pipe", "inherit", "devnull"],
+    pipes: StdioPipes,
+    name: Literal["stdout", "stderr"],
+) -> int | None:
+    """What bwrap's `name` is: the child's end of a new pipe (ours kept in `pipes`), ours
+    (None), or /dev/null."""
+    if mode != "pipe":
+        return None if mode == "inherit" else subprocess.DEVNULL
+    ours, child = os.pipe()
+    if name == "stdout":
+        pipes.ours_out, pipes.child_out = ours, child
+    else:
+        pipes.ours_err, pipes.child_err = ours, child
+    return child
 
 
 async def _watch_processes(
@@ -708,22 +542,12 @@ async def _wall_clock(proc: SandboxProcess, seconds: float) -> None:
 
 
 async def _stop(proc: SandboxProcess, *, graceful: bool) -> None:
-    """Make sure bwrap is gone and reaped: SIGTERM to the command and `KILL_GRACE_S` of grace
-    if `graceful`, then SIGKILL to the sandbox, then to bwrap itself. Bounded: gives up
-    waiting after `REAP_TIMEOUT_S`."""
-    if proc.returncode is None and graceful:
-        if proc.stdin is not None:
-            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                await proc.stdin.aclose()
-        with contextlib.suppress(ProcessLookupError):
-            proc.terminate()
-        with trio.move_on_after(KILL_GRACE_S):
-            await proc.wait()
-    if proc.returncode is None:
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-        with trio.move_on_after(1.0):
-            await proc.wait()
+    """Make sure bwrap is gone and reaped: end of input, SIGTERM to the command and
+    `KILL_GRACE_S` of grace if `graceful`, then SIGKILL to the sandbox (its init), then to
+    bwrap itself. Bounded: gives up waiting after `REAP_TIMEOUT_S`."""
+    await stop_child(
+        proc, grace_s=KILL_GRACE_S if graceful else None, kill_wait_s=_INIT_KILL_WAIT_S
+    )
     if proc.returncode is None:
         with contextlib.suppress(ProcessLookupError):
             proc.send_signal(signal.SIGKILL)
@@ -793,10 +617,8 @@ async def run_sandboxed(
             await stream.send_all(data)
             await stream.aclose()
 
-    async with (
-        _sandbox(spec, argv, io=io, cwd=cwd, host=host, run_as=run_as, graceful=False) as proc,
-        trio.open_nursery() as nursery,
-    ):
+    launch = _Launch(spec, argv, io=io, cwd=cwd, host=host, run_as=run_as)
+    async with _sandbox(launch, graceful=False) as proc, trio.open_nursery() as nursery:
         if proc.stdin is not None and isinstance(stdin, bytes):
             nursery.start_soon(feed, proc.stdin, stdin)
         if proc.stdout is not None:
@@ -852,7 +674,8 @@ async def open_sandboxed_process(
 
     The wall-time limit and the process watchdog apply for its whole life; the output cap
     does not (the caller reads the pipes). On exit from the block the process is stopped:
-    stdin closed, SIGTERM, `KILL_GRACE_S` of grace, SIGKILL, reaped.
+    stdin closed, SIGTERM, `KILL_GRACE_S` of grace, SIGKILL, reaped
+    (`sandbox.process.child.stop_child`).
 
     `stdio_socket` (with `private_pipes`, without `spares`): a connected socket that is the
     process's stdin and stdout instead of the two pipes (a remote worker's direct connection
@@ -869,16 +692,6 @@ async def open_sandboxed_process(
     if stdio_socket is not None and (not private_pipes or spares is not None):
         raise ValueError("stdio_socket needs private_pipes and no spares")
     io = _Io(stdin=b"", stdout="pipe", stderr=stderr, private=private_pipes, socket=stdio_socket)
-    async with _sandbox(
-        spec,
-        argv,
-        io=io,
-        cwd=cwd,
-        host=host,
-        run_as=run_as,
-        graceful=True,
-        pass_fds=pass_fds,
-        nested_uid=nested_uid,
-        spares=spares,
-    ) as proc:
+    launch = _Launch(spec, argv, io, cwd, host, run_as, pass_fds=pass_fds, nested_uid=nested_uid)
+    async with _sandbox(launch, graceful=True, spares=spares) as proc:
         yield proc

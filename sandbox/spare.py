@@ -23,20 +23,25 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import select
 import signal
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar, Protocol
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
 from sandbox.host import SandboxHost
-from sandbox.limits import SandboxCgroup, sandbox_init_pid
+from sandbox.launch import name_pipes, sandbox_command
+from sandbox.limits import SandboxCgroup, kill_sandbox_init
 from sandbox.masks import HostFacts
+from sandbox.process.handover import StdioPipes, close_all, handing_over
+from sandbox.process.held import HeldProcess
 from sandbox.spec import SandboxSpec
+
+if TYPE_CHECKING:
+    from sandbox.process.zygote import ForkedProcess
 
 __all__ = [
     "Adopted",
@@ -44,7 +49,6 @@ __all__ = [
     "SpareChild",
     "SpareRecipe",
     "SpareSource",
-    "pid_of",
     "spawn_spare",
 ]
 
@@ -206,9 +210,7 @@ class _HandedOver:
 
     def close_descriptors(self) -> None:
         if self.fds_open:
-            for fd in (self.pidfd, self.stdin, self.stdout, self.stderr):
-                with contextlib.suppress(OSError):
-                    os.close(fd)
+            close_all((self.pidfd, self.stdin, self.stdout, self.stderr))
             self.fds_open = False
 
 
@@ -237,14 +239,10 @@ class SpareChild(_HandedOver):
 
     def kill(self) -> None:
         """SIGKILL the sandbox's init (the kernel kills its pid namespace), else bwrap."""
-        if self.popen.poll() is not None:
+        if self.popen.poll() is not None or kill_sandbox_init(self.popen.pid):
             return
-        init = sandbox_init_pid(self.popen.pid)
         with contextlib.suppress(ProcessLookupError):
-            if init is not None:
-                os.kill(init, signal.SIGKILL)
-            else:
-                self.popen.send_signal(signal.SIGKILL)
+            self.popen.send_signal(signal.SIGKILL)
 
     def reaped(self) -> bool:
         """Reap it if it exited (and remove its cgroup); True once it is gone."""
@@ -261,20 +259,12 @@ class SpareChild(_HandedOver):
             self.popen.wait(timeout=timeout)
 
 
-def pid_of(pidfd: int) -> int:
-    """The pid of a pidfd's process in our pid namespace (its fdinfo's `Pid:`).
-    **Errors:** `OSError` when it has none (gone)."""
-    for line in Path(f"/proc/self/fdinfo/{pidfd}").read_text().splitlines():
-        if line.startswith("Pid:") and int(line.split()[1]) > 0:
-            return int(line.split()[1])
-    raise OSError(f"no pid for pidfd {pidfd}")
-
-
 @dataclass(eq=False)
 class ForkedSpare(_HandedOver):
     """A spare forked from a template inside a sandbox (a tool host forked by the warm
     server's template, workers/zygote.py): the same surface as `SpareChild`, but the process
-    is not our child (the template reaps it): we hold a pidfd to signal it and see it end."""
+    is not our child (the template reaps it): we hold a pidfd of our own to signal it and
+    see it end."""
 
     pid: int
     pidfd: int
@@ -284,39 +274,38 @@ class ForkedSpare(_HandedOver):
     handed: bool = False
     fds_open: bool = field(default=True)
     cgroup: None = None
-    own_pidfd: int = -1
-    """A pidfd kept for ourselves (the one in `descriptors` goes to the adopter)."""
+    held: HeldProcess = field(init=False)
+    """It, by a pidfd kept for ourselves (the one in `descriptors` goes to the adopter)."""
     forked: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
-        self.own_pidfd = os.dup(self.pidfd)
-        os.set_inheritable(self.own_pidfd, False)
+        own = os.dup(self.pidfd)
+        os.set_inheritable(own, False)
+        self.held = HeldProcess(own, self.pid)
+
+    @classmethod
+    def of(cls, forked: ForkedProcess) -> ForkedSpare:
+        """What the template forked (`sandbox.process.zygote.ZygoteLink.fork`), as a spare."""
+        return cls(forked.pid, forked.pidfd, forked.stdin, forked.stdout, forked.stderr)
 
     def kept_fds(self) -> list[int]:
         """Our own pidfd, kept after handing it out, to see it end."""
-        return [self.own_pidfd] if self.own_pidfd >= 0 else []
+        return [self.held.fd] if self.held.fd >= 0 else []
 
     def kill(self) -> None:
         """SIGKILL it: it is pid 1 of its pid namespace, so everything it started goes too."""
-        if self.own_pidfd >= 0:
-            with contextlib.suppress(ProcessLookupError, OSError):
-                signal.pidfd_send_signal(self.own_pidfd, signal.SIGKILL)
+        self.held.signal(signal.SIGKILL)
 
     def reaped(self) -> bool:
         """True once it has exited (its pidfd readable)."""
-        if self.own_pidfd < 0:
-            return True
-        ready, _, _ = select.select([self.own_pidfd], [], [], 0)
-        if not ready:
+        if not self.held.ended():
             return False
         self.close_descriptors()
-        os.close(self.own_pidfd)
-        self.own_pidfd = -1
+        self.held.close()
         return True
 
     def wait(self, timeout: float) -> None:
-        if self.own_pidfd >= 0:
-            select.select([self.own_pidfd], [], [], timeout)
+        self.held.wait_ended(timeout)
 
 
 def spawn_spare(
@@ -328,71 +317,55 @@ def spawn_spare(
     pass_fds: Sequence[int] = (),
 ) -> SpareChild:
     """Start a sandbox from `recipe` as `sandbox.run.open_sandboxed_process(private_pipes=
-    True)` would: its cgroup first, the seccomp filter, bwrap from the same argv builder,
-    the pipes passed as extra descriptors and named in `PIPE_FDS_ENV`. Synchronous (the
-    server runs no event loop); a vfork and an exec. `argv`, `spec`, `nested_uid`,
-    `pass_fds`: a template's start from a recipe (another command and limits in the same
-    sandbox, one that makes namespaces, its control socket; see `sandbox.argv`).
+    True)` would: its cgroup first, the seccomp filter, bwrap from the same argv builder
+    (`sandbox.launch`), the pipes passed as extra descriptors and named in `PIPE_FDS_ENV`.
+    Synchronous (the server runs no event loop); a vfork and an exec. `argv`, `spec`,
+    `nested_uid`, `pass_fds`: a template's start from a recipe (another command and limits in
+    the same sandbox, one that makes namespaces, its control socket; see `sandbox.argv`).
 
     **Errors:** `OSError` when it cannot start (nothing is left behind).
     """
-    from sandbox.run import PIPE_FDS_ENV, sandbox_command
-
     host, spec = recipe.host, spec or recipe.spec
-    child_in, ours_in = os.pipe()
-    ours_out, child_out = os.pipe()
-    err_r, err_w = os.pipe()
+    pipes = StdioPipes.open(stderr=True)
     cgroup: SandboxCgroup | None = None
-    child_ends = [child_in, child_out, err_w]
-    ours = [ours_in, ours_out, err_r]
     try:
-        facts = recipe.facts.model_copy(
-            update={"env": (*recipe.facts.env, (PIPE_FDS_ENV, f"{child_in},{child_out}"))}
-        )
-        cgroup = SandboxCgroup.create(host.cgroups, spec.limits)
-        command, seccomp_fd = sandbox_command(
-            spec,
-            recipe.argv if argv is None else argv,
-            host=host,
-            facts=facts,
-            cgroup=cgroup,
-            run_as=None,
-            cwd=recipe.cwd,
-            nested_uid=nested_uid,
-        )
-        if seccomp_fd is not None:
-            child_ends.append(seccomp_fd)
-        passed = [child_in, child_out, *pass_fds]
-        passed += [] if seccomp_fd is None else [seccomp_fd]
-        popen = subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=err_w,
-            stderr=err_w,
-            pass_fds=passed,
-            env={},
-            cwd="/",
-            start_new_session=True,
-        )
+        with handing_over(pipes) as also_handed:
+            cgroup = SandboxCgroup.create(host.cgroups, spec.limits)
+            command, seccomp_fd = sandbox_command(
+                spec,
+                recipe.argv if argv is None else argv,
+                host=host,
+                facts=name_pipes(recipe.facts, pipes),
+                cgroup=cgroup,
+                run_as=None,
+                cwd=recipe.cwd,
+                nested_uid=nested_uid,
+            )
+            program = [] if seccomp_fd is None else [seccomp_fd]
+            also_handed += program
+            popen = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=pipes.child_err,
+                stderr=pipes.child_err,
+                pass_fds=[pipes.child_in, pipes.child_out, *pass_fds, *program],
+                env={},
+                cwd="/",
+                start_new_session=True,
+            )
     except BaseException:
-        for fd in ours:
-            os.close(fd)
         if cgroup is not None:
             cgroup.try_remove()
         raise
-    finally:
-        for fd in child_ends:
-            os.close(fd)
     try:
         pidfd = os.pidfd_open(popen.pid)
     except OSError:
         popen.kill()
         popen.wait()
-        for fd in ours:
-            os.close(fd)
+        pipes.close()
         if cgroup is not None:
             cgroup.try_remove()
         raise
-    for fd in (pidfd, *ours):
+    for fd in (pidfd, *pipes.ours()):
         os.set_inheritable(fd, False)
-    return SpareChild(popen, pidfd, ours_in, ours_out, err_r, cgroup)
+    return SpareChild(popen, pidfd, pipes.ours_in, pipes.ours_out, pipes.ours_err, cgroup)

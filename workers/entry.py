@@ -21,6 +21,7 @@ from typing import NoReturn
 import trio
 
 from orchestrator.tools.registry import ToolRegistry
+from sandbox.process.handover import PIPE_FDS_ENV
 from workers import host_protocol as wire
 
 __all__ = [
@@ -62,19 +63,15 @@ def make_undumpable() -> None:
         raise OSError(err, f"prctl(PR_SET_DUMPABLE, 0) failed: {os.strerror(err)}")
 
 
-_PIPE_FDS_ENV = "WARREN_PIPE_FDS"
-"""`sandbox.run.PIPE_FDS_ENV` (not imported: the sandbox package is heavy to import)."""
-
-
 def take_stdio() -> tuple[int, int]:
     """Move the protocol's stdin/stdout to private descriptors (not inherited by children, so
     a tool's process can neither corrupt the stream nor read coordinator input); fd 0 becomes
     /dev/null and fd 1 a copy of stderr.
 
-    Under the sandbox the protocol arrives on the descriptors `WARREN_PIPE_FDS` names, never
+    Under the sandbox the protocol arrives on the descriptors `PIPE_FDS_ENV` names, never
     on fd 0/1 (`sandbox.run.open_sandboxed_process(private_pipes=True)`): bwrap's init keeps
     its stdio open, where anything in the sandbox could reach them through `/proc/1/fd`."""
-    named = os.environ.pop(_PIPE_FDS_ENV, None)
+    named = os.environ.pop(PIPE_FDS_ENV, None)
     if named:
         proto_in, proto_out = (int(fd) for fd in named.split(","))
         os.set_inheritable(proto_in, False)

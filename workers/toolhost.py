@@ -482,6 +482,8 @@ def _read_flags(args: list[str]) -> _Args | None:
         name = _FLAGS.get(flag)
         if name is None or value.startswith("-"):
             return None
+        if name == "role" and value not in _ROLES:  # argparse checks every occurrence
+            return None
         item = Path(value) if name in _PATHS else value
         values[name] = [*values[name], item] if name == "extra_root" else item
     if values.get("role") not in _ROLES or "workspace" not in values:

@@ -37,8 +37,6 @@ import glob
 import itertools
 import math
 import os
-import signal
-import subprocess
 import sys
 from collections import defaultdict
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -59,6 +57,7 @@ from orchestrator.messages import TextBlock
 from orchestrator.tools.base import Checked, Tool, ToolContext, ToolInput, ToolOutput, ToolProgress
 from sandbox.guard import find_denied
 from sandbox.host import SandboxHost, detect_host
+from sandbox.process.child import open_child
 from sandbox.run import open_sandboxed_process
 from sandbox.spare import SpareSource
 from sandbox.spec import Bind, Limits, SandboxSpec, WorkspaceRoot
@@ -97,7 +96,6 @@ HOST_DIED = (
 )
 
 _ENV_KEPT = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM")
-_UNSANDBOXED_GRACE_S = 2.0
 _HOOK_ANSWER_SLACK_S = 10.0
 """Seconds past a hook's own timeout we wait for its host's answer (the host kills it at the
 timeout; this is for a host that stopped answering)."""
@@ -243,35 +241,15 @@ class SandboxedSpawner:
 @asynccontextmanager
 async def unsandboxed_spawner(launch: HostLaunch) -> AsyncIterator[HostProcess]:
     """No sandbox at all: for tests of the protocol itself and an explicit `--sandbox=off`.
-    The host gets `host_environment()`; leaving stops it (end of stdin, SIGTERM, SIGKILL).
-    A launch with `write_paths` (a scope to mount) is refused: without the floor no mount
-    would hold it to its scope, and the scheduler runs it beside other writers on that
+    The host gets `host_environment()`, in a session of its own; leaving stops it with its
+    process group (`sandbox.process.child.open_child`: end of stdin, SIGTERM, SIGKILL, 2 s
+    each). A launch with `write_paths` (a scope to mount) is refused: without the floor no
+    mount would hold it to its scope, and the scheduler runs it beside other writers on that
     promise. (A worker the pool confines with Landlock holds itself; workers/pool.py.)"""
     if launch.write_paths:
         raise OSError("a write scope needs the sandbox (it is off)")
-    process = await trio.lowlevel.open_process(
-        list(launch.argv),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=host_environment(),
-        cwd=launch.cwd,
-        start_new_session=True,  # out of the terminal's process group: Ctrl-C is ours to send
-    )
-    try:
+    async with open_child(launch.argv, env=host_environment(), cwd=launch.cwd) as process:
         yield process
-    finally:
-        with trio.CancelScope(shield=True):
-            for stream in (process.stdin, process.stdout, process.stderr):
-                if stream is not None:
-                    await stream.aclose()
-            for sig in (signal.SIGTERM, signal.SIGKILL):
-                with trio.move_on_after(_UNSANDBOXED_GRACE_S):
-                    await process.wait()
-                if process.returncode is not None:
-                    break
-                process.send_signal(sig)
-            await process.wait()
 
 
 def host_environment(base: Mapping[str, str] | None = None) -> dict[str, str]:

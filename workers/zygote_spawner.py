@@ -12,20 +12,21 @@ read-only; it has no cgroup of its own (its rlimits are its own: memory per proc
 processes counted in its own user namespace, and by a watchdog here, as `sandbox.run` does for
 a fresh one); nested user namespaces are refused by seccomp rather than by bwrap's
 `--disable-userns`.
+
+The zygote fork protocol itself (the request, the pipes handed over, the pidfd and the exit
+records that come back) is `sandbox.process.zygote`'s, which the warm server's tool-host
+template speaks too; a forked worker is stopped as a fresh one is
+(`sandbox.process.child.stop_child`).
 """
 
 from __future__ import annotations
 
-import array
-import contextlib
-import json
 import os
 import signal
 import socket
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any
 
 import structlog
 import trio
@@ -33,15 +34,16 @@ import trio
 from sandbox import nsfork
 from sandbox.errors import SandboxError
 from sandbox.limits import count_namespace_processes
-from sandbox.run import KILL_GRACE_S, WATCHDOG_INTERVAL_S, open_sandboxed_process
+from sandbox.process.child import KILL_GRACE_S, stop_child
+from sandbox.process.held import HeldProcess
+from sandbox.process.zygote import AsyncZygoteLink, ForkedProcess, ForkRequest
+from sandbox.run import WATCHDOG_INTERVAL_S, open_sandboxed_process
 from sandbox.seccomp import SUPPORTED_ARCHES
-from sandbox.spare import pid_of
 from workers.child import HostLaunch, HostProcess
 from workers.toolhost_runner import SandboxedSpawner
 
 __all__ = ["ForkedWorker", "ZygoteSpawner"]
 
-_MESSAGE_BYTES = 65_536
 _READY_TIMEOUT_S = 30.0
 _EXIT_RECORD_WAIT_S = 2.0
 
@@ -51,15 +53,12 @@ class ForkedWorker:
     pid, its protocol pipes and stderr, signals through a pidfd, its exit status as the
     zygote reaped it."""
 
-    def __init__(
-        self, *, pidfd: int, stdin: int, stdout: int, stderr: int, zygote: _Zygote
-    ) -> None:
-        self._pidfd = pidfd
-        self.pid = pid_of(pidfd)
-        self.stdin: trio.lowlevel.FdStream | None = trio.lowlevel.FdStream(stdin)
-        self.stdout: trio.lowlevel.FdStream | None = trio.lowlevel.FdStream(stdout)
-        self.stderr: trio.lowlevel.FdStream | None = trio.lowlevel.FdStream(stderr)
-        self._zygote = zygote
+    def __init__(self, forked: ForkedProcess) -> None:
+        self._held = HeldProcess(forked.pidfd, forked.pid)
+        self.pid = forked.pid
+        self.stdin: trio.lowlevel.FdStream | None = trio.lowlevel.FdStream(forked.stdin)
+        self.stdout: trio.lowlevel.FdStream | None = trio.lowlevel.FdStream(forked.stdout)
+        self.stderr: trio.lowlevel.FdStream | None = trio.lowlevel.FdStream(forked.stderr)
         self._status: int | None = None
         self._wait_lock = trio.Lock()
         self.exited = trio.Event()
@@ -78,7 +77,7 @@ class ForkedWorker:
         gone itself took the worker along: SIGKILL)."""
         async with self._wait_lock:  # one task at a time may wait on a descriptor
             if self._status is None:
-                await trio.lowlevel.wait_readable(self._pidfd)
+                await self._held.wait()
                 with trio.move_on_after(_EXIT_RECORD_WAIT_S):
                     await self.exited.wait()
                 if self._status is None:
@@ -88,111 +87,52 @@ class ForkedWorker:
 
     def send_signal(self, sig: int) -> None:
         if self._status is None:
-            with contextlib.suppress(ProcessLookupError, OSError):
-                signal.pidfd_send_signal(self._pidfd, sig)
+            self._held.signal(sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
 
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
 
     async def aclose(self) -> None:
-        with contextlib.suppress(OSError):
-            os.close(self._pidfd)
+        self._held.close()
         for stream in (self.stdin, self.stdout, self.stderr):
             if stream is not None:
                 await stream.aclose()
 
 
 class _Zygote:
-    """One running zygote: its sandbox, its control socket, the workers it forked."""
+    """One running zygote: its sandbox and our end of its control socket."""
 
-    def __init__(self, control: trio.socket.SocketType, process: HostProcess) -> None:
-        self.control = control
+    def __init__(self, link: AsyncZygoteLink, process: HostProcess) -> None:
+        self.link = link
         self.process = process
-        self.lock = trio.Lock()
-        self.replies: trio.MemorySendChannel[tuple[dict[str, Any], list[int]]]
-        self.replies, self._replies = trio.open_memory_channel(1)
-        self.workers: dict[int, ForkedWorker] = {}
-        """By pid as the zygote sees it (its exit records name them so)."""
-        self.early: dict[int, int] = {}
-        """Exit records read before `fork` had registered their worker."""
-        self.alive = True
 
-    async def read(self) -> None:
-        """Route the zygote's messages: exit records to their worker, the rest to `fork`."""
-        try:
-            while True:
-                fds = array.array("i")
-                data, ancillary, _, _ = await self.control.recvmsg(
-                    _MESSAGE_BYTES, socket.CMSG_SPACE(fds.itemsize)
-                )
-                if not data:
-                    break
-                for level, kind, raw in ancillary:
-                    if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                        fds.frombytes(raw[: len(raw) - len(raw) % fds.itemsize])
-                message = json.loads(data)
-                if "exited" in message:
-                    pid, status = int(message["exited"]), int(message["status"])
-                    worker = self.workers.pop(pid, None)
-                    if worker is not None:
-                        worker._exited(status)
-                    else:
-                        self.early[pid] = status
-                else:
-                    await self.replies.send((message, list(fds)))
-        except (OSError, ValueError, trio.ClosedResourceError):
-            pass
-        finally:
-            self.alive = False
-            self.replies.close()
-            for worker in self.workers.values():
-                worker._exited(-signal.SIGKILL)
-
-    async def next_reply(self) -> tuple[dict[str, Any], list[int]]:
-        try:
-            reply: tuple[dict[str, Any], list[int]] = await self._replies.receive()
-            return reply
-        except (trio.EndOfChannel, trio.ClosedResourceError) as exc:
-            raise OSError("the zygote is gone") from exc
+    @property
+    def alive(self) -> bool:
+        return self.link.alive
 
     async def fork(
-        self, launch: HostLaunch, limits: dict[str, Any], tmp: int | None
+        self, launch: HostLaunch, limits: dict[str, object], tmp: int | None
     ) -> ForkedWorker:
         """Ask for one worker. **Errors:** `OSError` when the zygote cannot make it."""
-        argv = list(launch.argv[launch.argv.index("workers.agent_worker") + 1 :])
-        request = json.dumps({"argv": argv, "limits": limits, "tmp_bytes": tmp}).encode()
-        child_in, ours_in = os.pipe()
-        ours_out, child_out = os.pipe()
-        ours_err, child_err = os.pipe()
-        ours = [ours_in, ours_out, ours_err]
-        try:
-            async with self.lock:
-                rights = array.array("i", [child_in, child_out, child_err])
-                await self.control.sendmsg(
-                    [request], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, rights)]
-                )
-                for fd in (child_in, child_out, child_err):
-                    os.close(fd)
-                child_in = child_out = child_err = -1
-                reply, fds = await self.next_reply()
-            if "pid" not in reply or len(fds) != 1:
-                for fd in fds:
-                    os.close(fd)
-                raise OSError(f"the zygote could not fork a worker: {reply.get('failed')}")
-            worker = ForkedWorker(
-                pidfd=fds[0], stdin=ours_in, stdout=ours_out, stderr=ours_err, zygote=self
-            )
-            ours = []
-            pid = int(reply["pid"])
-            if pid in self.early:
-                worker._exited(self.early.pop(pid))
+        argv = launch.argv[launch.argv.index("workers.agent_worker") + 1 :]
+        request = ForkRequest(argv=tuple(argv), limits=limits, tmp_bytes=tmp)
+        exited: list[int] = []
+        worker: ForkedWorker | None = None
+
+        def on_exit(status: int) -> None:
+            if worker is None:
+                exited.append(status)  # before it was made (at once, from `fork`)
             else:
-                self.workers[pid] = worker
-            return worker
-        finally:
-            for fd in (*ours, child_in, child_out, child_err):
-                if fd >= 0:
-                    os.close(fd)
+                worker._exited(status)
+
+        forked = await self.link.fork(request, on_exit)
+        worker = ForkedWorker(forked)
+        if exited:
+            worker._exited(exited[0])
+        return worker
 
 
 class ZygoteSpawner:
@@ -308,17 +248,17 @@ class ZygoteSpawner:
             ) as process:
                 theirs.close()
                 control = trio.socket.from_stdlib_socket(ours)
-                zygote = _Zygote(control, process)
+                zygote = _Zygote(AsyncZygoteLink(control), process)
                 tail = bytearray()
                 drained = trio.Event()
                 async with trio.open_nursery() as nursery:
                     assert process.stderr is not None
                     nursery.start_soon(self._relay, process.stderr, tail, drained)
-                    hello = b""
+                    ready = False
                     with trio.move_on_after(_READY_TIMEOUT_S):
-                        hello = await control.recv(_MESSAGE_BYTES)
-                    if hello and json.loads(hello).get("ready"):
-                        nursery.start_soon(zygote.read)
+                        ready = await zygote.link.hello()
+                    if ready:
+                        nursery.start_soon(zygote.link.read)
                         task_status.started(zygote)
                         await _first_of(self._stop.wait, process.wait)
                         control.close()
@@ -327,7 +267,7 @@ class ZygoteSpawner:
                         with trio.move_on_after(KILL_GRACE_S):
                             await drained.wait()  # its last words, for the message
                     nursery.cancel_scope.cancel()
-                if not hello:
+                if not ready:
                     failure = tail.decode(errors="replace").strip()[-500:] or "no output"
         finally:
             theirs.close()
@@ -370,15 +310,5 @@ async def _first_of(*waits: Callable[[], Awaitable[object]]) -> None:
 
 async def _stop(worker: ForkedWorker) -> None:
     """What `sandbox.run` does for a fresh one: end of stdin, SIGTERM, grace, SIGKILL."""
-    if worker.returncode is None:
-        if worker.stdin is not None:
-            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                await worker.stdin.aclose()
-        worker.send_signal(signal.SIGTERM)
-        with trio.move_on_after(KILL_GRACE_S):
-            await worker.wait()
-    if worker.returncode is None:
-        worker.kill()
-        with trio.move_on_after(KILL_GRACE_S):
-            await worker.wait()
+    await stop_child(worker, grace_s=KILL_GRACE_S, kill_wait_s=KILL_GRACE_S)
     await worker.aclose()

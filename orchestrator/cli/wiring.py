@@ -309,35 +309,8 @@ async def _plain_process(
     argv: tuple[str, ...], env: dict[str, str], ctx: ToolContext
 ) -> AsyncIterator[ServerProcess]:
     """A server outside the floor (the user's own choice): its own session, stopped with its
-    process group (stdin closed, SIGTERM, SIGKILL)."""
-    import os
-    import signal
-    import subprocess
+    process group (`sandbox.process.child.open_child`: stdin closed, SIGTERM, SIGKILL)."""
+    from sandbox.process.child import open_child
 
-    import trio
-
-    process = await trio.lowlevel.open_process(
-        list(argv),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
-        cwd=ctx.cwd,
-        start_new_session=True,
-    )
-    try:
+    async with open_child(argv, env=env, cwd=ctx.cwd) as process:
         yield process
-    finally:
-        with trio.CancelScope(shield=True):
-            if process.stdin is not None:
-                await process.stdin.aclose()
-            for sig in (signal.SIGTERM, signal.SIGKILL):
-                with trio.move_on_after(2.0):
-                    await process.wait()
-                if process.returncode is not None:
-                    break
-                try:
-                    os.killpg(process.pid, sig)
-                except ProcessLookupError:
-                    break
-            await process.wait()

@@ -5,10 +5,11 @@ process:
 
 * a tool host (`workers.toolhost`, answering `RunHook`): the hook inherits the host's sandbox,
   which is the floor hooks must run under. There the hook is *contained*: its parent is a
-  small perl (or bash) process that is a child subreaper, so whatever the hook starts, even
-  what leaves its process group (`setsid`, a double fork), stays in that parent's subtree.
-  When the hook ends the parent kills what it left running; at a timeout, a flood or a
-  cancellation we kill the whole subtree ourselves. Nothing a hook started outlives it in a
+  small perl (or bash) process that is a child subreaper (`sandbox.process.subreaper`), so
+  whatever the hook starts, even what leaves its process group (`setsid`, a double fork),
+  stays in that parent's subtree. When the hook ends the parent kills what it left running;
+  at a timeout, a flood or a cancellation we kill the whole subtree ourselves
+  (`sandbox.process.tree.kill_tree`). Nothing a hook started outlives it in a
   host that lives as long as the session (tests/orchestrator/test_hooks_warm.py).
 * the coordinator, for a hook that runs unsandboxed (a user's or the managed policy's
   `sandbox = false`, or `--sandbox=off`): a plain process group, killed as a group, as a
@@ -22,11 +23,6 @@ an orphan.
 from __future__ import annotations
 
 import contextlib
-import functools
-import os
-import platform
-import shutil
-import signal
 import subprocess
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -36,39 +32,10 @@ import trio
 
 __all__ = ["HookProcess", "run_hook_command"]
 
-_REAP_S = 5.0
-"""Seconds we wait for a killed hook to be reaped."""
-
-_PERL_REAPER = r"""
-syscall(%(prctl)d, 36, 1, 0, 0, 0) == 0 or die "prctl: $!\n";
-my $pid = fork() // die "fork: $!\n";
-if (!$pid) { exec { '/bin/sh' } '/bin/sh', '-c', $ARGV[0]; die "exec /bin/sh: $!\n"; }
-waitpid($pid, 0);
-my $status = $?;
-while (1) {
-    my @kids;
-    if (open(my $h, '<', "/proc/$$/task/$$/children")) { local $/; @kids = split ' ', <$h> // ''; }
-    last unless @kids;
-    kill 'KILL', @kids;
-    waitpid($_, 0) for @kids;
-}
-exit($status & 127 ? 128 + ($status & 127) : $status >> 8);
-"""
-"""The contained hook's parent (see the module docstring), a child subreaper: perl, which
-makes the prctl call itself and starts in ~2 ms, where the one-shots' shim plus a bash costs
-twice that. `$ARGV[0]` is the hook's command; the hook reads perl's stdin, which perl never
-reads. When the hook ends, everything it left running (handed to us) is killed and reaped."""
-
-_BASH_REAPER = r"""
-/bin/sh -c "$1"
-status=$?
-while read -r -a kids < "/proc/$$/task/$$/children" || ((${#kids[@]})); do
-    ((${#kids[@]})) || break
-    kill -KILL "${kids[@]}" 2>/dev/null
-done
-exit "$status"
-"""
-"""The same in bash, made a subreaper between fork and exec, where there is no perl."""
+_BASH_REAPER = '/bin/sh -c "$1"'
+"""What the contained hook's parent runs where there is no perl (`sandbox.process.subreaper.
+perl_reaper`): bash, made a subreaper between fork and exec, runs the hook (`$1`), then kills
+what it left (`kills_leftovers`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,47 +127,37 @@ async def run_hook_command(
     return HookProcess(code, bytes(chunks["out"]), bytes(chunks["err"]), problem)
 
 
-@functools.cache
-def _perl_reaper() -> tuple[str, ...]:
-    """perl and `_PERL_REAPER` for this machine; empty without perl or on an architecture
-    whose prctl number we do not know. Looked up once per process."""
-    from orchestrator.tools.shell import _PRCTL_SYSCALL
-
-    number = _PRCTL_SYSCALL.get(platform.machine())
-    perl = shutil.which("perl")
-    if number is None or perl is None:
-        return ()
-    return (perl, "-e", _PERL_REAPER % {"prctl": number}, "--")
-
-
 def _argv(command: str, contain: bool) -> list[str]:
     if not contain:
         return ["/bin/sh", "-c", command]
-    if perl := _perl_reaper():
+    # The process room is imported on a hook's first run, not with the hooks (the
+    # coordinator's start).
+    from sandbox.process.subreaper import kills_leftovers, perl_reaper
+
+    if perl := perl_reaper():
         return [*perl, command]
-    return ["bash", "--noprofile", "--norc", "-c", _BASH_REAPER, "warren-hook", command]
+    bash = kills_leftovers(_BASH_REAPER)
+    return ["bash", "--noprofile", "--norc", "-c", bash, "warren-hook", command]
 
 
 def _preexec(contain: bool) -> Callable[[], None] | None:
     """Without perl, the subreaper prctl runs between fork and exec (slower: Python forks)."""
-    if not contain or _perl_reaper():
+    if not contain:
         return None
-    from orchestrator.tools.shell import _become_subreaper
+    from sandbox.process.subreaper import become_subreaper, perl_reaper
 
-    return _become_subreaper
+    return None if perl_reaper() else become_subreaper
 
 
 async def _stop(proc: trio.Process, *, contain: bool, whole_tree: bool) -> None:
     """Kill what is left of the hook (its subtree first, when contained and cut short; then
-    its group) and reap it, bounded by `_REAP_S`."""
-    if contain and whole_tree:
-        from orchestrator.tools.shell import _kill_subtree
+    its group, whatever is left of it) and reap it, bounded by `REAP_TIMEOUT_S`."""
+    from sandbox.process.child import REAP_TIMEOUT_S, stop_child
+    from sandbox.process.tree import kill_tree
 
-        await _kill_subtree(proc.pid, 0.0)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    with trio.move_on_after(_REAP_S):
-        await proc.wait()
+    if contain and whole_tree:
+        await kill_tree(proc.pid, 0.0)
+    await stop_child(proc, grace_s=None, kill_wait_s=REAP_TIMEOUT_S, group=True)
     for stream in (proc.stdin, proc.stdout, proc.stderr):
         if stream is not None:
             await stream.aclose()

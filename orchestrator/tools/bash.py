@@ -14,8 +14,9 @@ from pydantic import Field
 
 from orchestrator.errors import ToolError
 from orchestrator.tools.base import Tool, ToolContext, ToolInput, ToolOutput, ToolProgress
-from orchestrator.tools.shell import KILL_GRACE_S, PersistentShell, ShellRun, shell_environment
+from orchestrator.tools.shell import PersistentShell, ShellRun, shell_environment
 from policies.facts import ToolFacts
+from sandbox.process.child import KILL_GRACE_S
 
 __all__ = [
     "DEFAULT_TIMEOUT_MS",

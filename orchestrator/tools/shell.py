@@ -21,10 +21,10 @@ How one command runs (`PersistentShell.run`):
   buffers (`OutputCapture`). We hold a write end of each FIFO ourselves, so they never report
   end-of-file; after the end record we drain what is buffered and close them. A background job
   that writes later gets EPIPE: output after the call returns is not shown.
-* Timeout or cancellation: SIGTERM to the command's group, `KILL_GRACE_S` for it to go, SIGKILL,
-  then wait for the end record. A shell that does not answer (or died) is killed with its whole
-  session, and the next call starts a fresh one in the last known cwd; the result says that
-  shell state was reset.
+* Timeout or cancellation: SIGTERM to the command's group, `KILL_GRACE_S` for it to go, SIGKILL
+  (`sandbox.process.groups`), then wait for the end record. A shell that does not answer (or
+  died) is killed with its whole session, and the next call starts a fresh one in the last
+  known cwd; the result says that shell state was reset.
 
 `PersistentShell.run_oneshot` runs a command in a fresh bash that first loads the state the
 persistent shell had after its last command: concurrently running read-only calls cannot share
@@ -34,26 +34,23 @@ Nothing a one-shot starts outlives it, not even what left its process group (`se
 double fork, `nohup`). Where only one-shots run (the read-only tool host and agent worker),
 this process is the child subreaper of them all and kills their orphans when a call ends
 (`sandbox.process.orphans`). Elsewhere the command runs in a subshell of a bash that is a child
-subreaper (prctl PR_SET_CHILD_SUBREAPER, set between fork and exec), so every orphan of the
-command is handed to that bash instead of escaping to the sandbox's init. When the command ends the
-outer bash kills whatever it holds, until nothing is left; on a timeout or cancellation we
-kill the outer bash's whole subtree ourselves. (A pid namespace per one-shot would do the same
+subreaper (prctl PR_SET_CHILD_SUBREAPER, made so by a perl shim or between fork and exec:
+`sandbox.process.subreaper`), so every orphan of the command is handed to that bash instead of
+escaping to the sandbox's init. When the command ends the outer bash kills whatever it holds,
+until nothing is left; on a timeout or cancellation we kill the outer bash's whole subtree
+ourselves (`sandbox.process.tree.kill_tree`). (A pid namespace per one-shot would do the same
 in the kernel, but the sandbox forbids nested user namespaces, so a process inside it cannot
 make one; a cgroup is not available inside either.)
 """
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import os
-import platform
 import shlex
 import shutil
-import signal
 import subprocess
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -61,23 +58,22 @@ import trio
 
 from orchestrator.errors import ToolError
 from orchestrator.text import join_elided, truncate_middle
+from sandbox.process.child import KILL_GRACE_S
+from sandbox.process.groups import stop_session, terminate_group
 from sandbox.process.orphans import adoption
+from sandbox.process.subreaper import become_subreaper, kills_leftovers, subreaper_shim
+from sandbox.process.tree import kill_tree
 
 __all__ = [
-    "KILL_GRACE_S",
     "OutputCapture",
     "PersistentShell",
     "ShellRun",
     "shell_environment",
 ]
 
-KILL_GRACE_S = 2.0
-"""Seconds a command's process group has to exit after SIGTERM before it gets SIGKILL."""
-
 _END_WAIT_S = 2.0
 """After SIGKILL, how long the shell may take to reap the command before it is replaced."""
 
-_POLL_S = 0.02
 _READ_CHUNK = 1 << 16
 _DRAIN_LIMIT = 1 << 22
 """Bytes read after the end record: more than a pipe holds, so everything the command wrote,
@@ -344,7 +340,7 @@ class PersistentShell:
         self._counter = 0
         self._closed = False
         self._shim: list[str] | None = None
-        """The one-shots' subreaper shim, looked up at the first one-shot (`_subreaper_shim`)."""
+        """The one-shots' subreaper shim, looked up at the first one-shot (`subreaper_shim`)."""
 
     @property
     def cwd(self) -> Path:
@@ -452,7 +448,7 @@ class PersistentShell:
                     adopted.started(proc.pid)
             else:
                 if self._shim is None:
-                    self._shim = _subreaper_shim()
+                    self._shim = subreaper_shim()
                 shim = self._shim
                 bash = ["bash", "--noprofile", "--norc", "-c", _ONESHOT_REAPER, "warren-oneshot"]
                 proc = await trio.lowlevel.open_process(
@@ -466,7 +462,7 @@ class PersistentShell:
                     # Without the shim, the prctl runs between fork and exec; a `preexec_fn`
                     # makes Python fork instead of vfork, which costs ~13 ms a call in a tool
                     # host (tests/bench/bench_vs_parent.py, Bash read-only).
-                    preexec_fn=None if shim else _become_subreaper,
+                    preexec_fn=None if shim else become_subreaper,
                 )
         except OSError as exc:
             for fd in (out_r, err_r):
@@ -488,9 +484,9 @@ class PersistentShell:
         finally:
             with trio.CancelScope(shield=True):
                 if not finished or deadline.cancelled_caught:  # all it started, wherever it went
-                    await _kill_subtree(proc.pid, self._grace)
+                    await kill_tree(proc.pid, self._grace)
                 # On timeout or cancellation the command itself; otherwise its background jobs.
-                await _terminate_group(proc.pid, self._grace)
+                await terminate_group(proc.pid, self._grace)
                 with trio.move_on_after(self._grace):
                     await proc.wait()
                 if adopted is not None:  # a bash that would not die is swept with the rest
@@ -674,7 +670,7 @@ class PersistentShell:
                 while job.pgid is None and not job.ended:
                     await self._read_record(job)
             if job.pgid is not None and not job.ended:
-                await _terminate_group(job.pgid, self._grace)
+                await terminate_group(job.pgid, self._grace)
                 with trio.move_on_after(_END_WAIT_S):
                     await self._await_end(job)
             if job.status is None:
@@ -693,10 +689,7 @@ class PersistentShell:
             if proc is None:
                 return
             # The shell is not reaped before the end, so its pid (the session id) stays ours.
-            sid = proc.pid
-            _signal_all(_live_pids(sid=sid), signal.SIGTERM)
-            if not await _all_gone(lambda: _live_pids(sid=sid), self._grace):
-                _signal_all(_live_pids(sid=sid), signal.SIGKILL)
+            await stop_session(proc.pid, self._grace)
             with trio.move_on_after(self._grace):
                 await proc.wait()
             if (adopted := adoption()) is not None:
@@ -737,146 +730,14 @@ def _drain(fd: int, capture: OutputCapture) -> None:
         taken += len(data)
 
 
-def _live_pids(*, pgid: int | None = None, sid: int | None = None) -> list[int]:
-    """Processes (zombies excluded) in process group `pgid` or session `sid`."""
-    import psutil  # only a kill needs it: not imported at every worker's start-up
-
-    if pgid is not None:
-        try:
-            os.killpg(pgid, 0)
-        except OSError:
-            return []
-    found = []
-    for pid in psutil.pids():
-        try:
-            if pgid is not None and os.getpgid(pid) != pgid:
-                continue
-            if sid is not None and os.getsid(pid) != sid:
-                continue
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                continue
-        except (OSError, psutil.Error):
-            continue
-        found.append(pid)
-    return found
-
-
-def _signal_all(pids: list[int], sig: signal.Signals) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, sig)
-            if sig == signal.SIGTERM:
-                os.kill(pid, signal.SIGCONT)  # a stopped process acts on SIGTERM only once resumed
-        except OSError:
-            pass
-
-
-async def _all_gone(live: Callable[[], list[int]], limit_s: float) -> bool:
-    """Poll `live()` until it is empty (True) or `limit_s` passes (False).
-
-    Polling, because the processes are not our children: nothing signals their exit to us.
+_ONESHOT_REAPER = kills_leftovers(
     """
-    with trio.move_on_after(limit_s):
-        while True:
-            if not live():
-                return True
-            await trio.sleep(_POLL_S)
-    return False
-
-
-_ONESHOT_REAPER = r"""
 (
     script=$1
     set --
     . "$script"
 )
-status=$?
-# A child subreaper: what the command left running was handed to us. Kill it all.
-while read -r -a kids < "/proc/$$/task/$$/children" || ((${#kids[@]})); do
-    ((${#kids[@]})) || break
-    kill -KILL "${kids[@]}" 2>/dev/null
-done
-exit "$status"
 """
-"""The outer bash of a one-shot (see the module docstring); `$1` is the command's script."""
-
-_PR_SET_CHILD_SUBREAPER = 36
-
-_PRCTL_SYSCALL = {"x86_64": 157, "aarch64": 167}
-"""prctl's syscall number, for the perl shim (the seccomp filter knows these two too)."""
-
-
-def _subreaper_shim() -> list[str]:
-    """An argv prefix that makes the process a child subreaper and execs the rest, without
-    forking Python the slow way: perl's `syscall` (perl-base is essential on Debian). Empty
-    when there is no perl or the architecture is unknown: then `_become_subreaper` runs."""
-    number = _PRCTL_SYSCALL.get(platform.machine())
-    perl = shutil.which("perl")
-    bash = shutil.which("bash")
-    if number is None or perl is None or bash is None:
-        return []
-    code = (
-        f'syscall({number}, {_PR_SET_CHILD_SUBREAPER}, 1, 0, 0, 0) == 0 or die "prctl: $!\\n";'
-        f" exec {{ '{bash}' }} @ARGV or die \"exec: $!\\n\";"
-    )
-    return [perl, "-e", code, "--"]
-
-
-def _become_subreaper() -> None:
-    """Between fork and exec of a one-shot's outer bash: orphans below it come to it."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER) failed")
-
-
-def _subtree(pid: int) -> list[int]:
-    """The descendants of `pid` (not `pid`), from each thread's `children` file."""
-    found = [pid]
-    for member in found:  # grows as we go
-        try:
-            tasks = os.listdir(f"/proc/{member}/task")
-        except OSError:
-            continue
-        for task in tasks:
-            with contextlib.suppress(OSError, ValueError):
-                found += map(int, Path(f"/proc/{member}/task/{task}/children").read_text().split())
-    return found[1:]
-
-
-async def _kill_subtree(pid: int, grace_s: float) -> None:
-    """SIGTERM every descendant of `pid` (a child subreaper, so none can leave its subtree),
-    allow `grace_s`, then SIGKILL until none is left (bounded)."""
-    _signal_all(_subtree(pid), signal.SIGTERM)
-    if await _all_gone(lambda: _live(_subtree(pid)), grace_s):
-        return
-    with trio.move_on_after(max(grace_s, 1.0)):
-        while live := _live(_subtree(pid)):
-            _signal_all(live, signal.SIGKILL)
-            await trio.sleep(0.005)
-
-
-def _live(pids: list[int]) -> list[int]:
-    """`pids` that are not zombies."""
-    alive = []
-    for pid in pids:
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            continue
-        if stat[stat.rfind(")") + 2 :][:1] != "Z":
-            alive.append(pid)
-    return alive
-
-
-async def _terminate_group(pgid: int, grace_s: float) -> None:
-    """SIGTERM process group `pgid`, allow `grace_s` seconds, then SIGKILL what is left."""
-    try:
-        os.killpg(pgid, signal.SIGTERM)
-        os.killpg(pgid, signal.SIGCONT)
-    except OSError:
-        return  # no such group: nothing left to stop
-    if not await _all_gone(lambda: _live_pids(pgid=pgid), grace_s):
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except OSError:
-            pass
+)
+"""The outer bash of a one-shot, a child subreaper (see the module docstring): it sources the
+command's script (`$1`) in a subshell, then kills whatever the command left running."""

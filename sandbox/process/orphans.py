@@ -3,7 +3,7 @@ subreaper of them all, and kills their orphans when each call ends.
 
 `PersistentShell.run_oneshot` must leave nothing running, not even what left the command's
 process group (`setsid`, a double fork, `nohup`). Without adoption each one-shot runs under its
-own subreaper bash, started through a perl shim (`orchestrator.tools.shell`), which costs two extra
+own subreaper bash, started through a perl shim (`sandbox.process.subreaper`), which costs two extra
 execs (~3 ms) a call. A process where *only* one-shots run (the read-only tool host, a read-only
 agent worker) calls `adopt_orphans()` once instead: it becomes a child subreaper itself (an
 in-process prctl, no fork), so every orphan of every one-shot becomes its child, and
@@ -32,19 +32,16 @@ no unloaded figure yet), besides reopening nested user namespaces to every tool 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
 from collections.abc import Iterator
-from pathlib import Path
 
 import trio
 
-from sandbox.reaper import our_children
+from sandbox.process.subreaper import become_subreaper
+from sandbox.process.tree import our_children, session_of
 
 __all__ = ["Adoption", "adopt_orphans", "adoption"]
-
-_PR_SET_CHILD_SUBREAPER = 36
 
 SWEEP_LIMIT_S = 2.0
 """Longest a sweep keeps killing what keeps appearing (a fork bomb) before it gives up."""
@@ -106,7 +103,7 @@ class Adoption:
         for pid in our_children():
             if pid in self._running:
                 continue
-            sid = _session_of(pid)
+            sid = session_of(pid)
             if sid is not None and sid != self._sid:
                 found.append((pid, sid))
         return found
@@ -120,10 +117,7 @@ def adopt_orphans() -> Adoption:
     docstring for where that is allowed). Raises `OSError` when the kernel refuses."""
     global _ADOPTION
     if _ADOPTION is None:
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, f"prctl(PR_SET_CHILD_SUBREAPER) failed: {os.strerror(err)}")
+        become_subreaper()
         _ADOPTION = Adoption()
     return _ADOPTION
 
@@ -131,13 +125,3 @@ def adopt_orphans() -> Adoption:
 def adoption() -> Adoption | None:
     """This process's adoption, when `adopt_orphans` was called."""
     return _ADOPTION
-
-
-def _session_of(pid: int) -> int | None:
-    """The session id of `pid` (a zombie's too), from `/proc/<pid>/stat`."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat[stat.rfind(")") + 2 :].split()
-    return int(fields[3]) if len(fields) > 3 else None

@@ -67,15 +67,15 @@ async def bench_reaper(workspace: Path) -> tuple[float, float]:
     """(d): medians of `true` one-shots, new way and old way, alternating."""
     import orchestrator.tools.shell as shell_module
 
-    new_script, new_preexec = shell_module._ONESHOT_REAPER, shell_module._become_subreaper
+    new_script, new_preexec = shell_module._ONESHOT_REAPER, shell_module.become_subreaper
 
     def old_way() -> None:  # one bash sources the script: what the old code ran
         shell_module._ONESHOT_REAPER = '. "$1"'
-        shell_module._become_subreaper = lambda: None
+        shell_module.become_subreaper = lambda: None
 
     def new_way() -> None:
         shell_module._ONESHOT_REAPER = new_script
-        shell_module._become_subreaper = new_preexec
+        shell_module.become_subreaper = new_preexec
 
     shell = PersistentShell(cwd=workspace, env=shell_environment(), output_limit=MAX_OUTPUT_CHARS)
     samples: dict[str, list[float]] = {"new": [], "old": []}

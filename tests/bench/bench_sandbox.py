@@ -6,8 +6,8 @@
     unsandboxed, median of N runs each, in ms and as a ratio
 (b) a read-only one-shot command: `rg` over this repository, sandboxed vs unsandboxed
 (c) the floor probe, end to end (goal < 100 ms)
-(d) the reaper of adopted sandbox inits (sandbox/reaper.py): `/bin/true` sandboxed with it and
-    with it switched off, alternating, and the cost of one look for adopted inits
+(d) the reaper of adopted sandbox inits (sandbox/process/reaper.py): `/bin/true` sandboxed
+    with it and with it switched off, alternating, and the cost of one look for adopted inits
 
 Both sides of each comparison spawn the same way (fork+exec from the trio thread) and capture
 output the same way, so the difference is bwrap: namespaces, mounts, seccomp, prlimit, the
@@ -113,7 +113,7 @@ async def main(runs: int) -> None:
             )
 
         import sandbox.run as sandbox_run
-        from sandbox.reaper import adopted_sandbox_inits
+        from sandbox.process.reaper import adopted_sandbox_inits
 
         real_reap = sandbox_run.reap_adopted_sandbox_inits  # type: ignore[attr-defined]
 

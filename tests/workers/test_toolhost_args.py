@@ -47,6 +47,7 @@ def test_the_coordinator_s_argv_is_read_without_argparse_as_argparse_reads_it(ro
 @example([("--role", "read_only"), ("--workspace", "/w"), ("--cwd", "-x")], False)
 @example([("--role=read_only", "--workspace"), ("/w", "/w")], False)
 @example([("--workspace", "/w"), ("--role", "read_write"), ("--role", "read_only")], True)
+@example([("--role", "/w"), ("--role", "read_only"), ("--workspace", "read_only")], False)
 def test_whatever_the_fast_reading_accepts_argparse_reads_the_same(
     pairs: list[tuple[str, str]], odd: bool
 ) -> None:

@@ -47,7 +47,7 @@ def _modules_at_ready(workspace: Path, module: str, role: str) -> set[str]:
 
 def test_a_worker_reaches_ready_without_the_sdk_the_floor_or_psutil(tmp_path: Path) -> None:
     modules = _modules_at_ready(tmp_path, "workers.agent_worker", "read_write")
-    assert "workers.agent_worker" in modules and "sandbox.reaper" in modules
+    assert "workers.agent_worker" in modules and "sandbox.process.orphans" in modules
     unwanted = {"anthropic", "httpx", "psutil", "sandbox.probe", "sandbox.run", "sandbox.spec"}
     unwanted |= {"importlib.metadata"}  # pydantic's plugin search: workers/lean.py
     assert modules & unwanted == set()

@@ -27,20 +27,18 @@ Synchronous (the server runs no event loop): the server watches `fds()` and call
 
 from __future__ import annotations
 
-import array
 import contextlib
-import json
 import os
 import socket
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from sandbox.process.zygote import ZygoteLink
     from sandbox.spare import ForkedSpare, SpareChild, SpareRecipe
 
 __all__ = ["HostTemplate"]
 
-_MESSAGE_BYTES = 65_536
 _FORK_TIMEOUT_S = 5.0
 
 
@@ -54,6 +52,7 @@ class HostTemplate:
     def __init__(self, key: str, recipe: SpareRecipe) -> None:
         """Start it. **Errors:** `OSError` or `ValueError` when it cannot start."""
         from sandbox import nsfork
+        from sandbox.process.zygote import ZygoteLink
         from sandbox.spare import spawn_spare
 
         read_only = recipe.as_read_only()
@@ -86,17 +85,25 @@ class HostTemplate:
             os.close(fd)
         self.child.stdin = self.child.stdout = -1
         os.set_blocking(self.child.stderr, False)
-        ours.setblocking(False)
-        self.control = ours
-        self.ready = False
+        self.link: ZygoteLink = ZygoteLink(ours)
         self.retired = False
-        self.dead = False
+        self._reaped = False
         self.pending: dict[str, SpareRecipe] = {}
         self.used = time.monotonic()
 
+    @property
+    def ready(self) -> bool:
+        """It has warmed and forks hosts."""
+        return self.link.ready
+
+    @property
+    def dead(self) -> bool:
+        """It is gone (it closed its end, or was reaped): it forks no more."""
+        return self.link.gone or self._reaped
+
     def fds(self) -> list[int]:
         """What the server watches (and a forked session closes)."""
-        out = [] if self.control.fileno() < 0 else [self.control.fileno()]
+        out = [] if self.link.fileno() < 0 else [self.link.fileno()]
         return out + ([self.child.stderr] if self.child.stderr >= 0 else [])
 
     def inherited_fds(self) -> list[int]:
@@ -107,108 +114,33 @@ class HostTemplate:
         """Read what it said; True when it just became ready."""
         was = self.ready
         self._drain_stderr()
-        while not self.dead:
-            message = self._receive(block=False)
-            if message is None:
-                break
-            _close(message)
+        self.link.read_waiting()
         return self.ready and not was
 
     def fork(self, recipe: SpareRecipe, *, read_only: bool) -> ForkedSpare:
         """A host from `recipe` (this template's, or its read-only recipe with `read_only`).
         **Errors:** `OSError` when the template cannot make it (the caller starts a fresh
         spare instead)."""
-        from sandbox.spare import ForkedSpare, pid_of
+        from sandbox.process.zygote import ForkRequest
+        from sandbox.spare import ForkedSpare
 
         if not self.ready or self.dead or self.retired:
             raise OSError("the template is not ready")
         at = recipe.argv.index("workers.toolhost")
-        request = {
-            "argv": list(recipe.argv[at + 1 :]),
-            "limits": recipe.spec.limits.model_dump(),
-            "tmp_bytes": recipe.spec.limits.tmp_bytes,
-            "read_only": [str(p) for p in self.recipe.writable_paths()] if read_only else [],
-        }
-        child_in, ours_in = os.pipe()
-        ours_out, child_out = os.pipe()
-        ours_err, child_err = os.pipe()
-        ours = [ours_in, ours_out, ours_err]
+        request = ForkRequest(
+            argv=recipe.argv[at + 1 :],
+            limits=recipe.spec.limits.model_dump(),
+            tmp_bytes=recipe.spec.limits.tmp_bytes,
+            read_only=tuple(str(p) for p in self.recipe.writable_paths()) if read_only else (),
+        )
         try:
-            rights = array.array("i", [child_in, child_out, child_err])
-            self.control.setblocking(True)
-            self.control.settimeout(_FORK_TIMEOUT_S)
-            try:
-                self.control.sendmsg(
-                    [json.dumps(request).encode()],
-                    [(socket.SOL_SOCKET, socket.SCM_RIGHTS, rights)],
-                )
-                for fd in (child_in, child_out, child_err):
-                    os.close(fd)
-                child_in = child_out = child_err = -1
-                while True:
-                    reply = self._receive(block=True)
-                    if reply is None:
-                        raise OSError("the template is gone")
-                    if "pid" in reply or "failed" in reply:
-                        break
-                    _close(reply)
-            finally:
-                if self.control.fileno() >= 0:
-                    self.control.setblocking(False)
-            fds = reply.pop("_fds", [])
-            if "pid" not in reply or len(fds) != 1:
-                for fd in fds:
-                    os.close(fd)
-                raise OSError(f"the template could not fork a host: {reply.get('failed')}")
-            pidfd = fds[0]
-            spare = ForkedSpare(
-                pid=pid_of(pidfd), pidfd=pidfd, stdin=ours_in, stdout=ours_out, stderr=ours_err
-            )
-            ours = []
-            for fd in spare.descriptors():
-                os.set_inheritable(fd, False)
-            self.used = time.monotonic()
-            return spare
-        except (OSError, ValueError) as exc:
+            forked = self.link.fork(request, timeout_s=_FORK_TIMEOUT_S)
+        except OSError as exc:
             if isinstance(exc, TimeoutError):
                 self.kill()  # wedged: its hosts go with it
-            raise OSError(str(exc)) from exc
-        finally:
-            for fd in (*ours, child_in, child_out, child_err):
-                if fd >= 0:
-                    os.close(fd)
-
-    def _receive(self, *, block: bool) -> dict[str, Any] | None:
-        """One message (its descriptors under `_fds`); None when there is none now (or it is
-        gone: `dead`)."""
-        fds = array.array("i")
-        try:
-            data, ancillary, _, _ = self.control.recvmsg(
-                _MESSAGE_BYTES, socket.CMSG_SPACE(fds.itemsize)
-            )
-        except (BlockingIOError, InterruptedError):
-            return None
-        except OSError:
-            if block:
-                raise
-            data, ancillary = b"", []
-        for level, kind, raw in ancillary:
-            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                fds.frombytes(raw[: len(raw) - len(raw) % fds.itemsize])
-        if not data:
-            self.dead = True
-            self.control.close()
-            return None
-        try:
-            message = json.loads(data)
-        except ValueError:
-            message = {}
-        if not isinstance(message, dict):
-            message = {}
-        if message.get("ready"):
-            self.ready = True
-        message["_fds"] = list(fds)
-        return message
+            raise OSError(f"the template could not fork a host: {exc}") from exc
+        self.used = time.monotonic()
+        return ForkedSpare.of(forked)
 
     def _drain_stderr(self) -> None:
         """Its own output (a failure to start, a host it could not make) is read and
@@ -230,8 +162,7 @@ class HostTemplate:
         """Fork no more: it leaves once the hosts it forked have (handed-out hosts serve
         their sessions to the end)."""
         self.retired = True
-        if self.control.fileno() >= 0:
-            self.control.close()
+        self.link.close()
 
     def kill(self) -> None:
         """Stop it and every host it forked (its sandbox's pid namespace goes)."""
@@ -242,21 +173,13 @@ class HostTemplate:
         """Reap it if it exited; True once it is gone."""
         if not self.child.reaped():
             return False
-        self.dead = True
+        self._reaped = True
+        self.link.close()
         if self.child.stderr >= 0:
             with contextlib.suppress(OSError):
                 os.close(self.child.stderr)
             self.child.stderr = -1
-        if self.control.fileno() >= 0:
-            self.control.close()
         return True
 
     def wait(self, timeout: float) -> None:
         self.child.wait(timeout)
-
-
-def _close(message: dict[str, Any]) -> None:
-    """Close descriptors a message carried that nobody asked for."""
-    for fd in message.get("_fds", ()):
-        with contextlib.suppress(OSError):
-            os.close(fd)

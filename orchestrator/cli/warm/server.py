@@ -382,8 +382,9 @@ class _FloorProber:
 
     def stop(self) -> None:
         """The server is leaving: end the probe and its sandbox (`--die-with-parent`)."""
-        with contextlib.suppress(OSError):
-            os.killpg(self.pid, signal.SIGKILL)
+        from sandbox.process.groups import kill_group
+
+        kill_group(self.pid)  # it leads a group of its own (`setpgid` in `start`)
         with contextlib.suppress(OSError):
             os.close(self.fd)
         with contextlib.suppress(ChildProcessError):

@@ -9,6 +9,8 @@ and a zombie would stay for every sandbox the session ran.
 We reap only what cannot be a child we (or trio, or a library) forked and will wait for: a
 child whose `NSpid` has more levels than ours is the init of a nested pid namespace, which
 only bwrap forks. Everything else is left to whoever started it, so no exit status is stolen.
+
+Part of the process room (sandbox/process/): run by `sandbox.run` after every sandbox.
 """
 
 from __future__ import annotations
@@ -19,7 +21,10 @@ from pathlib import Path
 
 import trio
 
-__all__ = ["adopted_sandbox_inits", "our_children", "reap_adopted_sandbox_inits"]
+from sandbox.process.held import HeldProcess
+from sandbox.process.tree import our_children
+
+__all__ = ["adopted_sandbox_inits", "reap_adopted_sandbox_inits"]
 
 
 def _nspid_depth(status: str) -> int | None:
@@ -27,16 +32,6 @@ def _nspid_depth(status: str) -> int | None:
         if line.startswith("NSpid:"):
             return len(line.split()) - 1
     return None
-
-
-def our_children() -> list[int]:
-    """Our children, from each thread's `children` file (an orphan goes to any thread)."""
-    found: list[int] = []
-    with contextlib.suppress(OSError):
-        for task in os.listdir("/proc/self/task"):
-            with contextlib.suppress(OSError):
-                found += map(int, Path(f"/proc/self/task/{task}/children").read_text().split())
-    return found
 
 
 def adopted_sandbox_inits() -> list[int]:
@@ -59,22 +54,24 @@ def adopted_sandbox_inits() -> list[int]:
 async def reap_adopted_sandbox_inits(timeout_s: float) -> list[int]:
     """Wait (at most `timeout_s` each) for every adopted sandbox init to exit, and reap it.
     The kernel killed the rest of its namespace when bwrap went, so this is brief. Returns
-    the pids reaped. Cancellation: stops waiting; the rest is reaped by a later call."""
+    the pids reaped.
+
+    **Cancellation:** stops waiting; the rest is reaped by a later call.
+    **Errors:** none."""
     reaped = []
     for pid in adopted_sandbox_inits():
         try:
-            pidfd = os.pidfd_open(pid)
+            held: HeldProcess | None = HeldProcess.open(pid)
         except OSError:  # gone (reaped by a concurrent call), or no pidfd: try once
-            pidfd = None
+            held = None
         try:
-            if pidfd is not None:
+            if held is not None:
                 with trio.move_on_after(timeout_s):
-                    await trio.lowlevel.wait_readable(pidfd)
+                    await held.wait()
             with contextlib.suppress(ChildProcessError):
                 if os.waitpid(pid, os.WNOHANG)[0] == pid:  # noqa: ASYNC222 (WNOHANG)
                     reaped.append(pid)
         finally:
-            if pidfd is not None:
-                trio.lowlevel.notify_closing(pidfd)
-                os.close(pidfd)
+            if held is not None:
+                held.close()
     return reaped
