@@ -255,7 +255,14 @@ def install_filter(program: bytes) -> None:
 
 
 def make_undumpable() -> None:
-    """PR_SET_DUMPABLE 0 (see workers/entry.py `make_undumpable`)."""
+    """Clear this process's dumpable flag (prctl PR_SET_DUMPABLE 0).
+
+    The kernel then lets only a process with CAP_SYS_PTRACE over our user namespace ptrace us
+    or open our `/proc/<pid>/{mem,fd,environ,maps,...}`; the sandbox drops every capability,
+    so the tools we spawn (which exec, and so become dumpable themselves) cannot reach us. The
+    coordinator, outside the sandbox's user namespace, still can. Raises `OSError` when the
+    call fails: a process that cannot protect itself must not serve.
+    """
     _check(_libc().prctl(_PR_SET_DUMPABLE, ctypes.c_ulong(0), 0, 0, 0), "PR_SET_DUMPABLE")
 
 

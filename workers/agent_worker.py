@@ -65,14 +65,13 @@ from orchestrator.model.base import (
 from orchestrator.model.scripted import ScriptedModel
 from orchestrator.tools.base import Tool, ToolContext, ToolInput
 from orchestrator.tools.registry import ToolRegistry, builtin_tools
-from sandbox.process.orphans import adopt_orphans
 from workers import protocol as wire
 from workers.entry import (
     exit_now,
     load_tools_factory,
     make_undumpable,
     serve_until_sigterm,
-    take_stdio,
+    take_protocol,
 )
 
 if TYPE_CHECKING:  # imported by a run with hooks only (workers/agent_hooks.py)
@@ -604,9 +603,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `python -m workers.agent_worker`; returns the exit status."""
     make_undumpable()  # before anything else: see workers.entry
     args = _parse_args(argv)
-    if args.role == "read_only":  # only one-shots run here: see sandbox.process.orphans
-        adopt_orphans()
-    proto_in, proto_out = take_stdio()
+    proto_in, proto_out = take_protocol(args.role)
     log("agent worker starting", role=args.role, pid=os.getpid())
     trio.run(_serve, args, proto_in, proto_out)
     return 0

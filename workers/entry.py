@@ -10,7 +10,6 @@ would let a tool read its memory or write a forged message into its protocol pip
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import importlib
 import os
 import signal
@@ -21,7 +20,9 @@ from typing import NoReturn
 import trio
 
 from orchestrator.tools.registry import ToolRegistry
+from sandbox.nsfork import make_undumpable
 from sandbox.process.handover import PIPE_FDS_ENV
+from sandbox.process.orphans import adopt_orphans
 from workers import host_protocol as wire
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "load_tools_factory",
     "make_undumpable",
     "serve_until_sigterm",
+    "take_protocol",
     "take_stdio",
 ]
 
@@ -45,22 +47,13 @@ def load_tools_factory(spec: str) -> ToolsFactory:
     return factory
 
 
-_PR_SET_DUMPABLE = 4
-
-
-def make_undumpable() -> None:
-    """Clear this process's dumpable flag (prctl PR_SET_DUMPABLE 0).
-
-    The kernel then lets only a process with CAP_SYS_PTRACE over our user namespace ptrace us
-    or open our `/proc/<pid>/{mem,fd,environ,maps,...}`; the sandbox drops every capability,
-    so the tools we spawn (which exec, and so become dumpable themselves) cannot reach us. The
-    coordinator, outside the sandbox's user namespace, still can. Raises `OSError` when the
-    call fails: a worker that cannot protect itself must not serve.
-    """
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"prctl(PR_SET_DUMPABLE, 0) failed: {os.strerror(err)}")
+def take_protocol(role: str) -> tuple[int, int]:
+    """What a worker or tool host does once it is undumpable and has read its arguments: the
+    read-only one, which runs only one-shot commands, becomes their subreaper
+    (`sandbox.process.orphans`); then the protocol's descriptors are taken (`take_stdio`)."""
+    if role == "read_only":
+        adopt_orphans()
+    return take_stdio()
 
 
 def take_stdio() -> tuple[int, int]:

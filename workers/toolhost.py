@@ -43,19 +43,18 @@ import trio
 
 from orchestrator.aio import closing_iter
 from orchestrator.errors import ToolError
-from orchestrator.hooks.process import run_hook_command
+from orchestrator.hooks.process import HookCommand, run_hook_command
 from orchestrator.tools.base import ReadLedger, ToolContext, ToolOutput
 from orchestrator.tools.bash import MAX_OUTPUT_CHARS, SHELL_RESOURCE
 from orchestrator.tools.registry import ToolRegistry, builtin_tools
 from orchestrator.tools.shell import PersistentShell, shell_environment
-from sandbox.process.orphans import adopt_orphans
 from workers import host_protocol as wire
 from workers.entry import (
     exit_now,
     load_tools_factory,
     make_undumpable,
     serve_until_sigterm,
-    take_stdio,
+    take_protocol,
 )
 
 __all__ = [
@@ -305,15 +304,15 @@ class ToolHost:
         try:
             with scope:
                 try:
-                    done = await run_hook_command(
+                    hook = HookCommand(
                         message.command,
-                        stdin=message.stdin.encode(),
-                        env={**os.environ, **message.env},
-                        cwd=Path(message.cwd),
-                        timeout_s=message.timeout_s,
-                        output_bytes=message.output_bytes,
-                        contain=True,
+                        message.stdin.encode(),
+                        {**os.environ, **message.env},
+                        Path(message.cwd),
+                        message.timeout_s,
+                        message.output_bytes,
                     )
+                    done = await run_hook_command(hook, contain=True)
                 except OSError as exc:
                     result = result.model_copy(update={"problem": f"could not start: {exc}"})
                 else:
@@ -529,9 +528,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `python -m workers.toolhost`; returns the exit status."""
     make_undumpable()  # before anything else: see workers.entry
     args = _parse_args(argv)
-    if args.role == "read_only":  # only one-shots run here: see sandbox.process.orphans
-        adopt_orphans()
-    proto_in, proto_out = take_stdio()
+    proto_in, proto_out = take_protocol(args.role)
     HostLog(args.role).info("tool host starting", pid=os.getpid())
     trio.run(_serve, args, proto_in, proto_out)
     return 0

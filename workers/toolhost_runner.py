@@ -50,9 +50,10 @@ import structlog
 import trio
 
 from orchestrator.aio import closing_iter
+from orchestrator.calls.pipeline import InProcessRunner
 from orchestrator.calls.plan import CallPlan, SandboxMode
 from orchestrator.errors import ToolError, WarrenError
-from orchestrator.hooks.process import HookProcess
+from orchestrator.hooks.process import HookCommand, HookProcess
 from orchestrator.messages import TextBlock
 from orchestrator.tools.base import Checked, Tool, ToolContext, ToolInput, ToolOutput, ToolProgress
 from sandbox.guard import find_denied
@@ -273,6 +274,18 @@ class _Host(SupervisedChild):
     retiring: bool = False
     """Replaced (its masks are out of date): stopped once its last call has answered."""
 
+    def expect(self, call_id: str) -> trio.MemoryReceiveChannel[_Reply]:
+        """Where the answers to `call_id` arrive, until `done(call_id)`."""
+        send, receive = trio.open_memory_channel[_Reply](math.inf)
+        self.pending[call_id] = send
+        return receive
+
+    def done(self, call_id: str) -> None:
+        """No more answers to `call_id`: a retiring host stops once its last call is done."""
+        self.pending.pop(call_id, None)
+        if self.retiring and not self.pending:
+            self.process.kill()
+
     async def send(self, message: pydantic.BaseModel) -> None:
         """Write one message, whole (`SupervisedChild.send_bytes`).
 
@@ -402,14 +415,13 @@ class SandboxedToolRunner:
         **Errors:** `ToolHostError` when the host cannot start, dies, or does not answer within
         `validate_timeout_s`; `ToolError` when the host could not run validate.
         """
-        tool, input = plan.runnable()
         if plan.runs_in_coordinator:
-            return await tool.validate(input, ctx)
+            return await InProcessRunner().validate(plan, ctx)
+        tool, input = plan.runnable()
         role = _ROLES[plan.sandbox]
         host = await self._host(role, ctx)
         call_id = self._next_id()
-        send, receive = trio.open_memory_channel[_Reply](math.inf)
-        host.pending[call_id] = send
+        receive = host.expect(call_id)
         try:
             await host.send(
                 wire.ValidateTool(
@@ -434,7 +446,7 @@ class SandboxedToolRunner:
                 role=role,
             )
         finally:
-            host.pending.pop(call_id, None)
+            host.done(call_id)
 
     merged_checks = True
     """Validation in a host is a trip of its own; `call(validate=True)` saves it."""
@@ -455,12 +467,8 @@ class SandboxedToolRunner:
         """
         tool, input = plan.runnable()
         if plan.runs_in_coordinator:
-            if validate:
-                refusal = await tool.validate(input, ctx)
-                yield Checked(refusal)
-                if refusal is not None:
-                    return
-            async with closing_iter(tool.call(input, ctx)) as events:
+            here = InProcessRunner().call(plan, ctx, validate=validate)
+            async with closing_iter(here) as events:
                 async for event in events:
                     if isinstance(event, ToolOutput):
                         event = self._guarded(self._hosts.get("read_write"), event)
@@ -477,8 +485,7 @@ class SandboxedToolRunner:
             yield ToolOutput(f"{tool.name} could not run: {exc.message}", is_error=True)
             return
         call_id = self._next_id()
-        send, receive = trio.open_memory_channel[_Reply](math.inf)
-        host.pending[call_id] = send
+        receive = host.expect(call_id)
         answered = False
         try:
             shell = self._shell if role == "read_only" and self._shell != host.sent_shell else None
@@ -523,23 +530,11 @@ class SandboxedToolRunner:
             if not answered:
                 with trio.CancelScope(shield=True), trio.move_on_after(self._cancel_wait_s):
                     await self._cancel(host, call_id, ctx, receive)
-            host.pending.pop(call_id, None)
-            if host.retiring and not host.pending:
-                host.process.kill()
+            host.done(call_id)
 
     # -- hooks (orchestrator.hooks.runner.WarmHookHost) -------------------------------------
 
-    async def run_hook(
-        self,
-        command: str,
-        *,
-        stdin: bytes,
-        env: Mapping[str, str],
-        cwd: Path,
-        timeout_s: float,
-        output_bytes: int,
-        writable: bool,
-    ) -> HookProcess:
+    async def run_hook(self, hook: HookCommand, *, writable: bool) -> HookProcess:
         """Run a hook in the read-write host (`writable`) or the read-only one: it inherits
         that host's sandbox, the floor tools run under, and is killed with everything it
         started at `timeout_s` or past `output_bytes` (`orchestrator.hooks.process`).
@@ -563,23 +558,22 @@ class SandboxedToolRunner:
         # hook that errs does not block.
         host = await self._host(role, self._context, slot=_hook_slot(role))
         call_id = self._next_id()
-        send, receive = trio.open_memory_channel[_Reply](math.inf)
-        host.pending[call_id] = send
+        receive = host.expect(call_id)
         answered = False
         try:
             await host.send(
                 wire.RunHook(
                     id=call_id,
-                    command=command,
-                    stdin=stdin.decode("utf-8", "replace"),
-                    env=dict(env),
-                    cwd=str(cwd),
-                    timeout_s=timeout_s,
-                    output_bytes=output_bytes,
+                    command=hook.command,
+                    stdin=hook.stdin.decode("utf-8", "replace"),
+                    env=dict(hook.env),
+                    cwd=str(hook.cwd),
+                    timeout_s=hook.timeout_s,
+                    output_bytes=hook.output_bytes,
                 )
             )
             # The host enforces the timeout; this only outlasts a host that stopped answering.
-            with trio.move_on_after(timeout_s + _HOOK_ANSWER_SLACK_S):
+            with trio.move_on_after(hook.timeout_s + _HOOK_ANSWER_SLACK_S):
                 async for reply in receive:
                     if isinstance(reply, _Failure):
                         answered = True
@@ -597,9 +591,7 @@ class SandboxedToolRunner:
             if not answered:
                 with trio.CancelScope(shield=True), trio.move_on_after(self._cancel_wait_s):
                     await _cancel_hook(host, call_id, receive)
-            host.pending.pop(call_id, None)
-            if host.retiring and not host.pending:
-                host.process.kill()
+            host.done(call_id)
             # What the hook made of protected names is undone now (and said with the next
             # tool output), as after a writable call.
             self._carried += self._drain_guard(self._hosts.get(_hook_slot("read_write")))

@@ -13,7 +13,7 @@ import os
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.calls.permissions import Allow, Ask, Deny, PermissionFn, PermissionResult
 from orchestrator.calls.plan import Assessor, CallPlan, Verdict
@@ -33,6 +33,10 @@ from policies.files import (
 from policies.mcp import McpJson, McpJsonError, parse_mcp_json, read_mcp_json
 from policies.mode import PermissionMode
 from policies.rules import PathPattern, compile_path_pattern
+
+if TYPE_CHECKING:
+    from sandbox.spec import Limits as SandboxLimits
+    from sandbox.spec import SandboxSpec
 
 __all__ = ["SessionPolicy", "load_session_policy"]
 
@@ -160,6 +164,19 @@ class SessionPolicy:
     def home_allow(self) -> tuple[str, ...]:
         """`[sandbox] home_allow`: home paths the sandbox sees (read-only) besides the defaults."""
         return tuple(path for path, _ in self.effective.home_allow)
+
+    def sandbox_spec(self, limits: SandboxLimits | None = None) -> SandboxSpec:
+        """The floor the policy adds to every sandbox of the session (tool hosts, pool
+        workers, MCP servers, hooks): its read deny rules masked, its protected paths, its
+        home allowances; with `limits` (default: the spec's)."""
+        from sandbox.spec import SandboxSpec
+
+        return SandboxSpec(
+            **({} if limits is None else {"limits": limits}),
+            extra_deny_read=self.deny_read(),
+            extra_protected=self.protected(),
+            extra_home_allow=self.home_allow(),
+        )
 
     def writable_roots(self) -> tuple[Path, ...]:
         return tuple(root for root, _ in self.effective.writable_roots)

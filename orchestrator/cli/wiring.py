@@ -88,18 +88,14 @@ def open_tool_hosts(
     A session of the warm server starts them at once (`session_parts`)."""
 
     def open_hosts() -> AbstractAsyncContextManager[ToolRunner]:
-        from sandbox.spec import SandboxSpec
         from workers.toolhost_runner import HOST_LIMITS, SandboxedSpawner, open_tool_runner
 
-        spec = SandboxSpec(
-            limits=HOST_LIMITS,
-            extra_deny_read=policy.deny_read(),
-            extra_protected=policy.protected(),
-            extra_home_allow=policy.home_allow(),
-        )
         return open_tool_runner(
             spawner=SandboxedSpawner(
-                spec, host=host, read_denied=policy.read_denied(), spares=spares
+                policy.sandbox_spec(HOST_LIMITS),
+                host=host,
+                read_denied=policy.read_denied(),
+                spares=spares,
             ),
             prestart=ctx,
         )
@@ -167,18 +163,12 @@ async def _open_pool(
     pool: PoolConfig,
 ) -> AsyncIterator[SubagentRunner]:
     """`open_subagents`' pool itself, opened when it is needed."""
-    from sandbox.spec import SandboxSpec
     from workers.broker import ModelBroker
     from workers.pool import PoolOptions, open_worker_pool
     from workers.toolhost_runner import HOST_LIMITS, SandboxedSpawner
 
     broker = model if isinstance(model, ModelBroker) else open_broker(model, limits)
-    spec = SandboxSpec(
-        limits=HOST_LIMITS,
-        extra_deny_read=policy.deny_read(),
-        extra_protected=policy.protected(),
-        extra_home_allow=policy.home_allow(),
-    )
+    spec = policy.sandbox_spec(HOST_LIMITS)
     spawner = SandboxedSpawner(spec, read_denied=policy.read_denied())
     options = PoolOptions(
         max_workers=max(1, min(limits.max_subagents, LOCAL_MAX_SUBAGENTS)),
@@ -255,18 +245,11 @@ def open_mcp(
 
     from orchestrator.mcp.servers import open_mcp_servers
     from policies.mcp import McpServer
-    from sandbox.spec import SandboxSpec
     from workers.child import HostLaunch
     from workers.toolhost_runner import HOST_LIMITS, SandboxedSpawner, host_environment
 
     floor_proven = policy.engine.floor_proven
-    spec = SandboxSpec(
-        limits=HOST_LIMITS,
-        extra_deny_read=policy.deny_read(),
-        extra_protected=policy.protected(),
-        extra_home_allow=policy.home_allow(),
-    )
-    spawner = SandboxedSpawner(spec, read_denied=policy.read_denied())
+    spawner = SandboxedSpawner(policy.sandbox_spec(HOST_LIMITS), read_denied=policy.read_denied())
 
     # Servers start while the session starts, on the same cores: niced, so the coordinator's
     # own start-up (and its first model request) goes first. Once up, a server runs while

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import trio
 
-__all__ = ["HookProcess", "run_hook_command"]
+__all__ = ["HookCommand", "HookProcess", "run_hook_command"]
 
 _BASH_REAPER = '/bin/sh -c "$1"'
 """What the contained hook's parent runs where there is no perl (`sandbox.process.subreaper.
@@ -50,18 +50,27 @@ class HookProcess:
     """Why the run counts as an error whatever it printed (a timeout, a flood, a signal)."""
 
 
-async def run_hook_command(
-    command: str,
-    *,
-    stdin: bytes,
-    env: Mapping[str, str],
-    cwd: Path,
-    timeout_s: float,
-    output_bytes: int,
-    contain: bool,
-) -> HookProcess:
-    """Run `/bin/sh -c command` with `stdin`, `env` (the whole environment) and `cwd`; kill it
-    at `timeout_s` or once stdout plus stderr pass `output_bytes`.
+@dataclass(frozen=True)
+class HookCommand:
+    """One hook's command and what it runs with, wherever it runs (here, or in a tool host)."""
+
+    command: str
+    """Run as `/bin/sh -c command`."""
+    stdin: bytes
+    """The hook's input (its event as JSON)."""
+    env: Mapping[str, str]
+    """Its environment: the whole of it for `run_hook_command`; what is added to the
+    sandbox's environment for a tool host's `run_hook`."""
+    cwd: Path
+    timeout_s: float
+    """Seconds before it is killed, with everything it started."""
+    output_bytes: int
+    """Output (stdout plus stderr) past which it is killed."""
+
+
+async def run_hook_command(hook: HookCommand, *, contain: bool) -> HookProcess:
+    """Run `/bin/sh -c hook.command` with its `stdin`, `env` (the whole environment) and
+    `cwd`; kill it at `timeout_s` or once stdout plus stderr pass `output_bytes`.
 
     `contain`: run it below a subreaper parent and kill its whole subtree (see the module
     docstring); False: a plain process group.
@@ -75,12 +84,12 @@ async def run_hook_command(
     adopted = adoption() if contain else None
     with adopted.starting() if adopted is not None else contextlib.nullcontext():
         proc = await trio.lowlevel.open_process(
-            _argv(command, contain),
+            _argv(hook.command, contain),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            cwd=cwd,
-            env=dict(env),
+            cwd=hook.cwd,
+            env=dict(hook.env),
             start_new_session=True,
             preexec_fn=_preexec(contain),
         )
@@ -94,18 +103,18 @@ async def run_hook_command(
         nonlocal problem
         while data := await stream.receive_some(65536):
             chunks[name] += data
-            if len(chunks["out"]) + len(chunks["err"]) > output_bytes:
-                problem = f"printed more than {output_bytes} bytes and was stopped"
+            if len(chunks["out"]) + len(chunks["err"]) > hook.output_bytes:
+                problem = f"printed more than {hook.output_bytes} bytes and was stopped"
                 scope.cancel()
                 return
 
     async def feed(stream: trio.abc.SendStream) -> None:
         with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-            await stream.send_all(stdin)
+            await stream.send_all(hook.stdin)
             await stream.aclose()
 
     try:
-        with trio.move_on_after(timeout_s) as deadline:
+        with trio.move_on_after(hook.timeout_s) as deadline:
             async with trio.open_nursery() as nursery:
                 assert proc.stdin and proc.stdout and proc.stderr
                 nursery.start_soon(feed, proc.stdin)
@@ -114,7 +123,7 @@ async def run_hook_command(
                 await proc.wait()
         finished = not deadline.cancelled_caught
         if deadline.cancelled_caught and problem is None:
-            problem = f"timed out after {timeout_s:g} s and was stopped"
+            problem = f"timed out after {hook.timeout_s:g} s and was stopped"
     finally:
         with trio.CancelScope(shield=True):
             await _stop(proc, contain=contain, whole_tree=not finished)

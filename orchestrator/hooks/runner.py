@@ -31,10 +31,11 @@ deny naming both; context, reasons and errors keep the policy's hook order.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
@@ -61,7 +62,7 @@ from orchestrator.hooks.output import (
     parse_json_output,
     parse_output,
 )
-from orchestrator.hooks.process import HookProcess, run_hook_command
+from orchestrator.hooks.process import HookCommand, HookProcess, run_hook_command
 from policies.claude_names import claude_mode
 from policies.files import Hook, HookEvent
 from policies.mode import PermissionMode
@@ -219,20 +220,10 @@ class WarmHookHost(Protocol):
     """A sandbox that is already running and runs hook commands on request: the session's
     tool hosts (`workers.toolhost_runner.SandboxedToolRunner`)."""
 
-    async def run_hook(
-        self,
-        command: str,
-        *,
-        stdin: bytes,
-        env: Mapping[str, str],
-        cwd: Path,
-        timeout_s: float,
-        output_bytes: int,
-        writable: bool,
-    ) -> HookProcess:
-        """Run `/bin/sh -c command` in the read-write sandbox (`writable`) or the read-only
-        one, with `env` added to the sandbox's environment; killed with everything it started
-        at `timeout_s` or past `output_bytes` of output."""
+    async def run_hook(self, hook: HookCommand, *, writable: bool) -> HookProcess:
+        """Run `/bin/sh -c hook.command` in the read-write sandbox (`writable`) or the
+        read-only one, with its `env` added to the sandbox's environment; killed with
+        everything it started at its `timeout_s` or past its `output_bytes` of output."""
         ...
 
 
@@ -447,27 +438,16 @@ class HookRunner:
         hook = configured.hook
         started = time.monotonic()
         env = {"CLAUDE_PROJECT_DIR": str(self.workspace), "WARREN_PROJECT_DIR": str(self.workspace)}
+        command = HookCommand(
+            hook.command, payload, env, self.workspace, hook.timeout_s, self.output_bytes
+        )
         try:
             if self.sandbox is None or not hook.sandbox:
-                done = await run_hook_command(
-                    hook.command,
-                    stdin=payload,
-                    env={**os.environ, **env},
-                    cwd=self.workspace,
-                    timeout_s=hook.timeout_s,
-                    output_bytes=self.output_bytes,
-                    contain=False,
-                )
+                whole = dataclasses.replace(command, env={**os.environ, **env})
+                done = await run_hook_command(whole, contain=False)
             elif self.sandbox.warm is not None:
-                done = await self.sandbox.warm.run_hook(
-                    hook.command,
-                    stdin=payload,
-                    env=env,
-                    cwd=self.workspace,
-                    timeout_s=hook.timeout_s,
-                    output_bytes=self.output_bytes,
-                    writable=self.permission_mode.current != "plan",
-                )
+                writable = self.permission_mode.current != "plan"
+                done = await self.sandbox.warm.run_hook(command, writable=writable)
             else:
                 done = await self._one_shot(hook, payload, env)
         except Exception as exc:  # a spec the host cannot build, a spawn failure

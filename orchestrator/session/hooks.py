@@ -43,14 +43,7 @@ def hook_sandbox(policy: SessionPolicy, warm: WarmHookHost | None = None) -> Hoo
     """The floor for hooks: the tool hosts' additions (masks, protected paths, home
     allowances) and the policy's read deny rules; `warm`: the tool hosts themselves, where
     hooks then run."""
-    from sandbox.spec import SandboxSpec
-
-    spec = SandboxSpec(
-        extra_deny_read=policy.deny_read(),
-        extra_protected=policy.protected(),
-        extra_home_allow=policy.home_allow(),
-    )
-    return HookSandbox(spec, read_denied=policy.read_denied(), warm=warm)
+    return HookSandbox(policy.sandbox_spec(), read_denied=policy.read_denied(), warm=warm)
 
 
 def build_hook_runner(

@@ -19,9 +19,8 @@ start_at_once`).
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import trio
@@ -39,7 +38,7 @@ if TYPE_CHECKING:
     )
     from orchestrator.calls.pipeline import ToolRunner
     from orchestrator.calls.plan import CallPlan
-    from orchestrator.hooks.process import HookProcess
+    from orchestrator.hooks.process import HookCommand, HookProcess
     from orchestrator.hooks.runner import WarmHookHost
     from orchestrator.tools.base import Checked, ToolContext, ToolOutput, ToolProgress
 
@@ -127,22 +126,9 @@ class LaterToolHosts:
             async for item in items:
                 yield item
 
-    async def run_hook(
-        self,
-        command: str,
-        *,
-        stdin: bytes,
-        env: Mapping[str, str],
-        cwd: Path,
-        timeout_s: float,
-        output_bytes: int,
-        writable: bool,
-    ) -> HookProcess:
+    async def run_hook(self, hook: HookCommand, *, writable: bool) -> HookProcess:
         host: WarmHookHost = await self._later.part()
-        return await host.run_hook(
-            command, stdin=stdin, env=env, cwd=cwd, timeout_s=timeout_s,
-            output_bytes=output_bytes, writable=writable,
-        )  # fmt: skip
+        return await host.run_hook(hook, writable=writable)
 
 
 class LaterSubagents:

@@ -45,12 +45,13 @@ make one; a cgroup is not available inside either.)
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -433,37 +434,32 @@ class PersistentShell:
         os.set_blocking(out_r, False)  # _pump and _drain must never block the event loop
         os.set_blocking(err_r, False)
         adopted = adoption()
+        bash = ["bash", "--noprofile", "--norc"]
+        preexec: Callable[[], None] | None = None
+        if adopted is not None:  # we are the subreaper: a plain bash (sandbox.process.orphans)
+            argv = [*bash, str(script)]
+        else:
+            if self._shim is None:
+                self._shim = subreaper_shim()
+            argv = [*self._shim, *bash, "-c", _ONESHOT_REAPER, "warren-oneshot", str(script)]
+            # Without the shim, the prctl runs between fork and exec; a `preexec_fn` makes
+            # Python fork instead of vfork, which costs ~13 ms a call in a tool host
+            # (tests/bench/bench_vs_parent.py, Bash read-only).
+            preexec = None if self._shim else become_subreaper
         try:
-            if adopted is not None:  # we are the subreaper: a plain bash (sandbox.process.orphans)
-                with adopted.starting():
-                    proc = await trio.lowlevel.open_process(
-                        ["bash", "--noprofile", "--norc", str(script)],
-                        stdin=subprocess.DEVNULL,
-                        stdout=out_w,
-                        stderr=err_w,
-                        cwd=cwd,
-                        env=self._env,
-                        start_new_session=True,
-                    )
-                    adopted.started(proc.pid)
-            else:
-                if self._shim is None:
-                    self._shim = subreaper_shim()
-                shim = self._shim
-                bash = ["bash", "--noprofile", "--norc", "-c", _ONESHOT_REAPER, "warren-oneshot"]
+            with adopted.starting() if adopted is not None else contextlib.nullcontext():
                 proc = await trio.lowlevel.open_process(
-                    [*shim, *bash, str(script)],
+                    argv,
                     stdin=subprocess.DEVNULL,
                     stdout=out_w,
                     stderr=err_w,
                     cwd=cwd,
                     env=self._env,
                     start_new_session=True,
-                    # Without the shim, the prctl runs between fork and exec; a `preexec_fn`
-                    # makes Python fork instead of vfork, which costs ~13 ms a call in a tool
-                    # host (tests/bench/bench_vs_parent.py, Bash read-only).
-                    preexec_fn=None if shim else become_subreaper,
+                    preexec_fn=preexec,
                 )
+                if adopted is not None:
+                    adopted.started(proc.pid)
         except OSError as exc:
             for fd in (out_r, err_r):
                 os.close(fd)
