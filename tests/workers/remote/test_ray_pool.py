@@ -24,6 +24,7 @@ from tests.workers.test_dispatch_e2e import PROBE
 from workers.broker import ModelBroker
 from workers.pool import PoolOptions
 from workers.remote.backend import open_ray_subagents
+from workers.remote.process import RemoteProcess
 from workers.remote.snapshot import NodeCache
 
 pytestmark = needs_sandbox
@@ -101,6 +102,8 @@ async def a_worker_lost_mid_run_is_run_again_on_the_other_node(
             notice=notices.append,
         ) as backend:
 
+            killed_pids: list[int] = []
+
             async def kill_worker_when_in_flight() -> None:
                 while not api.requests:  # noqa: ASYNC110
                     await trio.sleep(0.02)
@@ -108,6 +111,7 @@ async def a_worker_lost_mid_run_is_run_again_on_the_other_node(
                 assert process.channel is not None
                 relayed = await trio.to_thread.run_sync(ray.get, process.actor.relayed.remote())
                 assert relayed == 0  # its request went to the coordinator, not through Ray
+                killed_pids.append(process.pid)
                 os.kill(process.pid, signal.SIGKILL)  # its sandbox (this machine is the node)
                 api.release(1)
 
@@ -129,10 +133,15 @@ async def a_worker_lost_mid_run_is_run_again_on_the_other_node(
             lost: list[str] = []
             lost_pid: list[int] = []
 
+            def in_flight() -> list[RemoteProcess]:
+                # The first worker stays listed until its stop is done, which takes a while
+                # on a loaded machine: it is not the one in flight.
+                return [p for p in backend.spawner.processes if p.pid not in killed_pids]
+
             async def kill_when_in_flight() -> None:
-                while len(api.requests) < 2:  # noqa: ASYNC110
+                while len(api.requests) < 2 or not in_flight():  # noqa: ASYNC110
                     await trio.sleep(0.02)
-                [process] = backend.spawner.processes
+                [process] = in_flight()
                 # Its stdio came over the direct connection; the retry's goes over Ray (the
                 # relay of a cluster that cannot reach the coordinator).
                 assert process.channel is not None
