@@ -15,6 +15,7 @@ merged at the end of a turn.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -34,6 +35,7 @@ from orchestrator.calls.pipeline import ToolRunner
 from orchestrator.calls.plan import CallPlan
 from orchestrator.changes.content_store import ContentStore
 from orchestrator.changes.tree_state import Entry, Key, ScanStopped, TreeState
+from orchestrator.changes.writers import Writer
 from orchestrator.events import Event, ToolResultsMessage
 from orchestrator.idle import until_idle
 from orchestrator.tools.base import Checked, ToolContext, ToolOutput, ToolProgress
@@ -47,6 +49,7 @@ __all__ = [
     "change_log_path",
     "diff",
     "read_turns",
+    "writer_of",
 ]
 
 
@@ -123,6 +126,8 @@ class TurnRecord:
     tool_use_ids: list[str]
     complete: bool
     undone: bool = False
+    writers: tuple[Writer, ...] = ()
+    """Who wrote what (each writer's paths), where the turn says (older logs do not)."""
 
 
 def change_log_path(transcript: Path) -> Path:
@@ -148,14 +153,13 @@ def read_turns(log: Path) -> list[TurnRecord]:
                     [Change.from_json(change) for change in record["changes"]],
                     [str(tool_use_id) for tool_use_id in record.get("tool_use_ids", [])],
                     bool(record.get("complete", True)),
+                    writers=tuple(Writer.from_json(w) for w in record.get("writers", ())),
                 )
             elif record.get("type") == "undone":
                 number = int(record["turn"])
                 if number in turns:
                     done = turns[number]
-                    turns[number] = TurnRecord(
-                        done.number, done.changes, done.tool_use_ids, done.complete, undone=True
-                    )
+                    turns[number] = dataclasses.replace(done, undone=True)
     return [turns[number] for number in sorted(turns)]
 
 
@@ -212,6 +216,11 @@ class ChangeRecorder:
         self._last_complete = True
         self._tool_use_ids: list[str] = []
         self._changes: list[Change] = []
+        self._writers: dict[str, Writer] = {}
+        """The turn's writers by id, in the order they started."""
+        self._by: dict[Key, str] = {}
+        """Which writer each changed path is put down to: a scoped writer when the path lies
+        in its scope, else the call whose after-scan first saw it."""
         self._turns = 0
         self._jobs: trio.MemorySendChannel[_Job] | None = None
         """The background task's queue, while `running()`."""
@@ -331,11 +340,13 @@ class ChangeRecorder:
         before, after, keys, complete = self.tree.since_mark()
         return complete, diff(before, after, keys)
 
-    async def before_call(self, tool_use_id: str) -> None:
-        """Before a read-write call: the turn's first scan (done when this returns)."""
+    async def before_call(self, tool_use_id: str, writer: Writer | None = None) -> None:
+        """Before a read-write call (or a hook, a typed command: `writer` says what it is):
+        the turn's first scan (done when this returns)."""
 
         async def first_scan() -> None:
             self._tool_use_ids.append(tool_use_id)
+            self._writers[tool_use_id] = writer or Writer(tool_use_id, "")
             if self._turn_complete is None:
                 try:
                     await self._scan()
@@ -344,9 +355,9 @@ class ChangeRecorder:
 
         await self._run(first_scan, wait=True)
 
-    async def after_call(self) -> None:
-        """After a read-write call: the scan that sees what it changed (queued, not waited
-        for, inside `running()`)."""
+    async def after_call(self, tool_use_id: str | None = None) -> None:
+        """After a read-write call (`tool_use_id`, as `before_call` was told): the scan that
+        sees what it changed (queued, not waited for, inside `running()`)."""
 
         async def after() -> None:
             if self._turn_complete is None:
@@ -356,8 +367,36 @@ class ChangeRecorder:
             except (OSError, ScanStopped) as exc:
                 structlog.get_logger().warning("change scan failed", error=str(exc))
                 self._turn_complete = None
+                return
+            self._attribute(tool_use_id)
 
         await self._run(after, wait=False)
+
+    def _attribute(self, tool_use_id: str | None) -> None:
+        """Put each changed path not yet put down to a writer to the scoped writer that holds
+        it, else to the call whose scan this is (writers that run at once are scoped: a
+        barrier call runs alone)."""
+        scoped = [w for w in self._writers.values() if w.scope is not None]
+        for change in self._changes:
+            if change.key in self._by:
+                continue
+            holder = next((w.id for w in scoped if w.holds(change.key)), tool_use_id)
+            if holder is not None:
+                self._by[change.key] = holder
+
+    def _turn_writers(self, changes: list[Change]) -> list[dict[str, Any]]:
+        """The turn's writers with the paths each changed (a lone writer has them all)."""
+        writers = list(self._writers.values())
+        paths: dict[str, list[str]] = {w.id: [] for w in writers}
+        for change in changes:
+            by = self._by.get(change.key, writers[0].id if len(writers) == 1 else None)
+            if by in paths:
+                paths[by].append(change.key[1])
+        return [
+            dataclasses.replace(w, paths=tuple(paths[w.id])).to_json()
+            for w in writers
+            if paths[w.id]
+        ]
 
     def __call__(self, event: Event) -> None:
         if isinstance(event, ToolResultsMessage):
@@ -376,7 +415,9 @@ class ChangeRecorder:
     def _turn_record(self) -> dict[str, Any] | None:
         """The turn's record (None when nothing changed); the next turn starts afresh."""
         complete, ids, changes = self._turn_complete, self._tool_use_ids, self._changes
+        writers = self._turn_writers(changes) if complete is not None and changes else []
         self._turn_complete, self._tool_use_ids, self._changes = None, [], []
+        self._writers, self._by = {}, {}
         if complete is not None:
             self.tree.unmark()
         if complete is None or not changes:
@@ -392,6 +433,7 @@ class ChangeRecorder:
             "tool_use_ids": ids,
             "complete": complete and self._last_complete,
             "changes": [change.to_json() for change in changes],
+            **({"writers": writers} if writers else {}),
         }
 
     async def _record_turn(self) -> None:
@@ -465,6 +507,23 @@ def append_record(log: Path, record: Mapping[str, Any]) -> None:
     _sync_and_close(_write_record(log, record))
 
 
+_LABEL_FIELDS = ("description", "command", "file_path", "notebook_path")
+"""The input fields that say what a call is to the user, first found first."""
+_LABEL_CHARS = 60
+
+
+def writer_of(plan: CallPlan) -> Writer:
+    """A call as its turn's record names it: its tool, what its input says it is, and a
+    scoped writer's scope."""
+    raw = plan.block.input if isinstance(plan.block.input, Mapping) else {}
+    label = next((str(raw[f]) for f in _LABEL_FIELDS if isinstance(raw.get(f), str)), "")
+    label = " ".join(label.split())
+    if len(label) > _LABEL_CHARS:
+        label = label[: _LABEL_CHARS - 3] + "..."
+    scope = None if plan.write_scope is None else tuple(str(p) for p in plan.write_scope)
+    return Writer(plan.block.id, plan.block.name, label, scope)
+
+
 class RecordingRunner:
     """A `ToolRunner` that hands every call to `inner`, with read-write ones recorded."""
 
@@ -483,12 +542,14 @@ class RecordingRunner:
     async def call(
         self, plan: CallPlan, ctx: ToolContext, *, validate: bool = False
     ) -> AsyncIterator[Checked | ToolProgress | ToolOutput]:
-        if plan.sandbox != "rw":
+        if plan.sandbox == "ro":
             async with closing_iter(self._inner_call(plan, ctx, validate)) as items:
                 async for item in items:
                     yield item
             return
-        await self.recorder.before_call(plan.block.id)
+        # A writer: a call in the read-write host, or a scoped writer (its worker writes
+        # beneath its scope; what it changed there is put down to it).
+        await self.recorder.before_call(plan.block.id, writer_of(plan))
         try:
             async with closing_iter(self._inner_call(plan, ctx, validate)) as items:
                 async for item in items:
@@ -497,7 +558,7 @@ class RecordingRunner:
             # Cancelled or not, what the call changed is recorded (queued; or, outside the
             # recorder's `running()`, at once, shielded and bounded: one scan).
             with trio.CancelScope(shield=True):
-                await self.recorder.after_call()
+                await self.recorder.after_call(plan.block.id)
 
     def _inner_call(
         self, plan: CallPlan, ctx: ToolContext, validate: bool

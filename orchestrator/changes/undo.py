@@ -90,7 +90,19 @@ def undo_last_turn(log: Path, store: ContentStore) -> UndoOutcome:
         parts.append(f"removed {_names(removed)}")
     partial = "" if turn.complete else " (that turn's scan was cut short: some changes unseen)"
     return UndoOutcome(
-        True, f"undid turn {turn.number}: {'; '.join(parts)}{partial}{note}", turn.number
+        True,
+        f"undid turn {turn.number}: {'; '.join(parts)}{_by_writer(turn)}{partial}{note}",
+        turn.number,
+    )
+
+
+def _by_writer(turn: TurnRecord) -> str:
+    """Where several wrote in the turn (scoped writers at once, a call and its hooks), who
+    wrote which files: ` (by dispatch_agent "billing": billing/a.py; Bash "make": out.o)`."""
+    if len(turn.writers) < 2:
+        return ""
+    return (
+        " (by " + "; ".join(f"{w.describe()}: {_names(list(w.paths))}" for w in turn.writers) + ")"
     )
 
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import secrets
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -43,6 +44,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 import trio
 
 from orchestrator.calls.plan import CallPlan
+from orchestrator.changes.writers import Writer, WriteRecorder
 from orchestrator.events import EventSink, HookRan
 from orchestrator.hooks.events import (
     HookInput,
@@ -276,8 +278,10 @@ class HookRunner:
         sandbox: HookSandbox | None = None,
         emit: EventSink | None = None,
         output_bytes: int = HOOK_OUTPUT_BYTES,
+        recorder: WriteRecorder | None = None,
     ) -> None:
-        """`sandbox` None runs every hook unsandboxed (the user turned the sandbox off)."""
+        """`sandbox` None runs every hook unsandboxed (the user turned the sandbox off);
+        `recorder`: the session's change sets, told of every hook that may write."""
         self.hooks = tuple(hooks)
         self._by_event: dict[str, tuple[ConfiguredHook, ...]] = {}
         for configured in self.hooks:
@@ -287,6 +291,7 @@ class HookRunner:
         self.extra_roots = tuple(extra_roots)
         self.session_id = session_id
         self.transcript_path = transcript_path
+        self.recorder = recorder
         self.permission_mode = permission_mode or PermissionMode("default", floor_proven=False)
         """The session's mode, live: read at each hook (plan mode runs hooks read-only)."""
         self.sandbox = sandbox
@@ -417,7 +422,7 @@ class HookRunner:
             if configured.callback is not None:
                 runs[index] = await self._call_back(configured, configured.callback, data)
             else:
-                runs[index] = await self._run_one(configured, payload)
+                runs[index] = await self._recorded(input.hook_event_name, configured, payload)
 
         async with trio.open_nursery() as nursery:
             for index, configured in enumerate(selected):
@@ -433,6 +438,25 @@ class HookRunner:
                 or f"A {input.hook_event_name} hook stopped the run (continue: false)."
             )
         return outcome
+
+    async def _recorded(
+        self, event: str, configured: ConfiguredHook, payload: bytes
+    ) -> HookRun:
+        """`_run_one`, and, when the hook may write the workspace (anything but a sandboxed
+        hook in plan mode), what it changed recorded as its own in the current turn's change
+        set, so `warren undo` puts it back with the rest of the turn."""
+        recorder = self.recorder
+        sandboxed = self.sandbox is not None and configured.hook.sandbox
+        if recorder is None or (sandboxed and self.permission_mode.current == "plan"):
+            return await self._run_one(configured, payload)
+        hook_id = f"hook_{secrets.token_hex(6)}"
+        label = " ".join(configured.hook.command.split())
+        await recorder.before_call(hook_id, Writer(hook_id, f"{event} hook", label[:60]))
+        try:
+            return await self._run_one(configured, payload)
+        finally:
+            with trio.CancelScope(shield=True):
+                await recorder.after_call(hook_id)
 
     async def _run_one(self, configured: ConfiguredHook, payload: bytes) -> HookRun:
         hook = configured.hook

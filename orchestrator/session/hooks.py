@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from orchestrator.calls.policy import SessionPolicy
+from orchestrator.changes.writers import WriteRecorder
 from orchestrator.events import EventSink
 from orchestrator.hooks.matchers import build_matcher
 from orchestrator.hooks.runner import ConfiguredHook, HookRunner, HookSandbox, WarmHookHost
@@ -57,11 +58,13 @@ def build_hook_runner(
     emit: EventSink | None = None,
     warm: WarmHookHost | None = None,
     host_hooks: Sequence[ConfiguredHook] = (),
+    recorder: WriteRecorder | None = None,
 ) -> HookRunner:
     """The runner for one session; `sandboxed` False (the user turned the sandbox off) runs
     every hook as a plain process. `warm`: the session's sandboxed tool hosts, where hooks
     run; without them each hook gets a one-shot sandbox. `host_hooks`: an SDK host's
-    callbacks, after the policy's hooks."""
+    callbacks, after the policy's hooks. `recorder`: the session's change sets, which record
+    what a hook that may write changed."""
     hooks = configured_hooks(policy)
     return HookRunner(
         (*hooks, *host_hooks),
@@ -72,4 +75,5 @@ def build_hook_runner(
         extra_roots=extra_roots,
         sandbox=hook_sandbox(policy, warm) if sandboxed and hooks else None,
         emit=emit,
+        recorder=recorder,
     )

@@ -162,6 +162,7 @@ class _Opening:
             emit=emit,
             warm=runner if isinstance(runner, WarmHookHost) else None,
             host_hooks=parts.host.hooks if parts.host is not None else (),
+            recorder=changes,
         )
         asker = self._asker(policy, hooks)
         permission = policy.permission_fn()

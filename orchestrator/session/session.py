@@ -216,6 +216,9 @@ class Session:
         finally:
             self._control = None
             self._io.control = None
+            # What the run's last steps wrote (its Stop hooks) is its last turn's, not the
+            # next run's.
+            self._end_turn()
         result = with_session_spend(result, self.model, before)
         result = with_subagent_models(result, self.subagent_spend)
         if self._io.failure is not None:
@@ -262,7 +265,10 @@ class Session:
         hooks = self._pipeline.hooks
         if hooks is None:
             return
-        outcome = await hooks.session_start("resume" if self.history else "startup")
+        try:
+            outcome = await hooks.session_start("resume" if self.history else "startup")
+        finally:
+            self._end_turn()  # what its hooks wrote is a turn of its own
         self._start_context.extend(outcome.context)
 
     def _finish(self, result: RunResult) -> RunResult:
@@ -308,7 +314,8 @@ class Session:
             self._end_turn()
 
     def _end_turn(self) -> None:
-        """A call from outside the loop is a turn of its own in the change log."""
+        """The end of a turn in the change log: a call from outside the loop, a run's end
+        and the session's start each end one."""
         if self.changes is not None:
             self.changes.end_turn()
 

@@ -28,6 +28,7 @@ from orchestrator.changes.recorder import (
 from orchestrator.changes.store_gc import collect, hold
 from orchestrator.changes.tree_state import Entry, Key, TreeState, scan
 from orchestrator.changes.undo import undo_last_turn
+from orchestrator.changes.writers import Writer
 from orchestrator.session.recording import may_write
 from orchestrator.tools.registry import builtin_tools
 from sandbox.binary import find_system_tool
@@ -396,3 +397,41 @@ def test_steps_keep_their_order_whether_run_in_the_callers_task_or_queued(
 
     trio.run(main)
     recorder.close()
+
+
+def test_a_turns_writers_each_own_what_they_wrote(tmp_path: Path) -> None:
+    """Two scoped writers at once (each scan sees the other's writes too) and then a Bash
+    call: each scoped writer owns what lies in its scope, the call what its own scan saw
+    first; the record keeps them and the undo of the turn names each writer's files."""
+    recorder, ws = _recorder(tmp_path)
+    (ws / "pkg_a").mkdir()
+    (ws / "pkg_b").mkdir()
+    a = Writer("toolu_a", "dispatch_agent", "edit a", (str(ws / "pkg_a"),))
+    b = Writer("toolu_b", "dispatch_agent", "edit b", (str(ws / "pkg_b"),))
+
+    async def main() -> None:
+        async with recorder.running():
+            await recorder.before_call(a.id, a)
+            await recorder.before_call(b.id, b)
+            (ws / "pkg_b" / "b.txt").write_text("b")
+            (ws / "pkg_a" / "a.txt").write_text("a")
+            await recorder.after_call(a.id)  # sees b's file too: it is b's
+            await recorder.after_call(b.id)
+            await recorder.before_call("toolu_bash", Writer("toolu_bash", "Bash", "make"))
+            (ws / "a.txt").write_text("changed")
+            await recorder.after_call("toolu_bash")
+            recorder.end_turn()
+
+    trio.run(main)
+    recorder.close()
+    [turn] = read_turns(recorder.log)
+    owned = {w.id: w.paths for w in turn.writers}
+    assert owned == {"toolu_a": ("pkg_a/a.txt",), "toolu_b": ("pkg_b/b.txt",),
+                     "toolu_bash": ("a.txt",)}  # fmt: skip
+    outcome = undo_last_turn(recorder.log, recorder.store)
+    assert outcome.undone, outcome.message
+    assert (
+        '(by dispatch_agent "edit a": pkg_a/a.txt; dispatch_agent "edit b": pkg_b/b.txt; '
+        'Bash "make": a.txt)' in outcome.message
+    ), outcome.message
+    assert (ws / "a.txt").read_text() == "a" and not (ws / "pkg_a" / "a.txt").exists()

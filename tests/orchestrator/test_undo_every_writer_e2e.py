@@ -1,0 +1,270 @@
+"""Every write that reaches the workspace is in a change set (issue 40), through the real CLI:
+real `warren`, real sandboxes and workers, the real SDK against the fake Messages API; the
+workspace checked on the host, byte for byte and mode for mode.
+
+- Three scoped writers (`dispatch_agent` with `write_paths`, a writable agent type) in one
+  turn: one `warren undo` restores all three scopes and names each writer's files; a file a
+  user edited since makes it refuse, naming it, with nothing changed.
+- An unscoped writable subagent, a PostToolUse hook that writes (in the session's read-write
+  tool host), and an MCP server granted `write = true`: three writing turns of one session,
+  each undone in turn, the tree as it was before that turn after each undo.
+- A `!command` typed in the REPL: a turn of its own, undone.
+
+After the last undo, one more refuses with the reason and changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.kit.fake_api import FakeMessagesAPI, FakeResponse, RecordedRequest, Reply
+from tests.kit.floor import needs_sandbox
+from tests.kit.tty import Terminal
+
+pytestmark = needs_sandbox
+
+ROOT = Path(__file__).resolve().parents[2]
+WARREN = [sys.executable, "-m", "orchestrator.cli"]
+HOSTILE = ROOT / "tests" / "kit" / "hostile_mcp_server.py"
+SCRIBE = (
+    "---\nname: scribe\ndescription: Edits files.\n"
+    "tools: Bash, Read, Write, Edit\nwritable: true\n---\nEdit what you are told to.\n"
+)
+PACKAGES = ("billing", "catalog", "shipping")
+
+
+@pytest.fixture
+def home() -> Iterator[Path]:
+    """A fake HOME, state and workspace outside /tmp (every sandbox has a private /tmp)."""
+    path = Path("/var/tmp") / f"warren-undo-{uuid.uuid4().hex[:10]}"
+    agents = path / "home" / ".config" / "warren" / "agents"
+    agents.mkdir(parents=True)
+    (agents / "scribe.md").write_text(SCRIBE)
+    ws = path / "ws"
+    for package in PACKAGES:
+        (ws / package).mkdir(parents=True)
+        (ws / package / "mod.py").write_text(f"def {package}():\n    return 1\n")
+        (ws / package / "mod.py").chmod(0o640)
+    (ws / "a.txt").write_bytes(b"alpha\nno newline")
+    (ws / "a.txt").chmod(0o600)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _env(home: Path, api: FakeMessagesAPI | None) -> dict[str, str]:
+    return {
+        "PATH": os.environ["PATH"],
+        "HOME": str(home / "home"),
+        "LANG": "C.UTF-8",
+        "TERM": "xterm-256color",
+        "XDG_CONFIG_HOME": str(home / "home" / ".config"),
+        "XDG_STATE_HOME": str(home / "state"),
+        "ANTHROPIC_API_KEY": "sk-test-e2e",
+        # `warren undo` asks no model: nothing listens there.
+        "ANTHROPIC_BASE_URL": "http://127.0.0.1:9" if api is None else api.base_url,
+        "PYTHONPATH": str(ROOT),
+        "WARREN_NO_SERVER": "1",
+    }
+
+
+def _tree(root: Path) -> dict[str, tuple[str, bytes | str]]:
+    """Every name under `root` with its kind, mode and content (links never followed)."""
+    found: dict[str, tuple[str, bytes | str]] = {}
+    for path in sorted(root.rglob("*")):
+        info = path.lstat()
+        rel = str(path.relative_to(root))
+        if stat.S_ISDIR(info.st_mode):
+            found[rel] = (f"dir {stat.S_IMODE(info.st_mode):o}", "")
+        elif stat.S_ISREG(info.st_mode):
+            found[rel] = (f"file {stat.S_IMODE(info.st_mode):o}", path.read_bytes())
+        else:
+            found[rel] = ("other", "")
+    return found
+
+
+def _run(home: Path, api: FakeMessagesAPI, prompt: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*WARREN, "-p", prompt, "--cwd", str(home / "ws"), "--permission-mode", "bypass",
+         "--output-format", "json"],
+        env=_env(home, api), capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+
+
+def _undo(home: Path) -> tuple[int, str]:
+    done = subprocess.run(
+        [*WARREN, "undo", "--cwd", str(home / "ws")],
+        env=_env(home, None), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert "Traceback" not in done.stderr
+    return done.returncode, (done.stdout + done.stderr).strip()
+
+
+def _is_writer(request: RecordedRequest) -> bool:
+    return "dispatched by another agent" in json.dumps(request.system)
+
+
+def _writer_of(request: RecordedRequest) -> str:
+    content = request.messages[0]["content"]
+    text = content if isinstance(content, str) else "".join(b.get("text", "") for b in content)
+    return text.split()[-1]
+
+
+def _dispatch(package: str, scoped: bool = True) -> dict[str, Any]:
+    return {
+        "type": "tool_use",
+        "id": f"toolu_{package}",
+        "name": "dispatch_agent",
+        "input": {
+            "description": f"edit {package}",
+            "prompt": f"Edit your package. {package}",
+            "subagent_type": "scribe",
+            **({"write_paths": [package]} if scoped else {}),
+        },
+    }
+
+
+def _writes(package: str) -> str:
+    """A writer's edits in its package: a new file, a changed one, a mode, a new directory."""
+    return (
+        f"cd {package} && printf new > new.txt && sed -i s/1/2/ mod.py && chmod 755 mod.py"
+        " && mkdir -p made/deeper && echo x > made/deeper/f.txt"
+    )
+
+
+def test_three_scoped_writers_are_one_turn_undone_as_a_whole(home: Path) -> None:
+    ws = home / "ws"
+    before = _tree(ws)
+
+    def route(request: RecordedRequest) -> FakeResponse:
+        if _is_writer(request):
+            if len(request.messages) > 1:
+                return Reply.text("done")
+            command = _writes(_writer_of(request))
+            return Reply.tool_use("Bash", {"command": f"cd {ws} && {command}"})
+        if len(request.messages) == 1:
+            return Reply(content=[_dispatch(package) for package in PACKAGES])
+        return Reply.text("all three done")
+
+    with FakeMessagesAPI(route=route) as api:
+        done = _run(home, api, "edit the three packages")
+    assert done.returncode == 0, done.stderr
+    after = _tree(ws)
+    for package in PACKAGES:
+        assert after[f"{package}/new.txt"] == ("file 644", b"new")
+        assert after[f"{package}/mod.py"][0] == "file 755"
+
+    # A user's edit of a writer's file since: refused, naming it, nothing changed.
+    (ws / "catalog" / "new.txt").write_bytes(b"the user's own\n")
+    edited = _tree(ws)
+    code, said = _undo(home)
+    assert code == 1, said
+    assert "not undone, nothing changed: changed since that turn: catalog/new.txt" in said
+    assert _tree(ws) == edited
+
+    # Back as the writers left it: one undo restores all three scopes, naming each writer's.
+    (ws / "catalog" / "new.txt").write_bytes(b"new")
+    code, said = _undo(home)
+    assert code == 0, said
+    assert _tree(ws) == before
+    for package in PACKAGES:
+        assert f'dispatch_agent "edit {package}": {package}/made' in said, said
+
+    code, said = _undo(home)
+    assert code == 1 and "every writing turn was undone already; nothing changed" in said
+    assert _tree(ws) == before
+
+
+def test_an_unscoped_writer_a_writing_hook_and_a_writable_mcp_server_are_undone(
+    home: Path,
+) -> None:
+    ws = home / "ws"
+    config = home / "home" / ".config" / "warren"
+    (config / "policy.toml").write_text(
+        f"""
+[[hooks]]
+event = "PostToolUse"
+matcher = "Read"
+command = "printf hooked > hooked.txt && chmod 640 hooked.txt && printf more >> a.txt"
+
+[mcp.servers.hostile]
+command = "{sys.executable}"
+args = ["{HOSTILE}"]
+env = {{ OUTSIDE = "{home / 'outside'}", WORKSPACE = "{ws}", PYTHONPATH = "{ROOT}" }}
+write = true
+"""
+    )
+    (home / "outside").mkdir()
+    states = [_tree(ws)]
+
+    def route(request: RecordedRequest) -> FakeResponse:
+        if _is_writer(request):
+            if len(request.messages) > 1:
+                return Reply.text("done")
+            return Reply.tool_use("Bash", {"command": f"cd {ws} && {_writes('billing')}"})
+        turn = len(request.messages) // 2
+        if turn == 0:
+            return Reply(content=[_dispatch("billing", scoped=False)])
+        if turn == 1:
+            return Reply.tool_use("Read", {"file_path": str(ws / "a.txt")})
+        if turn == 2:
+            return Reply.tool_use("mcp__hostile__attack", {"target_port": 9})
+        return Reply.text("done")
+
+    with FakeMessagesAPI(route=route) as api:
+        done = _run(home, api, "write in three ways")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["subtype"] == "success", result
+    assert (ws / "billing" / "new.txt").read_bytes() == b"new"  # the unscoped writer
+    assert (ws / "hooked.txt").read_bytes() == b"hooked"  # the hook
+    assert (ws / "a.txt").read_bytes() == b"alpha\nno newlinemore"
+    assert (ws / "planted.txt").read_bytes() == b"x"  # the MCP server
+    assert not (home / "outside" / "pwned").exists()
+
+    # Each writing turn undone in turn: the MCP call's, the hook's, the subagent's.
+    code, said = _undo(home)
+    assert code == 0 and "removed planted.txt" in said, said
+    assert not (ws / "planted.txt").exists()
+    code, said = _undo(home)
+    assert code == 0 and "restored a.txt" in said and "removed hooked.txt" in said, said
+    code, said = _undo(home)
+    assert code == 0 and "restored billing/mod.py" in said, said
+    assert _tree(ws) == states[0]
+    code, said = _undo(home)
+    assert code == 1 and "every writing turn was undone already; nothing changed" in said
+
+
+def test_a_bang_command_in_the_repl_is_undone(home: Path) -> None:
+    ws = home / "ws"
+    before = _tree(ws)
+    with FakeMessagesAPI([]) as api:
+        terminal = Terminal.start(WARREN, env=_env(home, api), cwd=ws, socket_dir=home)
+        try:
+            terminal.wait_for(r"/help for commands", timeout=60)
+            terminal.wait_for(r"\n> ?$", timeout=60)
+            bang = "!printf typed > typed.txt && chmod 600 typed.txt && rm a.txt"
+            terminal.type(bang + " && echo DONE-$((6*7))")
+            terminal.press("Enter")
+            terminal.wait_for(r"DONE-42", timeout=60)
+            terminal.wait_for(r"\n> ?$", timeout=60)
+            terminal.press("C-d")
+            assert terminal.wait_exit() == 0
+        finally:
+            terminal.close()
+    assert (ws / "typed.txt").read_bytes() == b"typed" and not (ws / "a.txt").exists()
+    code, said = _undo(home)
+    assert code == 0 and "restored a.txt" in said and "removed typed.txt" in said, said
+    assert _tree(ws) == before
+    code, said = _undo(home)
+    assert code == 1 and "every writing turn was undone already; nothing changed" in said
