@@ -135,8 +135,13 @@ async def a_worker_lost_mid_run_is_run_again_on_the_other_node(
 
             def in_flight() -> list[RemoteProcess]:
                 # The first worker stays listed until its stop is done, which takes a while
-                # on a loaded machine: it is not the one in flight.
-                return [p for p in backend.spawner.processes if p.pid not in killed_pids]
+                # on a loaded machine, and the pool may be warming its replacement: neither
+                # is the one in flight, which alone was given the run's snapshot.
+                return [
+                    p
+                    for p in backend.spawner.processes
+                    if p.pid not in killed_pids and p.synced is not None
+                ]
 
             async def kill_when_in_flight() -> None:
                 while len(api.requests) < 2 or not in_flight():  # noqa: ASYNC110
