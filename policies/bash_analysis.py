@@ -231,6 +231,10 @@ class BashAnalyser:
 
     def __init__(self) -> None:
         self._parser: Parser | None = None
+        self.git_risk: str | None = None
+        """Why git may not run without asking in this workspace (its context probe's
+        finding, `orchestrator.conversation.context_probe`), set before the first call is
+        classified; None: git's read-only commands are read-only."""
 
     def _parse(self, source: bytes) -> Tree:
         if self._parser is None:
@@ -568,7 +572,7 @@ class _Walk:
         self.analyser = analyser
         self.source = source
         self.workspace = workspace
-        self.context = CheckContext(workspace=workspace)
+        self.context = CheckContext(workspace=workspace, git_risk=analyser.git_risk)
         self.depth = depth
         self.parts: list[CommandPart] = []
         self.reasons: list[str] = []

@@ -100,6 +100,9 @@ class CheckContext:
 
     workspace: Path | None = None
     """The workspace root, when known: `git -C DIR` is read-only only inside it."""
+    git_risk: str | None = None
+    """Why git may not run here without asking (a repository of the workspace configures a
+    program under a driver's name, `sandbox.git_safety`); None: git's read-only commands may."""
 
 
 Checker = Callable[[Sequence[Word], CheckContext], str | None]
@@ -1034,9 +1037,11 @@ def _check_git(args: Sequence[Word], ctx: CheckContext) -> str | None:
     )
     if problem is not None:
         return problem
-    if subcommand in _GIT_SIMPLE:
-        return None
-    return _GIT_SUBCOMMANDS[subcommand](rest)
+    verdict = None if subcommand in _GIT_SIMPLE else _GIT_SUBCOMMANDS[subcommand](rest)
+    if verdict is None and ctx.git_risk is not None:
+        # Its fixed code-running settings are overridden when it runs; a driver's are not.
+        return f"`git {subcommand}` is not run without asking here: {ctx.git_risk}"
+    return verdict
 
 
 def _git_positionals(args: Sequence[Word]) -> list[Word]:

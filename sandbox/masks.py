@@ -42,6 +42,7 @@ from pydantic import BaseModel, ConfigDict
 
 from sandbox.env import build_env
 from sandbox.errors import SandboxConfigError
+from sandbox.git_safety import code_running_keys
 from sandbox.spec import Mode, ProtectedPath, SandboxSpec
 
 __all__ = [
@@ -531,21 +532,9 @@ _GIT_SECTIONS_KEPT = frozenset(
 `http`, `url` with tokens in rewrites, `include`/`includeIf`, `remote`, `sendemail`, ...) is
 dropped."""
 
-_GIT_KEYS_DROPPED = frozenset(
-    {
-        "core.fsmonitor",
-        "core.hookspath",
-        "core.sshcommand",
-        "core.askpass",
-        "core.pager",
-        "core.editor",
-        "core.gitproxy",
-        "diff.external",
-        "commit.gpgsign",
-        "tag.gpgsign",
-    }
-)
-"""Keys dropped from kept sections: they run programs or need secrets the sandbox lacks."""
+_GIT_KEYS_DROPPED = code_running_keys() | {"commit.gpgsign", "tag.gpgsign"}
+"""Keys dropped from kept sections: they run programs (`sandbox.git_safety`, the one list) or
+need secrets the sandbox lacks."""
 
 
 def sanitise_gitconfig(source: Path, scratch: Path) -> Path | None:

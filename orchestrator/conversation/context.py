@@ -96,6 +96,9 @@ class ContextSnapshot:
     memory: tuple[tuple[str, str], ...]
     """(path, contents) of each memory file found, in prompt order: the user's first, then
     the repository's from its root down to `cwd`, each followed by its imports."""
+    git_risk: str | None = None
+    """Why git may not run here without asking (a repository of the workspace configures a
+    program under a driver's or remote's name: `context_probe._git_risk`); None: it may."""
 
     def render(self) -> str:
         lines = [
@@ -248,6 +251,7 @@ async def gather_context(
     status = facts.get("status")
     tree = facts.get("tree")
     found = facts.get("memory")
+    risk = facts.get("git_risk")
     return ContextSnapshot(
         cwd=cwd,
         platform=f"{platform.system()} {platform.release()}",
@@ -256,6 +260,7 @@ async def gather_context(
         git_status=status if isinstance(status, str) else None,
         tree=tree if isinstance(tree, str) else "",
         memory=_pairs(user) + _pairs(found),
+        git_risk=risk if isinstance(risk, str) else None,
     )
 
 

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
     from policies.memory_files import WirePattern
 
-__all__ = ["GIT_SAFETY", "MEMORY_FILES", "collect", "git_argv", "git_env"]
+__all__ = ["MEMORY_FILES", "collect", "git_argv", "git_env"]
 
 MEMORY_FILES = ("WARREN.md", "AGENTS.md", "CLAUDE.md")
 """Memory file names read in each directory from the repository root down, in this order
@@ -51,21 +51,10 @@ MAX_TREE_SCAN = 10_000
 """Directory entries looked at for the listing; more are counted as `... and more`."""
 GIT_TIMEOUT_S = 5.0
 
-GIT_SAFETY = (
-    "-c",
-    "core.fsmonitor=false",
-    "-c",
-    "core.hooksPath=/dev/null",
-    "-c",
-    "diff.external=",
-    "-c",
-    "core.pager=cat",
-    "-c",
-    "core.untrackedCache=false",
-    "--no-optional-locks",
-    "--no-pager",
-)
-"""Options before every git subcommand: nothing configured by the repository runs."""
+MAX_REPOSITORIES = 16
+"""Nested repositories whose configuration the probe reads."""
+MAX_WALK_DIRS = 4000
+"""Directories the search for nested repositories opens, at most."""
 
 _GIT_ENV = {
     "GIT_CONFIG_NOSYSTEM": "1",
@@ -79,8 +68,9 @@ _GIT_ENV = {
 
 
 def git_argv(*args: str) -> list[str]:
-    """`git <safety options> args...`."""
-    return ["git", *GIT_SAFETY, *args]
+    """`git <safety options> args...`: every code-running setting neutralised
+    (`sandbox.git_safety`), no optional locks, no pager."""
+    return ["git", *_git_safety().config_args(), "--no-optional-locks", "--no-pager", *args]
 
 
 def git_env(environ: Mapping[str, str]) -> dict[str, str]:
@@ -120,7 +110,58 @@ def collect(
         "status": status_text if branch_text is not None else None,
         "tree": tree,
         "memory": memory,
+        "git_risk": _git_risk(cwd, env) if branch_text is not None else None,
     }
+
+
+def _git_risk(cwd: Path | str, env: dict[str, str]) -> str | None:
+    """Why git may not run here without asking: a repository the workspace holds (its own,
+    or one nested in it) whose own configuration names a program under a driver's or
+    remote's name (`sandbox.git_safety.risky_key`), or nested repositories too many to
+    read; None when there is none."""
+    safety = _git_safety()
+    # What the search does not reach (a huge tree, more repositories) is guarded when a git
+    # command runs: the read-only one-shot's git refuses such a repository then.
+    found = _nested_repositories(str(cwd))
+    listings = [
+        (path, _start(["-C", path, *_CONFIG_LISTING], env)) for path in [str(cwd), *found]
+    ]
+    for path, listing in listings:
+        text = _finish(listing, MAX_STATUS_BYTES) or ""
+        for line in text.splitlines():
+            scope, _, name = line.partition("\t")
+            if scope in ("local", "worktree") and safety.risky_key(name):
+                where = os.path.relpath(path, cwd)
+                what = "its own repository" if where == "." else f"the repository at {where}"
+                return f"{what} configures `{name}`, a program git runs"
+    return None
+
+
+_CONFIG_LISTING = ("config", "--list", "--includes", "--show-scope", "--name-only")
+"""What a repository's own configuration names (with what it includes), by scope."""
+
+
+def _nested_repositories(top: str) -> list[str]:
+    """Directories below `top` holding a `.git` (a nested repository, a submodule, a
+    worktree), links never followed: at most `MAX_REPOSITORIES`, from at most
+    `MAX_WALK_DIRS` directories."""
+    found: list[str] = []
+    pending = [top]
+    opened = 0
+    while pending and opened < MAX_WALK_DIRS and len(found) < MAX_REPOSITORIES:
+        directory = pending.pop()
+        opened += 1
+        try:
+            with os.scandir(directory) as entries:
+                for entry in entries:
+                    if entry.name == ".git":
+                        if directory != top:
+                            found.append(directory)
+                    elif entry.is_dir(follow_symlinks=False):
+                        pending.append(entry.path)
+        except OSError:
+            continue
+    return found[:MAX_REPOSITORIES]
 
 
 def _start(args: list[str], env: dict[str, str]) -> _Git | None:
@@ -288,6 +329,17 @@ def _safe_reader() -> Callable[[str, int], tuple[bytes, bool]]:
     module = _load_by_path("_warren_safe_read", ("sandbox", "safe_read.py"))
     reader: Callable[[str, int], tuple[bytes, bool]] = module.read_bounded_regular
     return reader
+
+
+def _git_safety() -> ModuleType:
+    if __name__ != "__main__":
+        import sandbox.git_safety
+
+        return sandbox.git_safety
+    loaded = sys.modules.get("_warren_git_safety")
+    if loaded is not None:
+        return loaded
+    return _load_by_path("_warren_git_safety", ("sandbox", "git_safety.py"))
 
 
 def _load_by_path(name: str, parts: tuple[str, str]) -> ModuleType:

@@ -119,6 +119,9 @@ async def start_up(
                 else None
             )
             snapshot = await gather_context(cwd, sandbox=sandbox, memory=memory)
+            # Before any call is classified: git is not auto-approved where a repository of
+            # the workspace configures a driver's program (issue 33).
+            policy.engine.analyser.git_risk = snapshot.git_risk
             started.append(StartedUp(snapshot, floor, state, policy))
         except Exception as exc:  # re-raised below, outside the nursery (no ExceptionGroup)
             failure.append(exc)

@@ -338,6 +338,7 @@ class PersistentShell:
         self._status: _StatusChannel | None = None
         self._snapshot = ""
         """The state script of the last completed command: what one-shot runs start from."""
+        self._git_lines: str | None = None
         self._counter = 0
         self._closed = False
         self._shim: list[str] | None = None
@@ -525,11 +526,30 @@ class PersistentShell:
         return OutputCapture(self._limit)
 
     def _oneshot_script(self, command: str) -> Path:
-        """A script of the latest state snapshot followed by `command`."""
+        """A script of the latest state snapshot, then git's code-running settings
+        neutralised (whatever the snapshot exported) and `git` guarded (`sandbox.git_safety`:
+        a one-shot runs what was approved without asking), then `command`."""
         self._counter += 1
         script = self._workdir() / f"{self._counter}.oneshot"
-        script.write_bytes(_encode(f"{self._snapshot}\n{command}\n"))
+        script.write_bytes(_encode(f"{self._snapshot}\n{self._git_safety()}\n{command}\n"))
         return script
+
+    def _git_safety(self) -> str:
+        """The one-shot's git lines: the environment's overrides and, where there is a git,
+        the guard first on PATH (written once per shell)."""
+        if self._git_lines is None:
+            from sandbox.git_safety import guard_script, shell_exports
+
+            lines = shell_exports()
+            real = shutil.which("git", path=self._env.get("PATH"))
+            if real is not None:
+                guard = self._workdir() / "guard"
+                guard.mkdir(exist_ok=True)
+                (guard / "git").write_text(guard_script(real))
+                (guard / "git").chmod(0o755)
+                lines += f"\nexport PATH={shlex.quote(str(guard))}:\"$PATH\""
+            self._git_lines = lines
+        return self._git_lines
 
     def _workdir(self) -> Path:
         if self._dir is None:
