@@ -40,6 +40,7 @@ The analysis is a pure function of its inputs; the only state is the parser, whi
 
 from __future__ import annotations
 
+import posixpath
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -104,6 +105,17 @@ steered by their arguments, variables or redirections are allowed, spelled exact
 
 DecisionHint = Literal["allow", "ask"]
 
+_SCRIPT_RUNNERS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", ".", "source"})
+"""Programs that run a script: from a file operand, or read from their input without one."""
+_SUBSTITUTION = re.compile(r"\$\(|`|<\(")
+_HIDDEN_DELETE = re.compile(
+    r"\b(?:rm|unlink|rmdir|shred|truncate|mv)\b"
+    r"|\bfind\b[^\n]*?-delete\b"
+    r"|\bgit\s+(?:-\S+\s+)*clean\b"
+    r"|\bgit\s+(?:-\S+\s+)*reset\b[^;&|\n]*--hard"
+)
+"""A deleting or truncating command anywhere in a command's text, strings included: what a
+text evaluated past the analyser's sight (`$((x))`, `eval "$v"`) may be hiding."""
 _MAX_NESTED_SCRIPTS = 3  # `sh -c "sh -c '...'"` depth searched for critical deletes
 _MAX_WRAPPERS = 8
 _SINKS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr"})
@@ -581,6 +593,14 @@ class _Walk:
         self.relative_deletes: list[str] = []
         self.views: list[CommandView] = []
         self.cwd_may_leave = False
+        self.opaque: str | None = None
+        """Why part of the text is evaluated later, past what the analyser sees (arithmetic
+        on a variable, `let`, `declare -i`, `eval` or `sh -c` of text not known)."""
+        self.in_pipeline_after_first = False
+        """The command being looked at reads its input from a pipe (`... | sh`)."""
+        self.generated: str | None = None
+        """Why text made while the command runs is then run as a script (`base64 -d | sh`,
+        `bash <(...)`, `eval "$(...)"`)."""
         self.has_command_substitution = False
         self.has_process_substitution = False
         self.has_expansion = False
@@ -628,6 +648,36 @@ class _Walk:
                 f"{self.relative_deletes[0]} runs after a `cd` that may leave the workspace: "
                 "the relative path may then be the workspace itself or something outside it"
             )
+        self._check_hidden_deletes()
+
+    def _check_hidden_deletes(self) -> None:
+        """A delete the analyser cannot see is treated as a critical one (issue 33, class 6):
+        text made as the command runs and then run, whatever it holds; text evaluated past
+        the analyser's sight, when the command's text holds a deleting command anywhere,
+        strings included."""
+        if self.critical:
+            return
+        if self.generated is not None:
+            self._set_critical(
+                f"{self.generated}: what it runs is made as the command runs, so no delete in "
+                "it can be seen before"
+            )
+            return
+        if self.opaque is not None:
+            found = _HIDDEN_DELETE.search(self.source.decode("utf-8", "replace"))
+            if found is not None:
+                self._set_critical(
+                    f"{self.opaque}, and the command holds `{found.group(0).strip()[:30]}`: "
+                    "a delete inside text evaluated later cannot be seen before it runs"
+                )
+
+    def _opaque(self, why: str) -> None:
+        if self.opaque is None:
+            self.opaque = why
+
+    def _generated(self, why: str) -> None:
+        if self.generated is None:
+            self.generated = why
 
     def _set_critical(self, reason: str) -> None:
         if not self.critical:
@@ -854,6 +904,7 @@ class _Walk:
         word_nodes.extend(self.extra_args.pop(node.id, ()))
         words = [self.word(word_node) for word_node in word_nodes]
         assignment_texts = tuple(self.text(assignment) for assignment in assignments)
+        self.in_pipeline_after_first = _piped_into(node)
         reason, program = self._simple_command(words, assignments)
         if reason is not None:
             self.reasons.append(reason)
@@ -901,6 +952,8 @@ class _Walk:
         program, inner, unwrap_reason = self._resolve(words)
         self._check_deletes(words)
         self._collect_views(words)
+        if program is not None and inner is not None:
+            self._check_evaluation(program, inner)
         if program in ("cd", "pushd", "popd") and (
             program != "cd" or inner is None or cd_may_leave(inner, self.workspace)
         ):
@@ -977,12 +1030,39 @@ class _Walk:
         elif check.relative is not None:
             self.relative_deletes.append(check.relative)
 
+    def _check_evaluation(self, program: str, args: Sequence[Word]) -> None:
+        """Text evaluated or run as a script that the analyser cannot read before: `let`,
+        a shell or `source` given a script made by a substitution (`bash <(...)`), a shell
+        reading its script from a pipe (`base64 -d | sh`)."""
+        name = posixpath.basename(program)
+        if name == "let":
+            self._opaque("`let` evaluates its arguments as arithmetic")
+        if name not in _SCRIPT_RUNNERS:
+            return
+        operands = [w for w in args if not (w.value or "-x").startswith("-") or w.value is None]
+        script = operands[0] if operands else None
+        if script is not None and script.value is None and _SUBSTITUTION.search(script.text):
+            self._generated(f"`{name} {script.text[:30]}` runs a script made by a substitution")
+        elif script is not None and script.value in ("/dev/stdin", "/proc/self/fd/0", "-"):
+            self._generated(f"`{name} {script.value}` runs the script its input hands it")
+        elif (
+            script is None
+            and name not in (".", "source")
+            and not any(w.value in ("-c", "-i") for w in args)
+            and self.in_pipeline_after_first
+        ):
+            self._generated(f"`{name}` runs the script its pipe hands it")
+
     def _collect_views(self, words: Sequence[Word]) -> None:
         """Views for deny and ask rules; a literal `sh -c`/`eval` script is parsed as well,
         for its views and its critical deletes (`sh -c 'rm -rf /'`)."""
         found = command_views([word.value for word in words])
         self.views.extend(found.views)
         for script in found.scripts:
+            if script is None:
+                self._opaque(f"`{words[0].text}` runs text that is not known before it runs")
+                if any(w.value is None and ("$(" in w.text or "`" in w.text) for w in words):
+                    self._generated(f"`{words[0].text}` runs the output of a substitution")
             if script is None or self.depth >= _MAX_NESTED_SCRIPTS:
                 self.views.append((None,))
                 continue
@@ -1165,6 +1245,11 @@ class _Walk:
     def declaration_command(self, node: Node, nesting: int) -> None:
         keyword = node.children[0].type if node.children else "declare"
         self.statement_part(node, nesting, f"`{keyword}` changes shell variables")
+        for child in node.children[1:]:
+            flags = self.text(child)
+            if child.type == "word" and flags.startswith("-") and "i" in flags:
+                # An integer variable evaluates every value assigned to it as arithmetic.
+                self._opaque(f"`{keyword} {flags}` evaluates what is assigned as arithmetic")
 
     def unset_command(self, node: Node, nesting: int) -> None:
         self.statement_part(node, nesting, "`unset` removes shell variables or functions")
@@ -1182,6 +1267,7 @@ class _Walk:
         elif (problem := self._test_evaluation(node, opener)) is not None:
             reason = problem
             self.reasons.append(reason)
+            self._opaque(problem.split(":", 1)[0])
         elif opener == "[" and _has_anonymous(node, frozenset({">", ">>"})):
             # bash reads `[ a > b ]` as `[ a ]` with its output redirected to the file b.
             reason = "`>` inside `[ ]` is a write redirection"
@@ -1283,6 +1369,7 @@ class _Walk:
             self.reasons.append(
                 f"`{text[:40]}` evaluates variables as arithmetic: {_ARITHMETIC_DANGER}"
             )
+            self._opaque(f"`{text[:40]}` evaluates variables as arithmetic")
 
     def subscript(self, node: Node, nesting: int) -> None:
         """An indexed array's subscript is arithmetic (`${a[i]}`, `a[i]=1`, `${!a[i]}`)."""
@@ -1297,6 +1384,7 @@ class _Walk:
             f"the subscript of `{self.text(node)[:40]}` is evaluated as arithmetic: "
             f"{_ARITHMETIC_DANGER}"
         )
+        self._opaque(f"the subscript of `{self.text(node)[:40]}` is evaluated as arithmetic")
 
     def expansion(self, node: Node, nesting: int) -> None:
         self.has_expansion = True
@@ -1310,6 +1398,7 @@ class _Walk:
                     f"`{text[:40]}` expands the variable named by another one's value, whose "
                     "subscript can run commands"
                 )
+                self._opaque(f"`{text[:40]}` expands a variable another one names")
         colon = next((i for i, c in enumerate(children) if c.type == ":"), None)
         if colon is not None and (
             children[-1].type != "}"
@@ -1319,6 +1408,7 @@ class _Walk:
             self.reasons.append(
                 f"`{text[:40]}` evaluates a substring offset as arithmetic: {_ARITHMETIC_DANGER}"
             )
+            self._opaque(f"`{text[:40]}` evaluates a substring offset as arithmetic")
         if "@P" in self.text(node):
             self.reasons.append(
                 f"`{self.text(node)[:40]}` expands a value as a prompt, which runs substitutions"
@@ -1337,6 +1427,19 @@ class _Walk:
 
     def process_substitution(self, node: Node, nesting: int) -> None:
         self.has_process_substitution = True
+
+
+def _piped_into(node: Node) -> bool:
+    """Whether the command `node` reads its input from a pipe: it stands after the first
+    command of a pipeline (redirections around it looked through)."""
+    child = node
+    parent = node.parent
+    while parent is not None and parent.type == "redirected_statement":
+        child, parent = parent, parent.parent
+    if parent is None or parent.type != "pipeline":
+        return False
+    first = next((c for c in parent.named_children), None)
+    return first is not None and first.id != child.id
 
 
 def _redirect_parts(redirect: Node) -> tuple[str | None, Node | None, list[Node]]:

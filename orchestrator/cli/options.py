@@ -152,7 +152,11 @@ def _how_to_run(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="default: read-only calls run, others ask (denied when headless); accept-edits: "
         "edits in the workspace run too; plan: read-only tools only; dont-ask: asks become "
-        "denials; bypass: everything except deny rules, protected paths and critical deletes "
+        "denials; bypass: everything except deny rules, protected paths and critical deletes, "
+        "which include a delete hidden in text the shell evaluates later (arithmetic, let, "
+        "declare -i, eval or sh -c of text not literal, when the command holds rm, unlink, "
+        "rmdir, shred, truncate, mv, find -delete, git clean or git reset --hard) and any "
+        "text decoded or generated and then run (base64 -d | sh, bash <(...), eval \"$(...)\") "
         f"(default: the policy files' mode; Claude Code's spellings {', '.join(MODE_ALIASES)} "
         "are the same modes)",
     )

@@ -189,7 +189,9 @@ OPERATORS_AND_NEWLINES = [
     rw("ls; rm x"),
     rw("ls |& rm x"),
     rw("sleep 5 & rm x"),
-    rw("cat a | sh"),
+    # A shell reading its script from a pipe runs text no one saw: a critical delete for
+    # the analyser, whatever the text (issue 33, class 6).
+    rw("cat a | sh", critical=True),
     rw("if true; then rm x; fi"),
     rw("while true; do touch x; done"),
     rw("case $x in a) ls;; *) rm -rf y;; esac"),
@@ -213,7 +215,8 @@ SUBSTITUTIONS = [
     rw("ls $(echo $(rm x))"),
     rw("x=$(rm y)"),
     rw("echo ${x:-$(rm y)}"),
-    rw('echo "${arr[$(rm y)]}"'),
+    # Arithmetic on text holding `rm`: treated as a hidden delete (issue 33, class 6).
+    rw('echo "${arr[$(rm y)]}"', critical=True),
     rw("cat <<EOF\n$(rm x)\nEOF"),
     rw("cat <<EOF\n`rm x`\nEOF"),  # heredoc backtick: tree-sitter leaves it as text
     rw("cat <<< $(rm x)"),

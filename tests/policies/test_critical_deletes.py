@@ -47,6 +47,17 @@ CRITICAL = [
     ("sh -c 'rm -rf \"$PWD\"'", "current directory"),
     ("eval 'cd .. && rm -rf ws'", "cd"),
     ('timeout 5 rm -rf "$PWD"', "current directory"),
+    # Deletes hidden in text the shell evaluates later (issue 33, class 6): asked in bypass
+    # mode too, as every critical delete.
+    ("x='a[$(rm -rf \"$PWD\"/*)]'; echo $((x))", "evaluated later"),
+    ("x='a[$(rm -rf \"$PWD\"/*)]'; [[ $x -eq 0 ]]", "evaluated later"),
+    ("x='a[$(rm -rf \"$PWD\"/*)]'; let y=x", "evaluated later"),
+    ("declare -i y; x='a[$(rm -rf \"$PWD\"/*)]'; y=x", "evaluated later"),
+    ("v='rm -rf \"$PWD\"/*'; eval \"$v\"", "evaluated later"),
+    ("v='rm -rf \"$PWD\"/*'; bash -c \"$v\"", "evaluated later"),
+    ("echo cm0gLXJmICIkUFdEIi8q | base64 -d | sh", "made as the command runs"),
+    ("bash <(echo 'rm -rf \"$PWD\"/*')", "made as the command runs"),
+    ("eval \"$(echo 'rm -rf \"$PWD\"/*')\"", "made as the command runs"),
 ]
 """Run from the workspace root; each destroys `keep.txt` or `.git/objects/pack/p`."""
 
@@ -149,3 +160,18 @@ async def test_every_case_really_destroys_the_workspace(host: SandboxHost, scrat
     destroyed = set(result.stdout.decode().split())
     intact = [c for i, c in enumerate(commands) if f"destroyed{i}" not in destroyed]
     assert intact == [], "these commands destroyed nothing: not attacks"
+
+
+def test_a_counter_loop_in_bypass_mode_still_runs_unasked(tmp_path: Path) -> None:
+    """Arithmetic on variables alone is no delete: only with a deleting command in its text
+    is evaluated text treated as one (issue 33)."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    engine = _layers(ws.resolve(), "bypass", "Bash")
+    for command in (
+        "i=0; while [ $i -lt 3 ]; do i=$((i+1)); echo $i; done",
+        "n=5; let m=n*2; echo $m",
+        "declare -i total=0; for f in *.py; do total+=1; done; echo $total",
+    ):
+        decision = engine.decide("Bash", {"command": command}, tool_read_only=False)
+        assert decision.decision == "allow", (command, decision.reason)
