@@ -1097,6 +1097,13 @@ class _Walk:
     def file_redirect(self, node: Node, nesting: int) -> None:
         self.has_redirection = True
         operator, destination, _ = _redirect_parts(node)
+        for before, after in pairwise(node.children):
+            if not _BLANKS.fullmatch(self.source, before.end_byte, after.start_byte):
+                # A line end inside a redirection ends the command to bash: the grammar reads
+                # `>&-` and a word on the next line as one redirection, bash as two commands
+                # (tests/policies/test_bash_properties.py found `cat >&-\n\\\ncat`).
+                self.reasons.append("the analyser reads a redirection across a line end")
+                break
         for child in node.children:
             if child.type == "file_descriptor" and not self.text(child).isdigit():
                 # The grammar takes any word before `>` as a descriptor: `sort -o2>/dev/null`

@@ -291,6 +291,7 @@ BASH = shutil.which("bash") or "/bin/bash"
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 @settings(max_examples=1000, deadline=None)
 @given(st.sampled_from(COMMAND_STARTS), st.lists(st.sampled_from(BASH_TOKENS), max_size=10))
+@example("cat ", [">&-", "\n", "\\", "\n", "cat"])  # a redirection read across a line end
 def test_bash_runs_only_commands_the_analyser_saw(start: str, tokens: list[str]) -> None:
     """Whenever the analyser calls a command read-only, every command bash runs for it is
     one of the analyser's parts, with the same words when they are all known.
