@@ -98,14 +98,12 @@ def config_env() -> dict[str, str]:
 def shell_exports() -> str:
     """Bash that drops every `GIT_*` variable a command's environment carries (an earlier
     command may have exported `GIT_DIR`, `GIT_EXTERNAL_DIFF`, `GIT_CONFIG_PARAMETERS`...) and
-    exports the neutral settings and a `cat` pager instead."""
-    lines = [
-        'for _warren_v in $(compgen -e); do case $_warren_v in GIT_*) unset "$_warren_v";; '
-        "esac; done; unset _warren_v",
-        "export GIT_PAGER=cat GIT_TERMINAL_PROMPT=0 GIT_OPTIONAL_LOCKS=0",
-    ]
-    lines += [f"export {name}={_quoted(value)}" for name, value in config_env().items()]
-    return "\n".join(lines)
+    exports the neutral settings and a `cat` pager instead: two builtins, run before every
+    read-only one-shot (tests/bench/bench_vs_parent.py, Bash read-only)."""
+    pairs = {"GIT_PAGER": "cat", "GIT_TERMINAL_PROMPT": "0", "GIT_OPTIONAL_LOCKS": "0"}
+    pairs |= config_env()
+    exports = " ".join(f"{name}={_quoted(value)}" for name, value in pairs.items())
+    return f'unset "${{!GIT_@}}"; export {exports}'
 
 
 def risky_key(name: str) -> bool:
