@@ -63,6 +63,13 @@ class Limits(BaseModel):
     max_output_tokens_total: int | None = Field(default=None, ge=1)
     """Output tokens the session may generate, subagents included (each request reserves its
     `max_output_tokens`). Default None: no limit."""
+    max_tasks: int = Field(default=16, ge=0, le=64)
+    """Background tasks (agents, shells, monitors) running at once; 0 turns them off
+    (orchestrator/tasks/). Default 16."""
+    task_output_bytes: int = Field(default=1 << 20, ge=4096)
+    """Bytes of output one background shell or monitor keeps. Default 1 MiB."""
+    task_time_s: float = Field(default=3600.0, gt=0)
+    """Seconds a background task may run before it is stopped. Default 3,600."""
 
     @classmethod
     def build(

@@ -190,6 +190,14 @@ class Limits(PolicyTable):
     max_stop_hook_blocks: Annotated[int, Field(strict=True, ge=0, le=1_000)] | None = None
     """Times Stop/SubagentStop hooks may keep one run going before it ends `hook_blocked`.
     Default 5."""
+    max_tasks: Annotated[int, Field(strict=True, ge=0, le=64)] | None = None
+    """Background tasks (agents, shells, monitors) running at once; 0 turns them off.
+    Default 16."""
+    task_output_bytes: Annotated[int, Field(strict=True, ge=4096)] | None = None
+    """Bytes of output one background shell or monitor keeps; past it the oldest go.
+    Default 1 MiB."""
+    task_time_s: Annotated[float, Field(gt=0, le=604_800), AfterValidator(finite)] | None = None
+    """Seconds a background task may run before it is stopped. Default 3,600."""
 
 
 class Example(PolicyTable):

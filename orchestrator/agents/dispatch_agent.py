@@ -67,7 +67,9 @@ from orchestrator.calls.scopes import (
 from orchestrator.errors import ToolError
 from orchestrator.events import AssistantTurn, RetryScheduled, ToolResultsMessage
 from orchestrator.messages import Message, ToolUseBlock
+from orchestrator.model.catalog import resolve_model
 from orchestrator.records.transcripts import Transcript
+from orchestrator.tasks.registry import Task, TaskEnd, TaskError, TaskRegistry, TaskStatus
 from orchestrator.tools.base import (
     CURRENT_TOOL_USE_ID,
     Tool,
@@ -107,6 +109,12 @@ directories (absolute or relative to the workspace; missing ones are created). O
 writable for it, everything else is read-only. Agents with disjoint scopes run at the same time: \
 split a change across packages into one scoped agent per package, dispatched in one message. \
 Re-read the files an agent reports changed before you edit them.
+- `run_in_background: true` starts a read-only agent and returns at once with its id: go on \
+with other work meanwhile (plan, read, dispatch more). You are told when it finishes (a \
+<task-notification> with its report) at your next turn; do not poll or sleep for it, and do \
+not redo its work. Use it for surveys you do not need before your next step. TaskStop ends \
+one. Writing agents run in the foreground.
+- `name` names the agent (for TaskStop); `model` (sonnet, opus, haiku) overrides its type's.
 
 Available agent types (`subagent_type`):
 """
@@ -129,6 +137,23 @@ class DispatchAgentInput(ToolInput):
         description="For an agent type that may write: the only directories it may change "
         "(absolute or relative to the workspace). Leave out to let it write the workspace.",
     )
+    run_in_background: bool = Field(
+        default=False,
+        description="Start a read-only agent and return at once; its report comes as a "
+        "<task-notification> at your next turn.",
+    )
+    name: str | None = Field(
+        default=None, min_length=1, description="A name for the agent (TaskStop takes it)."
+    )
+    model: str | None = Field(
+        default=None, description="The model for this agent (sonnet, opus, haiku or an id)."
+    )
+    isolation: str | None = Field(
+        default=None, description="Not supported: give a writing agent write_paths instead."
+    )
+    team_name: str | None = Field(default=None, description="Accepted; not used by Warren.")
+    mode: str | None = Field(default=None, description="Accepted; not used by Warren.")
+    effort: str | None = Field(default=None, description="Accepted; not used by Warren.")
 
 
 def sidechain_path(sidechain_root: Path, session_id: str, agent_id: str) -> Path:
@@ -158,6 +183,7 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
         max_stop_hook_blocks: int = 5,
         output_cap: int = DEFAULT_OUTPUT_CAP,
         protected: Sequence[str] = (),
+        tasks: TaskRegistry | None = None,
     ) -> None:
         """
         `runner`: where subagents run (the worker pool).
@@ -179,6 +205,8 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
         `max_tool_output_chars`).
         `protected`: the policy's protected paths, besides the floor's (`DEFAULT_PROTECTED`),
         which no write scope may hold or lie in.
+        `tasks`: the session's background tasks, where `run_in_background` agents run; None
+        refuses them.
         """
         self._runner = runner
         self._types = dict(agent_types)
@@ -196,13 +224,17 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
         self._max_stop_hook_blocks = max_stop_hook_blocks
         self._output_cap = output_cap
         self._protected = (*(p.path for p in DEFAULT_PROTECTED), *protected)
+        self._tasks = tasks
         # The model is told which types exist, and they differ per session.
         self.description = DESCRIPTION + "\n".join(  # type: ignore[misc]
             _describe(t) for t in self._types.values()
         )
 
     def _type_of(self, input: DispatchAgentInput) -> AgentType | None:
-        return self._types.get(input.subagent_type)
+        agent_type = self._types.get(input.subagent_type)
+        if agent_type is not None and input.model is not None:
+            agent_type = agent_type.model_copy(update={"model": resolve_model(input.model)})
+        return agent_type
 
     def is_read_only(self, input: DispatchAgentInput) -> bool:
         agent_type = self._type_of(input)
@@ -224,6 +256,22 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
                 f"There is no agent type {input.subagent_type!r}. Available types: "
                 f"{', '.join(self._types)}. Call dispatch_agent again with one of them."
             )
+        if input.isolation is not None:
+            return (
+                f"isolation {input.isolation!r} is not supported: Warren confines a writing "
+                "agent to its own directories instead. Leave isolation out and give the agent "
+                "write_paths (the directories it may change); agents with disjoint write_paths "
+                "run at the same time."
+            )
+        if input.run_in_background:
+            if agent_type.writable:
+                return (
+                    f"run_in_background runs read-only agent types; {agent_type.name} may "
+                    "write. Dispatch it without run_in_background (writers with disjoint "
+                    "write_paths still run at the same time)."
+                )
+            if self._tasks is None:
+                return "Background agents are not available in this session."
         if input.write_paths is None:
             return None
         if not agent_type.writable:
@@ -249,6 +297,49 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
         if agent_type is None:
             raise ToolError(f"There is no agent type {input.subagent_type!r}.")
         agent_id = f"agent-{uuid.uuid4().hex[:12]}"
+        if input.run_in_background:
+            yield self._start_in_background(input, agent_type, ctx, agent_id)
+            return
+        yield ToolProgress(f"{agent_id} ({agent_type.name}): {input.description}")
+        yield await self._run(input, agent_type, ctx, agent_id)
+
+    def _start_in_background(
+        self, input: DispatchAgentInput, agent_type: AgentType, ctx: ToolContext, agent_id: str
+    ) -> ToolOutput:
+        """The agent as a task of the session (orchestrator/tasks/): this call returns now;
+        the agent's report is its notification, at the main agent's next turn."""
+        if self._tasks is None:
+            raise ToolError("Background agents are not available in this session.")
+
+        async def body(task: Task) -> TaskEnd:
+            output = await self._run(input, agent_type, ctx, agent_id)
+            status: TaskStatus = "failed" if output.is_error else "completed"
+            return TaskEnd(status, f'Agent "{task.description}" {status}', output.as_text())
+
+        try:
+            self._tasks.start(
+                "agent",
+                " ".join(input.description.split()),
+                body,
+                id=agent_id,
+                name=input.name,
+                tool_use_id=CURRENT_TOOL_USE_ID.get(),
+            )
+        except TaskError as exc:
+            raise ToolError(str(exc)) from None
+        named = f" (named {input.name!r})" if input.name else ""
+        return ToolOutput(
+            f"Started agent {agent_id}{named} ({agent_type.name}: {input.description}) in the "
+            "background. Go on with other work; its report comes as a <task-notification> "
+            "at your next turn once it finishes. Do not wait or poll for it.",
+            summary=f"{agent_id}: started in the background",
+        )
+
+    async def _run(
+        self, input: DispatchAgentInput, agent_type: AgentType, ctx: ToolContext, agent_id: str
+    ) -> ToolOutput:
+        """One subagent, to its end: its scope made and hashed, its transcript written, its
+        tool_result (the final text, or what happened)."""
 
         def on_event(update: SubagentEvent) -> None:
             if transcript is not None:
@@ -289,7 +380,6 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
                 CURRENT_TOOL_USE_ID.get(),
             )
         )
-        yield ToolProgress(f"{agent_id} ({agent_type.name}): {input.description}")
         try:
             who = f"subagent {agent_id} ({' '.join(input.description.split())})"
             outcome = await self._runner.run(
@@ -314,7 +404,7 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
         if scope:
             note = _changes_note(changes, before.complete and after.complete)
             output = replace(output, content=f"{output.as_text()}\n\n{note}")
-        yield output
+        return output
 
     def _open_scope(self, raw: Sequence[str], ctx: ToolContext) -> tuple[Path, ...]:
         scope = self._check_scope(raw, ctx)

@@ -140,7 +140,9 @@ def _run(
         if interactive:
             from orchestrator.cli.repl.app import run_repl
 
-            return trio.run(run_repl, config, prompt, parts)
+            # Background agents report with the next prompt: the prompt comes back at once.
+            repl_config = config.model_copy(update={"wait_for_tasks": False})
+            return trio.run(run_repl, repl_config, prompt, parts)
         assert prompt is not None
         return trio.run(
             partial(run_prompt, progress=progress, show_session=at_terminal),

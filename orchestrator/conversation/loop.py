@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import trio
 
@@ -82,6 +82,10 @@ class LoopConfig:
     """Times Stop hooks may keep the run going; one more block ends it `hook_blocked`."""
     agent_id: str | None = None
     """A subagent's id: its end fires SubagentStop instead of Stop."""
+    wait_for_tasks: bool = True
+    """When the model ends its turn while background agents or monitors still run (`tasks`),
+    wait for their notifications and go on (a headless run); False ends the run, and the
+    notifications join the next prompt (the interactive session)."""
 
     def __post_init__(self) -> None:
         if self.max_turns < 1:
@@ -90,6 +94,19 @@ class LoopConfig:
             raise ValueError("max_concurrency must be at least 1")
         if self.max_stop_hook_blocks < 0:
             raise ValueError("max_stop_hook_blocks must not be negative")
+
+
+class TaskInbox(Protocol):
+    """The session's background tasks as the loop sees them (orchestrator/tasks/registry.py):
+    their notifications, added at a turn boundary, never inside a turn."""
+
+    def take_notes(self) -> list[str]: ...
+
+    def pending(self) -> bool: ...
+
+    def waits(self) -> bool: ...
+
+    async def wait(self) -> None: ...
 
 
 class RunControl:
@@ -167,6 +184,7 @@ async def run_loop(
     emit: EventSink,
     control: RunControl | None = None,
     compactor: Compactor | None = None,
+    tasks: TaskInbox | None = None,
 ) -> RunResult:
     """Run turns until the model answers without tool calls, or a terminal reason occurs.
 
@@ -178,6 +196,10 @@ async def run_loop(
     (orchestrator/conversation/compaction.py): pass the session's to keep its learnt window and
     counts across runs.
 
+    `tasks`: the session's background tasks, whose notifications join the conversation at
+    each turn boundary (and, with `config.wait_for_tasks`, keep the run going while agents
+    or monitors still run).
+
     **Errors:** none for model or tool failures: they are terminal reasons or tool_results.
     """
     run = _Run(
@@ -188,6 +210,7 @@ async def run_loop(
         control or RunControl(),
         compactor or Compactor(window=context_window(model.model)),
         messages,
+        tasks,
     )
     for turn in range(1, config.max_turns + 1):
         ended = await run.turn(turn)
@@ -225,8 +248,10 @@ class _Run:
         control: RunControl,
         compactor: Compactor,
         messages: list[Message],
+        tasks: TaskInbox | None = None,
     ) -> None:
         self.model, self.pipeline, self.config, self.emit = model, pipeline, config, emit
+        self.tasks = tasks
         self.control, self.compactor = control, compactor
         self.summaries_before = compactor.compactions
         self.reacted = False
@@ -285,6 +310,8 @@ class _Run:
         pipeline, config, control = self.pipeline, self.config, self.control
         if pipeline.tools.version != self.tools_version:  # an MCP server listed its tools
             self.tool_specs, self.tools_version = pipeline.tools.specs(), pipeline.tools.version
+        if self.tasks is not None:
+            self.deliver(self.tasks.take_notes())
         output = self.recovery.plan()
         with control.scoped():
             compaction = await self.compactor.before_request(
@@ -397,11 +424,40 @@ class _Run:
             return self.finish(error.reason, f"{error.message} Compacting failed: {exc}", turn)
         return None
 
+    def deliver(self, notes: list[str]) -> None:
+        """Background tasks' notifications, at a turn boundary: added to the last user
+        message of the history (which a turn boundary always ends with), and to the
+        transcript as a message of their own (merged with it again on load)."""
+        if not notes:
+            return
+        text = "\n\n".join(notes)
+        last = self.history[-1]
+        if last.role != "user":  # not at a turn boundary: keep them for the next one
+            return
+        content = last.content if isinstance(last.content, list) else [TextBlock(text=last.content)]
+        self.history[-1] = Message(role="user", content=[*content, TextBlock(text=text)])
+        self.emit(ToolResultsMessage(Message.user_text(text)))
+
     async def stop(self, final: AssistantMessage, turn: int) -> RunResult | None:
-        """A reply without tool calls ends the run, unless a Stop (SubagentStop) hook blocks
-        the end: its feedback is sent and the run goes on, at most `max_stop_hook_blocks`
-        times."""
+        """A reply without tool calls ends the run, unless background agents or monitors
+        still run and the run waits for them (their notifications are the next turn's), or
+        a Stop (SubagentStop) hook blocks the end: its feedback is sent and the run goes on,
+        at most `max_stop_hook_blocks` times."""
         config, hooks = self.config, self.pipeline.hooks
+        tasks = self.tasks
+        if tasks is not None and config.wait_for_tasks and (tasks.pending() or tasks.waits()):
+            with self.control.scoped():
+                await tasks.wait()
+            if self.control.interrupted:
+                return self.finish("interrupted", "The run was interrupted.", turn)
+            # The wait ends at a notification: it joins the conversation as the next turn's
+            # prompt (the model's reply is a turn of its own, so the history ends with it).
+            notes = tasks.take_notes()
+            if notes:
+                message = Message.user_text("\n\n".join(notes))
+                self.history.append(message)
+                self.emit(ToolResultsMessage(message))
+                return None
         stop_event: HookEvent = "SubagentStop" if config.agent_id else "Stop"
         if hooks is None or not hooks.has(stop_event):
             return self.finish("completed", self.recovery.answer(final.message.text()), turn)

@@ -199,6 +199,10 @@ class SessionConfig(BaseModel):
     setting_sources: frozenset[Literal["user", "project", "local"]] | None = None
     """`--setting-sources`: which Claude Code settings files and agent directories are read.
     Default None: all."""
+    wait_for_tasks: bool = True
+    """A run whose model ends its turn while background agents or monitors run waits for
+    their notifications and goes on (headless runs); False ends it, the notifications joining
+    the next prompt (the interactive session). Default True."""
     pool: PoolBackend | None = None
     """`--pool`: where subagents run, `local` or `ray` (the cluster at `RAY_ADDRESS`, else the
     policy's `[pool] address`); over the user's `[pool] backend`, never the managed one's.

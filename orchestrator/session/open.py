@@ -47,6 +47,8 @@ from orchestrator.session.sinks import build_sinks, subagent_sink
 from orchestrator.session.startup import StartedUp, start_up
 from orchestrator.session.state import IoGuard, open_audit, open_log, open_transcript
 from orchestrator.session.tools import build_registry, dispatch_tool
+from orchestrator.tasks.registry import TaskRegistry
+from orchestrator.tasks.task_stop import TaskStopTool
 from orchestrator.tools.base import ToolContext
 from orchestrator.tools.registry import ToolRegistry
 from policies.claude_names import SUBAGENT_TOOL
@@ -168,10 +170,16 @@ class _Opening:
         permission = policy.permission_fn()
         registry, servers = await self._mcp(ctx, policy, registry)
         spend: dict[str, ModelUsage] = {}
+        tasks = TaskRegistry(max_tasks=limits.max_tasks, time_limit_s=limits.task_time_s)
         registry, pool = await self._subagents(
             ctx, up, model, limits, pool_config, registry, hooks, permission, asker,
             subagent_sink(printer, io_guard.sink(audit), denials, spend, parts.on_subagent),
+            tasks,
         )  # fmt: skip
+        # Opened after the pool, so closed before it: a background agent's worker is stopped
+        # while the pool still runs (orchestrator/tasks/registry.py).
+        await stack.enter_async_context(tasks.running())
+        registry = self._task_tools(registry, tasks)
         # What the first request does not need starts once it is on its way (Session.run).
         later = [p.start for p in (runner, pool) if isinstance(p, LaterToolHosts | LaterSubagents)]
         if may_write(policy.mode, registry, servers is not None, changes.tree.roots):
@@ -221,6 +229,7 @@ class _Opening:
             changes=changes,
             mcp_source=servers,
             later=tuple(later),
+            tasks=tasks,
         )
         return kit, hooks
 
@@ -300,6 +309,7 @@ class _Opening:
         permission: PermissionFn,
         asker: Asker,
         on_update: Callable[[SubagentUpdate], None],
+        tasks: TaskRegistry,
     ) -> tuple[ToolRegistry, SubagentRunner | None]:
         """The worker pool and `dispatch_agent` over it, when the composition root plugged a
         pool in, the floor is proven, the limits allow subagents and `--tools` offers them."""
@@ -328,8 +338,17 @@ class _Opening:
             output_cap=limits.max_tool_output_chars,
             claude_sources=config.setting_sources,
             sdk_agents=parts.host.agents if parts.host is not None else None,
+            tasks=tasks if limits.max_tasks > 0 else None,
         )
         return registry.with_tools([dispatch]), pool
+
+    def _task_tools(self, registry: ToolRegistry, tasks: TaskRegistry) -> ToolRegistry:
+        """TaskStop, where background tasks can run (a pool for background agents) and
+        `--tools` does not leave it out."""
+        wanted = self.config.tools is None or TaskStopTool.name in self.config.tools
+        if tasks.max_tasks <= 0 or not wanted or registry.get(SUBAGENT_TOOL) is None:
+            return registry
+        return registry.with_tools([TaskStopTool(tasks)])
 
 
 def _session_end(hooks: HookRunner) -> Callable[[], Awaitable[None]]:

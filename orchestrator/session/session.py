@@ -42,6 +42,7 @@ from orchestrator.session.config import SessionConfig
 from orchestrator.session.later import FirstResponseStarts
 from orchestrator.session.spend import spent, with_session_spend, with_subagent_models
 from orchestrator.session.state import IoGuard
+from orchestrator.tasks.registry import TaskRegistry
 from orchestrator.tools.registry import ToolRegistry
 
 if TYPE_CHECKING:
@@ -76,6 +77,8 @@ class SessionKit:
     changes: ChangeRecorder | None
     mcp_source: DeferredMcp | None
     later: tuple[Callable[[], None], ...]
+    tasks: TaskRegistry | None = None
+    """The session's background tasks (orchestrator/tasks/)."""
 
 
 class Session:
@@ -111,6 +114,8 @@ class Session:
         (orchestrator/mcp/deferred.py); None without servers."""
         self.changes = kit.changes
         """The per-turn change sets (orchestrator/changes/recorder.py) behind `/undo`."""
+        self.tasks = kit.tasks
+        """Background agents, shells and monitors (`/tasks`)."""
         self.later = kit.later
         """Starts the parts the first request does not need (tool hosts, pool, change scan:
         orchestrator/session/later.py), called when that request is on its way
@@ -208,10 +213,12 @@ class Session:
                     max_tokens=self.limits.max_output_tokens,
                     thinking_budget=self.limits.max_thinking_tokens,
                     max_stop_hook_blocks=self.limits.max_stop_hook_blocks,
+                    wait_for_tasks=self.config.wait_for_tasks,
                 ),
                 emit=self._emit,
                 control=control,
                 compactor=self.compactor,
+                tasks=self.tasks,
             )
         finally:
             self._control = None

@@ -15,6 +15,7 @@ from orchestrator.errors import ConfigError
 from orchestrator.hooks.runner import HookRunner
 from orchestrator.paths import WarrenDirs
 from orchestrator.session.config import SessionConfig, SessionParts
+from orchestrator.tasks.registry import TaskRegistry
 from orchestrator.tools.base import Tool
 from orchestrator.tools.registry import ToolRegistry, builtin_tools
 from policies.claude_names import SUBAGENT_TOOL
@@ -66,6 +67,7 @@ def dispatch_tool(
     output_cap: int,
     claude_sources: Collection[str] | None = None,
     sdk_agents: Mapping[str, Any] | None = None,
+    tasks: TaskRegistry | None = None,
 ) -> Tool[Any]:
     """`dispatch_agent` over the worker pool, with the agent types this workspace defines
     (its `.warren/agents/` and `.claude/agents/` only when trusted), the session's tools and
@@ -94,4 +96,5 @@ def dispatch_tool(
         max_stop_hook_blocks=max_stop_hook_blocks,
         output_cap=output_cap,
         protected=policy.protected(),
+        tasks=tasks,
     )
