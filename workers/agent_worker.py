@@ -98,8 +98,8 @@ def worker_tools(role: wire.HostRole) -> ToolRegistry:
     """The built-in tools. In a read-only worker every Bash command counts as read-only (it
     runs one-shot and concurrently; the read-only workspace is what makes that safe)."""
     if role == "read_only":
-        return builtin_tools(bash_classifier=lambda _command: True)
-    return builtin_tools()
+        return builtin_tools(bash_classifier=lambda _command: True, backgrounds=False)
+    return builtin_tools(backgrounds=False)
 
 
 def log(event: str, level: str = "info", **fields: Any) -> None:

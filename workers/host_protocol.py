@@ -148,11 +148,14 @@ class RunTool(WireModel):
 
 
 class ToolProgress(WireModel):
-    """A progress note of a running call (for humans)."""
+    """A progress note of a running call (for humans), or output it streams (`data`)."""
 
     type: Literal["tool_progress"] = "tool_progress"
     id: str
     text: str
+    data: str = ""
+    """A streaming call's output bytes, one character per byte (latin-1): JSON carries any
+    byte sequence that way, and ASCII output as it is."""
 
 
 class ToolResult(WireModel):

@@ -279,7 +279,13 @@ class ToolHost:
                             if isinstance(event, ToolOutput):
                                 outcome, output = "output", event
                                 break
-                            await self._send(wire.ToolProgress(id=message.id, text=event.text))
+                            await self._send(
+                                wire.ToolProgress(
+                                    id=message.id,
+                                    text=event.text,
+                                    data=event.data.decode("latin-1"),
+                                )
+                            )
                 except ToolError as exc:
                     outcome, output = "tool_error", ToolOutput(exc.message, is_error=True)
                 except Exception as exc:

@@ -508,7 +508,7 @@ class SandboxedToolRunner:
                 host.sent_shell = shell
             async for reply in receive:
                 if isinstance(reply, wire.ToolProgress):
-                    yield ToolProgress(reply.text)
+                    yield ToolProgress(reply.text, reply.data.encode("latin-1", "replace"))
                     continue
                 if isinstance(reply, wire.Validated):
                     host.take_ledger(ctx, reply.ledger)

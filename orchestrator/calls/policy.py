@@ -53,6 +53,10 @@ class SessionPolicy:
     """Command -> read-only, as the assessor found it: an in-process Bash call (no sandboxed
     host to route it) takes its one-shot/persistent choice from here instead of classifying
     the command again. Taken (popped) on use; cleared past `_VERDICTS_KEPT`."""
+    shared_read_only: list[Path] = field(default_factory=list, compare=False)
+    """Host directories every sandbox of the session sees read-only at the same path (the
+    background tasks' output files, orchestrator/tasks/outputs.py), added before the first
+    sandbox starts."""
 
     @property
     def mode(self) -> Mode:
@@ -168,14 +172,16 @@ class SessionPolicy:
     def sandbox_spec(self, limits: SandboxLimits | None = None) -> SandboxSpec:
         """The floor the policy adds to every sandbox of the session (tool hosts, pool
         workers, MCP servers, hooks): its read deny rules masked, its protected paths, its
-        home allowances; with `limits` (default: the spec's)."""
-        from sandbox.spec import SandboxSpec
+        home allowances, the directories shared read-only; with `limits` (default: the
+        spec's)."""
+        from sandbox.spec import Bind, SandboxSpec
 
         return SandboxSpec(
             **({} if limits is None else {"limits": limits}),
             extra_deny_read=self.deny_read(),
             extra_protected=self.protected(),
             extra_home_allow=self.home_allow(),
+            extra_binds=tuple(Bind(path=path, mode="ro") for path in self.shared_read_only),
         )
 
     def writable_roots(self) -> tuple[Path, ...]:

@@ -221,6 +221,17 @@ class ChangeRecorder:
         self._by: dict[Key, str] = {}
         """Which writer each changed path is put down to: a scoped writer when the path lies
         in its scope, else the call whose after-scan first saw it."""
+        self._background: dict[str, Writer] = {}
+        """Writers running in the background (a writing background shell), by id, in the
+        order they started: while one runs the mark is held across turns."""
+        self._owned: dict[Key, str] = {}
+        """The paths a background writer changed first, by writer: each stays its own while
+        it runs (a call that changes one too does not take it)."""
+        self._held: dict[str, dict[Key, Change]] = {}
+        """Each background writer's changes so far, turns it outlived included."""
+        self._base: dict[Key, Entry | None] = {}
+        """Paths whose changes left the current mark's span with a background writer's
+        record: their entry then, the start of any later change."""
         self._turns = 0
         self._jobs: trio.MemorySendChannel[_Job] | None = None
         """The background task's queue, while `running()`."""
@@ -323,9 +334,10 @@ class ChangeRecorder:
 
         await self._run(nothing, wait=True)
 
-    async def _scan(self) -> None:
+    async def _scan(self, *, remark: bool = False) -> None:
         """The turn's first scan (a `mark`: no copy of the tree), or a later one with the
-        turn's changes so far, worked out in the scan's thread, off the event loop."""
+        turn's changes so far, worked out in the scan's thread, off the event loop (with
+        `remark`, the mark then moves to now: a turn's end while a background writer runs)."""
         started = time.perf_counter()
         if self._turn_complete is None:
             quiet = self.tree.mark_if_quiet()  # nothing to read: no trip to a thread
@@ -333,12 +345,28 @@ class ChangeRecorder:
                 quiet = await trio.to_thread.run_sync(self.tree.mark)
             self._turn_complete = self._last_complete = quiet
         else:
-            self._last_complete, self._changes = await trio.to_thread.run_sync(self._since)
+            self._last_complete, self._changes = await trio.to_thread.run_sync(
+                partial(self._since, remark=remark)
+            )
         self.scan_seconds += time.perf_counter() - started
 
-    def _since(self) -> tuple[bool, list[Change]]:
-        before, after, keys, complete = self.tree.since_mark()
-        return complete, diff(before, after, keys)
+    def _since(self, *, remark: bool = False) -> tuple[bool, list[Change]]:
+        before, after, keys, complete = self.tree.since_mark(remark=remark)
+        changes = diff(before, after, keys)
+        if self._base:  # what a background writer's record took starts where it left off
+            rebased = []
+            for change in changes:
+                if change.key not in self._base:
+                    rebased.append(change)
+                    continue
+                start = self._base[change.key]
+                if start is None and change.after is None:
+                    continue
+                if start is not None and start.same_content(change.after):
+                    continue
+                rebased.append(Change(change.key, start, change.after))
+            changes = rebased
+        return complete, changes
 
     async def before_call(self, tool_use_id: str, writer: Writer | None = None) -> None:
         """Before a read-write call (or a hook, a typed command: `writer` says what it is):
@@ -352,6 +380,10 @@ class ChangeRecorder:
                     await self._scan()
                 except (OSError, ScanStopped) as exc:  # this turn is not recorded
                     structlog.get_logger().warning("change scan failed", error=str(exc))
+            elif self._background:
+                # What changed since the last scan is the background writers': this call
+                # has not started.
+                await self._scan_for_background()
 
         await self._run(first_scan, wait=True)
 
@@ -377,10 +409,19 @@ class ChangeRecorder:
         it, else to the call whose scan this is (writers that run at once are scoped: a
         barrier call runs alone)."""
         scoped = [w for w in self._writers.values() if w.scope is not None]
+        first_background = next(iter(self._background), None)
         for change in self._changes:
             if change.key in self._by:
                 continue
-            holder = next((w.id for w in scoped if w.holds(change.key)), tool_use_id)
+            holder = self._owned.get(change.key)
+            if holder is None:
+                holder = next((w.id for w in scoped if w.holds(change.key)), tool_use_id)
+            caller = self._writers.get(holder) if holder is not None else None
+            if caller is not None and not caller.may_write(change.key) and self._background:
+                holder = None  # not a file this call names: what runs anyway wrote it
+            if holder is None and first_background is not None:
+                # Seen by no call's scan: written while no call ran, by what runs anyway.
+                holder = self._owned[change.key] = first_background
             if holder is not None:
                 self._by[change.key] = holder
 
@@ -413,15 +454,25 @@ class ChangeRecorder:
             self._write(lambda: append_record(self.log, record))
 
     def _turn_record(self) -> dict[str, Any] | None:
-        """The turn's record (None when nothing changed); the next turn starts afresh."""
+        """The turn's record (None when nothing changed); the next turn starts afresh. The
+        paths a background writer owns are not the turn's: they join that writer's changes,
+        and the mark is kept for it (moved to now by the scan before: `_record_turn`)."""
         complete, ids, changes = self._turn_complete, self._tool_use_ids, self._changes
+        changes = self._hold_background(changes)
         writers = self._turn_writers(changes) if complete is not None and changes else []
-        self._turn_complete, self._tool_use_ids, self._changes = None, [], []
+        self._tool_use_ids, self._changes = [], []
         self._writers, self._by = {}, {}
-        if complete is not None:
-            self.tree.unmark()
+        if not self._background:
+            self._turn_complete, self._base = None, {}
+            if complete is not None:
+                self.tree.unmark()
         if complete is None or not changes:
             return None
+        return self._record(ids, changes, writers, complete and self._last_complete)
+
+    def _record(
+        self, ids: list[str], changes: list[Change], writers: list[dict[str, Any]], complete: bool
+    ) -> dict[str, Any]:
         if self._turns == 0 and self.log.exists():  # a resumed session continues its numbers
             with contextlib.suppress(OSError, ValueError):
                 self._turns = max((turn.number for turn in read_turns(self.log)), default=0)
@@ -431,10 +482,101 @@ class ChangeRecorder:
             "turn": self._turns,
             "ts": round(time.time(), 3),
             "tool_use_ids": ids,
-            "complete": complete and self._last_complete,
+            "complete": complete,
             "changes": [change.to_json() for change in changes],
             **({"writers": writers} if writers else {}),
         }
+
+    # -- writers in the background ------------------------------------------------------------
+
+    async def open_background(self, writer: Writer) -> None:
+        """A writer that runs across turns starts (a writing background shell): from here
+        what no call's scan sees is put down to it, and its changes are a record of its own
+        (`close_background`). Done when this returns (the mark taken, when none was)."""
+
+        async def start() -> None:
+            self._background[writer.id] = writer
+            self._held.setdefault(writer.id, {})
+            if self._turn_complete is None:
+                try:
+                    await self._scan()
+                except (OSError, ScanStopped) as exc:
+                    structlog.get_logger().warning("change scan failed", error=str(exc))
+            else:  # what changed before it started is not its
+                await self._scan_for_background(before=writer.id)
+
+        await self._run(start, wait=True)
+
+    async def close_background(self, writer_id: str) -> None:
+        """The background writer `writer_id` ended: what it changed is appended to the change
+        log as a record of its own, naming it (queued inside `running()`)."""
+        await self._run(partial(self._record_background, writer_id), wait=False)
+
+    async def _scan_for_background(self, before: str | None = None) -> None:
+        """A scan outside any call: its new changes are the background writers' (except,
+        with `before`, that writer's, which has not started yet)."""
+        try:
+            await self._scan()
+        except (OSError, ScanStopped) as exc:
+            structlog.get_logger().warning("change scan failed", error=str(exc))
+            return
+        if before is None:
+            self._attribute(None)
+            return
+        writer = self._background.pop(before)
+        try:
+            self._attribute(None)
+        finally:
+            self._background[before] = writer
+
+    def _hold_background(self, changes: list[Change]) -> list[Change]:
+        """`changes` without the running background writers' paths, which join their
+        writers' changes so far."""
+        if not self._background:
+            return changes
+        mine: list[Change] = []
+        for change in changes:
+            owner = self._owned.get(change.key)
+            if owner in self._held:
+                _merge(self._held[owner], change)
+            else:
+                mine.append(change)
+        return mine
+
+    async def _record_background(self, writer_id: str) -> None:
+        writer = self._background.get(writer_id)
+        if writer is None:
+            return
+        if self._turn_complete is not None:
+            try:
+                await self._scan()
+            except (OSError, ScanStopped) as exc:
+                structlog.get_logger().warning("change scan failed", error=str(exc))
+            else:
+                self._attribute(None)
+        held = self._held.pop(writer_id, {})
+        for change in self._changes:
+            if self._owned.get(change.key) == writer_id:
+                _merge(held, change)
+                self._base[change.key] = change.after
+        self._changes = [c for c in self._changes if self._owned.get(c.key) != writer_id]
+        for key in [k for k, w in self._owned.items() if w == writer_id]:
+            del self._owned[key]
+            self._by.pop(key, None)
+        del self._background[writer_id]
+        if not self._background and not self._tool_use_ids and self._turn_complete is not None:
+            self.tree.unmark()
+            self._turn_complete, self._changes, self._by, self._base = None, [], {}, {}
+        changes = sorted((c for c in held.values() if not _unchanged(c)), key=lambda c: c.key)
+        if not changes:
+            return
+        own = dataclasses.replace(writer, paths=tuple(c.key[1] for c in changes))
+        record = self._record([writer_id], changes, [own.to_json()], self._last_complete)
+        written = _guarded_io(_write_record, self.log, record)
+        if isinstance(written, OSError):
+            self._write(partial(_raise, written))
+            return
+        await self._sync(written)
 
     async def _record_turn(self) -> None:
         """The background side of `end_turn`: the record is written, then made durable in a
@@ -447,6 +589,16 @@ class ChangeRecorder:
         it, and with it the undo of that turn, never a byte of the user's files: a Bash
         command's writes are not fsynced either, and Warren's file tools fsync the user's
         file before renaming it into place (policies/atomic.py)."""
+        if self._background and self._turn_complete is not None:
+            # The mark stays for the background writers, moved to now with the last scan:
+            # what they write from here is seen against it.
+            try:
+                await self._scan(remark=True)
+            except (OSError, ScanStopped) as exc:
+                structlog.get_logger().warning("change scan failed", error=str(exc))
+            else:
+                self._attribute(None)
+            self._base = {}
         record = self._turn_record()
         if record is None:
             return
@@ -466,6 +618,20 @@ class ChangeRecorder:
             failed = await trio.to_thread.run_sync(_guarded_io, _sync_and_close, fd)
         if isinstance(failed, OSError):
             self._write(partial(_raise, failed))
+
+
+def _merge(into: dict[Key, Change], change: Change) -> None:
+    """`change` after what `into` holds for its path: the first before, the last after."""
+    earlier = into.get(change.key)
+    into[change.key] = (
+        change if earlier is None else Change(change.key, earlier.before, change.after)
+    )
+
+
+def _unchanged(change: Change) -> bool:
+    if change.before is None or change.after is None:
+        return change.before is None and change.after is None
+    return change.before.same_content(change.after)
 
 
 def _guarded_io(step: Callable[..., _T], *args: Any) -> _T | OSError:
@@ -521,7 +687,13 @@ def writer_of(plan: CallPlan) -> Writer:
     if len(label) > _LABEL_CHARS:
         label = label[: _LABEL_CHARS - 3] + "..."
     scope = None if plan.write_scope is None else tuple(str(p) for p in plan.write_scope)
-    return Writer(plan.block.id, plan.block.name, label, scope)
+    files: tuple[str, ...] | None = None
+    facts = plan.tool.facts if plan.tool is not None else None
+    if facts is not None and facts.family == "edit" and facts.path_fields:
+        named = [raw.get(f) for f in facts.path_fields]
+        if named and all(isinstance(n, str) and os.path.isabs(n) for n in named):
+            files = tuple(os.path.normpath(str(n)) for n in named)
+    return Writer(plan.block.id, plan.block.name, label, scope, files=files)
 
 
 class RecordingRunner:

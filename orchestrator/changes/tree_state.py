@@ -542,10 +542,13 @@ class TreeState:
         finally:
             self._lock.release()
 
-    def since_mark(self) -> tuple[dict[Key, Entry], dict[Key, Entry], frozenset[Key] | None, bool]:
+    def since_mark(
+        self, *, remark: bool = False
+    ) -> tuple[dict[Key, Entry], dict[Key, Entry], frozenset[Key] | None, bool]:
         """Refresh, then (before, after, names, complete): the entries at the last `mark` and
         now, only for the names set or dropped in between (`names`; None: all of them, after
-        a whole scan), and whether this scan was complete. Blocking.
+        a whole scan), and whether this scan was complete. With `remark`, the mark moves to
+        now in the same step (nothing can change in between). Blocking.
 
         **Errors:** as `refresh`; `ValueError` without a `mark`.
         """
@@ -554,11 +557,16 @@ class TreeState:
             self._touched = set()
             if self._origin is None:
                 raise ValueError("since_mark without a mark")
+            found: tuple[dict[Key, Entry], dict[Key, Entry], frozenset[Key] | None, bool]
             if self._origin_whole is not None:
-                return self._origin_whole, dict(self.entries), None, self.complete
-            before = {key: old for key, old in self._origin.items() if old is not None}
-            after = {key: self.entries[key] for key in self._origin if key in self.entries}
-            return before, after, frozenset(self._origin), self.complete
+                found = self._origin_whole, dict(self.entries), None, self.complete
+            else:
+                before = {key: old for key, old in self._origin.items() if old is not None}
+                after = {key: self.entries[key] for key in self._origin if key in self.entries}
+                found = before, after, frozenset(self._origin), self.complete
+            if remark:
+                self._origin, self._origin_whole = {}, None
+            return found
 
     def _update(self) -> None:
         """Apply what changed since the last refresh (the lock held)."""

@@ -98,7 +98,10 @@ def undo_last_turn(log: Path, store: ContentStore) -> UndoOutcome:
 
 def _by_writer(turn: TurnRecord) -> str:
     """Where several wrote in the turn (scoped writers at once, a call and its hooks), who
-    wrote which files: ` (by dispatch_agent "billing": billing/a.py; Bash "make": out.o)`."""
+    wrote which files: ` (by dispatch_agent "billing": billing/a.py; Bash "make": out.o)`;
+    a background writer's own change set names it: ` (by Bash (background) "npm run dev")`."""
+    if len(turn.writers) == 1 and turn.writers[0].kind.endswith("(background)"):
+        return f" (by {turn.writers[0].describe()})"
     if len(turn.writers) < 2:
         return ""
     return (

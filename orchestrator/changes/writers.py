@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from orchestrator.changes.tree_state import Key
@@ -32,6 +32,9 @@ class Writer:
     """A scoped writer's directories (absolute): what it changed there is its own."""
     paths: tuple[str, ...] = ()
     """In a turn's record: the paths (relative to their root) this writer changed."""
+    files: tuple[str, ...] | None = field(default=None, compare=False)
+    """The only files (absolute) it can change, when its input says (an Edit's `file_path`):
+    what else changes while it runs is a background writer's. Not recorded."""
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"id": self.id, "kind": self.kind, "label": self.label}
@@ -57,6 +60,12 @@ class Writer:
             return False
         path = os.path.join(key[0], key[1])
         return any(path == s or path.startswith(s.rstrip("/") + "/") for s in self.scope)
+
+    def may_write(self, key: Key) -> bool:
+        """Whether this writer can have changed the path `key` names (any, unless `files`)."""
+        if self.files is None:
+            return True
+        return os.path.join(key[0], key[1]) in self.files
 
     def describe(self) -> str:
         """`dispatch_agent "rename billing"`, `hook "echo ... > x"`, `Bash "make"`."""

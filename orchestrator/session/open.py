@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import structlog
 import trio
@@ -47,9 +48,12 @@ from orchestrator.session.sinks import build_sinks, subagent_sink
 from orchestrator.session.startup import StartedUp, start_up
 from orchestrator.session.state import IoGuard, open_audit, open_log, open_transcript
 from orchestrator.session.tools import build_registry, dispatch_tool
+from orchestrator.tasks.monitor import MonitorTool
+from orchestrator.tasks.outputs import TaskOutputError, TaskOutputs
 from orchestrator.tasks.registry import TaskRegistry
+from orchestrator.tasks.shells import BackgroundShells
 from orchestrator.tasks.task_stop import TaskStopTool
-from orchestrator.tools.base import ToolContext
+from orchestrator.tools.base import Tool, ToolContext
 from orchestrator.tools.registry import ToolRegistry
 from policies.claude_names import SUBAGENT_TOOL
 from policies.pool import PoolConfig
@@ -153,6 +157,7 @@ class _Opening:
             config, parts, printer=printer, denials=denials, changes=changes,
             transcript=transcript, audit=audit, io_guard=io_guard,
         )  # fmt: skip
+        outputs, no_outputs = self._task_outputs(policy, transcript.session_id, limits)
         ctx, runner = await self._tool_hosts(up, policy, transcript.session_id)
         hooks = build_hook_runner(
             policy,
@@ -179,7 +184,15 @@ class _Opening:
         # Opened after the pool, so closed before it: a background agent's worker is stopped
         # while the pool still runs (orchestrator/tasks/registry.py).
         await stack.enter_async_context(tasks.running())
-        registry = self._task_tools(registry, tasks)
+        shells = BackgroundShells(
+            RecordingRunner(runner, changes),
+            direct=runner,
+            tasks=tasks,
+            outputs=outputs,
+            recorder=changes,
+            unavailable=no_outputs,
+        )
+        registry = self._task_tools(registry, tasks, runner, outputs is not None)
         # What the first request does not need starts once it is on its way (Session.run).
         later = [p.start for p in (runner, pool) if isinstance(p, LaterToolHosts | LaterSubagents)]
         if may_write(policy.mode, registry, servers is not None, changes.tree.roots):
@@ -194,7 +207,7 @@ class _Opening:
             sandbox=up.floor_state,
         )
         pipeline = ToolPipeline(
-            runner=RecordingRunner(runner, changes),
+            runner=shells,
             tools=registry,
             ctx=ctx,
             permission=permission,
@@ -251,6 +264,23 @@ class _Opening:
                 )
             )
         return audit
+
+    def _task_outputs(
+        self, policy: SessionPolicy, session_id: str, limits: Limits
+    ) -> tuple[TaskOutputs | None, str]:
+        """Where background tasks write their output, shared read-only with every sandbox
+        of the session (so made before the first starts), removed at its end; or None and
+        why not (background commands are then refused, saying so)."""
+        try:
+            outputs = TaskOutputs.open(self.cwd, session_id, limit_bytes=limits.task_output_bytes)
+        except TaskOutputError as exc:
+            structlog.get_logger().warning(
+                "no output directory for background tasks", error=str(exc)
+            )
+            return None, str(exc)
+        policy.shared_read_only.append(outputs.root)
+        self.stack.callback(outputs.remove)
+        return outputs, ""
 
     async def _tool_hosts(
         self, up: StartedUp, policy: SessionPolicy, session_id: str
@@ -342,13 +372,25 @@ class _Opening:
         )
         return registry.with_tools([dispatch]), pool
 
-    def _task_tools(self, registry: ToolRegistry, tasks: TaskRegistry) -> ToolRegistry:
-        """TaskStop, where background tasks can run (a pool for background agents) and
-        `--tools` does not leave it out."""
-        wanted = self.config.tools is None or TaskStopTool.name in self.config.tools
-        if tasks.max_tasks <= 0 or not wanted or registry.get(SUBAGENT_TOOL) is None:
+    def _task_tools(
+        self, registry: ToolRegistry, tasks: TaskRegistry, runner: ToolRunner, shells: bool
+    ) -> ToolRegistry:
+        """TaskStop, where background tasks can run (a pool for background agents, or Bash
+        with an output directory for background shells), and Monitor beside Bash; each
+        unless `--tools` leaves it out."""
+        if tasks.max_tasks <= 0:
             return registry
-        return registry.with_tools([TaskStopTool(tasks)])
+        bash = registry.get("Bash")
+        added: list[Tool[Any]] = []
+        if bash is not None and self._wanted(MonitorTool.name):
+            added.append(MonitorTool(tasks, runner, bash))
+        background = registry.get(SUBAGENT_TOOL) is not None or (bash is not None and shells)
+        if background and self._wanted(TaskStopTool.name):
+            added.append(TaskStopTool(tasks))
+        return registry.with_tools(added) if added else registry
+
+    def _wanted(self, name: str) -> bool:
+        return self.config.tools is None or name in self.config.tools
 
 
 def _session_end(hooks: HookRunner) -> Callable[[], Awaitable[None]]:

@@ -19,6 +19,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 from xml.sax.saxutils import escape
 
@@ -42,6 +43,10 @@ TASK_STOP_WAIT_S = 10.0
 """Seconds the session's end waits for its tasks to stop (each is cancelled at once)."""
 _RESULT_CHARS = 20_000
 """Characters of a task's result a notification carries (its head and tail)."""
+EVENT_LINES = 100
+"""Lines of a running task's events (a monitor's) one turn boundary carries; older ones are
+counted and dropped."""
+_EVENT_LINE_CHARS = 2_000
 
 
 class TaskError(Exception):
@@ -71,6 +76,10 @@ class Task:
     """A name the model gave it (`dispatch_agent`'s `name`): `TaskStop` and `SendMessage`
     take it instead of the id."""
     tool_use_id: str | None = None
+    output_file: Path | None = None
+    """Where its output is written (a background shell's), which every sandbox can read."""
+    output_bytes: int = 0
+    """Bytes of output so far."""
     started: float = field(default_factory=time.monotonic)
     status: TaskStatus = "running"
     ended: float | None = None
@@ -93,6 +102,11 @@ class Task:
         lines = [
             "<task-notification>",
             f"<task-id>{escape(self.id)}</task-id>",
+            *(
+                [f"<output-file>{escape(str(self.output_file))}</output-file>"]
+                if self.output_file is not None
+                else []
+            ),
             f"<status>{end.status}</status>",
             f"<summary>{escape(end.summary)}</summary>",
         ]
@@ -100,6 +114,40 @@ class Task:
             lines.append(f"<result>{escape(result)}</result>")
         lines.append("</task-notification>")
         return "\n".join(lines)
+
+
+@dataclass
+class _Events:
+    """A running task's events since the last turn boundary (a monitor's output lines): one
+    notification, `status` running."""
+
+    task: Task
+    lines: list[str] = field(default_factory=list)
+    dropped: int = 0
+
+    def add(self, line: str) -> None:
+        if len(line) > _EVENT_LINE_CHARS:
+            line = line[: _EVENT_LINE_CHARS - 1] + "…"
+        self.lines.append(line)
+        if len(self.lines) > EVENT_LINES:
+            del self.lines[0]
+            self.dropped += 1
+
+    def notification(self) -> str:
+        count = len(self.lines) + self.dropped
+        summary = f"{_label(self.task)}: {count} new line{'' if count == 1 else 's'}"
+        if self.dropped:
+            summary += f" (the first {self.dropped} dropped)"
+        return "\n".join(
+            [
+                "<task-notification>",
+                f"<task-id>{escape(self.task.id)}</task-id>",
+                "<status>running</status>",
+                f"<summary>{escape(summary)}</summary>",
+                f"<events>{escape(chr(10).join(self.lines))}</events>",
+                "</task-notification>",
+            ]
+        )
 
 
 TaskBody = Callable[[Task], Awaitable[TaskEnd]]
@@ -118,7 +166,7 @@ class TaskRegistry:
         self.max_tasks = max_tasks
         self.time_limit_s = time_limit_s
         self._tasks: dict[str, Task] = {}
-        self._notes: list[str] = []
+        self._notes: list[str | _Events] = []
         self._changed = trio.Event()
         self._nursery: trio.Nursery | None = None
 
@@ -157,6 +205,7 @@ class TaskRegistry:
         id: str,
         name: str | None = None,
         tool_use_id: str | None = None,
+        output_file: Path | None = None,
     ) -> Task:
         """Start `body` as a background task now; its `Task`.
 
@@ -174,7 +223,9 @@ class TaskRegistry:
             )
         if name is not None and any(t.name == name for t in running):
             raise TaskError(f"a running task is already named {name!r}; choose another name")
-        task = Task(id, kind, description, name=name, tool_use_id=tool_use_id)
+        task = Task(
+            id, kind, description, name=name, tool_use_id=tool_use_id, output_file=output_file
+        )
         self._tasks[id] = task
         self._nursery.start_soon(self._run, task, body)
         structlog.get_logger().info("task started", task_id=id, kind=kind)
@@ -239,11 +290,25 @@ class TaskRegistry:
 
     # -- the inbox --
 
+    def event(self, task: Task, line: str) -> None:
+        """A running task's event (a line its monitor printed), for the next turn boundary:
+        the lines of one task since the last boundary are one notification, at most
+        `EVENT_LINES` of them."""
+        if not task.running:
+            return
+        last = self._notes[-1] if self._notes else None
+        if not (isinstance(last, _Events) and last.task is task):
+            last = _Events(task)
+            self._notes.append(last)
+        last.add(line)
+        self._changed.set()
+        self._changed = trio.Event()
+
     def take_notes(self) -> list[str]:
-        """The notifications of the tasks that ended since the last call (the loop's turn
-        boundary); drained."""
+        """The notifications since the last call (the loop's turn boundary), in order: the
+        tasks that ended, and the events of those still running; drained."""
         notes, self._notes = self._notes, []
-        return notes
+        return [n if isinstance(n, str) else n.notification() for n in notes]
 
     def pending(self) -> bool:
         """Whether a notification waits for the next turn boundary."""
@@ -264,5 +329,4 @@ class TaskRegistry:
 
 
 def _label(task: Task) -> str:
-    what = {"agent": "Agent", "shell": "Shell", "monitor": "Monitor"}[task.kind]
-    return f'{what} "{task.description}"'
+    return f'{task.kind.capitalize()} "{task.description}"'

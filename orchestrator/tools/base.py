@@ -77,6 +77,9 @@ class ToolProgress:
     """A progress note while a call runs (shown to humans, never to the model)."""
 
     text: str
+    data: bytes = b""
+    """Output of a call that streams it (a background command's bytes, in order), for the
+    caller that keeps it (orchestrator/tasks/shells.py); not shown."""
 
 
 @dataclass(frozen=True)

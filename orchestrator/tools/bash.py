@@ -10,16 +10,26 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 
-from pydantic import Field
+import trio
+from pydantic import Field, model_validator
 
+from orchestrator.aio import closing_iter
 from orchestrator.errors import ToolError
 from orchestrator.tools.base import Tool, ToolContext, ToolInput, ToolOutput, ToolProgress
-from orchestrator.tools.shell import PersistentShell, ShellRun, shell_environment
+from orchestrator.tools.shell import (
+    OutputCapture,
+    PersistentShell,
+    ShellRun,
+    StreamingRun,
+    shell_environment,
+)
 from policies.facts import ToolFacts
 from sandbox.process.child import KILL_GRACE_S
 
 __all__ = [
+    "BACKGROUND_TIMEOUT_MS",
     "DEFAULT_TIMEOUT_MS",
+    "MAX_BACKGROUND_TIMEOUT_MS",
     "MAX_OUTPUT_CHARS",
     "MAX_TIMEOUT_MS",
     "TIMEOUT_MARGIN_S",
@@ -32,6 +42,17 @@ DEFAULT_TIMEOUT_MS = 120_000
 """Time limit of a command when the model gives none (milliseconds)."""
 MAX_TIMEOUT_MS = 600_000
 """The largest time limit the model may ask for (milliseconds)."""
+BACKGROUND_TIMEOUT_MS = 1_800_000
+"""Time limit of a background command when the model gives none (milliseconds)."""
+MAX_BACKGROUND_TIMEOUT_MS = 7_200_000
+"""The largest time limit of a background command (milliseconds)."""
+NOTIFICATION_TAIL_CHARS = 4_000
+"""Characters of a background command's last output its notification carries."""
+UNSANDBOXED_REFUSED = (
+    "dangerouslyDisableSandbox is accepted and ignored: Warren runs every command inside its "
+    "sandbox (the workspace, no network, secrets hidden); nothing ran outside it. If the "
+    "command needs more than the sandbox gives, say what to the user."
+)
 
 TIMEOUT_MARGIN_S = 2 * KILL_GRACE_S + 1.0
 """Added to the command's limit for the pipeline's outer limit: room to kill the command's group
@@ -71,6 +92,16 @@ and their output is shaped for you.
 - Chain dependent commands with `&&`; use `;` only when a failure should not stop the rest.
 - A command with a bash syntax error is not run; you get the parser's message.
 - `description`: say in 5-10 words what the command does (shown to the user).
+- `run_in_background: true` starts the command and returns at once with its task id and the
+  path of its output file (stdout and stderr together); you get a <task-notification> when it
+  exits. Use it for what runs long or forever while you go on: a dev server, a test watcher,
+  a long build. Do not use `&` for that. Read the output file with Read, wait for a line in
+  it with Monitor (`tail -f FILE | grep --line-buffered READY`), stop it with TaskStop. Its
+  `timeout` defaults to {BACKGROUND_TIMEOUT_MS} ms and may be up to
+  {MAX_BACKGROUND_TIMEOUT_MS} ms. It starts from the shell's current directory and exports
+  but changes neither. Do not edit files a background command is writing: its writes are
+  recorded as its own change set, and yours would be mixed into it.
+- `dangerouslyDisableSandbox` is accepted and ignored: every command runs in the sandbox.
 """
 
 
@@ -79,18 +110,40 @@ class BashInput(ToolInput):
     timeout: int | None = Field(
         default=None,
         ge=1,
-        le=MAX_TIMEOUT_MS,
+        le=MAX_BACKGROUND_TIMEOUT_MS,
         description=f"Optional timeout in milliseconds (default {DEFAULT_TIMEOUT_MS}, "
-        f"max {MAX_TIMEOUT_MS}).",
+        f"max {MAX_TIMEOUT_MS} for a foreground command; in the background default "
+        f"{BACKGROUND_TIMEOUT_MS}, max {MAX_BACKGROUND_TIMEOUT_MS}).",
     )
     description: str | None = Field(
         default=None, description="What this command does, in 5-10 words."
     )
+    run_in_background: bool = Field(
+        default=False,
+        description="Run the command in the background: the call returns at once with its "
+        "task id and output file, and you are notified when it exits.",
+    )
+    dangerouslyDisableSandbox: bool = Field(  # Claude Code's spelling
+        default=False,
+        description="Accepted and ignored: every command runs inside the sandbox.",
+    )
+
+    @model_validator(mode="after")
+    def _foreground_limit(self) -> BashInput:
+        too_long = self.timeout is not None and self.timeout > MAX_TIMEOUT_MS
+        if too_long and not self.run_in_background:
+            raise ValueError(
+                f"timeout may be at most {MAX_TIMEOUT_MS} ms for a foreground command "
+                f"({MAX_BACKGROUND_TIMEOUT_MS} with run_in_background)"
+            )
+        return self
 
 
 def command_timeout_s(input: BashInput) -> float:
-    """The command's own time limit in seconds: the model's `timeout`, or the default."""
-    return (input.timeout if input.timeout is not None else DEFAULT_TIMEOUT_MS) / 1000
+    """The command's own time limit in seconds: the model's `timeout`, or the default (a
+    background command's when it runs in the background)."""
+    default = BACKGROUND_TIMEOUT_MS if input.run_in_background else DEFAULT_TIMEOUT_MS
+    return (input.timeout if input.timeout is not None else default) / 1000
 
 
 class BashTool(Tool[BashInput]):
@@ -101,10 +154,31 @@ class BashTool(Tool[BashInput]):
     input_model = BashInput
     description = DESCRIPTION
 
-    def __init__(self, classifier: Callable[[str], bool] | None = None) -> None:
+    def __init__(
+        self, classifier: Callable[[str], bool] | None = None, *, backgrounds: bool = True
+    ) -> None:
         """`classifier(command)` says whether a command is read-only (the policy layer's
-        analyser); read-only calls may run concurrently, each in a one-shot shell."""
+        analyser); read-only calls may run concurrently, each in a one-shot shell.
+        `backgrounds`: whether `run_in_background` is offered (a subagent's worker has no
+        tasks to keep one in)."""
         self._classifier = classifier
+        self._backgrounds = backgrounds
+
+    async def validate(self, input: BashInput, ctx: ToolContext) -> str | None:
+        """A background command is checked before it starts (its call returns at once): the
+        syntax, as a foreground command's is when it runs."""
+        if not input.run_in_background:
+            return None
+        if not self._backgrounds:
+            return (
+                "run_in_background is not available here (a subagent's commands end with its "
+                "call); run the command in the foreground, with a timeout of at most "
+                f"{MAX_TIMEOUT_MS} ms."
+            )
+        error = await _shell(ctx).syntax_error(input.command)
+        if error is not None:
+            return _syntax_refusal(error)
+        return None
 
     def is_read_only(self, input: BashInput) -> bool:
         return self._classifier is not None and self._classifier(input.command)
@@ -115,20 +189,19 @@ class BashTool(Tool[BashInput]):
     async def call(
         self, input: BashInput, ctx: ToolContext
     ) -> AsyncIterator[ToolProgress | ToolOutput]:
-        shell = ctx.resource(
-            SHELL_RESOURCE,
-            lambda: PersistentShell(
-                cwd=ctx.cwd, env=shell_environment(), output_limit=MAX_OUTPUT_CHARS
-            ),
-        )
+        shell = _shell(ctx)
+        if input.run_in_background:
+            async with closing_iter(self._background(input, shell)) as events:
+                async for event in events:
+                    yield event
+            return
         error = await shell.syntax_error(input.command)
         if error is not None:
-            raise ToolError(
-                f"The command was not run: bash cannot parse it.\n{error}\n"
-                "Fix the syntax (quotes, brackets, `fi`/`done`/`esac`) and call Bash again."
-            )
+            raise ToolError(_syntax_refusal(error))
         limit_s = command_timeout_s(input)
         notes: list[str] = []
+        if input.dangerouslyDisableSandbox:
+            notes.append(UNSANDBOXED_REFUSED)
         if self.is_concurrency_safe(input):
             # Concurrent calls cannot share one shell; a one-shot shell starts from its state.
             run = await shell.run_oneshot(input.command, timeout_s=limit_s)
@@ -142,6 +215,33 @@ class BashTool(Tool[BashInput]):
                 )
         yield _render(run, limit_s, notes)
 
+    async def _background(
+        self, input: BashInput, shell: PersistentShell
+    ) -> AsyncIterator[ToolProgress | ToolOutput]:
+        """The command's bytes as they come (`ToolProgress.data`), then how it ended: what a
+        background task keeps (orchestrator/tasks/shells.py) while the model goes on.
+
+        It starts from the persistent shell's directory and exports, in a one-shot bash
+        (`PersistentShell.streaming`), so later calls do not wait for it; leaving early
+        (the task stopped) kills it with everything it started."""
+        limit_s = command_timeout_s(input)
+        deadline = trio.current_time() + limit_s
+        tail = OutputCapture(NOTIFICATION_TAIL_CHARS)
+        timed_out = False
+        run: StreamingRun
+        async with shell.streaming(input.command) as run:
+            while True:
+                with trio.move_on_at(deadline) as late:
+                    chunk = await run.read()
+                if late.cancelled_caught:
+                    timed_out = True
+                    break
+                if chunk is None:
+                    break
+                tail.feed(chunk)
+                yield ToolProgress("", chunk)
+        yield _background_end(run.exit_code, timed_out, limit_s, tail, input)
+
     def render_use(self, input: BashInput) -> str:
         lines = input.command.strip().splitlines() or [""]
         first = lines[0]
@@ -150,6 +250,48 @@ class BashTool(Tool[BashInput]):
         elif len(lines) > 1:
             first += " …"
         return f"Bash({first})"
+
+
+def _shell(ctx: ToolContext) -> PersistentShell:
+    """The session's persistent shell (made at first use)."""
+    return ctx.resource(
+        SHELL_RESOURCE,
+        lambda: PersistentShell(
+            cwd=ctx.cwd, env=shell_environment(), output_limit=MAX_OUTPUT_CHARS
+        ),
+    )
+
+
+def _syntax_refusal(error: str) -> str:
+    return (
+        f"The command was not run: bash cannot parse it.\n{error}\n"
+        "Fix the syntax (quotes, brackets, `fi`/`done`/`esac`) and call Bash again."
+    )
+
+
+def _background_end(
+    code: int | None, timed_out: bool, limit_s: float, tail: OutputCapture, input: BashInput
+) -> ToolOutput:
+    """How a background command ended, for its notification: the summary says it in a few
+    words (`completed (exit code 0)`), the content adds its last output."""
+    if timed_out:
+        summary = f"timed out after {limit_s:g} s and was stopped"
+    elif code == 0:
+        summary = "completed (exit code 0)"
+    elif code is None or code < 0:
+        summary = "ended (exit code unknown)"
+    elif code > 128:
+        summary = f"was killed by signal {code - 128} (exit code {code})"
+    else:
+        summary = f"failed with exit code {code}"
+    parts = [f"The command {summary}."]
+    if tail.line_count:
+        parts.append(f"Its last output:\n{tail.text().rstrip()}")
+    else:
+        parts.append("It printed nothing.")
+    if input.dangerouslyDisableSandbox:
+        parts.append(f"Note: {UNSANDBOXED_REFUSED}")
+    return ToolOutput("\n".join(parts), is_error=timed_out or code != 0, summary=summary)
 
 
 def _render(run: ShellRun, limit_s: float, notes: list[str]) -> ToolOutput:

@@ -108,8 +108,11 @@ class ToolRegistry:
         return [ToolSpec(t.name, t.description, t.input_schema()) for t in self._all().values()]
 
 
-def builtin_tools(*, bash_classifier: Callable[[str], bool] | None = None) -> ToolRegistry:
-    """Every built-in tool. `bash_classifier` decides which Bash commands are read-only."""
+def builtin_tools(
+    *, bash_classifier: Callable[[str], bool] | None = None, backgrounds: bool = True
+) -> ToolRegistry:
+    """Every built-in tool. `bash_classifier` decides which Bash commands are read-only;
+    `backgrounds`: whether Bash offers `run_in_background` (not in a subagent's worker)."""
     from orchestrator.tools.bash import BashTool
     from orchestrator.tools.edit import EditTool
     from orchestrator.tools.glob import GlobTool
@@ -131,7 +134,7 @@ def builtin_tools(*, bash_classifier: Callable[[str], bool] | None = None) -> To
             MultiEditTool(),
             WriteTool(),
             NotebookEditTool(),
-            BashTool(classifier=bash_classifier),
+            BashTool(classifier=bash_classifier, backgrounds=backgrounds),
             ThinkTool(),
         ]
     )

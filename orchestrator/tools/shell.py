@@ -51,7 +51,8 @@ import shlex
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -61,7 +62,7 @@ from orchestrator.errors import ToolError
 from orchestrator.text import join_elided, truncate_middle
 from sandbox.process.child import KILL_GRACE_S
 from sandbox.process.groups import stop_session, terminate_group
-from sandbox.process.orphans import adoption
+from sandbox.process.orphans import Adoption, adoption
 from sandbox.process.subreaper import become_subreaper, kills_leftovers, subreaper_shim
 from sandbox.process.tree import kill_tree
 
@@ -69,6 +70,7 @@ __all__ = [
     "OutputCapture",
     "PersistentShell",
     "ShellRun",
+    "StreamingRun",
     "shell_environment",
 ]
 
@@ -76,6 +78,9 @@ _END_WAIT_S = 2.0
 """After SIGKILL, how long the shell may take to reap the command before it is replaced."""
 
 _READ_CHUNK = 1 << 16
+_EXIT_POLL_S = 0.25
+"""How often a background command's reader, waiting for output, looks whether its bash has
+exited (a job it left may hold the pipe open)."""
 _DRAIN_LIMIT = 1 << 22
 """Bytes read after the end record: more than a pipe holds, so everything the command wrote,
 yet bounded so a background job that keeps writing cannot hold the call."""
@@ -309,6 +314,101 @@ class _StatusChannel:
         await self._stream.aclose()
 
 
+@dataclass
+class _OneShot:
+    """A started one-shot bash, and how to stop it."""
+
+    proc: trio.Process
+    script: Path
+    cwd: Path
+    adopted: Adoption | None
+    grace: float
+    stopped: bool = False
+
+    async def stop(self, *, killed: bool) -> None:
+        """Kill what the command left running; with `killed` (a timeout, a cancellation, a
+        stop), the command too, with everything it started wherever it went. Shield it.
+        Once is enough: a second call without `killed` does nothing."""
+        if self.stopped and not killed:
+            return
+        self.stopped = True
+        if killed:
+            await kill_tree(self.proc.pid, self.grace)
+        # On timeout or cancellation the command itself; otherwise its background jobs.
+        await terminate_group(self.proc.pid, self.grace)
+        with trio.move_on_after(self.grace):
+            await self.proc.wait()
+        if self.adopted is not None:  # a bash that would not die is swept with the rest
+            self.adopted.ended(self.proc.pid)
+            await self.adopted.sweep(self.proc.pid)
+        self.script.unlink(missing_ok=True)
+
+
+class StreamingRun:
+    """A command whose output is read as it comes (`PersistentShell.streaming`), then its
+    exit code."""
+
+    def __init__(self, started: _OneShot, fd: int) -> None:
+        self._started = started
+        self._fd = fd
+        self.exit_code: int | None = None
+        """The command's status once `read` has returned None (128+N: killed by signal N;
+        -1: not known)."""
+
+    @property
+    def pid(self) -> int:
+        """The one-shot bash's pid (it leads its own session)."""
+        return self._started.proc.pid
+
+    async def read(self) -> bytes | None:
+        """The next bytes the command printed, or None once it has ended and all it printed
+        was read. No deadline: the caller's cancel scope stops the wait (and leaving the
+        block of `PersistentShell.streaming` kills the command).
+
+        A job the command left in the background does not hold the run open by holding the
+        pipe: once the command's bash has exited, what it left running is stopped, what it
+        printed is read, and the run ends.
+        """
+        if self.exit_code is not None:
+            return None
+        proc = self._started.proc
+        while True:
+            try:
+                data = os.read(self._fd, _READ_CHUNK)
+            except BlockingIOError:
+                if proc.poll() is not None:
+                    await self._started.stop(killed=False)
+                    return self._last()
+                with trio.move_on_after(_EXIT_POLL_S):
+                    await trio.lowlevel.wait_readable(self._fd)
+                continue
+            if data:
+                if not self._started.stopped and proc.poll() is not None:
+                    await self._started.stop(killed=False)  # its jobs printing on
+                return data
+            with trio.move_on_after(self._started.grace):  # end of output: the bash is ending
+                await proc.wait()
+            await self._started.stop(killed=False)
+            return self._last()
+
+    def _last(self) -> bytes | None:
+        """What is still buffered (up to `_DRAIN_LIMIT` bytes), and the status set."""
+        code = self._started.proc.returncode
+        self.exit_code = -1 if code is None else (128 - code if code < 0 else code)
+        capture = _Bytes()
+        _drain(self._fd, capture)
+        return capture.data or None
+
+
+class _Bytes:
+    """What `_drain` feeds, kept whole (`_drain` is bounded)."""
+
+    def __init__(self) -> None:
+        self.data = b""
+
+    def feed(self, data: bytes) -> None:
+        self.data += data
+
 class PersistentShell:
     """One bash per session whose cwd, exported variables and functions persist across calls.
 
@@ -426,49 +526,11 @@ class PersistentShell:
 
         **Cancellation:** as `run`.
         """
-        self._check_open()
-        script = self._oneshot_script(command)
-        cwd = self._cwd if self._cwd.is_dir() else self._initial_cwd
         out, err = self._capture(), self._capture()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
-        os.set_blocking(out_r, False)  # _pump and _drain must never block the event loop
-        os.set_blocking(err_r, False)
-        adopted = adoption()
-        bash = ["bash", "--noprofile", "--norc"]
-        preexec: Callable[[], None] | None = None
-        if adopted is not None:  # we are the subreaper: a plain bash (sandbox.process.orphans)
-            argv = [*bash, str(script)]
-        else:
-            if self._shim is None:
-                self._shim = subreaper_shim()
-            argv = [*self._shim, *bash, "-c", _ONESHOT_REAPER, "warren-oneshot", str(script)]
-            # Without the shim, the prctl runs between fork and exec; a `preexec_fn` makes
-            # Python fork instead of vfork, which costs ~13 ms a call in a tool host
-            # (tests/bench/bench_vs_parent.py, Bash read-only).
-            preexec = None if self._shim else become_subreaper
-        try:
-            with adopted.starting() if adopted is not None else contextlib.nullcontext():
-                proc = await trio.lowlevel.open_process(
-                    argv,
-                    stdin=subprocess.DEVNULL,
-                    stdout=out_w,
-                    stderr=err_w,
-                    cwd=cwd,
-                    env=self._env,
-                    start_new_session=True,
-                    preexec_fn=preexec,
-                )
-                if adopted is not None:
-                    adopted.started(proc.pid)
-        except OSError as exc:
-            for fd in (out_r, err_r):
-                os.close(fd)
-            script.unlink(missing_ok=True)
-            raise ToolError(f"Could not start bash: {exc}") from exc
-        finally:
-            os.close(out_w)
-            os.close(err_w)
+        started = await self._start_oneshot(command, (out_r, out_w), (err_r, err_w))
+        proc = started.proc
         finished = False
         try:
             with trio.move_on_after(timeout_s) as deadline:
@@ -480,29 +542,97 @@ class PersistentShell:
             finished = True
         finally:
             with trio.CancelScope(shield=True):
-                if not finished or deadline.cancelled_caught:  # all it started, wherever it went
-                    await kill_tree(proc.pid, self._grace)
-                # On timeout or cancellation the command itself; otherwise its background jobs.
-                await terminate_group(proc.pid, self._grace)
-                with trio.move_on_after(self._grace):
-                    await proc.wait()
-                if adopted is not None:  # a bash that would not die is swept with the rest
-                    adopted.ended(proc.pid)
-                    await adopted.sweep(proc.pid)
+                await started.stop(killed=not finished or deadline.cancelled_caught)
                 if finished:
                     _drain(out_r, out)
                     _drain(err_r, err)
                 os.close(out_r)
                 os.close(err_r)
-                script.unlink(missing_ok=True)
         code = proc.returncode
         return self._result(
             out,
             err,
             exit_code=None if code is None else (128 - code if code < 0 else code),
-            cwd=cwd,
+            cwd=started.cwd,
             timed_out=deadline.cancelled_caught,
         )
+
+    @asynccontextmanager
+    async def streaming(self, command: str) -> AsyncIterator[StreamingRun]:
+        """Run `command` as `run_oneshot` does, its stdout and stderr together on one pipe
+        that the caller reads as it comes (`StreamingRun.read`): a background command.
+
+        Leaving the block before the command ended kills it with everything it started
+        (shielded, bounded by about twice the grace period); after it ended, what it left
+        running.
+
+        **Errors:** `ToolError` when bash cannot be started.
+        """
+        read_end, write_end = os.pipe()
+        started = await self._start_oneshot(command, (read_end, write_end), None)
+        run = StreamingRun(started, read_end)
+        try:
+            yield run
+        finally:
+            with trio.CancelScope(shield=True):
+                await started.stop(killed=run.exit_code is None)
+                os.close(read_end)
+
+    async def _start_oneshot(
+        self, command: str, out: tuple[int, int], err: tuple[int, int] | None
+    ) -> _OneShot:
+        """A one-shot bash started on the pipes `out` and `err` (each its read end and write
+        end; `err` None: stderr goes to `out` too). The write ends are closed here, the read
+        ends made non-blocking, and closed too when bash cannot start.
+
+        **Errors:** `ToolError` when the shell is closed or bash cannot be started.
+        """
+        pipes = [out] if err is None else [out, err]
+        for read_end, _ in pipes:
+            os.set_blocking(read_end, False)  # readers must never block the event loop
+        script: Path | None = None
+        try:
+            self._check_open()
+            script = self._oneshot_script(command)
+            cwd = self._cwd if self._cwd.is_dir() else self._initial_cwd
+            adopted = adoption()
+            bash = ["bash", "--noprofile", "--norc"]
+            preexec: Callable[[], None] | None = None
+            if adopted is not None:  # we are the subreaper: a plain bash (sandbox.process.orphans)
+                argv = [*bash, str(script)]
+            else:
+                if self._shim is None:
+                    self._shim = subreaper_shim()
+                argv = [*self._shim, *bash, "-c", _ONESHOT_REAPER, "warren-oneshot", str(script)]
+                # Without the shim, the prctl runs between fork and exec; a `preexec_fn` makes
+                # Python fork instead of vfork, which costs ~13 ms a call in a tool host
+                # (tests/bench/bench_vs_parent.py, Bash read-only).
+                preexec = None if self._shim else become_subreaper
+            with adopted.starting() if adopted is not None else contextlib.nullcontext():
+                proc = await trio.lowlevel.open_process(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out[1],
+                    stderr=out[1] if err is None else err[1],
+                    cwd=cwd,
+                    env=self._env,
+                    start_new_session=True,
+                    preexec_fn=preexec,
+                )
+                if adopted is not None:
+                    adopted.started(proc.pid)
+        except BaseException as exc:
+            for read_end, _ in pipes:
+                os.close(read_end)
+            if script is not None:
+                script.unlink(missing_ok=True)
+            if isinstance(exc, OSError):
+                raise ToolError(f"Could not start bash: {exc}") from exc
+            raise
+        finally:
+            for _, write_end in pipes:
+                os.close(write_end)
+        return _OneShot(proc, script, cwd, adopted, self._grace)
 
     async def aclose(self) -> None:
         """Kill the shell, every process still in its session, and remove its files.
@@ -732,7 +862,7 @@ def _encode(command: str) -> bytes:
     return command.encode(errors="replace")
 
 
-def _drain(fd: int, capture: OutputCapture) -> None:
+def _drain(fd: int, capture: OutputCapture | _Bytes) -> None:
     """Read what is buffered in `fd` now, without waiting, up to `_DRAIN_LIMIT` bytes."""
     taken = 0
     while taken < _DRAIN_LIMIT:

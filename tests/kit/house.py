@@ -162,7 +162,16 @@ def claude_code_names(found: dict[str, Module]) -> dict[str, list[str]]:
     """Each of Claude Code's differing spellings -> the modules that use it as a value."""
     where: dict[str, set[str]] = {}
     for module in found.values():
+        exported = {
+            id(item)
+            for node in module.tree.body
+            if isinstance(node, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets)
+            for item in ast.walk(node.value)
+        }  # `__all__` names Python objects (a class `Task`), not Claude Code's spellings
         for node in ast.walk(module.tree):
+            if id(node) in exported:
+                continue
             if isinstance(node, ast.Constant) and node.value in CLAUDE_CODE_NAMES:
                 where.setdefault(node.value, set()).add(module.name)
     return {name: sorted(mods) for name, mods in sorted(where.items())}

@@ -435,3 +435,66 @@ def test_a_turns_writers_each_own_what_they_wrote(tmp_path: Path) -> None:
         'Bash "make": a.txt)' in outcome.message
     ), outcome.message
     assert (ws / "a.txt").read_text() == "a" and not (ws / "pkg_a" / "a.txt").exists()
+
+
+def test_a_background_writer_is_a_change_set_of_its_own_across_turns(tmp_path: Path) -> None:
+    """A writing background command runs across three turns (issue 34, item 5): it writes
+    between turns, during a turn without writing calls and while an Edit runs; a path it
+    wrote first stays its own. Each turn's record keeps only its calls' paths, the writer's
+    record (appended when it ends) all of its own, first before to last after, and undoing
+    it puts back exactly its files."""
+    recorder, ws = _recorder(tmp_path)
+    (ws / "log.txt").write_text("old log\n")
+    bg = Writer("bash-1", "Bash (background)", "build")
+
+    async def main() -> None:
+        async with recorder.running():
+            await recorder.open_background(bg)
+            (ws / "out1.txt").write_text("1")  # before any turn
+            # Turn 1: an Edit of a.txt (its one file); the command writes log.txt while it
+            # runs.
+            edit = Writer("toolu_edit", "Edit", "a.txt", files=(str(ws / "a.txt"),))
+            await recorder.before_call(edit.id, edit)
+            (ws / "a.txt").write_text("edited")
+            (ws / "log.txt").write_text("log 1\n")
+            await recorder.after_call("toolu_edit")
+            recorder.end_turn()
+            await recorder.settled()
+            # Turn 2: no writing call; the command writes on.
+            (ws / "out2.txt").write_text("2")
+            (ws / "log.txt").write_text("log 2\n")
+            recorder.end_turn()
+            await recorder.settled()
+            # Turn 3: a Bash call writes b.txt and the command's log.txt too (the model was
+            # told not to): the log stays the command's.
+            await recorder.before_call("toolu_bash", Writer("toolu_bash", "Bash", "make b"))
+            (ws / "b.txt").write_text("b")
+            (ws / "log.txt").write_text("log 3\n")
+            await recorder.after_call("toolu_bash")
+            await recorder.close_background(bg.id)
+            recorder.end_turn()
+
+    trio.run(main)
+    recorder.close()
+    turns = read_turns(recorder.log)
+    by_writer = {w.id: w.paths for t in turns for w in t.writers}
+    assert by_writer == {
+        "toolu_edit": ("a.txt",),
+        "bash-1": ("log.txt", "out1.txt", "out2.txt"),
+        "toolu_bash": ("b.txt",),
+    }, by_writer
+    [mine] = [t for t in turns if t.tool_use_ids == ["bash-1"]]
+    log_change = next(c for c in mine.changes if c.key[1] == "log.txt")
+    assert log_change.before is not None and log_change.after is not None
+    store = recorder.store
+    assert store.get(log_change.before.sha or "") == b"old log\n"
+    assert store.get(log_change.after.sha or "") == b"log 3\n"
+    # It ended before turn 3 did: undo turn 3 (b.txt), then the writer, its files only.
+    assert [t.tool_use_ids for t in turns] == [["toolu_edit"], ["bash-1"], ["toolu_bash"]]
+    outcome = undo_last_turn(recorder.log, store)
+    assert outcome.undone and not (ws / "b.txt").exists(), outcome.message
+    outcome = undo_last_turn(recorder.log, store)
+    assert outcome.undone and 'Bash (background) "build"' in outcome.message, outcome.message
+    assert (ws / "a.txt").read_text() == "edited"
+    assert (ws / "log.txt").read_text() == "old log\n"
+    assert not (ws / "out1.txt").exists() and not (ws / "out2.txt").exists()

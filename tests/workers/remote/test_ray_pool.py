@@ -12,6 +12,7 @@ import psutil
 import pytest
 import trio
 
+from orchestrator.agents.types import SubagentEvent
 from sandbox.spec import SandboxSpec
 from tests.kit.fake_api import TEST_MODEL, FakeMessagesAPI, FakeResponse, Reply
 from tests.kit.floor import needs_sandbox
@@ -24,7 +25,6 @@ from tests.workers.test_dispatch_e2e import PROBE
 from workers.broker import ModelBroker
 from workers.pool import PoolOptions
 from workers.remote.backend import open_ray_subagents
-from workers.remote.process import RemoteProcess
 from workers.remote.snapshot import NodeCache
 
 pytestmark = needs_sandbox
@@ -101,7 +101,6 @@ async def a_worker_lost_mid_run_is_run_again_on_the_other_node(
             remote_options=PoolOptions(max_workers=2),
             notice=notices.append,
         ) as backend:
-
             killed_pids: list[int] = []
 
             async def kill_worker_when_in_flight() -> None:
@@ -133,20 +132,19 @@ async def a_worker_lost_mid_run_is_run_again_on_the_other_node(
             lost: list[str] = []
             lost_pid: list[int] = []
 
-            def in_flight() -> list[RemoteProcess]:
-                # The first worker stays listed until its stop is done, which takes a while
-                # on a loaded machine, and the pool may be warming its replacement: neither
-                # is the one in flight, which alone was given the run's snapshot.
-                return [
-                    p
-                    for p in backend.spawner.processes
-                    if p.pid not in killed_pids and p.synced is not None
-                ]
+            running: list[int] = []  # the pids of the workers the run's events came from
+
+            def seen(event: SubagentEvent) -> None:
+                if event.worker_pid is not None and event.worker_pid not in running:
+                    running.append(event.worker_pid)
 
             async def kill_when_in_flight() -> None:
-                while len(api.requests) < 2 or not in_flight():  # noqa: ASYNC110
+                # The worker in flight is the one the run's own events name: the pool's list
+                # also holds, under load, the first scenario's worker until its stop is done
+                # and replacements it is warming (each was once taken for it).
+                while len(api.requests) < 2 or not running:  # noqa: ASYNC110
                     await trio.sleep(0.02)
-                [process] = in_flight()
+                [process] = [p for p in backend.spawner.processes if p.pid == running[0]]
                 # Its stdio came over the direct connection; the retry's goes over Ray (the
                 # relay of a cluster that cannot reach the coordinator).
                 assert process.channel is not None
@@ -170,7 +168,7 @@ async def a_worker_lost_mid_run_is_run_again_on_the_other_node(
                     nursery.start_soon(kill_when_in_flight)
                     outcome = await backend.run(
                         subagent_request(PROBE, "Survey"),
-                        on_event=lambda e: None,
+                        on_event=seen,
                         permission=allow_all,
                     )
         await broker.aclose()
