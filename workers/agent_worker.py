@@ -51,6 +51,7 @@ from orchestrator.calls.permissions import Allow, Ask, Deny, PermissionFn, Permi
 from orchestrator.calls.pipeline import ToolPipeline
 from orchestrator.calls.plan import CallPlan
 from orchestrator.conversation.loop import LoopConfig, RunControl, run_loop
+from orchestrator.conversation.repair import normalize_for_api
 from orchestrator.errors import ModelError
 from orchestrator.events import Event
 from orchestrator.messages import Message
@@ -338,7 +339,7 @@ class AgentWorker:
         try:
             run = await run_loop(
                 model=BrokeredModel(self, agent_id, message.model),
-                messages=[Message.user_text(message.prompt)],
+                messages=normalize_for_api([*message.history, Message.user_text(message.prompt)]),
                 pipeline=ToolPipeline(
                     tools=tools,
                     ctx=ctx,

@@ -524,6 +524,7 @@ class WorkerPool:
         message = wire.RunAgent(
             id=request.agent_id,
             prompt=request.prompt,
+            history=list(request.history),
             system=request.system,
             tools=list(request.agent_type.tools),
             model=run.model,

@@ -209,6 +209,9 @@ class RunAgent(WireModel):
     id: str
     """The agent's id: it tags every message of this run."""
     prompt: str
+    history: list[ChatMessage] = Field(default_factory=list)
+    """The agent's earlier conversation, which `prompt` continues (`SendMessage`); empty: a
+    new agent."""
     system: list[str]
     """System prompt blocks, most stable first."""
     tools: list[str]

@@ -31,7 +31,7 @@ import os
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, assert_never
 
@@ -82,6 +82,10 @@ from orchestrator.tools.registry import DISPATCH_AGENT_FACTS, ToolRegistry
 from policies.claude_names import SUBAGENT_TOOL
 from policies.facts import ToolFacts
 from sandbox.spec import DEFAULT_PROTECTED
+
+MAX_CONTINUED_BYTES = 8 * 1024 * 1024
+"""The largest conversation `SendMessage` continues (its API form): it goes to the worker in
+one protocol line (16 MiB at most, `workers/host_protocol.py`)."""
 
 if TYPE_CHECKING:
     from orchestrator.agents.hooks import AgentHooks
@@ -156,6 +160,24 @@ class DispatchAgentInput(ToolInput):
     effort: str | None = Field(default=None, description="Accepted; not used by Warren.")
 
 
+@dataclass
+class AgentRecord:
+    """A subagent of this session as `SendMessage` finds it: what it was, and its whole
+    conversation once it has ended."""
+
+    agent_id: str
+    agent_type: AgentType
+    """Its type as it ran (the dispatch's `model` applied)."""
+    description: str
+    name: str | None
+    write_paths: list[str] | None
+    """The write scope it was given (as given: checked and hashed again at each run)."""
+    background: bool
+    running: bool = True
+    messages: list[Message] = field(default_factory=list)
+    """Its conversation: the prompts, its turns and their tool results."""
+
+
 def sidechain_path(sidechain_root: Path, session_id: str, agent_id: str) -> Path:
     """Where a subagent's transcript goes: next to its session's `<session id>.jsonl`."""
     return sidechain_root / f"{session_id}.agents" / f"{agent_id}.jsonl"
@@ -225,6 +247,7 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
         self._output_cap = output_cap
         self._protected = (*(p.path for p in DEFAULT_PROTECTED), *protected)
         self._tasks = tasks
+        self._agents: dict[str, AgentRecord] = {}
         # The model is told which types exist, and they differ per session.
         self.description = DESCRIPTION + "\n".join(  # type: ignore[misc]
             _describe(t) for t in self._types.values()
@@ -297,22 +320,101 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
         if agent_type is None:
             raise ToolError(f"There is no agent type {input.subagent_type!r}.")
         agent_id = f"agent-{uuid.uuid4().hex[:12]}"
+        record = AgentRecord(
+            agent_id,
+            agent_type,
+            " ".join(input.description.split()),
+            input.name,
+            input.write_paths,
+            input.run_in_background,
+        )
+        self._agents[agent_id] = record
         if input.run_in_background:
-            yield self._start_in_background(input, agent_type, ctx, agent_id)
+            yield self._start_in_background(input, record, ctx)
             return
         yield ToolProgress(f"{agent_id} ({agent_type.name}): {input.description}")
-        yield await self._run(input, agent_type, ctx, agent_id)
+        yield await self._run(input, record, ctx)
+
+    # -- SendMessage (orchestrator/agents/send_message.py) --
+
+    def agent(self, key: str) -> AgentRecord | None:
+        """The subagent `key` names: its id, else the latest one given that name."""
+        record = self._agents.get(key)
+        if record is None:
+            named = [r for r in self._agents.values() if r.name == key]
+            record = named[-1] if named else None
+        return record
+
+    def agents(self) -> list[AgentRecord]:
+        return list(self._agents.values())
+
+    def refuse_continuing(self, record: AgentRecord, background: bool) -> str | None:
+        """Why `record` cannot be continued now; None when it can."""
+        if record.running:
+            return (
+                f"Agent {record.agent_id} ({record.description}) is still running; its report "
+                "comes as its result or a <task-notification>. Send the message once it has "
+                "finished."
+            )
+        if background and record.agent_type.writable:
+            return (
+                f"{record.agent_type.name} may write: continue it without run_in_background "
+                "(writers run in the foreground)."
+            )
+        if background and self._tasks is None:
+            return "Background agents are not available in this session."
+        size = sum(m.api_size for m in record.messages)
+        if size > MAX_CONTINUED_BYTES:
+            return (
+                f"Agent {record.agent_id}'s conversation is too large to continue "
+                f"({size} bytes; at most {MAX_CONTINUED_BYTES}). Dispatch a new agent with "
+                "what it needs to know."
+            )
+        return None
+
+    async def continue_agent(
+        self, record: AgentRecord, message: str, ctx: ToolContext, *, background: bool
+    ) -> AsyncIterator[ToolProgress | ToolOutput]:
+        """`record`'s agent again, its whole conversation followed by `message`, in a fresh
+        worker of its type and write scope: its reply, or (`background`) its start.
+
+        **Errors:** `ToolError` when it cannot be continued now (`refuse_continuing`).
+        """
+        refusal = self.refuse_continuing(record, background)
+        if refusal is not None:
+            raise ToolError(refusal)
+        input = DispatchAgentInput(
+            description=record.description or "continued",
+            prompt=message,
+            subagent_type=record.agent_type.name,
+            write_paths=record.write_paths,
+            run_in_background=background,
+            name=record.name,
+        )
+        record.running = True
+        if background:
+            yield self._start_in_background(input, record, ctx, continued=True)
+            return
+        yield ToolProgress(f"{record.agent_id} ({record.agent_type.name}): continued")
+        yield await self._run(input, record, ctx)
 
     def _start_in_background(
-        self, input: DispatchAgentInput, agent_type: AgentType, ctx: ToolContext, agent_id: str
+        self,
+        input: DispatchAgentInput,
+        record: AgentRecord,
+        ctx: ToolContext,
+        *,
+        continued: bool = False,
     ) -> ToolOutput:
         """The agent as a task of the session (orchestrator/tasks/): this call returns now;
         the agent's report is its notification, at the main agent's next turn."""
+        agent_type, agent_id = record.agent_type, record.agent_id
         if self._tasks is None:
+            record.running = False
             raise ToolError("Background agents are not available in this session.")
 
         async def body(task: Task) -> TaskEnd:
-            output = await self._run(input, agent_type, ctx, agent_id)
+            output = await self._run(input, record, ctx)
             status: TaskStatus = "failed" if output.is_error else "completed"
             return TaskEnd(status, f'Agent "{task.description}" {status}', output.as_text())
 
@@ -326,24 +428,51 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
                 tool_use_id=CURRENT_TOOL_USE_ID.get(),
             )
         except TaskError as exc:
+            record.running = False
             raise ToolError(str(exc)) from None
         named = f" (named {input.name!r})" if input.name else ""
+        started = "Continued" if continued else "Started"
         return ToolOutput(
-            f"Started agent {agent_id}{named} ({agent_type.name}: {input.description}) in the "
+            f"{started} agent {agent_id}{named} ({agent_type.name}: {input.description}) in the "
             "background. Go on with other work; its report comes as a <task-notification> "
             "at your next turn once it finishes. Do not wait or poll for it.",
             summary=f"{agent_id}: started in the background",
         )
 
     async def _run(
-        self, input: DispatchAgentInput, agent_type: AgentType, ctx: ToolContext, agent_id: str
+        self, input: DispatchAgentInput, record: AgentRecord, ctx: ToolContext
     ) -> ToolOutput:
-        """One subagent, to its end: its scope made and hashed, its transcript written, its
-        tool_result (the final text, or what happened)."""
+        """One subagent run, to its end: its scope made and hashed, its transcript written,
+        its conversation kept in `record` (continued from what it holds), its tool_result
+        (the final text, or what happened)."""
+        history = tuple(record.messages)
+        conversation = [*history, Message.user_text(input.prompt)]
+        try:
+            return await self._run_agent(input, record, ctx, history, conversation)
+        finally:
+            record.messages = conversation
+            record.running = False
+
+    async def _run_agent(
+        self,
+        input: DispatchAgentInput,
+        record: AgentRecord,
+        ctx: ToolContext,
+        history: tuple[Message, ...],
+        conversation: list[Message],
+    ) -> ToolOutput:
+        agent_type, agent_id = record.agent_type, record.agent_id
 
         def on_event(update: SubagentEvent) -> None:
             if transcript is not None:
                 _record(transcript, update)
+            match update.event:
+                case AssistantTurn(turn=turn):
+                    conversation.append(turn.message)
+                case ToolResultsMessage(message=message):
+                    conversation.append(message)
+                case _:
+                    pass
             self._on_update(update)
 
         scope: tuple[Path, ...] = ()
@@ -370,6 +499,7 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
             hooks=hooks,
             mcp=mcp,
             write_paths=scope,
+            history=history,
         )
         self._on_update(
             SubagentStarted(

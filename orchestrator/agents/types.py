@@ -58,7 +58,7 @@ from orchestrator.claude_code.agents import (
 )
 from orchestrator.errors import ConfigError
 from orchestrator.events import Event
-from orchestrator.messages import Usage
+from orchestrator.messages import Message, Usage
 from orchestrator.model.catalog import resolve_model
 from orchestrator.outcome import TerminalReason
 from orchestrator.tools.registry import STATELESS_TOOLS
@@ -429,6 +429,9 @@ class SubagentRequest:
     write_paths: tuple[Path, ...] = ()
     """A writable type's write scope: only these directories (absolute, checked and made by
     orchestrator/calls/scopes.py) are writable in its sandbox. Empty: the whole workspace."""
+    history: tuple[Message, ...] = ()
+    """The agent's earlier conversation, which `prompt` continues (`SendMessage`); empty: a
+    new agent."""
 
 
 @dataclass(frozen=True)

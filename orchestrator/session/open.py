@@ -370,7 +370,12 @@ class _Opening:
             sdk_agents=parts.host.agents if parts.host is not None else None,
             tasks=tasks if limits.max_tasks > 0 else None,
         )
-        return registry.with_tools([dispatch]), pool
+        from orchestrator.agents.send_message import SendMessageTool  # with dispatch_agent's
+
+        added: list[Tool[Any]] = [dispatch]
+        if self._wanted(SendMessageTool.name):
+            added.append(SendMessageTool(dispatch))
+        return registry.with_tools(added), pool
 
     def _task_tools(
         self, registry: ToolRegistry, tasks: TaskRegistry, runner: ToolRunner, shells: bool

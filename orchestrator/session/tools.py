@@ -6,7 +6,7 @@ defines.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.agents.types import SubagentRunner, SubagentUpdate, load_agent_types
 from orchestrator.calls.permissions import Asker, PermissionFn
@@ -16,9 +16,11 @@ from orchestrator.hooks.runner import HookRunner
 from orchestrator.paths import WarrenDirs
 from orchestrator.session.config import SessionConfig, SessionParts
 from orchestrator.tasks.registry import TaskRegistry
-from orchestrator.tools.base import Tool
 from orchestrator.tools.registry import ToolRegistry, builtin_tools
 from policies.claude_names import SUBAGENT_TOOL
+
+if TYPE_CHECKING:
+    from orchestrator.agents.dispatch_agent import DispatchAgentTool
 
 __all__ = ["build_registry", "dispatch_tool"]
 
@@ -68,7 +70,7 @@ def dispatch_tool(
     claude_sources: Collection[str] | None = None,
     sdk_agents: Mapping[str, Any] | None = None,
     tasks: TaskRegistry | None = None,
-) -> Tool[Any]:
+) -> DispatchAgentTool:
     """`dispatch_agent` over the worker pool, with the agent types this workspace defines
     (its `.warren/agents/` and `.claude/agents/` only when trusted), the session's tools and
     permissions, and the main agent's context text (git snapshot, memory files) for every

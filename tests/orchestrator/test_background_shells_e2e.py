@@ -18,6 +18,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -105,11 +106,11 @@ def test_background_shells_run_while_the_agent_goes_on(home: Path) -> None:
             )
         if turn == 5:
             seen["read"] = {b["tool_use_id"]: _text(b) for b in _results(request)}
-            seen["loop_pids"] = _pids_running(LOOP)
+            seen["loop_pids"] = _pids_seen(LOOP, until_found=True)
             return Reply.tool_use("TaskStop", {"task_id": seen["ids"]["toolu_l"]})
         if turn == 7:
             seen["stopped"] = _text(_results(request)[0])
-            seen["loop_pids_after"] = _pids_running(LOOP)
+            seen["loop_pids_after"] = _pids_seen(LOOP, until_found=False)
             return Reply.tool_use("Bash", {"command": "sleep 2"})
         if turn == 9:
             seen["notes"] = json.dumps(request.messages[-1])
@@ -161,6 +162,20 @@ def test_background_shells_run_while_the_agent_goes_on(home: Path) -> None:
     ]
     assert left == []
     assert _pids_running(LOOP) == []
+
+
+def _pids_seen(command: str, *, until_found: bool) -> list[int]:
+    """The loop's processes, looked for over a while (a loaded machine may be between two
+    sleeps at any one look): until some are found (at most 5 s), or every 50 ms for 1 s
+    (longer than the loop's sleep), all that were seen."""
+    seen: set[int] = set()
+    deadline = time.monotonic() + (5.0 if until_found else 1.0)
+    while time.monotonic() < deadline:
+        seen.update(_pids_running(command))
+        if seen and until_found:
+            break
+        time.sleep(0.05)
+    return sorted(seen)
 
 
 def _pids_running(command: str) -> list[int]:
