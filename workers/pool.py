@@ -291,6 +291,7 @@ class _Run:
             tools=admitted.tools,
             max_tokens=admitted.max_tokens,
             thinking_budget=admitted.thinking_budget,
+            breakpoints_at=admitted.breakpoints_at,
         )
 
 
@@ -643,6 +644,20 @@ class WorkerPool:
             )
         if message.system != run.request.system:
             raise _Refused("worker_protocol", "its system prompt is not the agent type's")
+        fork = run.request.fork
+        if fork is not None:  # the main agent's tools and limits, whatever the worker has
+            return ModelRequest(
+                system=list(run.request.system),
+                messages=[],
+                tools=list(fork.tools),
+                max_tokens=fork.max_tokens,
+                thinking_budget=fork.thinking_budget,
+                breakpoints_at=tuple(
+                    p for p in (fork.prefix - 2, fork.prefix - 1) if p >= 0
+                )
+                if fork.prefix and run.model_requests == 1
+                else None,
+            )
         names = [spec.name for spec in message.tools]
         known = {**self._tool_specs(worker.writable), **run.mcp_specs}
         extra = sorted(

@@ -39,8 +39,10 @@ import pydantic
 import trio
 from pydantic import Field
 
+from orchestrator.agents.fork import FORK, FORK_DESCRIPTION, fork_start, fork_task, fork_type
 from orchestrator.agents.types import (
     AgentType,
+    ForkBase,
     SubagentEvent,
     SubagentFinished,
     SubagentOutcome,
@@ -72,6 +74,7 @@ from orchestrator.records.transcripts import Transcript
 from orchestrator.tasks.registry import Task, TaskEnd, TaskError, TaskRegistry, TaskStatus
 from orchestrator.tools.base import (
     CURRENT_TOOL_USE_ID,
+    CURRENT_TURN,
     Tool,
     ToolContext,
     ToolInput,
@@ -118,7 +121,12 @@ with other work meanwhile (plan, read, dispatch more). You are told when it fini
 <task-notification> with its report) at your next turn; do not poll or sleep for it, and do \
 not redo its work. Use it for surveys you do not need before your next step. TaskStop ends \
 one. Writing agents run in the foreground.
-- `name` names the agent (for TaskStop); `model` (sonnet, opus, haiku) overrides its type's.
+- `name` names the agent (for TaskStop and SendMessage); `model` (sonnet, opus, haiku) \
+overrides its type's.
+- Once an agent has finished, SendMessage (its id or name) asks it a follow-up: it still has \
+everything it read in its context, so prefer that to a new agent re-reading the same files.
+- `subagent_type: "fork"` starts a copy of you that knows this whole conversation: its prompt \
+only says what to do.
 
 Available agent types (`subagent_type`):
 """
@@ -175,7 +183,12 @@ class AgentRecord:
     background: bool
     running: bool = True
     messages: list[Message] = field(default_factory=list)
-    """Its conversation: the prompts, its turns and their tool results."""
+    """Its conversation: the prompts, its turns and their tool results (a fork's starts with
+    the main agent's)."""
+    fork: ForkBase | None = None
+    """A fork's requests, sent as the main agent's (orchestrator/agents/fork.py)."""
+    system: list[str] | None = None
+    """A fork's system prompt: the main agent's."""
 
 
 def sidechain_path(sidechain_root: Path, session_id: str, agent_id: str) -> Path:
@@ -250,11 +263,18 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
         self._agents: dict[str, AgentRecord] = {}
         # The model is told which types exist, and they differ per session.
         self.description = DESCRIPTION + "\n".join(  # type: ignore[misc]
-            _describe(t) for t in self._types.values()
+            [
+                *(_describe(t) for t in self._types.values()),
+                *([] if FORK in self._types else [f"- {FORK}: {FORK_DESCRIPTION}"]),
+            ]
         )
 
     def _type_of(self, input: DispatchAgentInput) -> AgentType | None:
         agent_type = self._types.get(input.subagent_type)
+        if agent_type is None and input.subagent_type == FORK:
+            agent_type = fork_type(
+                writable=input.write_paths is not None, available=self._tools.names()
+            )
         if agent_type is not None and input.model is not None:
             agent_type = agent_type.model_copy(update={"model": resolve_model(input.model)})
         return agent_type
@@ -279,6 +299,8 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
                 f"There is no agent type {input.subagent_type!r}. Available types: "
                 f"{', '.join(self._types)}. Call dispatch_agent again with one of them."
             )
+        if agent_type.name == FORK and FORK not in self._types and CURRENT_TURN.get() is None:
+            return "A fork starts from the main agent's conversation: only the main agent forks."
         if input.isolation is not None:
             return (
                 f"isolation {input.isolation!r} is not supported: Warren confines a writing "
@@ -329,11 +351,33 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
             input.run_in_background,
         )
         self._agents[agent_id] = record
+        if agent_type.name == FORK and FORK not in self._types:
+            input = self._fork(input, agent_type, record)
         if input.run_in_background:
             yield self._start_in_background(input, record, ctx)
             return
         yield ToolProgress(f"{agent_id} ({agent_type.name}): {input.description}")
         yield await self._run(input, record, ctx)
+
+    def _fork(
+        self, input: DispatchAgentInput, agent_type: AgentType, record: AgentRecord
+    ) -> DispatchAgentInput:
+        """`record` made a fork of the main agent's turn (orchestrator/agents/fork.py); the
+        input with the fork's instructions as its prompt."""
+        turn, tool_use_id = CURRENT_TURN.get(), CURRENT_TOOL_USE_ID.get()
+        if turn is None or tool_use_id is None:
+            raise ToolError("A fork starts from the main agent's conversation: only it forks.")
+        try:
+            start = fork_start(turn, tool_use_id)
+        except ValueError as exc:
+            raise ToolError(f"The fork could not start: {exc}.") from None
+        record.messages, record.fork, record.system = start.history, start.base, start.system
+        scope = (
+            None
+            if input.write_paths is None
+            else "You may change files only in: " + ", ".join(input.write_paths)
+        )
+        return input.model_copy(update={"prompt": fork_task(input.prompt, agent_type, scope)})
 
     # -- SendMessage (orchestrator/agents/send_message.py) --
 
@@ -487,20 +531,28 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
         mcp = await self._agent_mcp(agent_type, ctx, agent_id, on_event)
         transcript = self._open_sidechain(ctx, agent_id, agent_type, input)
         hooks = self._agent_hooks(agent_id, agent_type, transcript)
+        system = (
+            list(record.system)
+            if record.system is not None  # a fork's: the main agent's, byte for byte
+            else [
+                *agent_type.system_blocks(workspace=ctx.workspace, cwd=ctx.cwd),
+                *([_scope_note(scope)] if scope else []),
+                *([self._context] if self._context else []),
+            ]
+        )
         request = SubagentRequest(
             agent_id=agent_id,
             agent_type=agent_type,
             prompt=input.prompt,
-            system=[
-                *agent_type.system_blocks(workspace=ctx.workspace, cwd=ctx.cwd),
-                *([_scope_note(scope)] if scope else []),
-                *([self._context] if self._context else []),
-            ],
+            system=system,
             hooks=hooks,
             mcp=mcp,
             write_paths=scope,
             history=history,
+            fork=record.fork,
         )
+        if record.fork is not None:  # a continued fork's breakpoints are its own
+            record.fork = replace(record.fork, prefix=0)
         self._on_update(
             SubagentStarted(
                 agent_id,

@@ -59,6 +59,7 @@ from orchestrator.claude_code.agents import (
 from orchestrator.errors import ConfigError
 from orchestrator.events import Event
 from orchestrator.messages import Message, Usage
+from orchestrator.model.base import ToolSpec
 from orchestrator.model.catalog import resolve_model
 from orchestrator.outcome import TerminalReason
 from orchestrator.tools.registry import STATELESS_TOOLS
@@ -430,8 +431,26 @@ class SubagentRequest:
     """A writable type's write scope: only these directories (absolute, checked and made by
     orchestrator/calls/scopes.py) are writable in its sandbox. Empty: the whole workspace."""
     history: tuple[Message, ...] = ()
-    """The agent's earlier conversation, which `prompt` continues (`SendMessage`); empty: a
-    new agent."""
+    """The agent's earlier conversation, which `prompt` continues (`SendMessage`, a fork);
+    empty: a new agent."""
+    fork: ForkBase | None = None
+    """A fork of the main agent: its requests are sent as the main agent's are (None: as
+    the agent type's)."""
+
+
+@dataclass(frozen=True)
+class ForkBase:
+    """What a fork's requests keep of the main agent's last request, so that the API's prompt
+    cache serves the conversation they share (orchestrator/agents/fork.py): the pool sends
+    these tools, limits and, on the first request, cache breakpoints where that request had
+    them, in place of the worker's."""
+
+    tools: tuple[ToolSpec, ...]
+    max_tokens: int
+    thinking_budget: int | None
+    prefix: int
+    """Messages of the main agent's request at the head of the fork's history: the first
+    request places its breakpoints on the last two of them. 0: none (a continued fork)."""
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,7 @@ from orchestrator.model.base import (
 )
 from orchestrator.model.catalog import context_window
 from orchestrator.outcome import TerminalReason
+from orchestrator.tools.base import CURRENT_TURN, TurnSoFar
 
 if TYPE_CHECKING:  # the worker's loop does not import the policy files layer
     from orchestrator.calls.denials import PermissionDenial
@@ -375,6 +376,13 @@ class _Run:
         the rest once the reply is complete (orchestrator/conversation/executor.py)."""
         reply = _Reply()
         control = self.control
+        turn = CURRENT_TURN.set(TurnSoFar(request, reply.completed))
+        try:
+            return await self._exchange(request, reply, control)
+        finally:
+            CURRENT_TURN.reset(turn)
+
+    async def _exchange(self, request: ModelRequest, reply: _Reply, control: RunControl) -> _Reply:
         with control.scoped():
             async with trio.open_nursery() as nursery:
                 executor = StreamingToolExecutor(self.pipeline, nursery, self.limiter)

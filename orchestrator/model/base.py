@@ -60,6 +60,15 @@ class ModelRequest:
     """Upper bound of output tokens for this response (thinking included)."""
     thinking_budget: int | None = None
     """Extended thinking's budget in tokens (less than `max_tokens`); None: no thinking."""
+    breakpoints_at: tuple[int, ...] | None = None
+    """The messages (positions) that carry cache breakpoints, at most two; None: the last two.
+    A fork's first request places them where its parent's last request had them, so its body
+    starts with that request's bytes (orchestrator/agents/fork.py)."""
+
+    def message_breakpoints(self) -> frozenset[int]:
+        if self.breakpoints_at is not None:
+            return frozenset(self.breakpoints_at)
+        return frozenset(range(max(0, len(self.messages) - 2), len(self.messages)))
 
 
 @dataclass(frozen=True)

@@ -116,11 +116,15 @@ def message_param(message: Message, *, breakpoint: bool = False) -> dict[str, An
     return {"role": api["role"], "content": content}
 
 
-def messages_param(messages: Sequence[Message], *, breakpoints: int = 2) -> list[dict[str, Any]]:
-    """The conversation in API form, with cache breakpoints on the last `breakpoints` messages."""
-    first_breakpoint = len(messages) - breakpoints
+def messages_param(
+    messages: Sequence[Message], *, breakpoints: int = 2, at: frozenset[int] | None = None
+) -> list[dict[str, Any]]:
+    """The conversation in API form, with cache breakpoints on the last `breakpoints` messages
+    (or on the positions `at`)."""
+    if at is None:
+        at = frozenset(range(max(0, len(messages) - breakpoints), len(messages)))
     return [
-        message_param(message, breakpoint=position >= first_breakpoint)
+        message_param(message, breakpoint=position in at)
         for position, message in enumerate(messages)
     ]
 
@@ -129,13 +133,14 @@ def request_params(model: str, request: ModelRequest) -> dict[str, Any]:
     """Keyword arguments for `messages.create`: model, max_tokens, messages, thinking, system,
     tools.
 
-    At most four cache breakpoints, the API's limit: system, tools, and the last two messages.
+    At most four cache breakpoints, the API's limit: system, tools, and two messages (the last
+    two, or `ModelRequest.breakpoints_at`).
     """
     return _with_options(
         request,
         model=model,
         max_tokens=request.max_tokens,
-        messages=messages_param(request.messages),
+        messages=messages_param(request.messages, at=request.message_breakpoints()),
     )
 
 
@@ -206,11 +211,13 @@ def encode_request(
     """
     head = _with_options(request, model=model, max_tokens=request.max_tokens, stream=stream)
     messages = request.messages
-    first_breakpoint = max(0, len(messages) - 2)
+    at = request.message_breakpoints()
+    first_breakpoint = min(at, default=len(messages))
     parts = [cache.joined(messages, first_breakpoint)] if first_breakpoint else []
+    rest = enumerate(messages[first_breakpoint:], start=first_breakpoint)
     parts += [
-        json.dumps(message_param(message, breakpoint=True))
-        for message in messages[first_breakpoint:]
+        json.dumps(message_param(m, breakpoint=True)) if i in at else cache.json(m)
+        for i, m in rest
     ]
     return f'{json.dumps(head)[:-1]}, "messages": [{", ".join(parts)}]}}'.encode()
 

@@ -22,11 +22,13 @@ import trio
 from pydantic import BaseModel, ConfigDict
 
 from orchestrator.errors import ToolError
-from orchestrator.messages import ImageBlock, TextBlock, ToolResultContent
+from orchestrator.messages import ContentBlock, ImageBlock, TextBlock, ToolResultContent
+from orchestrator.model.base import ModelRequest
 from policies.facts import ToolFacts
 
 __all__ = [
     "CURRENT_TOOL_USE_ID",
+    "CURRENT_TURN",
     "DEFAULT_TOOL_TIMEOUT_S",
     "BlockingTool",
     "Checked",
@@ -38,6 +40,7 @@ __all__ = [
     "ToolInput",
     "ToolOutput",
     "ToolProgress",
+    "TurnSoFar",
     "input_schema_of",
     "running_for",
 ]
@@ -51,6 +54,21 @@ CURRENT_TOOL_USE_ID: ContextVar[str | None] = ContextVar("warren_tool_use_id", d
 own). The tool interface is `call(input, ctx)` with a per-session context; `dispatch_agent`
 reads this to tie its subagent to the call that started it (stream-json's
 `parent_tool_use_id`)."""
+
+
+@dataclass(frozen=True)
+class TurnSoFar:
+    """The main agent's turn a tool call runs in: the request that asked for it and the
+    blocks of the reply complete so far (by index, live: a call may start before the reply
+    has ended)."""
+
+    request: ModelRequest
+    blocks: Mapping[int, ContentBlock]
+
+
+CURRENT_TURN: ContextVar[TurnSoFar | None] = ContextVar("warren_turn", default=None)
+"""Set by the loop around a turn's tool calls (`orchestrator/conversation/loop.py`): a fork
+(orchestrator/agents/fork.py) starts from the conversation as the model last saw it."""
 
 
 @contextmanager

@@ -276,6 +276,8 @@ class RecordedRequest:
     """The client went away before the server finished writing."""
     connection: int = 0
     """The TCP connection it came on: 0 for the first the server accepted, 1 for the next..."""
+    raw: bytes = b""
+    """The body's bytes as they came (a fork's first request starts with its parent's)."""
 
     @property
     def system(self) -> Any:
@@ -310,6 +312,7 @@ class _Record:
     events: list[SentEvent] = field(default_factory=list)
     client_disconnected: bool = False
     connection: int = 0
+    raw: bytes = b""
 
     def snapshot(self) -> RecordedRequest:
         return RecordedRequest(
@@ -324,6 +327,7 @@ class _Record:
             events=tuple(self.events),
             client_disconnected=self.client_disconnected,
             connection=self.connection,
+            raw=self.raw,
         )
 
 
@@ -540,6 +544,7 @@ class _Handler(BaseHTTPRequestHandler):
             body=parsed if isinstance(parsed, dict) else {},
             started_at=started,
             connection=self._connection,
+            raw=raw,
         )
         self._record = record
         try:
@@ -939,6 +944,7 @@ class FakeMessagesAPI:
                 record.ended_at = time.monotonic()
             if not self._keep_bodies:
                 record.body = {}
+                record.raw = b""
             self._lock.notify_all()
         if self._on_answered is not None:
             self._on_answered(record.snapshot())
