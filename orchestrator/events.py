@@ -22,6 +22,7 @@ __all__ = [
     "HookRan",
     "PermissionDecided",
     "RetryScheduled",
+    "TaskChanged",
     "TextStreamed",
     "ToolFinished",
     "ToolResultsMessage",
@@ -146,6 +147,25 @@ class RetryScheduled:
     """Retries the model client makes at most; None: not known."""
 
 
+@dataclass(frozen=True)
+class TaskChanged:
+    """A background task (orchestrator/tasks/) started, printed a line (a monitor's event),
+    or ended. Said as it happens, not at a turn boundary (the model's notification waits for
+    that)."""
+
+    phase: Literal["started", "progress", "ended"]
+    task_id: str
+    kind: Literal["agent", "shell", "monitor"]
+    description: str
+    status: Literal["running", "completed", "failed", "stopped"]
+    tool_use_id: str | None = None
+    summary: str = ""
+    """How it ended (`ended`); the line it printed (`progress`)."""
+    output_file: str | None = None
+    duration_s: float = 0.0
+    output_bytes: int = 0
+
+
 Event = (
     TextStreamed
     | AssistantTurn
@@ -157,5 +177,6 @@ Event = (
     | CompactBoundary
     | HookRan
     | CallScheduled
+    | TaskChanged
 )
 EventSink = Callable[[Event], None]

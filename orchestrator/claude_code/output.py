@@ -19,6 +19,7 @@ import contextlib
 import json
 import os
 import sys
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -40,6 +41,7 @@ from orchestrator.events import (
     HookRan,
     PermissionDecided,
     RetryScheduled,
+    TaskChanged,
     TextStreamed,
     ToolFinished,
     ToolResultsMessage,
@@ -195,12 +197,55 @@ def event_record(event: Event, **tag: Any) -> dict[str, Any] | None:
             return None
 
 
+_TASK_TYPES = {"shell": "local_bash", "monitor": "monitor", "agent": "local_agent"}
+
+
+def background_task_record(event: TaskChanged, *, session_id: str) -> dict[str, Any]:
+    """Claude Code's task line for a background shell or monitor: `task_started`,
+    `task_progress` (a monitor's line), `task_notification` (its end)."""
+    usage = {"total_tokens": 0, "tool_uses": 0, "duration_ms": round(event.duration_s * 1000)}
+    common = {
+        "type": "system",
+        "task_id": event.task_id,
+        "tool_use_id": event.tool_use_id,
+        "session_id": session_id,
+    }
+    match event.phase:
+        case "started":
+            return {
+                **common,
+                "subtype": "task_started",
+                "description": event.description,
+                "task_type": _TASK_TYPES[event.kind],
+                "is_backgrounded": True,
+            }
+        case "progress":
+            return {
+                **common,
+                "subtype": "task_progress",
+                "description": event.description,
+                "usage": usage,
+                "last_tool_name": "Monitor" if event.kind == "monitor" else "Bash",
+                "summary": event.summary,
+            }
+        case "ended":
+            return {
+                **common,
+                "subtype": "task_notification",
+                "status": "failed" if event.status == "running" else event.status,
+                "output_file": event.output_file or "",
+                "summary": event.summary,
+                "usage": usage,
+            }
+
+
 def task_record(
     update: SubagentStarted | SubagentFinished,
     *,
     session_id: str,
     parent_tool_use_id: str | None = None,
     output_file: str | None = None,
+    backgrounded: bool = False,
 ) -> dict[str, Any]:
     """Claude Code's task line for a subagent: `system/task_started` when it starts,
     `system/task_notification` when it ends (its status and final text as `summary`)."""
@@ -214,7 +259,7 @@ def task_record(
                 "description": update.description,
                 "task_type": "local_agent",
                 "subagent_type": update.agent_type,
-                "is_backgrounded": False,
+                "is_backgrounded": backgrounded,
                 "session_id": session_id,
             }
         case SubagentFinished(outcome=outcome):
@@ -284,6 +329,14 @@ def subagent_record(
 
 
 @dataclass
+class _AgentProgress:
+    description: str
+    started: float = field(default_factory=time.monotonic)
+    tokens: int = 0
+    tool_uses: int = 0
+
+
+@dataclass
 class OutputPrinter:
     """The event sink that writes the chosen format to `out` (stdout)."""
 
@@ -296,6 +349,10 @@ class OutputPrinter:
     """Each subagent's `dispatch_agent` call, by agent id (`parent_tool_use_id`)."""
     _open_tasks: dict[str, str | None] = field(default_factory=dict)
     """Subagents whose `task_started` has no `task_notification` yet: their transcripts."""
+    _background: set[str] = field(default_factory=set)
+    """Subagents that run as background tasks (`is_backgrounded`)."""
+    _progress: dict[str, _AgentProgress] = field(default_factory=dict)
+    """Each running subagent's `task_progress` so far."""
 
     def _line(self, record: dict[str, Any]) -> None:
         record.setdefault("uuid", str(uuid.uuid4()))
@@ -354,10 +411,47 @@ class OutputPrinter:
                     "session_id": self.session_id,
                 }
             )
+        if isinstance(event, TaskChanged):
+            if event.kind == "agent":  # its lines come with the subagent's own updates
+                if event.phase == "started":
+                    self._background.add(event.task_id)
+            elif self.format == "stream-json":
+                self._line(background_task_record(event, session_id=self.session_id))
+            return
         if self.format == "stream-json":
             record = event_record(event, session_id=self.session_id)
             if record is not None:
                 self._line(record)
+
+    def _agent_progress(self, update: SubagentEvent) -> None:
+        """Claude Code's `task_progress` for a subagent: at each tool it starts, its usage
+        so far and that tool's name."""
+        progress = self._progress.get(update.agent_id)
+        if progress is None:
+            return
+        match update.event:
+            case AssistantTurn(turn=turn):
+                progress.tokens += turn.usage.input_tokens + turn.usage.output_tokens
+            case ToolStarted(tool=name):
+                progress.tool_uses += 1
+                self._line(
+                    {
+                        "type": "system",
+                        "subtype": "task_progress",
+                        "task_id": update.agent_id,
+                        "tool_use_id": self._parents.get(update.agent_id),
+                        "description": progress.description,
+                        "usage": {
+                            "total_tokens": progress.tokens,
+                            "tool_uses": progress.tool_uses,
+                            "duration_ms": round((time.monotonic() - progress.started) * 1000),
+                        },
+                        "last_tool_name": name,
+                        "session_id": self.session_id,
+                    }
+                )
+            case _:
+                pass
 
     def subagent(self, update: SubagentUpdate) -> None:
         """A subagent's event, tagged with its call and id (stream-json only)."""
@@ -370,10 +464,20 @@ class OutputPrinter:
             return
         parent = self._parents.get(agent_id)
         if isinstance(update, SubagentStarted):
-            self._line(task_record(update, session_id=self.session_id))
+            self._line(
+                task_record(
+                    update,
+                    session_id=self.session_id,
+                    backgrounded=agent_id in self._background,
+                )
+            )
             transcript = None if update.transcript is None else str(update.transcript)
             self._open_tasks[agent_id] = transcript
+            self._progress[agent_id] = _AgentProgress(update.description)
+        elif isinstance(update, SubagentEvent):
+            self._agent_progress(update)
         elif isinstance(update, SubagentFinished) and agent_id in self._open_tasks:
+            self._progress.pop(agent_id, None)
             output_file = self._open_tasks.pop(agent_id)
             self._line(
                 task_record(

@@ -17,7 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import IO, Any
 
-from orchestrator.events import CallScheduled, Event, HookRan, PermissionDecided
+from orchestrator.events import CallScheduled, Event, HookRan, PermissionDecided, TaskChanged
 from policies.mode import PermissionMode
 
 __all__ = ["AuditLog"]
@@ -76,6 +76,20 @@ class AuditLog:
                 blocked=event.blocked,
                 decision=event.decision,
                 error=event.error,
+            )
+        elif isinstance(event, TaskChanged) and event.phase != "progress":
+            self.record(
+                "task",
+                phase=event.phase,
+                task_id=event.task_id,
+                task_kind=event.kind,
+                description=event.description,
+                status=event.status,
+                tool_use_id=event.tool_use_id,
+                summary=event.summary,
+                output_file=event.output_file,
+                duration_ms=round(event.duration_s * 1000),
+                output_bytes=event.output_bytes,
             )
 
     def close(self) -> None:

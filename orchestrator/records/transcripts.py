@@ -30,7 +30,7 @@ import os
 import re
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
@@ -130,6 +130,9 @@ class SessionSummary:
     """Model requests of the main agent over every run; None when not known."""
     cost_usd: float | None
     """Dollars over every run, subagents included; None when not known."""
+    tasks: int | None = None
+    """Background tasks started over every run (agents, shells, monitors); None when not
+    known."""
 
     def record(self) -> dict[str, Any]:
         return {
@@ -141,6 +144,7 @@ class SessionSummary:
             "first_prompt": self.first_prompt,
             "turns": self.turns,
             "cost_usd": self.cost_usd,
+            "tasks": self.tasks,
         }
 
     @classmethod
@@ -162,6 +166,7 @@ class SessionSummary:
             typed("first_prompt", str),
             typed("turns", int),
             None if typed("cost_usd", (int, float)) is None else float(data["cost_usd"]),
+            typed("tasks", int),
         )
 
 
@@ -210,6 +215,15 @@ class Transcript:
             )
         )
 
+    def note_task(self) -> None:
+        """Count a background task started in the summary.
+
+        **Errors:** `OSError` when the summary cannot be written.
+        """
+        if self.summary is None:
+            return
+        self._save(dataclasses.replace(self.summary, tasks=(self.summary.tasks or 0) + 1))
+
     def _save(self, summary: SessionSummary) -> None:
         self.summary = summary
         write_summary(self.path.with_suffix(".meta.json"), summary)
@@ -257,6 +271,9 @@ class LoadedSession:
     cwd: str | None
     skipped_lines: int
     """Lines that could not be read (a half-written last line after a crash)."""
+    unended_tasks: list[dict[str, str]] = field(default_factory=list)
+    """Background tasks its transcript saw start and not end: they ended with the process
+    that ran them (a kill, a crash). Each: `task_id`, `kind`, `description`."""
 
 
 class SessionStore:
@@ -291,7 +308,7 @@ class SessionStore:
                 "ts": started,
             }
         )
-        transcript.summary = SessionSummary(session_id, started, str(cwd), model, None, 0, 0.0)
+        transcript.summary = SessionSummary(session_id, started, str(cwd), model, None, 0, 0.0, 0)
         return transcript
 
     def open(self, session_id: str) -> Transcript:
@@ -360,6 +377,7 @@ class SessionStore:
         messages: list[Message] = []
         cwd: str | None = None
         skipped = 0
+        tasks: dict[str, dict[str, str]] = {}
         # errors="replace": a line torn inside a UTF-8 character is skipped like any other
         # torn line, instead of failing the whole load.
         with path.open(encoding="utf-8", errors="replace") as f:
@@ -372,9 +390,28 @@ class SessionStore:
                         messages.append(Message.model_validate(record["message"]))
                     elif record.get("type") == "compact_boundary":
                         messages = []  # the compacted history follows, as message records
+                    elif record.get("type") == "task":
+                        _follow_task(record, tasks)
                 except (ValueError, KeyError, pydantic.ValidationError):
                     skipped += 1
-        return LoadedSession(session_id, path, normalize_for_api(messages), cwd, skipped)
+        return LoadedSession(
+            session_id, path, normalize_for_api(messages), cwd, skipped, list(tasks.values())
+        )
+
+
+def _follow_task(record: dict[str, Any], tasks: dict[str, dict[str, str]]) -> None:
+    """`tasks` (by id: the started and not ended) after one `task` record."""
+    task_id = record.get("task_id")
+    if not isinstance(task_id, str):
+        return
+    if record.get("phase") == "ended":
+        tasks.pop(task_id, None)
+    elif record.get("phase") == "started":
+        tasks[task_id] = {
+            "task_id": task_id,
+            "kind": str(record.get("kind") or "task"),
+            "description": str(record.get("description") or ""),
+        }
 
 
 def write_summary(path: Path, summary: SessionSummary) -> None:
@@ -421,6 +458,7 @@ def _summary_from_transcript(path: Path, session_id: str) -> SessionSummary | No
     header = False
     turns: int | None = 0 if size <= _SMALL_TRANSCRIPT else None
     cost: float | None = 0.0 if size <= _SMALL_TRANSCRIPT else None
+    tasks: int | None = 0 if size <= _SMALL_TRANSCRIPT else None
     for number, line in enumerate(head.split(b"\n")):
         try:
             record = json.loads(line)
@@ -436,6 +474,8 @@ def _summary_from_transcript(path: Path, session_id: str) -> SessionSummary | No
                 started = float(record["ts"])
         elif kind == "message" and prompt is None:
             prompt = _prompt_text(record.get("message"))
+        elif kind == "task" and record.get("phase") == "started" and tasks is not None:
+            tasks += 1
         elif kind == "result" and turns is not None and cost is not None:
             try:
                 turns += int(record.get("num_turns") or 0)
@@ -452,6 +492,7 @@ def _summary_from_transcript(path: Path, session_id: str) -> SessionSummary | No
         prompt,
         turns,
         cost,
+        tasks,
     )
 
 

@@ -46,7 +46,13 @@ from orchestrator.session.recording import may_write, open_change_recorder
 from orchestrator.session.session import Session, SessionKit
 from orchestrator.session.sinks import build_sinks, subagent_sink
 from orchestrator.session.startup import StartedUp, start_up
-from orchestrator.session.state import IoGuard, open_audit, open_log, open_transcript
+from orchestrator.session.state import (
+    ENDED_WITH_PROCESS,
+    IoGuard,
+    open_audit,
+    open_log,
+    open_transcript,
+)
 from orchestrator.session.tools import build_registry, dispatch_tool
 from orchestrator.tasks.monitor import MonitorTool
 from orchestrator.tasks.outputs import TaskOutputError, TaskOutputs
@@ -126,7 +132,7 @@ class _Opening:
 
     async def build(self) -> tuple[SessionKit, HookRunner]:
         config, parts, stack, io_guard = self.config, self.parts, self.stack, self.io_guard
-        transcript, history = open_transcript(config, self.dirs, self.cwd)
+        transcript, history, unended = open_transcript(config, self.dirs, self.cwd)
         stack.callback(io_guard.close, transcript.close)
         log_sink = open_log(self.dirs, transcript.session_id, config.verbose, io_guard)
         stack.callback(io_guard.close, log_sink.close)
@@ -175,7 +181,13 @@ class _Opening:
         permission = policy.permission_fn()
         registry, servers = await self._mcp(ctx, policy, registry)
         spend: dict[str, ModelUsage] = {}
-        tasks = TaskRegistry(max_tasks=limits.max_tasks, time_limit_s=limits.task_time_s)
+        tasks = TaskRegistry(
+            max_tasks=limits.max_tasks, time_limit_s=limits.task_time_s, emit=emit
+        )
+        if unended:
+            tasks.ended_before(unended, ENDED_WITH_PROCESS)
+            listed = ", ".join(f"{t['task_id']} ({t['description']})" for t in unended)
+            print(f"warren: background tasks that {ENDED_WITH_PROCESS}: {listed}", file=sys.stderr)
         registry, pool = await self._subagents(
             ctx, up, model, limits, pool_config, registry, hooks, permission, asker,
             subagent_sink(printer, io_guard.sink(audit), denials, spend, parts.on_subagent),

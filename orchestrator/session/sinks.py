@@ -20,6 +20,7 @@ from orchestrator.events import (
     Event,
     EventSink,
     RetryScheduled,
+    TaskChanged,
     ToolResultsMessage,
 )
 from orchestrator.records.audit import AuditLog
@@ -93,6 +94,21 @@ def transcript_sink(transcript: Transcript) -> EventSink:
                         "error": event.error,
                     }
                 )
+            case TaskChanged(phase="started" | "ended"):
+                # A resumed session learns from these which tasks ended with this process.
+                transcript.write(
+                    {
+                        "type": "task",
+                        "phase": event.phase,
+                        "task_id": event.task_id,
+                        "kind": event.kind,
+                        "description": event.description,
+                        "status": event.status,
+                        "summary": event.summary,
+                    }
+                )
+                if event.phase == "started":
+                    transcript.note_task()
             case _:
                 pass
 

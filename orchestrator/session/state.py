@@ -25,7 +25,7 @@ from orchestrator.records.transcripts import SessionStore, Transcript
 from orchestrator.session.config import SessionConfig, StateUnwritable
 from policies.mode import PermissionMode
 
-__all__ = ["IoGuard", "open_audit", "open_log", "open_transcript"]
+__all__ = ["ENDED_WITH_PROCESS", "IoGuard", "open_audit", "open_log", "open_transcript"]
 
 
 @dataclass
@@ -86,9 +86,11 @@ class IoGuard:
 
 def open_transcript(
     config: SessionConfig, dirs: WarrenDirs, cwd: Path
-) -> tuple[Transcript, list[Message]]:
+) -> tuple[Transcript, list[Message], list[dict[str, str]]]:
     """A new transcript, or the resumed one with its history (`--fork-session`: a new one
-    holding the old conversation, the old one untouched).
+    holding the old conversation, the old one untouched), and the background tasks the
+    session's previous process left running (they ended with it: a resumed transcript says
+    so, so the next resume does not report them again).
 
     **Errors:** `ConfigError` for no session to continue or a bad `--session-id`;
     `StateUnwritable` when the sessions directory cannot be written.
@@ -96,7 +98,7 @@ def open_transcript(
     store = SessionStore(dirs.sessions)
     try:
         if not (config.resume or config.continue_last):
-            return _create_transcript(store, config, cwd), []
+            return _create_transcript(store, config, cwd), [], []
         session_id = config.resume or store.latest_for(cwd)
         if session_id is None:
             raise ConfigError(f"no earlier session in {cwd} to continue", source="--continue")
@@ -107,12 +109,26 @@ def open_transcript(
         if config.fork_session:  # the conversation goes on in a new session; the old one stays
             transcript = _create_transcript(store, config, cwd)
             record: dict[str, object] = {"type": "fork", "from_session": session_id}
-            return _written(transcript, record, loaded.messages), list(loaded.messages)
+            written = _written(transcript, record, loaded.messages)
+            return written, list(loaded.messages), loaded.unended_tasks
         transcript = store.open(session_id)
         record = {"type": "resume", "skipped_lines": loaded.skipped_lines}
-        return _written(transcript, record, ()), list(loaded.messages)
+        written = _written(transcript, record, ())
+        try:
+            for task in loaded.unended_tasks:
+                written.write(
+                    {"type": "task", "phase": "ended", **task, "status": "stopped",
+                     "summary": ENDED_WITH_PROCESS}
+                )  # fmt: skip
+        except (OSError, TranscriptWriteError):
+            written.close()
+            raise
+        return written, list(loaded.messages), loaded.unended_tasks
     except (OSError, TranscriptWriteError) as exc:
         raise StateUnwritable(dirs.sessions, exc) from exc
+
+
+ENDED_WITH_PROCESS = "ended with the session's previous process"
 
 
 def _written(

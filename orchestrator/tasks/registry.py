@@ -26,6 +26,8 @@ from xml.sax.saxutils import escape
 import structlog
 import trio
 
+from orchestrator.events import EventSink, TaskChanged
+
 __all__ = [
     "TASK_STOP_WAIT_S",
     "Task",
@@ -162,9 +164,18 @@ class TaskRegistry:
     `wait` lets a headless run wait for the agents and monitors that will still notify it.
     """
 
-    def __init__(self, *, max_tasks: int = 16, time_limit_s: float = math.inf) -> None:
+    def __init__(
+        self,
+        *,
+        max_tasks: int = 16,
+        time_limit_s: float = math.inf,
+        emit: EventSink | None = None,
+    ) -> None:
+        """`emit`: told each task's start, events and end as they happen (`TaskChanged`:
+        stream-json, the transcript, the audit log, the REPL)."""
         self.max_tasks = max_tasks
         self.time_limit_s = time_limit_s
+        self._emit = emit
         self._tasks: dict[str, Task] = {}
         self._notes: list[str | _Events] = []
         self._changed = trio.Event()
@@ -228,6 +239,7 @@ class TaskRegistry:
         )
         self._tasks[id] = task
         self._nursery.start_soon(self._run, task, body)
+        self._tell(task, "started")
         structlog.get_logger().info("task started", task_id=id, kind=kind)
         return task
 
@@ -252,6 +264,7 @@ class TaskRegistry:
             if not task._stopping:  # stopped by TaskStop or the session's end: said there
                 self._notes.append(task.notification())
             task._done.set()
+            self._tell(task, "ended", task.end.summary)
             self._changed.set()
             self._changed = trio.Event()
             structlog.get_logger().info("task ended", task_id=task.id, status=task.status)
@@ -288,7 +301,45 @@ class TaskRegistry:
         """Every task of the session, oldest first."""
         return list(self._tasks.values())
 
+    def _tell(
+        self, task: Task, phase: Literal["started", "progress", "ended"], text: str = ""
+    ) -> None:
+        if self._emit is None:
+            return
+        self._emit(
+            TaskChanged(
+                phase,
+                task.id,
+                task.kind,
+                task.description,
+                task.status,
+                tool_use_id=task.tool_use_id,
+                summary=text,
+                output_file=None if task.output_file is None else str(task.output_file),
+                duration_s=(task.ended or time.monotonic()) - task.started,
+                output_bytes=task.output_bytes,
+            )
+        )
+
     # -- the inbox --
+
+    def ended_before(self, tasks: list[dict[str, str]], why: str) -> None:
+        """Tell the model, at the next turn boundary, of tasks an earlier process of this
+        session started and did not see end (`task_id`, `kind`, `description` each): each
+        ended with that process, `why`."""
+        for task in tasks:
+            label = f'{task.get("kind", "task").capitalize()} "{task.get("description", "")}"'
+            self._notes.append(
+                "\n".join(
+                    [
+                        "<task-notification>",
+                        f"<task-id>{escape(task.get('task_id', ''))}</task-id>",
+                        "<status>stopped</status>",
+                        f"<summary>{escape(f'{label} {why}')}</summary>",
+                        "</task-notification>",
+                    ]
+                )
+            )
 
     def event(self, task: Task, line: str) -> None:
         """A running task's event (a line its monitor printed), for the next turn boundary:
@@ -301,6 +352,7 @@ class TaskRegistry:
             last = _Events(task)
             self._notes.append(last)
         last.add(line)
+        self._tell(task, "progress", line)
         self._changed.set()
         self._changed = trio.Event()
 

@@ -249,10 +249,12 @@ async def test_a_monitor_gives_each_line_as_an_event_then_its_end(ctx: ToolConte
         assert "<status>completed</status>" in notes[-1] and "(4 lines)" in notes[-1]
 
         late = await _monitor(
-            tool, ctx, description="never", command="echo armed; sleep 30", timeout_ms=500
+            tool, ctx, description="never", command="echo armed; sleep 30.0731", timeout_ms=500
         )
-        assert (await _ended(registry, late)).status == "completed"
-        [event, end] = registry.take_notes()
+        ended = await _ended(registry, late)
+        notes = registry.take_notes()
+        assert ended.status == "completed", (ended.end, notes)
+        [event, end] = notes
         assert "armed" in event and "reached its deadline (0.5 s) after 1 line" in end
     input = tool.parse_input({"description": "socket", "ws": {"url": "ws://127.0.0.1:1"}})
     refusal = await tool.validate(input, ctx)

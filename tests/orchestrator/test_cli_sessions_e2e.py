@@ -49,8 +49,8 @@ def workspace(tmp_path: Path) -> Path:
 
 def _rows(stdout: str) -> list[list[str]]:
     header, *rows = stdout.splitlines()
-    assert header.split() == ["ID", "STARTED", "TURNS", "COST", "FIRST", "PROMPT"]
-    return [re.split(r"\s{2,}", row.strip(), maxsplit=4) for row in rows]
+    assert header.split() == ["ID", "STARTED", "TURNS", "COST", "TASKS", "FIRST", "PROMPT"]
+    return [re.split(r"\s{2,}", row.strip(), maxsplit=5) for row in rows]
 
 
 def test_sessions_lists_this_directory_newest_first_escaped(
@@ -73,10 +73,12 @@ def test_sessions_lists_this_directory_newest_first_escaped(
     rows = _rows(done.stdout)
     assert [row[0] for row in rows] == [ids[1], ids[0]]  # newest first, this directory only
     newest, evil = rows
-    assert newest[2:] == ["1", f"${json.loads(second.stdout)['total_cost_usd']:.4f}", "second"]
-    assert evil[2:4] == ["1", f"${cost:.4f}"]
+    assert newest[2:] == [
+        "1", f"${json.loads(second.stdout)['total_cost_usd']:.4f}", "0", "second"
+    ]  # fmt: skip
+    assert evil[2:5] == ["1", f"${cost:.4f}", "0"]
     # Whitespace (the newline, the carriage return) becomes one space; the rest is escaped.
-    assert evil[4] == "fix \\x1b]0;pwned\\x07\\x1b[2J it\\u202e now second line"
+    assert evil[5] == "fix \\x1b]0;pwned\\x07\\x1b[2J it\\u202e now second line"
 
     everywhere = warren(["sessions", "--all"], env)
     assert {row[0] for row in _rows(everywhere.stdout)} == set(ids)
@@ -100,7 +102,7 @@ def test_a_huge_transcript_is_listed_without_reading_it(
     assert done.returncode == 0, done.stderr
     assert time.monotonic() - started < 60
     [row] = _rows(done.stdout)
-    assert row[0] == session_id and row[2:] == ["?", "?", "big \\x1b[31mone"]
+    assert row[0] == session_id and row[2:] == ["?", "?", "?", "big \\x1b[31mone"]
 
 
 def test_resume_without_an_id_offers_a_picker_at_a_terminal(

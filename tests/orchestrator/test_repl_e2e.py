@@ -478,3 +478,39 @@ def test_mcp_prompts_are_commands_and_resources_complete_after_at(
     assert "Review shop/money.py carefully." in sent[0]
     assert "Review shop/cart.py carefully." in sent[1]
     assert "remember the milk" in sent[2]  # the resource, read through the server
+
+
+def test_tasks_shows_lists_tails_and_stops_background_work(
+    tmp_path: Path, sample: Path, terminals: list[Terminal]
+) -> None:
+    """A background command started by the model shows in the prompt's toolbar while it runs;
+    `/tasks` lists it, `/tasks ID` shows the end of its output, `/tasks stop ID` ends it and
+    the toolbar line goes."""
+    loop = "while true; do echo tock; sleep 0.2371; done"
+    replies = [
+        Reply.tool_use(
+            "Bash", {"command": loop, "run_in_background": True, "description": "ticker"}
+        ),
+        Reply.text("Started the ticker."),
+    ]
+    with FakeMessagesAPI(replies) as api:
+        terminal = _start(terminals, tmp_path, api, sample)
+
+        def command(text: str, expected: str) -> str:
+            _send(terminal, text)
+            terminal.wait_for(expected, timeout=60)
+            # The empty prompt line: the toolbar may be below it while a task runs.
+            return terminal.wait_for(r"\n> ?(\n|$)", timeout=60)
+
+        command("start a ticker", r"Started the ticker\.")
+        terminal.wait_for(r"1 background task: bash-[0-9a-f]+ \(ticker\) · /tasks", timeout=30)
+        listed = command("/tasks", r"bash-[0-9a-f]+ +shell +running")
+        task_id = re.search(r"(bash-[0-9a-f]+) +shell +running", listed)
+        assert task_id, listed
+        command(f"/tasks {task_id[1]}", r"tock\ntock")
+        command(f"/tasks stop {task_id[1]}", rf"{task_id[1]} \(ticker\) was stopped\.")
+        command("/tasks", rf"{task_id[1]} +shell +stopped")
+        deadline = time.monotonic() + 10
+        while "1 background task" in terminal.screen().splitlines()[-1]:
+            assert time.monotonic() < deadline, terminal.screen()
+            time.sleep(0.2)

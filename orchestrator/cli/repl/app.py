@@ -241,7 +241,13 @@ class Repl:
                 self.console.print(Text.assemble(("> ", "bold"), escape_controls(text)))
             else:
                 default, self._typeahead = self._typeahead, ""
-                typed = await prompt_line(self.prompt, [("bold", "> ")], default=default)
+                typed = await prompt_line(
+                    self.prompt,
+                    [("bold", "> ")],
+                    default=default,
+                    bottom_toolbar=self._tasks_line,
+                    refresh_interval=1.0,
+                )
                 if typed == CTRL_D:
                     return Exit()
                 if typed == CTRL_C:
@@ -266,11 +272,25 @@ class Repl:
             if self._stop_signal is not None:
                 return Exit()
 
+    def _tasks_line(self) -> str | None:
+        """The running background tasks in one line, for the prompt's toolbar (read from
+        the prompt's thread: a listing that changed meanwhile is skipped once) and the
+        turn's panel."""
+        from orchestrator.tasks.view import running_line
+
+        tasks = self.session.tasks if self.session is not None else None
+        if tasks is None:
+            return None
+        try:
+            return running_line(tasks.tasks())
+        except RuntimeError:  # the registry changed while the other thread listed it
+            return None
+
     # -- turns --
 
     async def turn(self, work: Callable[[], Awaitable[T]], status: str = "Thinking") -> T:
         """Run `work` with the live display and Esc watching."""
-        view = TurnView(self.console, status=status)
+        view = TurnView(self.console, status=status, tasks_line=self._tasks_line)
         self.view = view
         self.watcher = KeyWatcher(self.fd, self.interrupt, on_typed=view.echo)
         self._turn_running = True

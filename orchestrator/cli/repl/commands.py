@@ -220,6 +220,49 @@ async def _agents(repl: CommandHost, session: Session, arg: str) -> Action | Non
     return None
 
 
+async def _tasks(repl: CommandHost, session: Session, arg: str) -> Action | None:
+    """`/tasks`: the background tasks; `/tasks ID`: one, with the tail of its output;
+    `/tasks stop ID`: end one."""
+    from orchestrator.tasks.registry import TaskError
+    from orchestrator.tasks.view import output_tail, task_rows
+
+    registry = session.tasks
+    if registry is None:
+        _say(repl, "Background tasks are not available in this session.", "yellow")
+        return None
+    words = arg.split()
+    if len(words) == 2 and words[0] == "stop":
+        try:
+            task = await registry.stop(words[1])
+        except TaskError as exc:
+            _say(repl, str(exc), "yellow")
+            return None
+        how = "was stopped" if task.status == "stopped" else f"had already ended ({task.status})"
+        _say(repl, f"{task.id} ({escape_controls(task.description)}) {how}.")
+        return None
+    if len(words) == 1:
+        found = registry.get(words[0])
+        if found is None:
+            _say(repl, f"No task is known by {escape_controls(words[0])!r}.", "yellow")
+            return None
+        [row] = task_rows([found])
+        _say(repl, row)
+        tail = await trio.to_thread.run_sync(output_tail, found)
+        if tail:
+            repl.console.print(Text(escape_controls(tail, keep_lines=True), "dim"))
+        return None
+    if words:
+        _say(repl, "Usage: /tasks, /tasks ID, /tasks stop ID", "yellow")
+        return None
+    tasks = registry.tasks()
+    if not tasks:
+        _say(repl, "No background tasks in this session.", "dim")
+        return None
+    for row in task_rows(tasks):
+        _say(repl, row)
+    return None
+
+
 async def _doctor(repl: CommandHost, session: Session, arg: str) -> Action | None:
     from sandbox.commands import doctor
 
@@ -364,6 +407,7 @@ COMMANDS: dict[str, Command] = {
     "permissions": Command("the mode and rules in force; /permissions MODE switches", _permissions),
     "policy": Command("the effective policy, each rule with its file", _policy),
     "agents": Command("the agent types dispatch_agent can start", _agents),
+    "tasks": Command("background agents, shells, monitors: /tasks [ID] | /tasks stop ID", _tasks),
     "doctor": Command("prove the sandbox floor again", _doctor),
     "hooks": Command("the hooks in force with their files", _hooks),
     "init": Command("write a starter WARREN.md and .warren/policy.toml", _init),

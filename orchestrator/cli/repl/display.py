@@ -48,6 +48,7 @@ from orchestrator.events import (
     HookRan,
     PermissionDecided,
     RetryScheduled,
+    TaskChanged,
     TextStreamed,
     ToolFinished,
     ToolStarted,
@@ -134,6 +135,8 @@ class TurnView:
     """Keys typed ahead while the turn runs (the next prompt starts with them)."""
     numbers: dict[str, int] = field(default_factory=dict)
     """The `/expand` number of each finished call (by tool_use id), which its line shows."""
+    tasks_line: Callable[[], str | None] | None = None
+    """The background tasks' line of the panel (`orchestrator.tasks.view.running_line`)."""
 
     # -- lifecycle --
 
@@ -283,6 +286,11 @@ class TurnView:
                 self.print(
                     Text(f"⋯ context compacted ({trigger}, {how}): ~{pre:,} → ~{post:,} tokens")
                 )
+            case TaskChanged(phase="ended", kind="shell" | "monitor") if event.status != "stopped":
+                mark, style = ("✓", "green") if event.status == "completed" else ("✗", "red")
+                self.print(
+                    Text(f"{mark} {event.task_id}: {escape_controls(event.summary)[:200]}", style)
+                )
             case HookRan(error=error) if error is not None:
                 self.print(
                     Text(
@@ -359,6 +367,9 @@ class TurnView:
             parts.append(Columns((), rows))
         if self._agents:
             parts.append(_agents_rows(self._agents.values(), now))
+        line = self.tasks_line() if self.tasks_line is not None else None
+        if line:
+            parts.append(Text(f"⚙ {line}", "dim", no_wrap=True, overflow="ellipsis"))
         tokens = self._output_tokens + self._stream_chars // 4
         what = "Interrupting" if self.interrupting else self.status
         status = Text(f" {what}… ", style="bold")

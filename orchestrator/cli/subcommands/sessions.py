@@ -61,15 +61,17 @@ def _one_line(text: str | None, width: int) -> str:
 
 def session_rows(found: list[SessionSummary], *, with_cwd: bool = False) -> list[str]:
     """The listing's lines: a header, then one line per session."""
-    lines = [f"{'ID':36}  {'STARTED':16}  {'TURNS':>5}  {'COST':>8}  FIRST PROMPT"]
+    lines = [f"{'ID':36}  {'STARTED':16}  {'TURNS':>5}  {'COST':>8}  {'TASKS':>5}  FIRST PROMPT"]
     for summary in found:
         started = time.strftime("%Y-%m-%d %H:%M", time.localtime(summary.started))
         turns = "?" if summary.turns is None else str(summary.turns)
         cost = "?" if summary.cost_usd is None else f"${summary.cost_usd:.4f}"
+        tasks = "?" if summary.tasks is None else str(summary.tasks)
         prompt = _one_line(summary.first_prompt, 70)
         where = f"  ({_one_line(summary.cwd, 60)})" if with_cwd else ""
         lines.append(
-            f"{summary.session_id:36}  {started:16}  {turns:>5}  {cost:>8}  {prompt}{where}"
+            f"{summary.session_id:36}  {started:16}  {turns:>5}  {cost:>8}  {tasks:>5}  "
+            f"{prompt}{where}"
         )
     return lines
 
