@@ -40,7 +40,58 @@ async def test_the_ray_pool_on_a_two_node_cluster(
     builds."""
     await trio.to_thread.run_sync(survey_through_the_cli, ray_cluster, tmp_path / "cli")
     await a_worker_lost_mid_run_is_run_again_on_the_other_node(ray_cluster, tmp_path / "lost")
+    await a_background_agent_stopped_ends_its_run_on_the_node(ray_cluster, tmp_path / "bg")
     await runs_dispatched_together_share_one_snapshot_build(tmp_path / "ship")
+
+
+async def a_background_agent_stopped_ends_its_run_on_the_node(
+    ray_cluster: LocalRayCluster, tmp_path: Path
+) -> None:
+    """A background agent (a task of the session, orchestrator/tasks/) running on a node,
+    its model request out, is stopped (TaskStop's path): the task ends `stopped` at once, the
+    run on the node is cancelled (its model request is abandoned: the connection is closed
+    before the held reply could end), and when the pool closes no actor is left."""
+    from orchestrator.tasks.registry import Task, TaskEnd, TaskRegistry
+
+    await trio.Path(tmp_path).mkdir()
+    workspace = workspace_at(tmp_path)
+    with FakeMessagesAPI([Reply.text("never read", hold_before_stop=True)]) as api:
+        from orchestrator.model.anthropic import AnthropicModel
+
+        broker = ModelBroker(AnthropicModel(TEST_MODEL, api_key="sk-test", base_url=api.base_url))
+        async with open_ray_subagents(
+            address=ray_cluster.address,
+            broker=broker,
+            workspace=workspace,
+            spec=SandboxSpec(),
+            tools=FACTORY,
+            remote_options=PoolOptions(max_workers=2),
+            notice=lambda line: None,
+        ) as backend:
+            registry = TaskRegistry()
+
+            async def body(task: Task) -> TaskEnd:
+                outcome = await backend.run(
+                    subagent_request(PROBE, "Survey"),
+                    on_event=lambda e: None,
+                    permission=allow_all,
+                )
+                return TaskEnd("completed", outcome.reason, outcome.result)
+
+            async with registry.running():
+                registry.start("agent", "survey on the cluster", body, id="agent-bg")
+                with trio.fail_after(120):
+                    while not api.requests:  # noqa: ASYNC110
+                        await trio.sleep(0.05)
+                with trio.fail_after(30):
+                    stopped = await registry.stop("agent-bg")
+                assert stopped.status == "stopped" and registry.take_notes() == []
+                api.release()
+                assert await trio.to_thread.run_sync(api.wait_idle, 30.0)
+                [request] = api.requests
+                assert request.client_disconnected, "the node's run went on after the stop"
+        await broker.aclose()
+    assert live_actors() == []
 
 
 async def runs_dispatched_together_share_one_snapshot_build(tmp_path: Path) -> None:
