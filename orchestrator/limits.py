@@ -46,7 +46,9 @@ class Limits(BaseModel):
     (`--max-thinking-tokens`; the API's minimum is 1,024). `max_tokens` is raised above it
     when needed. Default None: no extended thinking."""
     max_concurrent_requests: int = Field(default=10, ge=1)
-    """Model requests streaming at once across all agents (the broker's slots). Default 10."""
+    """Subagents' model requests streaming at once, across all of them (the broker's shared
+    slots); the main agent's request has a slot of its own, so background subagents never
+    hold up its turns. Default 10."""
     max_budget_usd: float | None = Field(default=None, gt=0)
     """US dollars the session may spend on the model, subagents included. A request whose
     estimate would pass it is not sent and the run ends `budget_exceeded`. Default None: no

@@ -5,7 +5,11 @@ Subagents run in sandboxes without the API key or network; their workers send mo
 over the wire protocol and the pool streams them through here. The main agent can use the
 broker as its `ModelClient` too, so the limits hold for the whole session:
 
-- at most `max_concurrent_requests` requests stream at once (a `CapacityLimiter`);
+- at most `max_concurrent_requests` subagent requests stream at once (a `CapacityLimiter`),
+  and the main agent's one request beside them in a slot of its own: ten background subagents
+  streaming (`dispatch_agent` with `run_in_background`) held every shared slot, so each of the
+  main agent's turns waited for one of their responses to end (seconds with a real model;
+  +29 ms median, p90 121 ms, with tests/bench/bench_background.py's 0.3 s replies);
 - a session budget of cost, of tokens and of output tokens, checked before each request is
   sent: the spend so far, plus what requests streaming now have reserved, plus this request's
   estimate must stay within it, or the request is not sent and fails with
@@ -95,7 +99,8 @@ class BrokerLimits(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     max_concurrent_requests: int = Field(default=10, ge=1)
-    """Requests streaming at once, across the main agent and all subagents. Default 10."""
+    """Subagents' requests streaming at once, across all of them. The main agent's request
+    does not wait for these: it has one slot of its own. Default 10."""
     max_tokens: int | None = Field(default=None, ge=1)
     """Tokens the session may use (input, output and cache tokens together). Default None:
     no limit."""
@@ -112,6 +117,11 @@ class ModelBroker:
 
     `client_for(name)` makes the client for an agent type that names another model (made once
     per name, closed with the broker); without it such requests use `client`.
+
+    `stream` is the main agent's (the session's `ModelClient`): one request at a time, in a
+    slot of its own; the worker pool streams its subagents' requests with `subagent=True`,
+    through the `max_concurrent_requests` shared slots, so subagents never hold up the main
+    agent's turns.
 
     **Cancellation:** as the underlying client's; a request waiting for a slot or a backoff
     stops waiting.
@@ -134,6 +144,7 @@ class ModelBroker:
         self._client_for = client_for
         self._clients: dict[str, ModelClient] = {client.model: client}
         self._limiter = trio.CapacityLimiter(self._limits.max_concurrent_requests)
+        self._main_slot = trio.CapacityLimiter(1)
         self._backoff = self._limits.backoff_statuses
         self._paused_until = -float("inf")
         self.usage = Usage()
@@ -157,12 +168,14 @@ class ModelBroker:
             await client.aclose()
 
     async def stream(
-        self, request: ModelRequest, *, model: str | None = None
+        self, request: ModelRequest, *, model: str | None = None, subagent: bool = False
     ) -> AsyncGenerator[ModelEvent, None]:
-        """Stream one response from `model` (default: the broker's), within the limits."""
+        """Stream one response from `model` (default: the broker's), within the limits.
+        `subagent`: a subagent's request, in one of the shared slots; else the main agent's,
+        in its own (tests/workers/test_broker.py)."""
         request = self._clamped(request, model)
         self._refuse_over_budget(_Estimate(0, 0, 0.0))
-        async with self._limiter:
+        async with self._limiter if subagent else self._main_slot:
             # The pause may be extended while we sleep (another 429): look again after it.
             while self._paused_until > trio.current_time():  # noqa: ASYNC110
                 await trio.sleep_until(self._paused_until)

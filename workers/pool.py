@@ -612,7 +612,8 @@ class WorkerPool:
             return
         model = run.request.agent_type.model
         try:
-            async with closing_iter(self._broker.stream(request, model=model)) as events:
+            stream = self._broker.stream(request, model=model, subagent=True)
+            async with closing_iter(stream) as events:
                 async for event in events:
                     match event:
                         case BlockComplete() | Retry():

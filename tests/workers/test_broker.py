@@ -64,8 +64,10 @@ class SlowModel:
         )
 
 
-async def consume(broker: ModelBroker, model: str | None = None) -> list[ModelEvent]:
-    async with closing_iter(broker.stream(REQUEST, model=model)) as events:
+async def consume(
+    broker: ModelBroker, model: str | None = None, subagent: bool = False
+) -> list[ModelEvent]:
+    async with closing_iter(broker.stream(REQUEST, model=model, subagent=subagent)) as events:
         return [event async for event in events]
 
 
@@ -74,8 +76,26 @@ async def test_concurrent_requests_are_capped(autojump_clock: trio.testing.MockC
     broker = ModelBroker(model, limits=BrokerLimits(max_concurrent_requests=2))
     async with trio.open_nursery() as nursery:
         for _ in range(5):
-            nursery.start_soon(consume, broker)
+            nursery.start_soon(consume, broker, None, True)
     assert model.started == [0.0, 0.0, 1.0, 1.0, 2.0]
+
+
+async def test_the_main_agent_has_a_slot_of_its_own(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Subagents holding every shared slot (background ones stream while the main agent
+    works) do not hold up the main agent's request: it streams at once, in its own slot, and
+    a second one waits only for the first (tests/bench/bench_background.py: ten background
+    subagents had made each of its turns wait for one of their responses to end)."""
+    model = SlowModel(seconds=1.0)
+    broker = ModelBroker(model, limits=BrokerLimits(max_concurrent_requests=2))
+    async with trio.open_nursery() as nursery:
+        for _ in range(3):
+            nursery.start_soon(consume, broker, None, True)
+        await trio.sleep(0.5)
+        nursery.start_soon(consume, broker)
+        nursery.start_soon(consume, broker)
+    assert model.started == [0.0, 0.0, 0.5, 1.0, 1.5]
 
 
 SMALL = ModelRequest(system=[], messages=[Message.user_text("hi")], max_tokens=10)
@@ -130,7 +150,7 @@ async def test_the_estimate_counts_input_at_the_input_price_and_max_tokens_of_ou
 async def test_concurrent_requests_reserve_their_estimates(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    """Two requests of about $0.30 each under a $0.50 budget, started together: the first
+    """Two subagents' requests of about $0.30 each under a $0.50 budget, started together: the first
     reserves its estimate, so the second is refused while the first streams; once the first
     finished (and cost less than reserved), a third that fits is sent."""
     request = ModelRequest(system=[], messages=[Message.user_text("hi")], max_tokens=20_000)
@@ -140,7 +160,7 @@ async def test_concurrent_requests_reserve_their_estimates(
 
     async def one() -> None:
         try:
-            async with closing_iter(broker.stream(request)) as events:
+            async with closing_iter(broker.stream(request, subagent=True)) as events:
                 [event async for event in events]
             outcomes.append("sent")
         except ModelError as exc:
@@ -165,7 +185,7 @@ async def test_a_rate_limit_retry_pauses_requests_that_start_meanwhile(
     async with trio.open_nursery() as nursery:
         nursery.start_soon(consume, broker)
         await trio.sleep(1.0)  # the first request is in its 5 s backoff now
-        nursery.start_soon(consume, broker, "other")
+        nursery.start_soon(consume, broker, "other", True)
     assert other.started == [5.0 if paused else 1.0]
 
 
