@@ -200,7 +200,7 @@ command = "printf hooked > hooked.txt && chmod 640 hooked.txt && printf more >> 
 [mcp.servers.hostile]
 command = "{sys.executable}"
 args = ["{HOSTILE}"]
-env = {{ OUTSIDE = "{home / 'outside'}", WORKSPACE = "{ws}", PYTHONPATH = "{ROOT}" }}
+env = {{ OUTSIDE = "{home / "outside"}", WORKSPACE = "{ws}", PYTHONPATH = "{ROOT}" }}
 write = true
 """
     )
@@ -268,3 +268,54 @@ def test_a_bang_command_in_the_repl_is_undone(home: Path) -> None:
     assert _tree(ws) == before
     code, said = _undo(home)
     assert code == 1 and "every writing turn was undone already; nothing changed" in said
+
+
+def test_a_writers_follow_up_writes_in_its_scope_and_is_a_turn_of_its_own(home: Path) -> None:
+    """SendMessage to a scoped writer that has finished (issue 34, item 3): it runs again in
+    its scope with its earlier conversation; a write outside the scope fails read-only; what it
+    wrote is a writing turn of its own, undone before the first one's."""
+    ws = home / "ws"
+    before = _tree(ws)
+
+    def route(request: RecordedRequest) -> FakeResponse:
+        last = json.dumps(request.messages[-1])
+        if _is_writer(request):
+            if "follow-up" in last:
+                assert "printf first" in json.dumps(request.messages), "no earlier conversation"
+                command = f"cd {ws} && printf second > billing/second.txt; touch catalog/out.txt"
+                return Reply.tool_use("Bash", {"command": command})
+            if len(request.messages) > 1:
+                return Reply.text("done")
+            return Reply.tool_use(
+                "Bash", {"command": f"cd {ws} && printf first > billing/first.txt"}
+            )
+        if len(request.messages) == 1:
+            call = _dispatch("billing")
+            call["input"]["name"] = "biller"
+            return Reply(content=[call])
+        if "toolu_billing" in last:
+            return Reply.tool_use(
+                "SendMessage", {"to": "biller", "message": "follow-up: add second.txt"}
+            )
+        return Reply.text("both done")
+
+    with FakeMessagesAPI(route=route) as api:
+        done = _run(home, api, "edit billing, then once more")
+        follow_up = next(
+            r for r in api.requests if _is_writer(r) and "catalog/out.txt" in json.dumps(r.messages)
+            and r.messages[-1]["role"] == "user" and "tool_result" in json.dumps(r.messages[-1])
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    refused = json.dumps(follow_up.messages[-1])  # Landlock: EACCES; a bind mount: EROFS
+    assert "Permission denied" in refused or "Read-only file system" in refused, refused
+    after = _tree(ws)
+    assert after["billing/first.txt"][1] == b"first" and after["billing/second.txt"][1] == b"second"
+    assert "catalog/out.txt" not in after
+
+    code, said = _undo(home)  # the follow-up's turn first
+    assert code == 0, said
+    assert "billing/second.txt" in said and "billing/first.txt" in _tree(ws)
+    assert "billing/second.txt" not in _tree(ws)
+    code, said = _undo(home)
+    assert code == 0, said
+    assert _tree(ws) == before
