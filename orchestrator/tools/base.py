@@ -16,15 +16,17 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 import trio
 from pydantic import BaseModel, ConfigDict
 
 from orchestrator.errors import ToolError
 from orchestrator.messages import ContentBlock, ImageBlock, TextBlock, ToolResultContent
-from orchestrator.model.base import ModelRequest
 from policies.facts import ToolFacts
+
+if TYPE_CHECKING:  # a tool host never loads the model's types (tests/workers/test_worker_imports)
+    from orchestrator.model.base import ModelRequest
 
 __all__ = [
     "CURRENT_TOOL_USE_ID",

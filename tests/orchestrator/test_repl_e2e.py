@@ -507,7 +507,7 @@ def test_tasks_shows_lists_tails_and_stops_background_work(
         listed = command("/tasks", r"bash-[0-9a-f]+ +shell +running")
         task_id = re.search(r"(bash-[0-9a-f]+) +shell +running", listed)
         assert task_id, listed
-        command(f"/tasks {task_id[1]}", r"tock\ntock")
+        command(f"/tasks {task_id[1]}", r"\.output\ntock")
         command(f"/tasks stop {task_id[1]}", rf"{task_id[1]} \(ticker\) was stopped\.")
         command("/tasks", rf"{task_id[1]} +shell +stopped")
         deadline = time.monotonic() + 10

@@ -72,7 +72,7 @@ def test_stream_json_the_audit_log_and_sessions_show_each_task(home: Path) -> No
         if len(request.messages) == 1:
             return Reply(
                 content=[
-                    _use("toolu_sh", "Bash", command="echo shell-line; sleep 0.2",
+                    _use("toolu_sh", "Bash", command="echo shell-line",
                          run_in_background=True, description="say a line"),
                     _use("toolu_mon", "Monitor", description="count",
                          command="for i in 1 2; do echo mon-$i; done"),
