@@ -1,11 +1,12 @@
 """Budgets end to end: the real `warren` process, the real SDK over a socket to the fake
 Messages API, whose turns report 100,000 input tokens ($0.30 each on claude-sonnet-4-6).
 
-Under `--max-budget-usd 0.50` the first such turn fits (its estimate: a few input tokens plus
-the model's default max_tokens, 32,000 output tokens, about $0.49), the next request would pass
-the budget ($0.30 spent plus about $0.49), so it is never sent: the run ends `budget_exceeded`,
-exit 5, with the spend in the result. The same when the $0.30 was spent by a subagent, or when
-the budget comes from the policy's `[limits] max_budget_usd`.
+Under `--max-budget-usd 0.60` the first such turn fits (its estimate: the system prompt and the
+tools' descriptions plus the model's default max_tokens, 32,000 output tokens, about $0.52),
+the next request would pass the budget ($0.30 spent plus about $0.52), so it is never sent:
+the run ends `budget_exceeded`, exit 5, with the spend in the result. The same when the $0.30
+was spent by a subagent, or when the budget comes from the policy's `[limits]
+max_budget_usd`.
 """
 
 from __future__ import annotations
@@ -56,11 +57,11 @@ def test_main_agent_spend_ends_the_run_budget_exceeded(
     ]
     args = ["-p", "look around", "--cwd", str(sample), "--output-format", "json"]
     if budget_from == "flag":
-        args += ["--max-budget-usd", "0.50"]
+        args += ["--max-budget-usd", "0.60"]
     else:
         user_policy = tmp_path / "config" / "warren" / "policy.toml"
         user_policy.parent.mkdir(parents=True)
-        user_policy.write_text("[limits]\nmax_budget_usd = 0.5\n")
+        user_policy.write_text("[limits]\nmax_budget_usd = 0.6\n")
     with FakeMessagesAPI(replies) as api:
         done = run_cli(args, {**env, "ANTHROPIC_BASE_URL": api.base_url})
         sent = len(api.requests)
@@ -69,13 +70,13 @@ def test_main_agent_spend_ends_the_run_budget_exceeded(
     result = _result(done.stdout)
     assert result["terminal_reason"] == "budget_exceeded" and result["is_error"] is True
     assert result["total_cost_usd"] == pytest.approx(0.3003, abs=1e-4)
-    assert "$0.50" in str(result["result"]) and "not sent" in str(result["result"])
+    assert "$0.60" in str(result["result"]) and "not sent" in str(result["result"])
     assert "Traceback" not in done.stderr
 
 
 def test_subagent_spend_counts_against_the_budget(sample: Path, env: dict[str, str]) -> None:
     """The main agent's own turns are cheap; its subagent's turn costs $0.30, so the main
-    agent's next request would pass the $0.50 budget and is not sent."""
+    agent's next request would pass the $0.60 budget and is not sent."""
 
     def route(request: RecordedRequest) -> Reply | None:
         first = request.messages[0]["content"]
@@ -92,7 +93,7 @@ def test_subagent_spend_counts_against_the_budget(sample: Path, env: dict[str, s
         Reply.text("never sent"),
     ]
     args = ["-p", "survey", "--cwd", str(sample), "--output-format", "json"]
-    args += ["--max-budget-usd", "0.50", "--permission-mode", "accept-edits"]
+    args += ["--max-budget-usd", "0.60", "--permission-mode", "accept-edits"]
     with FakeMessagesAPI(main, route=route) as api:
         done = run_cli(args, {**env, "ANTHROPIC_BASE_URL": api.base_url})
         requests = api.requests

@@ -12,7 +12,6 @@ import psutil
 import pytest
 import trio
 
-from orchestrator.agents.types import SubagentEvent
 from sandbox.spec import SandboxSpec
 from tests.kit.fake_api import TEST_MODEL, FakeMessagesAPI, FakeResponse, Reply
 from tests.kit.floor import needs_sandbox
@@ -25,6 +24,7 @@ from tests.workers.test_dispatch_e2e import PROBE
 from workers.broker import ModelBroker
 from workers.pool import PoolOptions
 from workers.remote.backend import open_ray_subagents
+from workers.remote.process import RemoteProcess
 from workers.remote.snapshot import NodeCache
 
 pytestmark = needs_sandbox
@@ -101,6 +101,7 @@ async def a_worker_lost_mid_run_is_run_again_on_the_other_node(
             remote_options=PoolOptions(max_workers=2),
             notice=notices.append,
         ) as backend:
+
             killed_pids: list[int] = []
 
             async def kill_worker_when_in_flight() -> None:
@@ -132,19 +133,25 @@ async def a_worker_lost_mid_run_is_run_again_on_the_other_node(
             lost: list[str] = []
             lost_pid: list[int] = []
 
-            running: list[int] = []  # the pids of the workers the run's events came from
-
-            def seen(event: SubagentEvent) -> None:
-                if event.worker_pid is not None and event.worker_pid not in running:
-                    running.append(event.worker_pid)
+            def in_flight() -> list[RemoteProcess]:
+                # The worker checked out for the run, as the pool holds it: the spawner's
+                # list also holds, under load, the first scenario's worker until its stop is
+                # done and replacements being warmed (each was once taken for it).
+                pool = backend.remote
+                idle = [*pool._idle, *pool._idle_writers]
+                return [
+                    w.process
+                    for w in pool._workers
+                    if w.alive
+                    and w not in idle
+                    and isinstance(w.process, RemoteProcess)
+                    and w.process.pid not in killed_pids
+                ]
 
             async def kill_when_in_flight() -> None:
-                # The worker in flight is the one the run's own events name: the pool's list
-                # also holds, under load, the first scenario's worker until its stop is done
-                # and replacements it is warming (each was once taken for it).
-                while len(api.requests) < 2 or not running:  # noqa: ASYNC110
+                while len(api.requests) < 2 or not in_flight():  # noqa: ASYNC110
                     await trio.sleep(0.02)
-                [process] = [p for p in backend.spawner.processes if p.pid == running[0]]
+                [process] = in_flight()
                 # Its stdio came over the direct connection; the retry's goes over Ray (the
                 # relay of a cluster that cannot reach the coordinator).
                 assert process.channel is not None
@@ -168,7 +175,7 @@ async def a_worker_lost_mid_run_is_run_again_on_the_other_node(
                     nursery.start_soon(kill_when_in_flight)
                     outcome = await backend.run(
                         subagent_request(PROBE, "Survey"),
-                        on_event=seen,
+                        on_event=lambda e: None,
                         permission=allow_all,
                     )
         await broker.aclose()
