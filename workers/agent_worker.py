@@ -18,6 +18,11 @@ not hold stays with the coordinator and is borrowed over the wire protocol:
 - MCP tools: the ones the coordinator offers the run (`RunAgent.mcp_tools`) are called there,
   where the session's servers run (`workers.agent_mcp`); a worker never starts a server.
 
+A read-only worker is reused for the next run (`AgentType.leaves_state`), Bash included: its
+commands are one-shots whose processes die with their calls (`sandbox.process.orphans`), and
+after each run it empties its sandbox's private /tmp and /dev/shm (`sandbox.scratch`), or says
+in `AgentResult.leftover` what stays, and the pool replaces it.
+
 Everything the worker sends goes through one queue, in order, so a run's events always reach
 the coordinator before its `AgentResult`. Start-up does the slow work (imports, the message
 adapter, the tools' JSON schemas) before `Ready`, so a dispatch to a warm worker reaches its
@@ -96,10 +101,15 @@ CLOSE_TIMEOUT_S = 10.0
 
 
 def worker_tools(role: wire.HostRole) -> ToolRegistry:
-    """The built-in tools. In a read-only worker every Bash command counts as read-only (it
-    runs one-shot and concurrently; the read-only workspace is what makes that safe)."""
+    """The built-in tools; Bash without `run_in_background` (a worker keeps no tasks). In a
+    read-only worker every Bash command counts as read-only and runs in a one-shot shell,
+    concurrently: the read-only workspace is what makes that safe, and nothing a command
+    starts outlives its call (`sandbox.process.orphans`). Which commands run at all is the
+    coordinator's policy's decision (`forwarding_permission`), not this classification."""
     if role == "read_only":
-        return builtin_tools(bash_classifier=lambda _command: True, backgrounds=False)
+        return builtin_tools(
+            bash_classifier=lambda _command: True, backgrounds=False, persistent_shell=False
+        )
     return builtin_tools(backgrounds=False)
 
 
@@ -136,6 +146,7 @@ class AgentWorker:
         extra_roots: tuple[Path, ...] = (),
         role: wire.HostRole = "read_only",
         send: Callable[[bytes], Awaitable[None]],
+        scratch: tuple[Path, ...] = (),
     ) -> None:
         self.tools = tools
         self.workspace = workspace
@@ -153,6 +164,9 @@ class AgentWorker:
         self._serving = trio.CancelScope()
         self._ran = False
         """An agent has run here: too late to confine the worker (`Confine`)."""
+        self._scratch = scratch
+        """The sandbox's private scratch directories, emptied after each run; only ever
+        what `sandbox.scratch.private_scratch` found (none outside a sandbox)."""
 
     # -- plumbing used by the run's model and permission function -------------------------------
 
@@ -382,9 +396,24 @@ class AgentWorker:
             with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT_S):
                 await ctx.aclose()
             if result is not None:
+                if self._scratch:
+                    result = result.model_copy(update={"leftover": await self._empty_scratch()})
                 self.post(result)
             self._running = None
             self._run_done.set()
+
+    async def _empty_scratch(self) -> str | None:
+        """After a run in a read-only worker, which the pool reuses: empty the sandbox's
+        private /tmp and /dev/shm, the only places its commands could write (every process
+        of theirs is gone by now: `sandbox.process.orphans`). Shielded, and bounded by
+        `empty_scratch` itself. Returns what stays, for `AgentResult.leftover`."""
+        from sandbox.scratch import empty_scratch  # stdlib only
+
+        with trio.CancelScope(shield=True):
+            left = await trio.to_thread.run_sync(empty_scratch, self._scratch)
+        if left is not None:
+            log("scratch not emptied; the pool replaces this worker", "warning", left=left)
+        return left
 
     def _with_mcp(self, tools: _Tools, message: wire.RunAgent) -> _Tools:
         """The run's tools and the MCP tools the coordinator offers it (called there)."""
@@ -595,9 +624,25 @@ async def _serve(args: argparse.Namespace, proto_in: int, proto_out: int) -> Non
         extra_roots=tuple(p.resolve() for p in args.extra_root),
         role=role,
         send=out.send_all,
+        scratch=_private_scratch(role),
     )
     await worker.rehearse()
     await serve_until_sigterm(worker.serve, proto_in, on_sigterm=lambda: log("SIGTERM: stopping"))
+
+
+def _private_scratch(role: wire.HostRole) -> tuple[Path, ...]:
+    """What a read-only worker empties after each run: its sandbox's own /tmp and /dev/shm,
+    found before anything ran (`sandbox.scratch.private_scratch`); nothing outside a sandbox
+    (where /tmp is the machine's) or in a writer (never reused). The spawner's marker is
+    taken out of the environment, so no command inherits it."""
+    from sandbox.scratch import PRIVATE_SCRATCH_ENV, private_scratch
+
+    found = private_scratch(os.environ) if role == "read_only" else ()
+    os.environ.pop(PRIVATE_SCRATCH_ENV, None)
+    if isinstance(found, str):
+        log("scratch not emptied after runs", reason=found)
+        return ()
+    return found
 
 
 def main(argv: Sequence[str] | None = None) -> int:

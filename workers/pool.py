@@ -30,11 +30,13 @@ Lifecycle of a worker:
 - started eagerly when the pool opens (`start="eager"`), or when first needed (`"lazy"`);
   either way the slow part (interpreter, imports) is done before a dispatch reaches it;
 - reused for the next subagent when its run ended normally and its agent type cannot leave
-  state behind (read-only tools, no shell); otherwise stopped, and a fresh worker is started
-  in its place, so the pool stays warm: writable while fewer writers are ready than wanted
-  (`warm_writers`, or the most scoped writers the session ran at once) and the session has a
-  writable agent type (`expect_writers`; a session without one never
-  starts a writer ahead), else read-only;
+  state behind (a read-only type, Bash included: the workspace is read-only, nothing a
+  command starts outlives its call, and the worker empties its private /tmp and /dev/shm
+  after each run, saying in `AgentResult.leftover` when it could not); otherwise stopped,
+  and a fresh worker is started in its place, so the pool stays warm: writable while fewer
+  writers are ready than wanted (`warm_writers`, or the most scoped writers the session ran
+  at once) and the session has a writable agent type (`expect_writers`; a session without
+  one never starts a writer ahead), else read-only;
 - killed when a run passes a limit: wall time, memory (resident set of its whole process tree,
   read from /proc), CPU time of the tree, the size of its logs or output, or too many
   lines that are not protocol messages; the run ends with a `worker_*` reason saying which;
@@ -454,6 +456,9 @@ class WorkerPool:
             finally:  # after a cancelled run too: a worker that answered is kept
                 reusable = worker.answered and worker.alive and worker.failure is None
                 reusable = reusable and not worker.confined
+                if result is not None and result.leftover is not None:
+                    self._log.info("worker not reused", agent_id=agent_id, left=result.leftover)
+                    reusable = False
                 self._checkin(worker, reusable and not request.agent_type.leaves_state)
         if request.write_paths:
             # Its scope is hashed once we return: nothing of its sandbox may still be writing.

@@ -289,6 +289,10 @@ class AgentResult(WireModel):
     usage: Usage = Usage()
     cost_usd: float = 0.0
     duration_s: float = 0.0
+    leftover: str | None = None
+    """What the run left in a read-only worker that the worker could not remove (its private
+    /tmp or /dev/shm not emptied: `sandbox.scratch`), and why: the pool then replaces the
+    worker instead of reusing it. None: nothing (or a writable worker, never reused)."""
 
 
 class ModelRequest(WireModel):

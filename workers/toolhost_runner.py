@@ -60,6 +60,7 @@ from sandbox.guard import find_denied
 from sandbox.host import SandboxHost, detect_host
 from sandbox.process.child import open_child
 from sandbox.run import open_sandboxed_process
+from sandbox.scratch import PRIVATE_SCRATCH_ENV
 from sandbox.spare import SpareSource
 from sandbox.spec import Bind, Limits, SandboxSpec, WorkspaceRoot
 from workers import protocol as wire
@@ -163,7 +164,9 @@ class SandboxedSpawner:
             spec = spec.model_copy(
                 update={"workspaces": tuple(WorkspaceRoot(path=r, mode="rw") for r in roots)}
             )
-        values = {**spec.env.values, "PYTHONDONTWRITEBYTECODE": "1"}
+        # PRIVATE_SCRATCH_ENV: the floor gives every sandbox its own /tmp and /dev/shm, which
+        # a read-only pool worker empties after each run (sandbox/scratch.py).
+        values = {**spec.env.values, "PYTHONDONTWRITEBYTECODE": "1", PRIVATE_SCRATCH_ENV: "1"}
         spec = spec.model_copy(update={"env": spec.env.model_copy(update={"values": values})})
         if launch.writable and launch.write_paths:
             # A scoped writer: every root read-only, then each scope directory bound writable

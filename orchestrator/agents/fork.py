@@ -11,8 +11,9 @@ request's bytes, so the API's prompt cache serves the shared conversation
 (`ForkBase`, `ModelRequest.breakpoints_at`).
 
 It runs in a worker like any subagent: read-only, unless `write_paths` gives it a scope (then
-it is a scoped writer). Of the tools it is shown, it can call only its own (the read-only
-ones, or, as a writer, the file tools and Bash); another call gets an error result saying so.
+it is a scoped writer). Of the tools it is shown, it can call only its own (the explorer's,
+Bash included, in a read-only sandbox; as a writer, the file tools too); another call gets an
+error result saying so.
 It is available to the main agent only (`CURRENT_TURN`).
 """
 
@@ -47,7 +48,7 @@ def fork_type(*, writable: bool, available: Collection[str]) -> AgentType:
     tools and Bash among `available` (the session's)."""
     tools = GENERAL.tools
     if writable:
-        tools = (*tools, *(name for name in _WRITER_TOOLS if name in available))
+        tools = (*tools, *(n for n in _WRITER_TOOLS if n in available and n not in tools))
     return AgentType(
         name=FORK,
         description=FORK_DESCRIPTION,

@@ -5,7 +5,8 @@
 implementation: the worker pool (`workers.pool.WorkerPool`) runs each subagent in its own
 sandboxed process, and only the composition root (the CLI) wires it in.
 
-Agent types are the built-in read-only explorer `general`, plus Markdown files with YAML front
+Agent types are the built-in read-only explorer `general` (Read, Glob, Grep, LS, Think and
+Bash, in a worker whose workspace is mounted read-only), plus Markdown files with YAML front
 matter from the user's config directory (`~/.config/warren/agents/*.md`) and, once the user
 trusts the repository, from the project (`.warren/agents/*.md`); a later source replaces an
 earlier type of the same name:
@@ -13,12 +14,17 @@ earlier type of the same name:
     ---
     name: reviewer
     description: Reviews a diff for bugs and missing tests.
-    tools: Read, Grep, mcp__time   # or a YAML list; default: general's tools
+    tools: Read, Grep, mcp__time   # or a YAML list; default: Read, Glob, Grep, LS, Think
     model: claude-haiku-4-5        # default: the session's model
     max_turns: 20                  # default: 50
     writable: false                # default: false (the workspace is mounted read-only)
     ---
     You are a careful reviewer. ...   (the body is the system prompt)
+
+A type is read-only exactly when it is not `writable`: its worker's sandbox mounts the
+workspace read-only, whatever tools it names. Bash in it runs under the session's policy like
+the main agent's (a read-only command unasked, any other asked, or denied headless), and even
+an approved write fails there ('Read-only file system'); its worker is reused (`leaves_state`).
 
 `tools` may name MCP tools (`mcp__server__tool`, or `mcp__server` for all of one server's):
 their servers run beside the coordinator, never per worker, and each call of the subagent is
@@ -119,8 +125,8 @@ class AgentType(BaseModel):
     """The subagent's instructions (the body of its definition file)."""
     tools: tuple[str, ...] = STATELESS_TOOLS
     """Names of the tools the subagent gets. Default: the read-only built-ins
-    (`orchestrator.tools.registry.STATELESS_TOOLS`). An MCP server's tools are named
-    `mcp__server__tool`, or all of them `mcp__server` (`allows`)."""
+    (`orchestrator.tools.registry.STATELESS_TOOLS`; `general` adds Bash). An MCP server's
+    tools are named `mcp__server__tool`, or all of them `mcp__server` (`allows`)."""
     model: str | None = None
     """The model that answers it, an id or an alias (`haiku`: resolved to the id); None
     (default) for the session's."""
@@ -128,8 +134,8 @@ class AgentType(BaseModel):
     """Model requests before the run ends with `max_turns`. Default 50."""
     writable: bool = False
     """Whether its worker gets the workspace writable (only once the permission function
-    allows the dispatch_agent call). Default False: mounted read-only, and the call is
-    concurrency-safe."""
+    allows the dispatch_agent call). Default False: mounted read-only, whatever `tools` says
+    (Bash included: a write fails there), and the call is concurrency-safe."""
     source: Literal["builtin", "user", "project", "sdk"] = "builtin"
     """Where it is defined; `sdk`: the `agents` of an SDK host's `initialize`."""
     path: Path | None = None
@@ -172,12 +178,13 @@ class AgentType(BaseModel):
 
     @property
     def leaves_state(self) -> bool:
-        """Whether a run can leave anything behind in its worker (files, a shell, background
-        processes): then the worker is replaced after the run instead of reused. MCP tools
-        run in the coordinator: they leave nothing in the worker."""
-        return self.writable or any(
-            t not in STATELESS_TOOLS and not t.startswith(MCP_PREFIX) for t in self.tools
-        )
+        """Whether a run can leave anything behind in its worker: then the worker is replaced
+        after the run instead of reused. Only a writable type's can. In a read-only worker
+        the workspace cannot change, every Bash command is a one-shot whose processes are
+        killed when its call ends (`sandbox.process.orphans`), the run's shell files go with
+        its context, and the worker empties its private /tmp and /dev/shm after each run
+        (workers/agent_worker.py); MCP tools run in the coordinator."""
+        return self.writable
 
     def system_blocks(self, *, workspace: Path, cwd: Path) -> list[str]:
         access = "read and write" if self.writable else "read (it is mounted read-only)"
@@ -194,10 +201,16 @@ GENERAL = AgentType(
     name="general",
     description="A read-only explorer: searches and reads the codebase to answer a question "
     "or survey an area, and reports what it found. Use it for open-ended searches that may "
-    "take several rounds of Glob, Grep and Read.",
+    "take several rounds of Glob, Grep and Read, and for history: it has Bash for read-only "
+    "commands (git log, git blame, git show, rg).",
     system_prompt="You are an agent for exploring a codebase. Search broadly, read what "
     "matters, and report precisely: file paths, line numbers and the relevant code. You "
-    "cannot modify files.",
+    "cannot modify files: the workspace is mounted read-only. Use Bash for read-only "
+    "commands that the other tools cannot replace: git history and state (git log, git "
+    "blame, git show, git diff, git status), rg with options Grep lacks, wc. Do not run "
+    "builds, tests or anything that writes: such commands need the user's approval and fail "
+    "in your read-only sandbox anyway.",
+    tools=(*STATELESS_TOOLS, "Bash"),
 )
 
 

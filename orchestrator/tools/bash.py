@@ -4,11 +4,16 @@ This file is the tool (schema, model-facing text, the one timeout rule, renderin
 itself (processes, output capture, killing) is `orchestrator.tools.shell`. Whether a command is
 read-only is not decided here: the policy layer passes a classifier. Without one every call
 is treated as writing, so none runs concurrently.
+
+A subagent's worker builds it without `run_in_background` (no tasks to keep one in), and a
+read-only worker without the persistent shell (every command one-shot); its description and
+schema say only what that Bash does (`bash_description`).
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import trio
 from pydantic import Field, model_validator
@@ -35,6 +40,7 @@ __all__ = [
     "TIMEOUT_MARGIN_S",
     "BashInput",
     "BashTool",
+    "bash_description",
     "command_timeout_s",
 ]
 
@@ -64,18 +70,51 @@ MAX_OUTPUT_CHARS = 30_000
 SHELL_RESOURCE = "shell"
 """Key of the persistent shell among the session's resources."""
 
-DESCRIPTION = f"""\
-Runs a bash command in a persistent shell session and returns its stdout, stderr and exit code.
+_PERSISTENT = """\
+- The shell persists between calls: the working directory, exported variables and shell
+  functions carry over (`cd`, `export`, `source .venv/bin/activate`). Other shell state (plain
+  variables, `set` options, traps) does not. Prefer absolute paths over `cd`; the shell stays
+  inside the workspace, and a `cd` outside it is undone.
+"""
+_ONE_SHOT = """\
+- Each command runs in a fresh shell that starts in the working directory: nothing carries
+  over to the next call (`cd`, `export`, functions). Use absolute paths, or `cd DIR && cmd` in
+  one command.
+"""
+_JOBS = """\
+- A command ends when its main process ends. A job started in the background (`cmd &`) keeps
+  running, but its output after that is lost: redirect it to a file (`cmd > log 2>&1 &`).
+"""
+_NO_JOBS = """\
+- A command ends when its main process ends; whatever it started (`cmd &`, `nohup`, `setsid`)
+  is killed then.
+"""
+_BACKGROUND = f"""\
+- `run_in_background: true` starts the command and returns at once with its task id and the
+  path of its output file (stdout and stderr together); you get a <task-notification> when it
+  exits. Use it for what runs long or forever while you go on: a dev server, a test watcher,
+  a long build. Do not use `&` for that. Read the output file with Read, wait for a line in
+  it with Monitor (`tail -f FILE | grep --line-buffered READY`), stop it with TaskStop. Its
+  `timeout` defaults to {BACKGROUND_TIMEOUT_MS} ms and may be up to
+  {MAX_BACKGROUND_TIMEOUT_MS} ms. It starts from the shell's current directory and exports
+  but changes neither. Do not edit files a background command is writing: its writes are
+  recorded as its own change set, and yours would be mixed into it.
+"""
+
+
+def bash_description(*, persistent: bool = True, backgrounds: bool = True) -> str:
+    """The model-facing text of a Bash tool: with the persistent shell's rules or the one-shot
+    shell's (`persistent`), with `run_in_background` or without (`backgrounds`)."""
+    shell = "in a persistent shell session" if persistent else "in a fresh shell"
+    return f"""\
+Runs a bash command {shell} and returns its stdout, stderr and exit code.
 
 Use it for what needs a shell: builds, tests, linters, package managers, git, running programs.
 Do not use it to read or search files: use Read (not cat/head/tail), Grep (not grep/rg), Glob
 (not find), LS (not ls) and Edit or Write (not sed/awk/echo >). Those tools are faster, safer
 and their output is shaped for you.
 
-- The shell persists between calls: the working directory, exported variables and shell
-  functions carry over (`cd`, `export`, `source .venv/bin/activate`). Other shell state (plain
-  variables, `set` options, traps) does not. Prefer absolute paths over `cd`; the shell stays
-  inside the workspace, and a `cd` outside it is undone.
+{(_PERSISTENT if persistent else _ONE_SHOT).rstrip()}
 - Quote paths that contain spaces or special characters with double quotes:
   `cd "/repo/my dir"`, `pytest "tests/test a.py"`.
 - Timeout: `timeout` is in milliseconds; the default is {DEFAULT_TIMEOUT_MS}
@@ -87,22 +126,17 @@ and their output is shaped for you.
 - Nothing is interactive: stdin is empty, there is no terminal, pagers and editors are
   disabled. Do not run commands that wait for input (`git rebase -i`, `vim`, `python` without a
   script, `read`); pass flags that make them non-interactive (`-y`, `--no-edit`).
-- A command ends when its main process ends. A job started in the background (`cmd &`) keeps
-  running, but its output after that is lost: redirect it to a file (`cmd > log 2>&1 &`).
+{(_JOBS if persistent else _NO_JOBS).rstrip()}
 - Chain dependent commands with `&&`; use `;` only when a failure should not stop the rest.
 - A command with a bash syntax error is not run; you get the parser's message.
 - `description`: say in 5-10 words what the command does (shown to the user).
-- `run_in_background: true` starts the command and returns at once with its task id and the
-  path of its output file (stdout and stderr together); you get a <task-notification> when it
-  exits. Use it for what runs long or forever while you go on: a dev server, a test watcher,
-  a long build. Do not use `&` for that. Read the output file with Read, wait for a line in
-  it with Monitor (`tail -f FILE | grep --line-buffered READY`), stop it with TaskStop. Its
-  `timeout` defaults to {BACKGROUND_TIMEOUT_MS} ms and may be up to
-  {MAX_BACKGROUND_TIMEOUT_MS} ms. It starts from the shell's current directory and exports
-  but changes neither. Do not edit files a background command is writing: its writes are
-  recorded as its own change set, and yours would be mixed into it.
+{_BACKGROUND if backgrounds else ""}\
 - `dangerouslyDisableSandbox` is accepted and ignored: every command runs in the sandbox.
 """
+
+
+DESCRIPTION = bash_description()
+"""The main agent's Bash: the persistent shell, `run_in_background` offered."""
 
 
 class BashInput(ToolInput):
@@ -155,14 +189,38 @@ class BashTool(Tool[BashInput]):
     description = DESCRIPTION
 
     def __init__(
-        self, classifier: Callable[[str], bool] | None = None, *, backgrounds: bool = True
+        self,
+        classifier: Callable[[str], bool] | None = None,
+        *,
+        backgrounds: bool = True,
+        persistent: bool = True,
     ) -> None:
         """`classifier(command)` says whether a command is read-only (the policy layer's
         analyser); read-only calls may run concurrently, each in a one-shot shell.
-        `backgrounds`: whether `run_in_background` is offered (a subagent's worker has no
-        tasks to keep one in)."""
+        `backgrounds`: whether `run_in_background` is offered, in the description and the
+        schema (a subagent's worker has no tasks to keep one in; a call that names it anyway
+        is refused by `validate`). `persistent`: False runs every command in a one-shot shell
+        and says so (a read-only worker, where nothing may outlive a call)."""
         self._classifier = classifier
         self._backgrounds = backgrounds
+        self._persistent = persistent
+        if not (backgrounds and persistent):
+            self.description = bash_description(  # type: ignore[misc]
+                persistent=persistent, backgrounds=backgrounds
+            )
+
+    def input_schema(self) -> dict[str, Any]:
+        schema = super().input_schema()
+        if not self._backgrounds:
+            properties = schema["properties"]
+            del properties["run_in_background"]
+            timeout = properties["timeout"]
+            timeout["anyOf"][0]["maximum"] = MAX_TIMEOUT_MS
+            timeout["description"] = (
+                f"Optional timeout in milliseconds (default {DEFAULT_TIMEOUT_MS}, "
+                f"max {MAX_TIMEOUT_MS})."
+            )
+        return schema
 
     async def validate(self, input: BashInput, ctx: ToolContext) -> str | None:
         """A background command is checked before it starts (its call returns at once): the
@@ -202,7 +260,7 @@ class BashTool(Tool[BashInput]):
         notes: list[str] = []
         if input.dangerouslyDisableSandbox:
             notes.append(UNSANDBOXED_REFUSED)
-        if self.is_concurrency_safe(input):
+        if not self._persistent or self.is_concurrency_safe(input):
             # Concurrent calls cannot share one shell; a one-shot shell starts from its state.
             run = await shell.run_oneshot(input.command, timeout_s=limit_s)
         else:

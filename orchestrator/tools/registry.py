@@ -27,8 +27,9 @@ __all__ = [
 
 STATELESS_TOOLS: tuple[str, ...] = ("Read", "Glob", "Grep", "LS", "Think")
 """The built-in tools whose facts say they only read (family read or meta): they cannot change
-anything and leave no state behind (no shell). The `general` subagent gets them, and a worker
-that ran only these is reused (tests/orchestrator/test_tool_facts.py keeps this list equal to
+anything and leave no state behind (no shell). A Warren agent type that names no tools gets
+them (`general` adds Bash, read-only by its sandbox), and a Claude Code definition naming any
+other tool is a writable type (tests/orchestrator/test_tool_facts.py keeps this list equal to
 the tools' declared facts)."""
 
 DISPATCH_AGENT_FACTS = ToolFacts(family="agent", runs_in_coordinator=True)
@@ -109,10 +110,15 @@ class ToolRegistry:
 
 
 def builtin_tools(
-    *, bash_classifier: Callable[[str], bool] | None = None, backgrounds: bool = True
+    *,
+    bash_classifier: Callable[[str], bool] | None = None,
+    backgrounds: bool = True,
+    persistent_shell: bool = True,
 ) -> ToolRegistry:
     """Every built-in tool. `bash_classifier` decides which Bash commands are read-only;
-    `backgrounds`: whether Bash offers `run_in_background` (not in a subagent's worker)."""
+    `backgrounds`: whether Bash offers `run_in_background` (not in a subagent's worker);
+    `persistent_shell`: False runs every Bash command in a one-shot shell (a read-only
+    worker's)."""
     from orchestrator.tools.bash import BashTool
     from orchestrator.tools.edit import EditTool
     from orchestrator.tools.glob import GlobTool
@@ -134,7 +140,11 @@ def builtin_tools(
             MultiEditTool(),
             WriteTool(),
             NotebookEditTool(),
-            BashTool(classifier=bash_classifier, backgrounds=backgrounds),
+            BashTool(
+                classifier=bash_classifier,
+                backgrounds=backgrounds,
+                persistent=persistent_shell,
+            ),
             ThinkTool(),
         ]
     )

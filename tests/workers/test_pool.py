@@ -25,7 +25,7 @@ import psutil
 import pytest
 import trio
 
-from orchestrator.agents.types import SubagentOutcome, SubagentRequest
+from orchestrator.agents.types import GENERAL, SubagentOutcome, SubagentRequest
 from orchestrator.calls.permissions import Allow, Deny
 from orchestrator.errors import ModelError
 from orchestrator.events import PermissionDecided
@@ -218,23 +218,66 @@ async def test_the_pool_keeps_as_many_writers_warm_as_the_session_ran_scoped_at_
         shutil.rmtree(base)
 
 
-async def test_workers_are_reused_unless_the_run_could_leave_state(workspace: Path) -> None:
+CHECKS = (
+    "sleeper() { for c in /proc/[0-9]*/cmdline; do "
+    "test \"$(tr '\\0' ' ' < $c 2>/dev/null)\" = 'sleep 321 ' && echo found sleeper; done; }; "
+    "files() { for p in /tmp/planted /dev/shm/planted /tmp/d /tmp/link; do "
+    "test -e $p -o -L $p && echo found $p; done; }; "
+)
+"""Shell functions that print `found ...` for each thing `PLANT` leaves in a worker."""
+PLANT = CHECKS + (
+    "echo planted > /tmp/planted; echo planted > /dev/shm/planted; "
+    "mkdir -p /tmp/d/e && echo planted > /tmp/d/e/f && chmod 0 /tmp/d/e /tmp/d; "
+    "ln -s {workspace}/a.txt /tmp/link; "
+    "setsid sleep 321 > /dev/null 2>&1 < /dev/null & "
+    'for i in $(seq 100); do test -n "$(sleeper)" && break; sleep 0.05; done; sleeper; files'
+)
+LOOK = CHECKS + "sleeper; files; cat {workspace}/a.txt"
+DEEP = "mkdir -p /tmp/$(printf 'n/%.0s' $(seq 300)) && echo deep"
+
+
+@pytest.mark.parametrize("zygote", ["auto", "off"])
+async def test_read_only_workers_are_reused_bash_included_and_keep_nothing_of_a_run(
+    workspace: Path, zygote: str
+) -> None:
+    """A read-only type is reused whatever its tools, Bash included (`general`'s): the
+    workspace is read-only, nothing a command starts outlives its call, and the worker
+    empties its private /tmp and /dev/shm after each run. A run that leaves there what it
+    cannot empty (a tree deeper than `sandbox.scratch.MAX_DEPTH`) gets its worker replaced.
+    Writable types are never reused (the test above)."""
+    commands = {"plant": PLANT, "look": LOOK, "deep": DEEP}
+
     async def respond(req: ModelRequest) -> Sequence[ContentBlock]:
         if turn_of(req) == 1:
-            return tool_use("LS", {"path": str(workspace)})
-        return text("listed")
+            command = commands[first_prompt(req)].replace("{workspace}", str(workspace))
+            return tool_use("Bash", {"command": command})
+        return text(req.messages[-1].tool_results()[0].text())
 
-    reader = agent("reader", tools=("Read", "LS"))
-    with_shell = agent("shell", tools=("LS", "Bash"))
-    async with pool_for(workspace, respond, max_workers=1) as (pool, _):
-        first = await run(pool, request(reader, "a", "agent-a"))
-        second = await run(pool, request(reader, "b", "agent-b"))
-        assert first.worker_pid == second.worker_pid
-        third = await run(pool, request(with_shell, "c", "agent-c"))
-        assert third.worker_pid == first.worker_pid
-        fourth = await run(pool, request(reader, "d", "agent-d"))
-        assert fourth.worker_pid != third.worker_pid
-        assert all(o.reason == "completed" for o in (first, second, third, fourth))
+    assert GENERAL.tools == ("Read", "Glob", "Grep", "LS", "Think", "Bash")
+    assert not GENERAL.writable and not GENERAL.leaves_state
+    async with pool_for(workspace, respond, max_workers=1, zygote=zygote) as (pool, _):
+        planted = await run(pool, request(GENERAL, "plant", "agent-a"))
+        assert planted.result.split("\n") == [
+            "found sleeper",
+            "found /tmp/planted",
+            "found /dev/shm/planted",
+            "found /tmp/d",
+            "found /tmp/link",
+        ], planted.result
+        assert not [p for p in descendants() if "321" in p.cmdline()]
+        looked = await run(pool, request(GENERAL, "look", "agent-b"))
+        assert looked.worker_pid == planted.worker_pid
+        assert "found" not in looked.result, looked.result
+        # The workspace, bound below /tmp, is still there: the sweep kept its mount.
+        assert "alpha\nbeta" in looked.result, looked.result
+        deep = await run(pool, request(GENERAL, "deep", "agent-c"))
+        assert (deep.result, deep.worker_pid) == ("deep", planted.worker_pid)
+        after = await run(pool, request(GENERAL, "look", "agent-d"))
+        assert after.worker_pid != deep.worker_pid
+        assert "found" not in after.result and "alpha" in after.result, after.result
+        runs = (planted, looked, deep, after)
+        assert all(o.reason == "completed" for o in runs), runs
+    assert not (workspace / "planted").exists()
 
 
 async def test_an_eager_pool_starts_its_workers_at_once(workspace: Path) -> None:

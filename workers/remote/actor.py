@@ -45,6 +45,7 @@ from typing import Any
 import trio
 
 from sandbox.limits import tree_usage
+from sandbox.scratch import PRIVATE_SCRATCH_ENV
 from sandbox.spec import SandboxSpec, WorkspaceRoot
 
 __all__ = [
@@ -220,7 +221,8 @@ class _Relay:
             WorkspaceRoot(path=path, mode="ro", source=source)
             for path, source in zip(paths, sources, strict=True)
         )
-        values = {**spec.env.values, "PYTHONDONTWRITEBYTECODE": "1"}
+        # The floor gives the worker its own /tmp and /dev/shm, emptied after each run.
+        values = {**spec.env.values, "PYTHONDONTWRITEBYTECODE": "1", PRIVATE_SCRATCH_ENV: "1"}
         spec = spec.model_copy(
             update={
                 "workspaces": roots,

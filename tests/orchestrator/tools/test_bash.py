@@ -107,6 +107,26 @@ async def test_state_persists_between_calls(ctx: ToolContext) -> None:
     assert out.content == f"{ctx.workspace / 'sub'}\n42"
 
 
+async def test_a_read_only_workers_bash_is_one_shot_without_background_and_says_so(
+    ctx: ToolContext,
+) -> None:
+    """`general`'s Bash in its read-only worker (`workers.agent_worker.worker_tools`): no
+    `run_in_background` in its schema or description, a foreground limit, and every command
+    in a fresh shell, which its description says instead of the persistent shell's rules."""
+    tool = BashTool(backgrounds=False, persistent=False)
+    properties = tool.input_schema()["properties"]
+    assert "run_in_background" not in properties
+    assert properties["timeout"]["anyOf"][0]["maximum"] == MAX_TIMEOUT_MS
+    assert str(MAX_BACKGROUND_TIMEOUT_MS) not in properties["timeout"]["description"]
+    assert "run_in_background" not in tool.description and "persists" not in tool.description
+    assert "fresh shell" in tool.description and "is killed then" in tool.description
+    assert "run_in_background" in BashTool().input_schema()["properties"]  # the main agent's
+    assert BashTool.description == BashTool().description
+    await call(tool, ctx, command="cd sub && export WARREN_TEST=42")
+    out = await call(tool, ctx, command='pwd; echo "${WARREN_TEST:-unset}"')
+    assert out.content == f"{ctx.workspace}\nunset"
+
+
 @pytest.mark.parametrize("target", ["/", "../ws-evil", "link-out"])
 async def test_cd_outside_the_workspace_is_reset(ctx: ToolContext, target: str) -> None:
     (ctx.workspace.parent / "ws-evil").mkdir()

@@ -264,18 +264,23 @@ async def test_the_subagent_transcript_is_a_sidechain_next_to_the_session(
 async def test_subagent_calls_are_decided_by_the_session_permission_function(
     ctx: ToolContext,
 ) -> None:
+    edit = {"file_path": "/f", "old_string": "a", "new_string": "b"}
     runner = FakeRunner(
         calls=(
             ("Read", {"file_path": "/etc/hostname"}),
-            ("Bash", {"command": "ls"}),  # not a tool of `general`
+            ("Edit", edit),  # not a tool of `general`
             ("Read", {"nope": 1}),
+            # `general`'s, decided as the main agent's: this session's Bash has no read-only
+            # classifier, so every command is asked about, which headless is a denial.
+            ("Bash", {"command": "ls"}),
         )
     )
     await run_tool(dispatcher(runner), {"description": "d", "prompt": "p"}, ctx)
-    allowed, not_its_tool, invalid = runner.decisions
+    allowed, not_its_tool, invalid, asked = runner.decisions
     assert allowed == Allow(rule="read-only")
-    assert isinstance(not_its_tool, Deny) and "Bash is not one of the tools" in not_its_tool.message
+    assert isinstance(not_its_tool, Deny) and "Edit is not one of the tools" in not_its_tool.message
     assert isinstance(invalid, Deny) and "invalid" in invalid.message
+    assert isinstance(asked, Deny) and "this is a non-interactive run" in asked.message
 
 
 async def test_headless_asks_of_a_subagent_become_denies_its_model_sees(
