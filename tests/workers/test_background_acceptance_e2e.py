@@ -125,9 +125,10 @@ def test_agents_shells_a_monitor_a_follow_up_and_a_fork_in_one_run(home: Path) -
         if len(request.messages) == 5:
             seen["loop_pids_after"] = _seen(until_found=False)
             seen["stopped"] = last
-            return Reply.text("Waiting for the surveys and READY.")
         reports = all(f"report on {a}" in whole for a in AREAS)
         ready = "<events>READY</events>" in whole
+        if len(request.messages) == 5 and not (reports and ready):
+            return Reply.text("Waiting for the surveys and READY.")
         if reports and ready and "toolu_send" not in whole:
             seen["notified"] = whole
             return Reply(content=[_use("toolu_send", "SendMessage", to="billing",
