@@ -40,6 +40,7 @@ import trio
 from pydantic import Field
 
 from orchestrator.agents.fork import FORK, FORK_DESCRIPTION, fork_start, fork_task, fork_type
+from orchestrator.agents.recall import conversation, stored_agents
 from orchestrator.agents.types import (
     AgentType,
     ForkBase,
@@ -189,6 +190,9 @@ class AgentRecord:
     """A fork's requests, sent as the main agent's (orchestrator/agents/fork.py)."""
     system: list[str] | None = None
     """A fork's system prompt: the main agent's."""
+    stored: Path | None = None
+    """Its transcript, for an agent of an earlier process of the session: its conversation is
+    read from there when it is continued (orchestrator/agents/recall.py)."""
 
 
 def sidechain_path(sidechain_root: Path, session_id: str, agent_id: str) -> Path:
@@ -219,6 +223,7 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
         output_cap: int = DEFAULT_OUTPUT_CAP,
         protected: Sequence[str] = (),
         tasks: TaskRegistry | None = None,
+        session_id: str | None = None,
     ) -> None:
         """
         `runner`: where subagents run (the worker pool).
@@ -242,6 +247,8 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
         which no write scope may hold or lie in.
         `tasks`: the session's background tasks, where `run_in_background` agents run; None
         refuses them.
+        `session_id`: the session's, whose earlier processes' agents (their sidechain
+        transcripts) `SendMessage` may continue; None: none.
         """
         self._runner = runner
         self._types = dict(agent_types)
@@ -261,6 +268,8 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
         self._protected = (*(p.path for p in DEFAULT_PROTECTED), *protected)
         self._tasks = tasks
         self._agents: dict[str, AgentRecord] = {}
+        if sidechain_root is not None and session_id is not None:
+            self._recall(sidechain_root / f"{session_id}.agents")
         # The model is told which types exist, and they differ per session.
         self.description = DESCRIPTION + "\n".join(  # type: ignore[misc]
             [
@@ -392,6 +401,20 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
     def agents(self) -> list[AgentRecord]:
         return list(self._agents.values())
 
+    def _recall(self, directory: Path) -> None:
+        """The agents of the session's earlier processes, ready to be continued."""
+        for stored in stored_agents(directory, self._types):
+            self._agents[stored.agent_id] = AgentRecord(
+                stored.agent_id,
+                stored.agent_type,
+                stored.description,
+                stored.name,
+                stored.write_paths,
+                stored.background,
+                running=False,
+                stored=stored.path,
+            )
+
     def refuse_continuing(self, record: AgentRecord, background: bool) -> str | None:
         """Why `record` cannot be continued now; None when it can."""
         if record.running:
@@ -427,6 +450,17 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
         refusal = self.refuse_continuing(record, background)
         if refusal is not None:
             raise ToolError(refusal)
+        if record.stored is not None:  # an earlier process's: its conversation, read now
+            try:
+                record.messages = await trio.to_thread.run_sync(conversation, record.stored)
+            except OSError as exc:
+                raise ToolError(
+                    f"Agent {record.agent_id}'s transcript cannot be read: {exc.strerror}."
+                ) from None
+            record.stored = None
+            refusal = self.refuse_continuing(record, background)
+            if refusal is not None:
+                raise ToolError(refusal)
         input = DispatchAgentInput(
             description=record.description or "continued",
             prompt=message,
@@ -722,6 +756,12 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
                 "description": input.description,
                 "parent_session_id": ctx.session_id,
                 "cwd": str(ctx.cwd),
+                # What a resumed session needs to continue it (orchestrator/agents/recall.py).
+                "name": input.name,
+                "write_paths": input.write_paths,
+                "background": input.run_in_background,
+                "model": agent_type.model,
+                "fork": agent_type.name == FORK and FORK not in self._types,
             }
         )
         transcript.message(Message.user_text(input.prompt))

@@ -10,8 +10,8 @@ returns at once and the reply comes as a `<task-notification>`.
 The call is what continuing the agent is: read-only exactly when its type cannot write, and a
 writer's call carries its write scope, so the scheduler checks the scope's overlap with the
 writers running then, and the change recorder records it as a scoped writer's. A running agent
-cannot be sent a message (its report is coming); an agent of an earlier process of the session
-is not known.
+cannot be sent a message (its report is coming). An agent of an earlier process of a resumed
+session is continued from its transcript (orchestrator/agents/recall.py).
 """
 
 from __future__ import annotations

@@ -381,6 +381,7 @@ class _Opening:
             claude_sources=config.setting_sources,
             sdk_agents=parts.host.agents if parts.host is not None else None,
             tasks=tasks if limits.max_tasks > 0 else None,
+            session_id=ctx.session_id,
         )
         from orchestrator.agents.send_message import SendMessageTool  # with dispatch_agent's
 

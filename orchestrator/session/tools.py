@@ -70,6 +70,7 @@ def dispatch_tool(
     claude_sources: Collection[str] | None = None,
     sdk_agents: Mapping[str, Any] | None = None,
     tasks: TaskRegistry | None = None,
+    session_id: str | None = None,
 ) -> DispatchAgentTool:
     """`dispatch_agent` over the worker pool, with the agent types this workspace defines
     (its `.warren/agents/` and `.claude/agents/` only when trusted), the session's tools and
@@ -99,4 +100,5 @@ def dispatch_tool(
         output_cap=output_cap,
         protected=policy.protected(),
         tasks=tasks,
+        session_id=session_id,
     )

@@ -148,3 +148,57 @@ def test_a_follow_up_continues_the_agent_and_a_monitor_reports_a_line(home: Path
         if p.info["cmdline"] and str(home) in " ".join(p.info["cmdline"])
     ]
     assert left == []
+
+
+def test_a_resumed_session_continues_an_agent_of_its_earlier_process(home: Path) -> None:
+    """`--resume`: the agent `billing` of the session's first process is continued by name,
+    its conversation read back from its transcript; a fork's could not be (its history began
+    with its parent's)."""
+    ledger = home / "ws" / "ledger.txt"
+
+    def route(request: RecordedRequest) -> FakeResponse:
+        last = _last(request)
+        if _is_subagent(request):
+            if "follow-up" in last:
+                return Reply.text("Still: invoice 4711.")
+            if len(request.messages) == 1:
+                return _use("toolu_read", "Read", file_path=str(ledger))
+            return Reply.text("report on billing: one overdue invoice")
+        first = json.dumps(request.messages[0])
+        if "survey" in first and len(request.messages) == 1:
+            return _use("toolu_dispatch", "dispatch_agent", description="survey billing",
+                        prompt="Read ledger.txt and report.", name="billing")  # fmt: skip
+        if "ask again" in last:
+            return _use("toolu_send", "SendMessage", to="billing", message="follow-up: which?")
+        return Reply.text("ok")
+
+    env = {
+        **os.environ,
+        "HOME": str(home),
+        "XDG_STATE_HOME": str(home / "state"),
+        "XDG_CONFIG_HOME": str(home / "config"),
+        "ANTHROPIC_API_KEY": "sk-test-sm",
+        "PYTHONPATH": str(ROOT),
+        "WARREN_NO_SERVER": "1",
+    }
+    with FakeMessagesAPI(route=route) as api:
+        env["ANTHROPIC_BASE_URL"] = api.base_url
+        first = subprocess.run(
+            [*WARREN, "-p", "survey", "--cwd", str(home / "ws"), "--output-format", "json"],
+            env=env, capture_output=True, text=True, timeout=180,
+        )  # fmt: skip
+        assert first.returncode == 0, first.stderr
+        session_id = json.loads(first.stdout)["session_id"]
+        again = subprocess.run(
+            [*WARREN, "-p", "ask again", "--resume", session_id, "--cwd", str(home / "ws"),
+             "--output-format", "json"],
+            env=env, capture_output=True, text=True, timeout=180,
+        )  # fmt: skip
+        requests = api.requests
+    assert again.returncode == 0, again.stderr
+    [follow_up] = [r for r in requests if _is_subagent(r) and "follow-up" in _last(r)]
+    earlier = json.dumps(follow_up.messages[:-1])
+    assert "Read ledger.txt and report." in earlier and "invoice 4711 is overdue" in earlier
+    assert "report on billing: one overdue invoice" in earlier
+    sent = next(r for r in requests if not _is_subagent(r) and "toolu_send" in _last(r))
+    assert "Still: invoice 4711." in _last(sent)
