@@ -18,6 +18,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -105,7 +106,7 @@ def test_background_shells_run_while_the_agent_goes_on(home: Path) -> None:
             )
         if turn == 5:
             seen["read"] = {b["tool_use_id"]: _text(b) for b in _results(request)}
-            seen["loop_pids"] = _pids_running(LOOP)
+            seen["loop_pids"] = _found_running(LOOP)
             return Reply.tool_use("TaskStop", {"task_id": seen["ids"]["toolu_l"]})
         if turn == 7:
             seen["stopped"] = _text(_results(request)[0])
@@ -161,6 +162,16 @@ def test_background_shells_run_while_the_agent_goes_on(home: Path) -> None:
     ]
     assert left == []
     assert _pids_running(LOOP) == []
+
+
+def _found_running(command: str) -> list[int]:
+    """`_pids_running`, scanned again until it finds them (at most 10 s): a scan lists the
+    pids first, so a `sleep` that ends during it is missed, and so is the next one, which
+    started after the listing."""
+    deadline = time.monotonic() + 10
+    while not (pids := _pids_running(command)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return pids
 
 
 def _pids_running(command: str) -> list[int]:
