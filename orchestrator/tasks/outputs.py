@@ -21,11 +21,13 @@ background shells are then not offered.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import os
 import re
 import shutil
 import stat
+from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["OutputFile", "TaskOutputError", "TaskOutputs", "outputs_root"]
@@ -54,17 +56,27 @@ class TaskOutputs:
         self.root = root
         self.session_dir = root / _SAFE.sub("-", session_id)
         self.limit_bytes = limit_bytes
+        self._owner: _OwnerLock | None = None
 
     @classmethod
-    def open(cls, workspace: Path, session_id: str, *, limit_bytes: int) -> TaskOutputs:
-        """Make (or check) the workspace's directory, ready to bind into sandboxes.
+    def open(
+        cls, workspace: Path, session_id: str, *, limit_bytes: int, base: Path = Path("/tmp")
+    ) -> TaskOutputs:
+        """Make (or check) the workspace's directory, ready to bind into sandboxes; hold
+        this session's lock until `remove`, and remove what sessions whose process is gone
+        left (`base`: where `warren-<uid>` is, `/tmp`).
 
         **Errors:** `TaskOutputError` when a part of it is not ours, is a link, or is open to
         others, or it cannot be made.
         """
-        root = outputs_root(workspace)
+        root = outputs_root(workspace, base=base)
         _make_private(root)
-        return cls(root, session_id, limit_bytes=limit_bytes)
+        owners = _owners_dir(root)
+        _make_private(owners)
+        outputs = cls(root, session_id, limit_bytes=limit_bytes)
+        outputs._owner = _OwnerLock.take(owners / f"{outputs.session_dir.name}.lock")
+        _remove_unowned(root, owners)
+        return outputs
 
     def path(self, task_id: str) -> Path:
         return self.session_dir / f"{_SAFE.sub('-', task_id)}.output"
@@ -82,8 +94,96 @@ class TaskOutputs:
         return OutputFile(path, fd, self.limit_bytes)
 
     def remove(self) -> None:
-        """Remove this session's files (its end)."""
+        """Remove this session's files (its end), then its lock."""
         shutil.rmtree(self.session_dir, ignore_errors=True)
+        if self._owner is not None:
+            self._owner.release()
+            self._owner = None
+
+
+def _owners_dir(root: Path) -> Path:
+    """Where the sessions' locks are: beside the output directory, which is bound into
+    sandboxes, and not in it."""
+    return root.parent / "owners"
+
+
+@dataclass
+class _OwnerLock:
+    """A session's lock file in `owners/`, locked (`flock`) while the session's process
+    lives."""
+
+    path: Path
+    fd: int
+
+    @classmethod
+    def take(cls, path: Path) -> _OwnerLock:
+        """Create and lock `path`. A sweeping session may hold it for a moment (it found
+        the file before we locked it): we wait, and make it again if it was removed.
+
+        **Errors:** `TaskOutputError` when it cannot be made.
+        """
+        while True:
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            except OSError as exc:
+                raise TaskOutputError(f"cannot make {path}: {exc.strerror}") from None
+            try:
+                # Only warren processes of this user reach `owners/`, and a sweep holds a
+                # lock for as long as one rmtree: blocking is safe.
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                if _same_file(fd, path):
+                    return cls(path, fd)
+            except OSError as exc:
+                os.close(fd)
+                raise TaskOutputError(f"cannot lock {path}: {exc.strerror}") from None
+            os.close(fd)  # a sweep removed it between our open and our lock
+
+    def release(self) -> None:
+        """Remove the file, then unlock it (closing it)."""
+        with contextlib.suppress(OSError):
+            self.path.unlink()
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+
+
+def _remove_unowned(root: Path, owners: Path) -> None:
+    """Remove the output directory of every session whose lock nobody holds (its process
+    is gone: SIGKILL, a crash), then its lock file. Quiet: what cannot be removed now is
+    tried again by the next session."""
+    try:
+        names = os.listdir(owners)
+    except OSError:
+        return
+    for name in names:
+        session = name.removesuffix(".lock")
+        if session == name or session in ("", ".", ".."):
+            continue
+        lock = owners / name
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue  # removed meanwhile, or not a file of ours
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue  # held: its session runs
+            if not _same_file(fd, lock):
+                continue  # removed and made again meanwhile
+            shutil.rmtree(root / session, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                lock.unlink()
+        finally:
+            os.close(fd)
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    """Whether `path` still names the file open on `fd`."""
+    try:
+        opened, named = os.fstat(fd), os.lstat(path)
+    except OSError:
+        return False
+    return (opened.st_dev, opened.st_ino) == (named.st_dev, named.st_ino)
 
 
 class OutputFile:

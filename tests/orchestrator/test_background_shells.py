@@ -2,14 +2,17 @@
 a `run_in_background` Bash call returns at once with its task id and output file; the
 command's bytes land in that file; its end is a notification that says how it ended (exit
 code, time limit); TaskStop kills it and what it started; the output file stays bounded; the
-output directory refuses a link, another's directory and one open to others; a subagent's
-Bash refuses the background. The sandboxed path, through the real CLI, is
+output directory refuses a link, another's directory and one open to others; the next
+session removes what a killed one left, not what a live one holds; a subagent's Bash refuses
+the background. The sandboxed path, through the real CLI, is
 tests/orchestrator/test_background_shells_e2e.py."""
 
 from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +27,7 @@ from orchestrator.calls.plan import CallPlan, Verdict
 from orchestrator.errors import ToolError
 from orchestrator.messages import ToolUseBlock
 from orchestrator.tasks.monitor import MonitorTool
-from orchestrator.tasks.outputs import TaskOutputError, TaskOutputs
+from orchestrator.tasks.outputs import TaskOutputError, TaskOutputs, outputs_root
 from orchestrator.tasks.registry import Task, TaskRegistry
 from orchestrator.tasks.shells import BackgroundShells
 from orchestrator.tools.base import Checked, ToolContext, ToolOutput
@@ -216,6 +219,59 @@ def test_the_output_directory_refuses_a_link_another_users_and_an_open_one(
         os.chown(base / "ws", 12345, 12345)
         with pytest.raises(TaskOutputError, match="belongs to another user"):
             TaskOutputs(base / "ws" / "tasks", "s", limit_bytes=100).create("t2")
+
+
+_SESSION = """
+import os, sys
+from pathlib import Path
+from orchestrator.tasks.outputs import TaskOutputs
+outputs = TaskOutputs.open(Path(sys.argv[1]), sys.argv[2], limit_bytes=100, base=Path(sys.argv[3]))
+outputs.create("t1").close()
+print("ready", flush=True)
+if sys.argv[4] == "killed":
+    os._exit(0)  # as SIGKILL would: no remove()
+sys.stdin.read()
+"""
+
+
+def _session_process(tmp_path: Path, session_id: str, end: str) -> subprocess.Popen[str]:
+    """A process that opens the workspace's outputs as session `session_id`, writes a file,
+    then ends without removing anything (`killed`) or lives until its stdin closes."""
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _SESSION, str(tmp_path / "ws"), session_id, str(tmp_path), end],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+    return proc
+
+
+def test_the_next_session_removes_what_a_killed_one_left(tmp_path: Path) -> None:
+    (tmp_path / "ws").mkdir()
+    live = _session_process(tmp_path, "live-session", "live")
+    try:
+        killed = _session_process(tmp_path, "killed-session", "killed")
+        killed.communicate(timeout=30)
+        assert killed.returncode == 0
+        tasks = outputs_root(tmp_path / "ws", base=tmp_path)
+        owners = tasks.parent / "owners"
+        assert (tasks / "killed-session" / "t1.output").exists()
+        assert sorted(p.name for p in owners.iterdir()) == [
+            "killed-session.lock",
+            "live-session.lock",
+        ]
+        outputs = TaskOutputs.open(tmp_path / "ws", "next", limit_bytes=100, base=tmp_path)
+        assert not (tasks / "killed-session").exists()  # its owner is gone
+        assert (tasks / "live-session" / "t1.output").exists()  # its owner lives
+        assert sorted(p.name for p in owners.iterdir()) == ["live-session.lock", "next.lock"]
+        outputs.create("t1").close()
+        outputs.remove()
+        assert not (tasks / "next").exists() and not (owners / "next.lock").exists()
+    finally:
+        live.communicate(timeout=30)  # its stdin closed: it ends, and its lock goes with it
+    TaskOutputs.open(tmp_path / "ws", "last", limit_bytes=100, base=tmp_path).remove()
+    assert list(tasks.iterdir()) == [] and list(owners.iterdir()) == []
 
 
 async def _monitor(tool: MonitorTool, ctx: ToolContext, **raw: Any) -> str:

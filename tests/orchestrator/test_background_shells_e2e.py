@@ -166,10 +166,10 @@ def test_background_shells_run_while_the_agent_goes_on(home: Path) -> None:
 
 def _pids_seen(command: str, *, until_found: bool) -> list[int]:
     """The loop's processes, looked for over a while (a loaded machine may be between two
-    sleeps at any one look): until some are found (at most 5 s), or every 50 ms for 1 s
+    sleeps at any one look): until some are found (at most 10 s), or every 50 ms for 1 s
     (longer than the loop's sleep), all that were seen."""
     seen: set[int] = set()
-    deadline = time.monotonic() + (5.0 if until_found else 1.0)
+    deadline = time.monotonic() + (10.0 if until_found else 1.0)
     while time.monotonic() < deadline:
         seen.update(_pids_running(command))
         if seen and until_found:
