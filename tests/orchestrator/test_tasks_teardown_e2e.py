@@ -439,7 +439,8 @@ def _session_process(loops: list[psutil.Process]) -> psutil.Process:
 
 # -- the interactive session --
 
-PROMPT = r"\n> ?$"
+PROMPT = r"\n> ?(\n|$)"
+"""The empty prompt line: the toolbar of running tasks may be below it."""
 
 
 @pytest.mark.in_process
