@@ -59,6 +59,7 @@ def test_a_spare_serves_one_identical_session_once(server: Server, tmp_path: Pat
     assert not any(warm for _, warm in cold.values()), cold  # nothing to adopt yet
     spares = _spares(server, SLOTS)
     assert not spares & {p for p, _ in cold.values()}
+    born = _born(spares)
     hosts = _tool_hosts(spares)
     _until_idle(hosts)
     # The idle read-write spare left the user's tree byte-identical.
@@ -73,7 +74,7 @@ def test_a_spare_serves_one_identical_session_once(server: Server, tmp_path: Pat
     assert "read_only" in warm and {p for p, _ in warm.values()} <= hosts, warm
     assert all(w for _, w in warm.values()), warm
     again = _spares(server, SLOTS)  # replaced once that session ended
-    assert not again & spares  # never handed out twice
+    assert not _born(again) & born  # never handed out twice (a pid may come round again)
 
     # A changed deny rule: the session's own recipe differs, so it starts cold.
     policy.write_text('[permissions]\ndeny = ["Read(secret.txt)"]\n')
@@ -141,6 +142,18 @@ def _hosts(log: Path) -> dict[str, tuple[int, bool]]:
         event = json.loads(line)
         if event.get("event") == "tool host ready":
             found[event["role"]] = (event["pid"], event["warm"])
+    return found
+
+
+def _born(pids: set[int]) -> set[tuple[int, float]]:
+    """Each live process of `pids` as (pid, start time): one process, even after this machine
+    (pid_max 32768 under a busy test run) has handed its pid to another."""
+    found = set()
+    for pid in pids:
+        try:
+            found.add((pid, psutil.Process(pid).create_time()))
+        except psutil.NoSuchProcess:
+            pass
     return found
 
 
