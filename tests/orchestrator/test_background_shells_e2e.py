@@ -111,11 +111,15 @@ def test_background_shells_run_while_the_agent_goes_on(home: Path) -> None:
         if turn == 7:
             seen["stopped"] = _text(_results(request)[0])
             seen["loop_pids_after"] = _pids_seen(LOOP, until_found=False)
-            return Reply.tool_use("Bash", {"command": "sleep 2"})
-        if turn == 9:
-            seen["notes"] = json.dumps(request.messages[-1])
+            # A shell keeps no run waiting; a monitor does: until the writer's file is there,
+            # and 3 s more for its notification (however loaded the machine).
+            watch = "until [ -e ready.txt ]; do sleep 0.1; done; sleep 3"
+            return Reply.tool_use("Monitor", {"description": "the writer", "command": watch})
+        whole = json.dumps(request.messages)
+        if f"<task-id>{seen['ids']['toolu_w']}</task-id>" in whole:
+            seen["notes"] = whole
             return Reply.text("done")
-        return Reply.text(f"unexpected turn {turn}")
+        return Reply.text("waiting for the writer")
 
     with FakeMessagesAPI(route=route) as api:
         done = subprocess.run(
@@ -140,9 +144,8 @@ def test_background_shells_run_while_the_agent_goes_on(home: Path) -> None:
     assert seen["loop_pids_after"] == []
     # The writer's end reached the model at a turn boundary, as a notification.
     notes = seen["notes"]
-    assert "<task-notification>" in notes and seen["ids"]["toolu_w"] in notes
-    assert "completed (exit code 0)" in notes
-    assert seen["ids"]["toolu_l"] not in notes  # a stopped task sends none
+    assert "<task-notification>" in notes and "completed (exit code 0)" in notes
+    assert f"<task-id>{seen['ids']['toolu_l']}</task-id>" not in notes  # a stopped task: none
     assert (home / "ws" / "ready.txt").read_text() == "READY\n"
 
     # What the writer wrote is its own change set, naming it.
