@@ -7,6 +7,7 @@ attempt would pass for the wrong reason.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pwd
 import shutil
@@ -14,6 +15,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 
@@ -84,6 +86,22 @@ def scratch(scratch_root: Path) -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
+ACCOUNTS_LOCK = Path("/var/tmp/warren-tests-accounts.lock")
+"""Held (exclusive) while `useradd`/`userdel` rewrite /etc/shadow and /etc/gshadow (through a
+temp file that is readable for a moment), and (shared) while a test reads them to prove the
+floor refuses them: the suite's xdist workers each make an account of their own."""
+
+
+@contextmanager
+def accounts_lock(*, exclusive: bool) -> Iterator[None]:
+    fd = os.open(ACCOUNTS_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)
+
+
 @pytest.fixture(scope="session")
 def unprivileged() -> Iterator[RunAs | None]:
     """A throwaway unprivileged account (root only), deleted at the end of the session.
@@ -95,11 +113,12 @@ def unprivileged() -> Iterator[RunAs | None]:
         yield None
         return
     name = f"warren-t{os.getpid()}"
-    done = subprocess.run(
-        ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
-        capture_output=True,
-        check=False,
-    )
+    with accounts_lock(exclusive=True):
+        done = subprocess.run(
+            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
+            capture_output=True,
+            check=False,
+        )
     if done.returncode != 0:
         yield None
         return
@@ -107,7 +126,8 @@ def unprivileged() -> Iterator[RunAs | None]:
     try:
         yield RunAs(uid=entry.pw_uid, gid=entry.pw_gid)
     finally:
-        subprocess.run(["userdel", name], capture_output=True, check=False)
+        with accounts_lock(exclusive=True):
+            subprocess.run(["userdel", name], capture_output=True, check=False)
 
 
 def chown_tree(path: Path, run_as: RunAs | None) -> None:

@@ -30,6 +30,7 @@ import pytest
 from sandbox.host import SandboxHost
 from sandbox.run import RunAs
 from sandbox.spec import DEFAULT_DENY_READ, DEFAULT_PROTECTED, Bind, Limits
+from tests.sandbox.conftest import accounts_lock
 from tests.sandbox.escape_kit import (
     ORIGINAL,
     Arena,
@@ -1056,10 +1057,11 @@ async def _(a: Arena) -> None:
     shadow = Path("/etc/shadow")
     if not shadow.exists():
         pytest.skip("no /etc/shadow")
-    out = await a.py(
-        "t('shadow', r, '/etc/shadow')\nt('gshadow', r, '/etc/gshadow')\n"
-        "t('passwd', r, '/etc/passwd')"
-    )
+    with accounts_lock(exclusive=False):  # not while an account is made: see ACCOUNTS_LOCK
+        out = await a.py(
+            "t('shadow', r, '/etc/shadow')\nt('gshadow', r, '/etc/gshadow')\n"
+            "t('passwd', r, '/etc/passwd')"
+        )
     out.assert_refused("shadow", "gshadow")
     assert out.report["passwd"].startswith("ok")
     if os.access(shadow, os.R_OK):
