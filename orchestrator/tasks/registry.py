@@ -94,6 +94,11 @@ class Task:
     def running(self) -> bool:
         return self.status == "running"
 
+    @property
+    def label(self) -> str:
+        """How notifications name it: `Shell "dev server"`."""
+        return _label(self.kind, self.description)
+
     def notification(self) -> str:
         """Claude Code's `<task-notification>` for this task's end."""
         end = self.end or TaskEnd("stopped", f"{self.description} was stopped")
@@ -101,21 +106,13 @@ class Task:
         if len(result) > _RESULT_CHARS:
             half, cut = _RESULT_CHARS // 2, len(result) - _RESULT_CHARS
             result = f"{result[:half]}\n[... {cut} characters ...]\n{result[-half:]}"
-        lines = [
-            "<task-notification>",
-            f"<task-id>{escape(self.id)}</task-id>",
-            *(
-                [f"<output-file>{escape(str(self.output_file))}</output-file>"]
-                if self.output_file is not None
-                else []
-            ),
-            f"<status>{end.status}</status>",
-            f"<summary>{escape(end.summary)}</summary>",
-        ]
-        if result:
-            lines.append(f"<result>{escape(result)}</result>")
-        lines.append("</task-notification>")
-        return "\n".join(lines)
+        return _notification(
+            self.id,
+            end.status,
+            end.summary,
+            output_file=self.output_file,
+            element=("result", result) if result else None,
+        )
 
 
 @dataclass
@@ -137,18 +134,11 @@ class _Events:
 
     def notification(self) -> str:
         count = len(self.lines) + self.dropped
-        summary = f"{_label(self.task)}: {count} new line{'' if count == 1 else 's'}"
+        summary = f"{self.task.label}: {count} new line{'' if count == 1 else 's'}"
         if self.dropped:
             summary += f" (the first {self.dropped} dropped)"
-        return "\n".join(
-            [
-                "<task-notification>",
-                f"<task-id>{escape(self.task.id)}</task-id>",
-                "<status>running</status>",
-                f"<summary>{escape(summary)}</summary>",
-                f"<events>{escape(chr(10).join(self.lines))}</events>",
-                "</task-notification>",
-            ]
+        return _notification(
+            self.task.id, "running", summary, element=("events", "\n".join(self.lines))
         )
 
 
@@ -254,11 +244,11 @@ class TaskRegistry:
                     if limit.cancelled_caught
                     else "was stopped"
                 )
-                end = TaskEnd("stopped", f"{_label(task)} {why}")
+                end = TaskEnd("stopped", f"{task.label} {why}")
         except Exception as exc:  # a task's own failure is its notification, never ours
-            end = TaskEnd("failed", f"{_label(task)} failed: {exc}")
+            end = TaskEnd("failed", f"{task.label} failed: {exc}")
         finally:
-            task.end = end or TaskEnd("stopped", f"{_label(task)} was stopped")
+            task.end = end or TaskEnd("stopped", f"{task.label} was stopped")
             task.status = task.end.status
             task.ended = time.monotonic()
             if not task._stopping:  # stopped by TaskStop or the session's end: said there
@@ -328,18 +318,8 @@ class TaskRegistry:
         session started and did not see end (`task_id`, `kind`, `description` each): each
         ended with that process, `why`."""
         for task in tasks:
-            label = f'{task.get("kind", "task").capitalize()} "{task.get("description", "")}"'
-            self._notes.append(
-                "\n".join(
-                    [
-                        "<task-notification>",
-                        f"<task-id>{escape(task.get('task_id', ''))}</task-id>",
-                        "<status>stopped</status>",
-                        f"<summary>{escape(f'{label} {why}')}</summary>",
-                        "</task-notification>",
-                    ]
-                )
-            )
+            label = _label(task.get("kind", "task"), task.get("description", ""))
+            self._notes.append(_notification(task.get("task_id", ""), "stopped", f"{label} {why}"))
 
     def event(self, task: Task, line: str) -> None:
         """A running task's event (a line its monitor printed), for the next turn boundary:
@@ -380,5 +360,27 @@ class TaskRegistry:
             await self._changed.wait()
 
 
-def _label(task: Task) -> str:
-    return f'{task.kind.capitalize()} "{task.description}"'
+def _label(kind: str, description: str) -> str:
+    return f'{kind.capitalize()} "{description}"'
+
+
+def _notification(
+    task_id: str,
+    status: TaskStatus,
+    summary: str,
+    *,
+    output_file: Path | None = None,
+    element: tuple[str, str] | None = None,
+) -> str:
+    """Claude Code's `<task-notification>`; `element`: one more (`result`, `events`), by
+    name and text."""
+    lines = [
+        "<task-notification>",
+        f"<task-id>{escape(task_id)}</task-id>",
+        *([f"<output-file>{escape(str(output_file))}</output-file>"] if output_file else []),
+        f"<status>{status}</status>",
+        f"<summary>{escape(summary)}</summary>",
+        *([f"<{element[0]}>{escape(element[1])}</{element[0]}>"] if element else []),
+        "</task-notification>",
+    ]
+    return "\n".join(lines)
