@@ -268,8 +268,13 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
         self._protected = (*(p.path for p in DEFAULT_PROTECTED), *protected)
         self._tasks = tasks
         self._agents: dict[str, AgentRecord] = {}
-        if sidechain_root is not None and session_id is not None:
-            self._recall(sidechain_root / f"{session_id}.agents")
+        self._earlier: Path | None = (
+            None
+            if sidechain_root is None or session_id is None
+            else sidechain_root / f"{session_id}.agents"
+        )
+        """Where the session's earlier processes' agents are, until first asked for (not at
+        start-up: most sessions never send one a message)."""
         # The model is told which types exist, and they differ per session.
         self.description = DESCRIPTION + "\n".join(  # type: ignore[misc]
             [
@@ -392,6 +397,7 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
 
     def agent(self, key: str) -> AgentRecord | None:
         """The subagent `key` names: its id, else the latest one given that name."""
+        self._recall()
         record = self._agents.get(key)
         if record is None:
             named = [r for r in self._agents.values() if r.name == key]
@@ -399,12 +405,17 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
         return record
 
     def agents(self) -> list[AgentRecord]:
+        self._recall()
         return list(self._agents.values())
 
-    def _recall(self, directory: Path) -> None:
-        """The agents of the session's earlier processes, ready to be continued."""
-        for stored in stored_agents(directory, self._types):
-            self._agents[stored.agent_id] = AgentRecord(
+    def _recall(self) -> None:
+        """The agents of the session's earlier processes, ready to be continued, once: before
+        this process's own (which their directory holds too, and which stay as they are)."""
+        if self._earlier is None:
+            return
+        directory, self._earlier = self._earlier, None
+        earlier = {
+            stored.agent_id: AgentRecord(
                 stored.agent_id,
                 stored.agent_type,
                 stored.description,
@@ -414,6 +425,9 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
                 running=False,
                 stored=stored.path,
             )
+            for stored in stored_agents(directory, self._types)
+        }
+        self._agents = {**earlier, **self._agents}
 
     def refuse_continuing(self, record: AgentRecord, background: bool) -> str | None:
         """Why `record` cannot be continued now; None when it can."""

@@ -2,10 +2,10 @@
 (`<sessions>/<session id>.agents/<agent id>.jsonl`), so that `SendMessage` can continue them
 after `--resume`.
 
-At start-up only each file's first line is read (its `subagent` record: type, description,
-name, write scope); the conversation is read when a message is sent to it (`conversation`):
-every `message` record, in order, which for an agent continued before holds each prompt, its
-turns and their results. An agent whose type this session does not define any more, a fork
+When the session first looks its agents up, each file's first line is read (its `subagent`
+record: type, description, name, write scope); the conversation is read when a message is
+sent to it (`conversation`): every `message` record, in order, which for an agent continued
+before holds each prompt, its turns and their results. An agent whose type this session does not define any more, a fork
 (its history began with its parent's, which its file does not hold) and an unreadable file
 are not offered.
 """
@@ -26,7 +26,7 @@ from orchestrator.messages import Message
 __all__ = ["StoredAgent", "conversation", "stored_agents"]
 
 _HEAD_BYTES = 64 * 1024
-"""The most of a file read at start-up (its first record)."""
+"""The most of a file's first line read (its first record)."""
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ def stored_agents(directory: Path, types: Mapping[str, AgentType]) -> list[Store
 def _head(path: Path, types: Mapping[str, AgentType]) -> StoredAgent | None:
     try:
         with path.open("rb") as f:
-            first = f.read(_HEAD_BYTES).split(b"\n", 1)[0]
+            first = f.readline(_HEAD_BYTES)
         record = json.loads(first)
     except (OSError, ValueError):
         return None
