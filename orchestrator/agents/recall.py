@@ -5,9 +5,9 @@ after `--resume`.
 When the session first looks its agents up, each file's first line is read (its `subagent`
 record: type, description, name, write scope); the conversation is read when a message is
 sent to it (`conversation`): every `message` record, in order, which for an agent continued
-before holds each prompt, its turns and their results. An agent whose type this session does not define any more, a fork
-(its history began with its parent's, which its file does not hold) and an unreadable file
-are not offered.
+before holds each prompt, its turns and their results. An agent whose type this session does
+not define any more, a fork (its history began with its parent's, which its file does not
+hold) and an unreadable file are not offered.
 """
 
 from __future__ import annotations

@@ -23,12 +23,12 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, Field, model_validator
 
-from orchestrator.aio import closing_iter
 from orchestrator.calls.pipeline import ToolRunner
 from orchestrator.calls.plan import CallPlan, Verdict
 from orchestrator.errors import ToolError
 from orchestrator.messages import ToolUseBlock
 from orchestrator.tasks.registry import Task, TaskEnd, TaskError, TaskRegistry
+from orchestrator.tasks.shells import stream_command
 from orchestrator.tools.base import Tool, ToolContext, ToolInput, ToolOutput, ToolProgress
 from policies.facts import ToolFacts
 
@@ -150,22 +150,16 @@ class MonitorTool(Tool[MonitorInput]):
         decoder = codecs.getincrementaldecoder("utf-8")("replace")
         partial = ""
         lines = 0
-        final: ToolOutput | None = None
-        try:
-            async with closing_iter(self._runner.call(plan, ctx)) as items:
-                async for item in items:
-                    if isinstance(item, ToolProgress) and item.data:
-                        task.output_bytes += len(item.data)
-                        text = partial + decoder.decode(item.data)
-                        *complete, partial = text.split("\n")
-                        for line in complete:
-                            lines += 1
-                            self._tasks.event(task, line)
-                    elif isinstance(item, ToolOutput):
-                        final = item
-                        break
-        except ToolError as exc:
-            final = ToolOutput(exc.message, is_error=True, summary="could not run")
+
+        def take(data: bytes) -> None:
+            nonlocal partial, lines
+            task.output_bytes += len(data)
+            *complete, partial = (partial + decoder.decode(data)).split("\n")
+            for line in complete:
+                lines += 1
+                self._tasks.event(task, line)
+
+        final = await stream_command(self._runner, plan, ctx, take)
         partial += decoder.decode(b"", final=True)
         if partial:
             lines += 1

@@ -22,7 +22,7 @@ everything it started (`PersistentShell.streaming`).
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import trio
@@ -37,7 +37,7 @@ from orchestrator.tasks.outputs import OutputFile, TaskOutputs
 from orchestrator.tasks.registry import Task, TaskEnd, TaskError, TaskRegistry, TaskStatus
 from orchestrator.tools.base import Checked, ToolContext, ToolOutput, ToolProgress
 
-__all__ = ["BackgroundShells", "is_background_shell"]
+__all__ = ["BackgroundShells", "is_background_shell", "stream_command"]
 
 _DESCRIPTION_CHARS = 60
 
@@ -163,17 +163,12 @@ class BackgroundShells:
                 await recorder.open_background(
                     Writer(task.id, "Bash (background)", task.description)
                 )
-            try:
-                async with closing_iter(self._direct.call(plan, ctx)) as items:
-                    async for item in items:
-                        if isinstance(item, ToolProgress):
-                            output.write(item.data)
-                            task.output_bytes = output.total
-                        elif isinstance(item, ToolOutput):
-                            final = item
-                            break
-            except ToolError as exc:
-                final = ToolOutput(exc.message, is_error=True, summary="could not run")
+
+            def take(data: bytes) -> None:
+                output.write(data)
+                task.output_bytes = output.total
+
+            final = await stream_command(self._direct, plan, ctx, take)
         finally:
             output.close()
             if recorder is not None:
@@ -184,6 +179,25 @@ class BackgroundShells:
             return TaskEnd("failed", f"{what} gave no result")
         status: TaskStatus = "failed" if final.is_error else "completed"
         return TaskEnd(status, f"{what} {final.summary or status}", final.as_text())
+
+
+async def stream_command(
+    runner: ToolRunner, plan: CallPlan, ctx: ToolContext, take: Callable[[bytes], None]
+) -> ToolOutput | None:
+    """Run a background Bash `plan` on `runner` to its end, each chunk of its output to
+    `take`; how it ended (a call that could not run: an error output), or None when the host
+    gave no end (also a background monitor's, orchestrator/tasks/monitor.py)."""
+    try:
+        async with closing_iter(runner.call(plan, ctx)) as items:
+            async for item in items:
+                if isinstance(item, ToolProgress):
+                    if item.data:
+                        take(item.data)
+                elif isinstance(item, ToolOutput):
+                    return item
+    except ToolError as exc:
+        return ToolOutput(exc.message, is_error=True, summary="could not run")
+    return None
 
 
 def _description(given: str | None, command: str) -> str:
