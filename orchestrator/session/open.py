@@ -360,7 +360,7 @@ class _Opening:
             parts.subagents is None
             or up.floor_state != "proven"
             or limits.max_subagents <= 0
-            or (config.tools is not None and SUBAGENT_TOOL not in config.tools)
+            or not self._wanted(SUBAGENT_TOOL)
         ):
             return registry, None
         pool = await self.stack.enter_async_context(
