@@ -27,6 +27,7 @@ __all__ = [
     "ToolFinished",
     "ToolResultsMessage",
     "ToolStarted",
+    "WorkflowChanged",
 ]
 
 
@@ -155,7 +156,7 @@ class TaskChanged:
 
     phase: Literal["started", "progress", "ended"]
     task_id: str
-    kind: Literal["agent", "shell", "monitor"]
+    kind: Literal["agent", "shell", "monitor", "workflow"]
     description: str
     status: Literal["running", "completed", "failed", "stopped"]
     tool_use_id: str | None = None
@@ -164,6 +165,27 @@ class TaskChanged:
     output_file: str | None = None
     duration_s: float = 0.0
     output_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class WorkflowChanged:
+    """A workflow run (orchestrator/workflows/) entered a phase, logged a line, or one of its
+    agents changed state (waiting, running, done, failed, answered from the journal)."""
+
+    what: Literal["phase", "agent", "log"]
+    run_id: str
+    name: str
+    task_id: str | None = None
+    phase: str | None = None
+    text: str = ""
+    """The phase's title (`phase`), the script's line (`log`)."""
+    key: str | None = None
+    """The agent call's position in the script (`agent`)."""
+    label: str | None = None
+    status: Literal["waiting", "running", "done", "failed", "cached"] | None = None
+    agent_id: str | None = None
+    tokens: int = 0
+    cost_usd: float = 0.0
 
 
 Event = (
@@ -178,5 +200,6 @@ Event = (
     | HookRan
     | CallScheduled
     | TaskChanged
+    | WorkflowChanged
 )
 EventSink = Callable[[Event], None]

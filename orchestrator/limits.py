@@ -72,6 +72,9 @@ class Limits(BaseModel):
     """Bytes of output one background shell or monitor keeps. Default 1 MiB."""
     task_time_s: float = Field(default=3600.0, gt=0)
     """Seconds a background task may run before it is stopped. Default 3,600."""
+    workflow_agents: int = Field(default=100, ge=1, le=10_000)
+    """Agents one workflow run may start (orchestrator/workflows/; answers from a resumed
+    run's journal do not count). Default 100."""
 
     @classmethod
     def build(

@@ -25,6 +25,7 @@ __all__ = [
     "CLAUDE_SUBAGENT_TOOLS",
     "MODE_ALIASES",
     "SUBAGENT_TOOL",
+    "WORKFLOW_TOOL",
     "claude_mode",
     "warren_mode",
     "warren_rule",
@@ -33,6 +34,9 @@ __all__ = [
 
 SUBAGENT_TOOL: Final = "dispatch_agent"
 """Warren's name of the subagent tool."""
+WORKFLOW_TOOL: Final = "Workflow"
+"""The workflow tool, named as Claude Code names it (a rule `Workflow(NAME)` allows the saved
+workflow NAME)."""
 CLAUDE_SUBAGENT_TOOLS: Final[tuple[str, ...]] = ("Task", "Agent")
 """Claude Code's names of the subagent tool (older, newer)."""
 

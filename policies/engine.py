@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from policies.bash_analysis import BashAnalyser, BashClassification, CommandPart
+from policies.claude_names import WORKFLOW_TOOL
 from policies.facts import ToolFacts
 from policies.files import EffectivePolicy, Mode, PolicyError, RuleEntry
 from policies.mode import PermissionMode
@@ -503,6 +504,9 @@ class PolicyEngine:
             case "agent":
                 name = call.input.get("subagent_type") or "general"
                 return name == parsed.specifier
+            case "workflow":  # a saved workflow by name, never a script the model wrote
+                inline = any(call.input.get(k) for k in ("script", "scriptPath", "resumeFromRunId"))
+                return not inline and call.input.get("name") == parsed.specifier
             case "exact" | "prefix" | "wildcard":
                 assert parsed.specifier is not None and call.command is not None
                 if bash_rule_matches(parsed.kind, parsed.specifier, call.command):
@@ -691,6 +695,10 @@ def _suggest_rule(
         inside = resolved.startswith(root + "/")
         spec = "/" + _escape_glob(resolved[len(root) + 1 :] if inside else resolved)
         candidate = f"{tool}({spec})"
+    elif tool == WORKFLOW_TOOL:
+        name = input.get("name")
+        inline = any(input.get(k) for k in ("script", "scriptPath", "resumeFromRunId"))
+        candidate = f"{tool}({name})" if isinstance(name, str) and name and not inline else tool
     elif facts.family == "agent":
         name = input.get("subagent_type") or "general"
         candidate = f"{tool}({name})"

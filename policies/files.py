@@ -198,6 +198,8 @@ class Limits(PolicyTable):
     Default 1 MiB."""
     task_time_s: Annotated[float, Field(gt=0, le=604_800), AfterValidator(finite)] | None = None
     """Seconds a background task may run before it is stopped. Default 3,600."""
+    workflow_agents: Annotated[int, Field(strict=True, ge=1, le=10_000)] | None = None
+    """Agents one workflow run may start. Default 100."""
 
 
 class Example(PolicyTable):

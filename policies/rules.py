@@ -52,7 +52,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Final, Literal
 
-from policies.claude_names import SUBAGENT_TOOL
+from policies.claude_names import SUBAGENT_TOOL, WORKFLOW_TOOL
 from policies.facts import Family
 
 __all__ = [
@@ -74,7 +74,9 @@ FAMILY_KEYWORDS: Final[Mapping[str, Family]] = MappingProxyType({"Read": "read",
 that declares the `read` family, `Edit(...)` every `edit` tool. Any other keyword names one
 tool; which input field holds a tool's path is the tool's own fact, never a table here."""
 
-RuleKind = Literal["tool", "exact", "prefix", "wildcard", "path", "agent", "mcp_server", "domain"]
+RuleKind = Literal[
+    "tool", "exact", "prefix", "wildcard", "path", "agent", "workflow", "mcp_server", "domain"
+]
 
 _RULE = re.compile(
     r"(?P<tool>mcp__[A-Za-z0-9_-]*__\*|[A-Za-z_][A-Za-z0-9_-]*)(?:\((?P<spec>.*)\))?", re.DOTALL
@@ -144,6 +146,13 @@ def parse_rule(text: str) -> ParsedRule:
                 f"`{stripped}`: `{name}` is not an agent name (letters, digits, `_.:-`)"
             )
         return ParsedRule(stripped, tool, "agent", name)
+    if tool == WORKFLOW_TOOL:
+        name = spec.strip()
+        if _AGENT_NAME.fullmatch(name) is None:
+            raise RuleSyntaxError(
+                f"`{stripped}`: `{name}` is not a saved workflow's name (letters, digits, `_.:-`)"
+            )
+        return ParsedRule(stripped, tool, "workflow", name)
     # Any other keyword with a specifier is a path rule: whether the tool takes a path is its
     # own fact (`ToolFacts.path_fields`), so a new file tool needs no change here.
     return ParsedRule(stripped, tool, "path", _check_path_spec(stripped, spec.strip()))

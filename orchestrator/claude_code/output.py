@@ -46,6 +46,7 @@ from orchestrator.events import (
     ToolFinished,
     ToolResultsMessage,
     ToolStarted,
+    WorkflowChanged,
 )
 from orchestrator.text import escape_controls
 from policies.claude_names import claude_mode
@@ -193,11 +194,50 @@ def event_record(event: Event, **tag: Any) -> dict[str, Any] | None:
                 },
                 **tag,
             }
+        case WorkflowChanged():
+            return workflow_record(event, **tag)
         case _:
             return None
 
 
-_TASK_TYPES = {"shell": "local_bash", "monitor": "monitor", "agent": "local_agent"}
+def workflow_record(event: WorkflowChanged, **tag: Any) -> dict[str, Any] | None:
+    """A workflow's phase, log line or agent change as a `task_progress` line of its task
+    (`task_id` is the run's), with the detail under `workflow`; an agent still waiting for a
+    slot is not printed."""
+    if event.what == "agent" and event.status == "waiting":
+        return None
+    detail: dict[str, Any] = {"run_id": event.run_id, "event": event.what, "phase": event.phase}
+    if event.what == "agent":
+        detail.update(
+            key=event.key,
+            label=event.label,
+            status=event.status,
+            agent_id=event.agent_id,
+            total_tokens=event.tokens,
+            cost_usd=event.cost_usd,
+        )
+        summary = f"{event.label}: {event.status}"
+    else:
+        detail["text"] = event.text
+        summary = event.text if event.what == "log" else f"phase: {event.text}"
+    return {
+        "type": "system",
+        "subtype": "task_progress",
+        "task_id": event.task_id or event.run_id,
+        "description": event.name,
+        "workflow_name": event.name,
+        "summary": summary,
+        "workflow": detail,
+        **tag,
+    }
+
+
+_TASK_TYPES = {
+    "shell": "local_bash",
+    "monitor": "monitor",
+    "agent": "local_agent",
+    "workflow": "local_workflow",
+}
 
 
 def background_task_record(event: TaskChanged, *, session_id: str) -> dict[str, Any]:

@@ -20,6 +20,8 @@ COMMANDS: dict[str, str] = {
     "first prompt",
     "undo": "put back the files the last writing turn of a session changed (the newest "
     "session of this directory by default)",
+    "workflow": "workflows: run a saved one, resume a stopped run, list the runs (run, resume, "
+    "list)",
     "server": "the warm per-user server that starts sessions fast (start, stop, status, run)",
 }
 """Every subcommand with its one-line summary (`warren --help` lists them)."""

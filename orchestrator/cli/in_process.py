@@ -25,7 +25,14 @@ if TYPE_CHECKING:
     from sandbox.probe import KnownFloor
     from sandbox.spare import SpareSource
 
-__all__ = ["exit_now", "flush_stdout", "import_structlog", "run_in_process"]
+__all__ = [
+    "exit_now",
+    "flush_stdout",
+    "import_structlog",
+    "run_in_process",
+    "session_config",
+    "session_parts_here",
+]
 
 
 def run_in_process(
@@ -104,6 +111,17 @@ def _interactive_terminal() -> bool:
     """`warren` / `warren PROMPT` open the interactive session: stdin and stdout are
     terminals (a pipe on either side keeps a run headless, as `echo ... | warren`)."""
     return bool(sys.stdin and sys.stdout and sys.stdin.isatty() and sys.stdout.isatty())
+
+
+def session_config(args: argparse.Namespace) -> SessionConfig | int:
+    """A run's session options from its parsed command line (`prompt_parser`), or the exit
+    code of a one-line error (`warren workflow run` parses a run's options too)."""
+    return _session_config(args)
+
+
+def session_parts_here() -> SessionParts:
+    """The session's concrete parts for a run in this process."""
+    return _parts(None, None, None)
 
 
 def _run(

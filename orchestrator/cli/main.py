@@ -13,6 +13,7 @@
     warren mcp serve       Warren's tools as an MCP server on stdio
     warren sessions        past sessions of this directory, newest first
     warren undo [SESSION]  put back the files of a session's last writing turn
+    warren workflow ...    run a saved workflow, resume a stopped run, list the runs
     warren server ...      the warm per-user server: start, stop, status, run
 
 A first argument that is not a subcommand is a prompt: with stdin and stdout at a terminal
@@ -75,6 +76,15 @@ def build_parser() -> argparse.ArgumentParser:
     mcp.add_commands(sub, COMMANDS)
     sessions.add_commands(sub, COMMANDS)
     undo.add_commands(sub, COMMANDS)
+    workflow = sub.add_parser(
+        "workflow",
+        prog="warren workflow",
+        help=COMMANDS["workflow"],
+        description=COMMANDS["workflow"],
+        usage="warren workflow {run NAME [ARGS...] [--args JSON],resume RUN_ID,list} [options]",
+    )
+    workflow.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    workflow.set_defaults(handler=_workflow)
     server.add_commands(sub, COMMANDS)
     return parser
 
@@ -102,11 +112,21 @@ def run_command(argv: list[str]) -> int:
     """`warren COMMAND ...` (or `--help`, `--version`) in this process."""
     import_structlog()
     try:
+        if argv[:1] == ["workflow"]:  # a run's options follow, which the parser does not know
+            from orchestrator.cli.workflow import workflow_main
+
+            return workflow_main(argv[1:])
         args = build_parser().parse_args(argv)
         handler: Callable[[argparse.Namespace], int] = args.handler
         return handler(args)
     finally:
         flush_stdout()
+
+
+def _workflow(args: argparse.Namespace) -> int:
+    from orchestrator.cli.workflow import workflow_main
+
+    return workflow_main(list(args.rest))
 
 
 def _demo(args: argparse.Namespace) -> int:

@@ -17,7 +17,14 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import IO, Any
 
-from orchestrator.events import CallScheduled, Event, HookRan, PermissionDecided, TaskChanged
+from orchestrator.events import (
+    CallScheduled,
+    Event,
+    HookRan,
+    PermissionDecided,
+    TaskChanged,
+    WorkflowChanged,
+)
 from policies.mode import PermissionMode
 
 __all__ = ["AuditLog"]
@@ -91,6 +98,8 @@ class AuditLog:
                 duration_ms=round(event.duration_s * 1000),
                 output_bytes=event.output_bytes,
             )
+        elif isinstance(event, WorkflowChanged) and event.status != "waiting":
+            self.record("workflow", **asdict(event))  # the event is the line, field for field
 
     def close(self) -> None:
         self._file.close()

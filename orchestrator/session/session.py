@@ -49,6 +49,8 @@ if TYPE_CHECKING:
     from orchestrator.mcp.deferred import DeferredMcp
     from orchestrator.mcp.servers import McpServers
     from orchestrator.model.switch import SwitchableModel
+    from orchestrator.workflows.journal import RunRecord
+    from orchestrator.workflows.runs import RunStart, WorkflowRuns
 
 __all__ = ["Session", "SessionKit"]
 
@@ -79,6 +81,8 @@ class SessionKit:
     later: tuple[Callable[[], None], ...]
     tasks: TaskRegistry | None = None
     """The session's background tasks (orchestrator/tasks/)."""
+    workflows: WorkflowRuns | None = None
+    """The session's workflow runs (orchestrator/workflows/); None without subagents."""
 
 
 class Session:
@@ -116,6 +120,8 @@ class Session:
         """The per-turn change sets (orchestrator/changes/recorder.py) behind `/undo`."""
         self.tasks = kit.tasks
         """Background agents, shells and monitors (`/tasks`)."""
+        self.workflows = kit.workflows
+        """Workflow runs (`/workflows`, `warren workflow`); None without subagents."""
         self.later = kit.later
         """Starts the parts the first request does not need (tool hosts, pool, change scan:
         orchestrator/session/later.py), called when that request is on its way
@@ -356,6 +362,28 @@ class Session:
             f"</bash-{'stderr' if result.is_error else 'stdout'}>"
         )
         return result
+
+    async def run_workflow(self, start: RunStart) -> RunRecord:
+        """Run a workflow in the foreground to its end (`warren workflow run` and `resume`):
+        its agents are the session's subagents, decided by its policy; its record, with the
+        result, is saved.
+
+        **Cancellation:** its agents and script are stopped, the record says `stopped` (the
+        run can be resumed from its journal).
+        **Errors:** `SessionError` when the session runs no subagents; `WorkflowError` for a
+        script that cannot run (its META, an unknown run to resume).
+        """
+        if self.workflows is None:
+            raise SessionError(
+                "workflows need subagents, and this session runs none (the sandbox is off, "
+                "[limits] max_subagents is 0, or --tools leaves dispatch_agent out)"
+            )
+        self.start_parts()
+        live, _ = self.workflows.prepare(start)
+        try:
+            return await self.workflows.run(live, start.source)
+        finally:
+            self._end_turn()
 
     def add_user_note(self, text: str) -> None:
         """Add a user message to the conversation (and the transcript) without running the

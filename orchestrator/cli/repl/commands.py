@@ -263,6 +263,76 @@ async def _tasks(repl: CommandHost, session: Session, arg: str) -> Action | None
     return None
 
 
+async def _workflows(repl: CommandHost, session: Session, arg: str) -> Action | None:
+    """`/workflows`: this workspace's runs; `/workflows RUN_ID`: one, phase by phase;
+    `/workflows resume RUN_ID`: resume a stopped run in the background."""
+    from orchestrator.tasks.registry import TaskError
+    from orchestrator.workflows.meta import WorkflowError
+    from orchestrator.workflows.runs import RunStart
+    from orchestrator.workflows.view import run_lines, run_rows
+
+    runs = session.workflows
+    if runs is None:
+        _say(repl, "Workflows need subagents, which this session does not run.", "yellow")
+        return None
+    words = arg.split()
+    engines = {run_id: live.engine for run_id, live in runs.live.items()}
+    try:
+        if len(words) == 2 and words[0] == "resume":
+            earlier = runs.earlier(words[1])
+            live = runs.start(
+                RunStart(runs.store.script(earlier.run_id), earlier.args, resume=earlier.run_id)
+            )
+            _say(repl, f"Resuming {earlier.run_id} as {live.record.run_id} in the background.")
+            return None
+        if len(words) == 1:
+            record = runs.earlier(words[0]) if words[0] not in runs.live else None
+            record = record or runs.live[words[0]].record
+            for line in run_lines(record, engines.get(record.run_id)):
+                _say(repl, line)
+            return None
+    except (WorkflowError, TaskError) as exc:
+        _say(repl, escape_controls(str(exc)), "yellow")
+        return None
+    if words:
+        _say(repl, "Usage: /workflows, /workflows RUN_ID, /workflows resume RUN_ID", "yellow")
+        return None
+    found = runs.runs()
+    if not found:
+        saved = ", ".join(runs.saved_names()) or "none"
+        _say(repl, f"No workflow runs in this workspace. Saved workflows: {saved}.", "dim")
+        return None
+    for row in run_rows(found, engines):
+        _say(repl, row)
+    return None
+
+
+async def _workflow(repl: CommandHost, session: Session, arg: str) -> Action | None:
+    """`/workflow NAME [ARGS]`: start a saved workflow in the background (ARGS, as one
+    string, are its `args`); its result reaches the model with the next prompt."""
+    from orchestrator.tasks.registry import TaskError
+    from orchestrator.workflows.meta import WorkflowError
+    from orchestrator.workflows.runs import RunStart
+
+    runs = session.workflows
+    name, _, rest = arg.strip().partition(" ")
+    if runs is None:
+        _say(repl, "Workflows need subagents, which this session does not run.", "yellow")
+        return None
+    if not name:
+        saved = ", ".join(runs.saved_names()) or "none"
+        _say(repl, f"Usage: /workflow NAME [ARGS]. Saved workflows: {saved}.", "yellow")
+        return None
+    session.start_parts()
+    try:
+        live = runs.start(RunStart(runs.saved(name), rest.strip() or None, saved=name))
+    except (WorkflowError, TaskError) as exc:
+        _say(repl, escape_controls(str(exc)), "yellow")
+        return None
+    _say(repl, f"Workflow {name} started as {live.record.run_id}; /workflows {live.record.run_id}")
+    return None
+
+
 async def _doctor(repl: CommandHost, session: Session, arg: str) -> Action | None:
     from sandbox.commands import doctor
 
@@ -408,6 +478,10 @@ COMMANDS: dict[str, Command] = {
     "policy": Command("the effective policy, each rule with its file", _policy),
     "agents": Command("the agent types dispatch_agent can start", _agents),
     "tasks": Command("background agents, shells, monitors: /tasks [ID] | /tasks stop ID", _tasks),
+    "workflow": Command("start a saved workflow: /workflow NAME [ARGS]", _workflow),
+    "workflows": Command(
+        "workflow runs: /workflows [RUN_ID] | /workflows resume RUN_ID", _workflows
+    ),
     "doctor": Command("prove the sandbox floor again", _doctor),
     "hooks": Command("the hooks in force with their files", _hooks),
     "init": Command("write a starter WARREN.md and .warren/policy.toml", _init),

@@ -1,0 +1,96 @@
+"""The session's workflow runs and the `Workflow` tool, when subagents can run: workflows
+start nothing but subagents (orchestrator/workflows/).
+
+Their agents go through a pipeline of their own that offers only `dispatch_agent` and is
+otherwise the session's: the same policy, asker, hooks, audit log and tool context, and the
+change recorder around the same tool runner, so a workflow's writer is recorded for `warren
+undo` as the model's own scoped writers are.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from orchestrator.calls.permissions import Asker, PermissionFn
+from orchestrator.calls.pipeline import ToolPipeline, ToolRunner
+from orchestrator.calls.policy import SessionPolicy
+from orchestrator.changes.recorder import ChangeRecorder, RecordingRunner
+from orchestrator.events import EventSink
+from orchestrator.hooks.runner import HookRunner
+from orchestrator.limits import Limits
+from orchestrator.paths import WarrenDirs
+from orchestrator.tasks.registry import TaskRegistry
+from orchestrator.tools.base import ToolContext
+from orchestrator.tools.registry import ToolRegistry
+from orchestrator.workflows.journal import WorkflowStore
+from orchestrator.workflows.script import ScriptSandbox
+from policies.claude_names import SUBAGENT_TOOL
+
+if TYPE_CHECKING:
+    from orchestrator.workflows.runs import WorkflowRuns
+
+__all__ = ["build_workflows", "saved_workflow_dirs"]
+
+
+def saved_workflow_dirs(workspace: Path, dirs: WarrenDirs, trusted: bool) -> list[Path]:
+    """Where saved workflows are, first found wins: the trusted repository's
+    `.warren/workflows/` (an untrusted repository's are not read), then the user's."""
+    found = [workspace / ".warren" / "workflows"] if trusted else []
+    return [*found, dirs.config / "workflows"]
+
+
+def build_workflows(
+    registry: ToolRegistry,
+    *,
+    ctx: ToolContext,
+    runner: ToolRunner,
+    changes: ChangeRecorder,
+    policy: SessionPolicy,
+    permission: PermissionFn,
+    asker: Asker,
+    hooks: HookRunner,
+    emit: EventSink,
+    limits: Limits,
+    tasks: TaskRegistry,
+    dirs: WarrenDirs,
+    sandbox: ScriptSandbox,
+) -> WorkflowRuns | None:
+    """The session's `WorkflowRuns`; None when `dispatch_agent` is not offered."""
+    from orchestrator.agents.dispatch_agent import DispatchAgentTool
+    from orchestrator.workflows.agents import PipelineAgents
+    from orchestrator.workflows.rollback import keep_scope
+    from orchestrator.workflows.runs import WorkflowRuns
+
+    dispatch = registry.get(SUBAGENT_TOOL)
+    if not isinstance(dispatch, DispatchAgentTool):
+        return None
+    pipeline = ToolPipeline(
+        runner=RecordingRunner(runner, changes),
+        tools=ToolRegistry([dispatch]),
+        ctx=ctx,
+        permission=permission,
+        asker=asker,
+        assessor=policy.assessor(),
+        emit=emit,
+        default_timeout_s=limits.tool_timeout_s,
+        output_cap=limits.max_tool_output_chars,
+        hooks=hooks,
+    )
+    workspace = ctx.workspace
+    return WorkflowRuns(
+        store=WorkflowStore(dirs.state / "workflows"),
+        workspace=workspace,
+        session_id=ctx.session_id,
+        runner=lambda name: PipelineAgents(pipeline, dispatch, name),
+        sandbox=sandbox,
+        emit=emit,
+        tasks=tasks if tasks.max_tasks > 0 else None,
+        saved_dirs=saved_workflow_dirs(
+            workspace, dirs, trusted=policy.effective.trust == "trusted"
+        ),
+        cap=min(limits.max_subagents, limits.max_concurrency),
+        max_agents=limits.workflow_agents,
+        keeper=lambda key, scope: keep_scope(key, scope, workspace, dirs.objects),
+        objects=dirs.objects,
+    )

@@ -1,0 +1,83 @@
+"""A workflow's agents as ordinary subagents: each `agent()` call is a `dispatch_agent` call
+through the session's own `ToolPipeline`, so it is planned, hooked (PreToolUse, PostToolUse,
+SubagentStop), decided by the session's policy (an ask goes to the session's asker, denied
+headless), audited, run in a pool worker under the floor (local or `--pool ray`), and a writer's
+changes are recorded for `warren undo`: a workflow can do nothing a model's own `dispatch_agent`
+call could not.
+
+The call's id is the run's and the position's (`toolu_wf_<run>_<key>`), so its audit line, its
+sidechain transcript and stream-json's `parent_tool_use_id` name the workflow call it served.
+The outcome comes back from `DispatchAgentTool.take_outcome` (the final text, or the object a
+schema asked for, checked by the `StructuredOutput` tool), not parsed from the result's text.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from orchestrator.messages import ToolUseBlock
+from orchestrator.workflows.engine import AgentAnswer
+from orchestrator.workflows.script import AgentCall
+from policies.claude_names import SUBAGENT_TOOL
+
+if TYPE_CHECKING:
+    from orchestrator.agents.dispatch_agent import DispatchAgentTool
+    from orchestrator.calls.pipeline import ToolPipeline
+
+__all__ = ["PipelineAgents", "dispatch_input"]
+
+
+def dispatch_input(call: AgentCall, workflow: str) -> dict[str, Any]:
+    """The `dispatch_agent` input of one workflow call."""
+    value: dict[str, Any] = {
+        "description": (call.label or f"{workflow} agent {call.key}")[:80],
+        "prompt": call.prompt,
+        "subagent_type": call.type or "general",
+    }
+    if call.write_paths is not None:
+        value["write_paths"] = list(call.write_paths)
+    if call.model is not None:
+        value["model"] = call.model
+    if call.schema is not None:
+        value["output_schema"] = call.schema
+    return value
+
+
+class PipelineAgents:
+    """`AgentRunner` over the session's pipeline and its `dispatch_agent`."""
+
+    def __init__(self, pipeline: ToolPipeline, dispatch: DispatchAgentTool, workflow: str) -> None:
+        self._pipeline = pipeline
+        self._dispatch = dispatch
+        self._workflow = workflow
+
+    def _block(self, call: AgentCall, call_id: str) -> ToolUseBlock:
+        return ToolUseBlock(
+            id=call_id, name=SUBAGENT_TOOL, input=dispatch_input(call, self._workflow)
+        )
+
+    async def scope_of(self, call: AgentCall) -> tuple[Path, ...] | Literal["ro"] | None:
+        plan = self._pipeline.prepare(self._block(call, "toolu_scope"))
+        if plan.sandbox == "ro":
+            return "ro"
+        return plan.write_scope
+
+    async def run(self, call: AgentCall, call_id: str) -> AgentAnswer:
+        plan = self._pipeline.prepare(self._block(call, call_id))
+        result = await self._pipeline.execute(plan)
+        outcome = self._dispatch.take_outcome(call_id)
+        if outcome is None:  # refused before it ran: denied, invalid, a hook's no
+            return AgentAnswer(False, reason=result.text() or "the agent did not run")
+        tokens = outcome.usage.input_tokens + outcome.usage.output_tokens
+        if result.is_error or outcome.failed is not None:
+            return AgentAnswer(
+                False,
+                reason=outcome.failed or result.text(),
+                agent_id=outcome.agent_id,
+                tokens=tokens,
+                cost_usd=outcome.cost_usd or 0.0,
+            )
+        value = outcome.value if outcome.has_value else outcome.text
+        cost = outcome.cost_usd or 0.0
+        return AgentAnswer(True, value, agent_id=outcome.agent_id, tokens=tokens, cost_usd=cost)
