@@ -69,6 +69,11 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="the rename by three subagents at once, each writable only in its own package",
     )
+    demo.add_argument(
+        "--workflow",
+        action="store_true",
+        help="the rename by a workflow: three scoped writers at once, then a test agent",
+    )
     demo.set_defaults(handler=_demo)
     doctor.add_commands(sub, COMMANDS)
     policy.add_commands(sub, COMMANDS)
@@ -138,4 +143,5 @@ def _demo(args: argparse.Namespace) -> int:
         verbose=args.verbose,
         parts=session_parts(),
         parallel_writers=args.parallel_writers,
+        workflow=args.workflow,
     )

@@ -38,7 +38,7 @@ __all__ = [
     "TaskStatus",
 ]
 
-TaskKind = Literal["agent", "shell", "monitor"]
+TaskKind = Literal["agent", "shell", "monitor", "workflow"]
 TaskStatus = Literal["running", "completed", "failed", "stopped"]
 
 TASK_STOP_WAIT_S = 10.0
@@ -347,9 +347,11 @@ class TaskRegistry:
         return bool(self._notes)
 
     def waits(self) -> bool:
-        """Whether a running agent or monitor will still notify the conversation (a shell
-        does not keep a headless run waiting)."""
-        return any(t.running and t.kind in ("agent", "monitor") for t in self._tasks.values())
+        """Whether a running agent, monitor or workflow will still notify the conversation (a
+        shell does not keep a headless run waiting)."""
+        return any(
+            t.running and t.kind in ("agent", "monitor", "workflow") for t in self._tasks.values()
+        )
 
     async def wait(self) -> None:
         """Return once a notification is waiting, or no agent or monitor runs.

@@ -12,6 +12,12 @@ one message, each with `write_paths` set to its package (only that directory is 
 its sandbox), which the scheduler runs at once; then the tests run in the sandbox. The
 `renamer` type is the demo's own, in a private config directory (so the user's policy file is
 not read for this demo; its permissions are the ones printed).
+
+`warren demo --workflow` (`workflow.json`) does it with a workflow (orchestrator/workflows/):
+the main agent renames the definition and starts a `Workflow` script whose first phase runs the
+three scoped `renamer` writers at once and whose second runs an agent that runs the tests and
+reports `{"passed": ..., "summary": ...}` through `StructuredOutput`; the script runs in its
+own sandbox, and the main agent gets one notification with the workflow's result.
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ from orchestrator.events import (
     Event,
     PermissionDecided,
     ToolStarted,
+    WorkflowChanged,
 )
 from orchestrator.outcome import exit_code
 from orchestrator.paths import WarrenDirs
@@ -86,6 +93,8 @@ class _Timeline:
     _last: float = field(default_factory=time.monotonic)
     decisions: Counter[str] = field(default_factory=Counter)
     agents: list[SubagentOutcome] = field(default_factory=list)
+    workflow_phases: list[str] = field(default_factory=list)
+    """The phases a workflow entered, in order (`--workflow`)."""
 
     def __call__(self, event: Event) -> None:
         match event:
@@ -97,6 +106,8 @@ class _Timeline:
                 self.decisions[f"{decision}: {rule}"] += 1
             case CallScheduled(tool_use_id=call, write_scope=scope) if scope is not None:
                 self.scopes[call] = scope
+            case WorkflowChanged(what="phase", text=title):
+                self.workflow_phases.append(title)
             case _:
                 pass
 
@@ -152,16 +163,20 @@ def demo_main(
     verbose: bool = False,
     parts: SessionParts | None = None,
     parallel_writers: bool = False,
+    workflow: bool = False,
 ) -> int:
     """Run the demo. `parts` are the sandboxed tool hosts, worker pool and broker (the CLI
     passes them); without tool hosts, tools run unsandboxed and nothing is dispatched.
-    `parallel_writers`: the rename by three scoped writers at once (module docstring)."""
+    `parallel_writers`: the rename by three scoped writers at once; `workflow`: the same by
+    a workflow (module docstring)."""
     parts = parts or SessionParts()
     root = Path(tempfile.mkdtemp(prefix="warren-demo-"))
     script, allowed = HERE / "session.json", ["Bash(python -m unittest:*)"]
-    if parallel_writers:
-        script = HERE / "parallel_writers.json"
+    if parallel_writers or workflow:
+        script = HERE / ("workflow.json" if workflow else "parallel_writers.json")
         allowed.append("dispatch_agent(renamer)")
+        if workflow:
+            allowed.append("Workflow")
         config_dir = root / "config" / "warren"
         (config_dir / "agents").mkdir(parents=True)
         (config_dir / "agents" / "renamer.md").write_text(RENAMER, encoding="utf-8")
@@ -221,6 +236,8 @@ def _summary(out: IO[str], reason: str, turns: int, timeline: _Timeline, transcr
     out.write("  phases (wall time per model turn and the tools it ran):\n")
     for label, seconds in timeline.phases:
         out.write(f"    {seconds * 1000:7.0f} ms  {label}\n")
+    if timeline.workflow_phases:
+        out.write(f"  workflow phases: {' -> '.join(timeline.workflow_phases)}\n")
     if timeline.agents:
         out.write(f"  subagents: {len(timeline.agents)}, each in its own sandboxed worker\n")
         if timeline.scopes:
