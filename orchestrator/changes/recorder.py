@@ -220,7 +220,11 @@ class ChangeRecorder:
         """The turn's writers by id, in the order they started."""
         self._by: dict[Key, str] = {}
         """Which writer each changed path is put down to: a scoped writer when the path lies
-        in its scope, else the call whose after-scan first saw it."""
+        in its scope, else the call whose after-scan first saw it (or that was running when a
+        scan outside any call saw it)."""
+        self._in_flight: list[str] = []
+        """The calls whose first scan has run and whose after-scan has not: what a scan
+        outside any call (a background writer's end) sees may be theirs."""
         self._background: dict[str, Writer] = {}
         """Writers running in the background (a writing background shell), by id, in the
         order they started: while one runs the mark is held across turns."""
@@ -384,6 +388,7 @@ class ChangeRecorder:
                 # What changed since the last scan is the background writers': this call
                 # has not started.
                 await self._scan_for_background()
+            self._in_flight.append(tool_use_id)
 
         await self._run(first_scan, wait=True)
 
@@ -392,22 +397,30 @@ class ChangeRecorder:
         sees what it changed (queued, not waited for, inside `running()`)."""
 
         async def after() -> None:
-            if self._turn_complete is None:
-                return  # the turn's first scan failed: the turn is not recorded
             try:
-                await self._scan()
-            except (OSError, ScanStopped) as exc:
-                structlog.get_logger().warning("change scan failed", error=str(exc))
-                self._turn_complete = None
-                return
-            self._attribute(tool_use_id)
+                if self._turn_complete is None:
+                    return  # the turn's first scan failed: the turn is not recorded
+                try:
+                    await self._scan()
+                except (OSError, ScanStopped) as exc:
+                    structlog.get_logger().warning("change scan failed", error=str(exc))
+                    self._turn_complete = None
+                    return
+                self._attribute(tool_use_id)
+            finally:
+                if tool_use_id in self._in_flight:
+                    self._in_flight.remove(tool_use_id)
 
         await self._run(after, wait=False)
 
     def _attribute(self, tool_use_id: str | None) -> None:
         """Put each changed path not yet put down to a writer to the scoped writer that holds
         it, else to the call whose scan this is (writers that run at once are scoped: a
-        barrier call runs alone)."""
+        barrier call runs alone). A scan outside any call (`tool_use_id` None) gives a path
+        to an unscoped call still running that may have written it, as that call's own
+        after-scan would have: a background writer ending while a call runs does not take
+        the call's files (tests/orchestrator/test_changes.py::
+        test_a_background_writer_ending_while_a_call_runs_leaves_the_call_its_files)."""
         scoped = [w for w in self._writers.values() if w.scope is not None]
         first_background = next(iter(self._background), None)
         for change in self._changes:
@@ -416,6 +429,8 @@ class ChangeRecorder:
             holder = self._owned.get(change.key)
             if holder is None:
                 holder = next((w.id for w in scoped if w.holds(change.key)), tool_use_id)
+            if holder is None:
+                holder = self._in_flight_writer_of(change.key)
             caller = self._writers.get(holder) if holder is not None else None
             if caller is not None and not caller.may_write(change.key) and self._background:
                 holder = None  # not a file this call names: what runs anyway wrote it
@@ -424,6 +439,14 @@ class ChangeRecorder:
                 holder = self._owned[change.key] = first_background
             if holder is not None:
                 self._by[change.key] = holder
+
+    def _in_flight_writer_of(self, key: Key) -> str | None:
+        """The first unscoped call still running that can have changed `key`, if any."""
+        for call in self._in_flight:
+            writer = self._writers.get(call)
+            if writer is not None and writer.scope is None and writer.may_write(key):
+                return call
+        return None
 
     def _turn_writers(self, changes: list[Change]) -> list[dict[str, Any]]:
         """The turn's writers with the paths each changed (a lone writer has them all)."""
@@ -461,7 +484,7 @@ class ChangeRecorder:
         changes = self._hold_background(changes)
         writers = self._turn_writers(changes) if complete is not None and changes else []
         self._tool_use_ids, self._changes = [], []
-        self._writers, self._by = {}, {}
+        self._writers, self._by, self._in_flight = {}, {}, []
         if not self._background:
             self._turn_complete, self._base = None, {}
             if complete is not None:

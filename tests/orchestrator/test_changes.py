@@ -498,3 +498,58 @@ def test_a_background_writer_is_a_change_set_of_its_own_across_turns(tmp_path: P
     assert (ws / "a.txt").read_text() == "edited"
     assert (ws / "log.txt").read_text() == "old log\n"
     assert not (ws / "out1.txt").exists() and not (ws / "out2.txt").exists()
+
+
+def test_a_background_writer_ending_while_a_call_runs_leaves_the_call_its_files(
+    tmp_path: Path,
+) -> None:
+    """A background writer whose end is recorded while a call still runs (its end reached the
+    coordinator before the call's result, so its closing scan comes before the call's
+    after-scan) takes only what the call cannot have written: an Edit keeps its file, the
+    writer gets what it wrote beside it; an unscoped Bash keeps what it wrote. Before, the
+    closing scan put every path no call's scan had seen to the writer, so undoing the writer
+    undid the call (tests/orchestrator/test_undo_every_writer_e2e.py::
+    test_a_background_shell_ending_while_a_call_runs_leaves_the_call_its_file)."""
+    recorder, ws = _recorder(tmp_path)
+    first = Writer("bash-1", "Bash (background)", "build")
+    second = Writer("bash-2", "Bash (background)", "watch")
+
+    async def main() -> None:
+        async with recorder.running():
+            await recorder.open_background(first)
+            (ws / "out.txt").write_text("out")
+            recorder.end_turn()
+            await recorder.settled()
+            # Turn 2: an Edit of a.txt; the command writes log.txt beside it and ends first.
+            edit = Writer("toolu_edit", "Edit", "a.txt", files=(str(ws / "a.txt"),))
+            await recorder.before_call(edit.id, edit)
+            (ws / "a.txt").write_text("edited")
+            (ws / "log.txt").write_text("log")
+            await recorder.close_background(first.id)
+            await recorder.after_call(edit.id)
+            recorder.end_turn()
+            await recorder.settled()
+            # Turn 3: another command, which ends while a Bash that wrote c.txt runs.
+            await recorder.open_background(second)
+            await recorder.before_call("toolu_bash", Writer("toolu_bash", "Bash", "make c"))
+            (ws / "c.txt").write_text("c")
+            await recorder.close_background(second.id)
+            await recorder.after_call("toolu_bash")
+            recorder.end_turn()
+
+    trio.run(main)
+    recorder.close()
+    turns = read_turns(recorder.log)
+    assert [(t.tool_use_ids, [w.paths for w in t.writers]) for t in turns] == [
+        (["bash-1"], [("log.txt", "out.txt")]),
+        (["toolu_edit"], [("a.txt",)]),
+        (["toolu_bash"], [("c.txt",)]),
+    ], turns
+    outcome = undo_last_turn(recorder.log, recorder.store)
+    assert outcome.undone and not (ws / "c.txt").exists(), outcome.message
+    outcome = undo_last_turn(recorder.log, recorder.store)
+    assert outcome.undone and (ws / "a.txt").read_text() == "a", outcome.message
+    assert (ws / "log.txt").read_text() == "log"
+    outcome = undo_last_turn(recorder.log, recorder.store)
+    assert outcome.undone and 'Bash (background) "build"' in outcome.message, outcome.message
+    assert not (ws / "log.txt").exists() and not (ws / "out.txt").exists()

@@ -9,6 +9,11 @@ workspace checked on the host, byte for byte and mode for mode.
   tool host), and an MCP server granted `write = true`: three writing turns of one session,
   each undone in turn, the tree as it was before that turn after each undo.
 - A `!command` typed in the REPL: a turn of its own, undone.
+- A writing background shell (`Bash` with `run_in_background`): its writes, across turns, are
+  a change set of its own that names it; an Edit beside it is a turn of its own (what the
+  command wrote while the Edit ran stays the command's); a command that ends while a
+  foreground Bash runs leaves that Bash its file. The model waits for the command's
+  notification with a watch (a shell keeps no headless run going).
 
 After the last undo, one more refuses with the reason and changes nothing.
 """
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -28,6 +34,7 @@ from typing import Any
 
 import pytest
 
+from orchestrator.tasks.outputs import outputs_root
 from tests.kit.fake_api import FakeMessagesAPI, FakeResponse, RecordedRequest, Reply
 from tests.kit.floor import needs_sandbox
 from tests.kit.tty import Terminal
@@ -319,3 +326,220 @@ def test_a_writers_follow_up_writes_in_its_scope_and_is_a_turn_of_its_own(home: 
     code, said = _undo(home)
     assert code == 0, said
     assert _tree(ws) == before
+
+
+# -- a background shell (a writer of its own across turns) ---------------------------------
+
+KEEP_GOING = {"description": "the background command's end", "command": "sleep 600"}
+"""A watch that keeps the headless run going (a shell does not) until the command's
+notification is in; then stopped."""
+
+
+def _use(tool_use_id: str, name: str, input: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "tool_use", "id": tool_use_id, "name": name, "input": input}
+
+
+def _background(command: str, description: str) -> dict[str, Any]:
+    """The background command's call (`toolu_bg`)."""
+    input = {"command": command, "description": description, "run_in_background": True}
+    return _use("toolu_bg", "Bash", input)
+
+
+def _until(condition: str) -> dict[str, Any]:
+    """A watch (`toolu_watch`) that ends, printing nothing, once `condition` holds: the next
+    step waits for its notification."""
+    command = f"until {condition}; do sleep 0.05; done"
+    return _use("toolu_watch", "Monitor", {"description": condition, "command": command})
+
+
+def _result_texts(request: RecordedRequest) -> dict[str, str]:
+    """The tool results the request carries, by tool_use_id, as text."""
+    content = request.messages[-1]["content"]
+    found: dict[str, str] = {}
+    for block in content if isinstance(content, list) else []:
+        if isinstance(block, dict) and block.get("type") == "tool_result":
+            inner = block.get("content")
+            parts = [] if isinstance(inner, str) else inner or []
+            text = inner if isinstance(inner, str) else "".join(p.get("text", "") for p in parts)
+            found[str(block["tool_use_id"])] = text
+    return found
+
+
+class _WaitsForTheBackground:
+    """The model's side: each step's calls in turn (the first starts the background command,
+    `toolu_bg`; a step after a `_until` watch waits for the watch's end), then a watch that
+    keeps the run going until the command's notification is in (waiting on that state, not
+    on time), the watch stopped, and the end."""
+
+    def __init__(self, *steps: list[dict[str, Any]]) -> None:
+        self.steps = list(steps)
+        self.task_id: str | None = None
+        self.watch: str | None = None
+        self.keep: str | None = None
+        self.stopped = False
+        self.notification = ""
+
+    def __call__(self, request: RecordedRequest) -> FakeResponse:
+        for tool_use_id, text in _result_texts(request).items():
+            started = re.search(r"with ID: ((?:bash|monitor)-\w+)", text)
+            if started is None:
+                continue
+            if tool_use_id == "toolu_bg":
+                self.task_id = started.group(1)
+            elif tool_use_id == "toolu_watch":
+                self.watch = started.group(1)
+            elif tool_use_id == "toolu_keep":
+                self.keep = started.group(1)
+        whole = json.dumps(request.messages)
+        if self.watch is not None and not _ended(self.watch, whole):
+            return Reply.text("waiting for the watch")  # the run waits for its end
+        self.watch = None
+        if self.steps:
+            return Reply(content=self.steps.pop(0))
+        if self.task_id is not None and _ended(self.task_id, whole):
+            self.notification = self.notification or whole
+            if self.keep is not None and not self.stopped:
+                self.stopped = True
+                return Reply.tool_use("TaskStop", {"task_id": self.keep})
+            return Reply.text("done")
+        if self.keep is None:
+            return Reply(content=[_use("toolu_keep", "Monitor", KEEP_GOING)])
+        return Reply.text("waiting for the background command")
+
+
+def _ended(task_id: str, messages: str) -> bool:
+    """Whether the task's notification is in the conversation (the tasks here print no
+    line a monitor would report while they run)."""
+    return f"<task-id>{task_id}</task-id>" in messages
+
+
+def test_a_background_shells_writes_are_its_own_change_set_undone(home: Path) -> None:
+    """A writing background Bash (issue 40's last writer): it makes a directory and a file,
+    appends to a file and changes its mode, deletes another; its change set names it, one
+    `warren undo` puts the tree back byte for byte and mode for mode, a second refuses."""
+    ws = home / "ws"
+    before = _tree(ws)
+    command = (
+        "mkdir -p made && printf new > made/new.txt && printf '\\nmore' >> a.txt"
+        " && chmod 644 a.txt && rm shipping/mod.py && echo BUILT"
+    )
+    model = _WaitsForTheBackground([_background(command, "build the site")])
+    with FakeMessagesAPI(route=model) as api:
+        done = _run(home, api, "build in the background")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["result"] == "done", done.stdout
+    assert "completed (exit code 0)" in model.notification and "BUILT" in model.notification
+
+    after = _tree(ws)
+    assert after["made/new.txt"] == ("file 644", b"new")
+    assert after["a.txt"] == ("file 644", b"alpha\nno newline\nmore")
+    assert "shipping/mod.py" not in after
+
+    code, said = _undo(home)
+    assert code == 0, said
+    assert said.endswith(
+        ": undid turn 1: restored a.txt, shipping/mod.py; removed made"
+        ' (by Bash (background) "build the site")'
+    ), said
+    assert _tree(ws) == before
+
+    code, said = _undo(home)
+    assert code == 1 and "every writing turn was undone already; nothing changed" in said, said
+    assert _tree(ws) == before
+
+
+def test_a_background_shell_and_an_edit_beside_it_are_each_undone_on_their_own(
+    home: Path,
+) -> None:
+    """The background command writes a file before an Edit and another once the Edit has
+    landed (while the Edit's turn is being recorded); it ends only after that turn (it waits
+    for a second task's output file, which a later turn starts). The Edit's turn holds
+    a.txt alone, the command's own change set both of its files: undone last first, each
+    puts back exactly its own."""
+    ws = home / "ws"
+    before = _tree(ws)
+    outputs = outputs_root(ws)
+    command = (
+        "printf one > bg1.txt && until grep -q edited a.txt; do sleep 0.05; done"
+        " && printf two > bg2.txt"
+        f" && until [ $(ls {outputs}/*/*.output | wc -l) -ge 2 ]; do sleep 0.05; done"
+    )
+    edit = {"file_path": str(ws / "a.txt"), "old_string": "alpha", "new_string": "edited"}
+    release = {"command": "echo release", "run_in_background": True}
+    model = _WaitsForTheBackground(
+        [
+            _use("toolu_read", "Read", {"file_path": str(ws / "a.txt")}),
+            _background(command, "write beside the edit"),
+        ],
+        [_use("toolu_edit", "Edit", edit)],
+        [_use("toolu_release", "Bash", release)],
+    )
+    with FakeMessagesAPI(route=model) as api:
+        done = _run(home, api, "edit while the background command writes")
+    assert done.returncode == 0, done.stderr
+    assert "completed (exit code 0)" in model.notification
+    after = _tree(ws)
+    assert after["a.txt"] == ("file 600", b"edited\nno newline")
+    assert after["bg1.txt"][1] == b"one" and after["bg2.txt"][1] == b"two"
+
+    # The command ended last: its change set first, its two files only.
+    code, said = _undo(home)
+    assert code == 0, said
+    assert said.endswith(
+        ': undid turn 2: removed bg1.txt, bg2.txt (by Bash (background) "write beside the edit")'
+    ), said
+    assert _tree(ws) == {**before, "a.txt": ("file 600", b"edited\nno newline")}
+
+    code, said = _undo(home)  # the Edit's turn: a.txt alone
+    assert code == 0 and said.endswith(": undid turn 1: restored a.txt"), said
+    assert _tree(ws) == before
+
+    code, said = _undo(home)
+    assert code == 1 and "every writing turn was undone already; nothing changed" in said, said
+    assert _tree(ws) == before
+
+
+def test_a_background_shell_ending_while_a_call_runs_leaves_the_call_its_file(
+    home: Path,
+) -> None:
+    """The background command ends while a foreground Bash still runs (the Bash wrote c.txt
+    and waits for the command's process to be gone): the command's end, recorded before the
+    Bash's after-scan, once took c.txt into the command's change set, so undoing the command
+    removed the Bash's file and the Bash's turn had no record. Each is its own now."""
+    ws = home / "ws"
+    before = _tree(ws)
+    command = (
+        "echo $$ > /tmp/bg.pid && printf one > bg1.txt && until [ -e c.txt ]; do sleep 0.01; done"
+    )
+    gone = "! kill -0 $(cat /tmp/bg.pid) 2>/dev/null"  # the tool host's own /tmp
+    foreground = f"printf c > c.txt && until {gone}; do sleep 0.01; done"
+    model = _WaitsForTheBackground(
+        [_background(command, "wait for c")],
+        [_until("[ -e bg1.txt ]")],  # bg1.txt the command's before the Bash starts
+        [_use("toolu_fg", "Bash", {"command": foreground})],
+    )
+    with FakeMessagesAPI(route=model) as api:
+        done = _run(home, api, "write while the background command ends")
+    assert done.returncode == 0, done.stderr
+    assert "completed (exit code 0)" in model.notification
+    assert (ws / "bg1.txt").read_bytes() == b"one" and (ws / "c.txt").read_bytes() == b"c"
+
+    # Which record comes last depends on whether the command's end or the Bash's result
+    # reached the coordinator first; either way each undo puts back its own file only.
+    written = {"c.txt": b"c", "bg1.txt": b"one"}
+    said_by = {
+        "c.txt": ": removed c.txt",
+        "bg1.txt": ': removed bg1.txt (by Bash (background) "wait for c")',
+    }
+    undone: list[str] = []
+    for _ in said_by:
+        code, said = _undo(home)
+        assert code == 0, said
+        names = [name for name, end in said_by.items() if said.endswith(end)]
+        assert len(names) == 1, said
+        undone.append(names[0])
+        left = {n: ("file 644", data) for n, data in written.items() if n not in undone}
+        assert _tree(ws) == {**before, **left}, said
+    assert _tree(ws) == before
+    code, said = _undo(home)
+    assert code == 1 and "every writing turn was undone already; nothing changed" in said, said
