@@ -54,6 +54,7 @@ from orchestrator.session.state import (
     open_transcript,
 )
 from orchestrator.session.tools import build_registry, dispatch_tool
+from orchestrator.session.workflows import build_workflows, workflow_tool
 from orchestrator.tasks.monitor import MonitorTool
 from orchestrator.tasks.outputs import TaskOutputError, TaskOutputs
 from orchestrator.tasks.registry import TaskRegistry
@@ -61,7 +62,7 @@ from orchestrator.tasks.shells import BackgroundShells
 from orchestrator.tasks.task_stop import TaskStopTool
 from orchestrator.tools.base import Tool, ToolContext
 from orchestrator.tools.registry import ToolRegistry
-from policies.claude_names import SUBAGENT_TOOL
+from policies.claude_names import SUBAGENT_TOOL, WORKFLOW_TOOL
 from policies.pool import PoolConfig
 
 __all__ = ["open_session"]
@@ -205,6 +206,13 @@ class _Opening:
             unavailable=no_outputs,
         )
         registry = self._task_tools(registry, tasks, runner, outputs is not None)
+        workflows = build_workflows(
+            registry, ctx=ctx, runner=runner, changes=changes, policy=policy,
+            permission=permission, asker=asker, hooks=hooks, emit=emit, limits=limits,
+            tasks=tasks, dirs=self.dirs,
+        ) if self._wanted(WORKFLOW_TOOL) else None  # fmt: skip
+        if workflows is not None:
+            registry = registry.with_tools([workflow_tool(workflows)])
         # What the first request does not need starts once it is on its way (Session.run).
         later = [p.start for p in (runner, pool) if isinstance(p, LaterToolHosts | LaterSubagents)]
         if may_write(policy.mode, registry, servers is not None, changes.tree.roots):
@@ -255,6 +263,7 @@ class _Opening:
             mcp_source=servers,
             later=tuple(later),
             tasks=tasks,
+            workflows=workflows,
         )
         return kit, hooks
 

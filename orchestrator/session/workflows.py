@@ -9,8 +9,11 @@ undo` as the model's own scoped writers are.
 
 from __future__ import annotations
 
+import glob
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import trio
 
 from orchestrator.calls.permissions import Asker, PermissionFn
 from orchestrator.calls.pipeline import ToolPipeline, ToolRunner
@@ -23,14 +26,14 @@ from orchestrator.paths import WarrenDirs
 from orchestrator.tasks.registry import TaskRegistry
 from orchestrator.tools.base import ToolContext
 from orchestrator.tools.registry import ToolRegistry
-from orchestrator.workflows.journal import WorkflowStore
-from orchestrator.workflows.script import ScriptSandbox
 from policies.claude_names import SUBAGENT_TOOL
 
 if TYPE_CHECKING:
+    from orchestrator.tools.base import Tool
     from orchestrator.workflows.runs import WorkflowRuns
+    from orchestrator.workflows.script import ScriptSandbox
 
-__all__ = ["build_workflows", "saved_workflow_dirs"]
+__all__ = ["build_workflows", "saved_workflow_dirs", "workflow_tool"]
 
 
 def saved_workflow_dirs(workspace: Path, dirs: WarrenDirs, trusted: bool) -> list[Path]:
@@ -54,13 +57,16 @@ def build_workflows(
     limits: Limits,
     tasks: TaskRegistry,
     dirs: WarrenDirs,
-    sandbox: ScriptSandbox,
 ) -> WorkflowRuns | None:
-    """The session's `WorkflowRuns`; None when `dispatch_agent` is not offered."""
+    """The session's `WorkflowRuns`; None when `dispatch_agent` is not offered. (Imported
+    here, not at start-up's import: most sessions never run a workflow.)"""
     from orchestrator.agents.dispatch_agent import DispatchAgentTool
     from orchestrator.workflows.agents import PipelineAgents
+    from orchestrator.workflows.journal import WorkflowStore
     from orchestrator.workflows.rollback import keep_scope
     from orchestrator.workflows.runs import WorkflowRuns
+    from orchestrator.workflows.script import script_sandbox
+    from sandbox.guard import find_denied
 
     dispatch = registry.get(SUBAGENT_TOOL)
     if not isinstance(dispatch, DispatchAgentTool):
@@ -78,6 +84,17 @@ def build_workflows(
         hooks=hooks,
     )
     workspace = ctx.workspace
+    roots = [workspace, *ctx.extra_roots]
+
+    async def sandbox() -> ScriptSandbox:
+        """The script's floor: the session's, all read-only, its read deny rules masked."""
+        denied: tuple[str, ...] = ()
+        read_denied = policy.read_denied()
+        if read_denied is not None:
+            found = await trio.to_thread.run_sync(find_denied, roots, read_denied)
+            denied = tuple(glob.escape(str(p)) for p in found)
+        return script_sandbox(policy.sandbox_spec(), roots, limits, denied=denied)
+
     return WorkflowRuns(
         store=WorkflowStore(dirs.state / "workflows"),
         workspace=workspace,
@@ -94,3 +111,10 @@ def build_workflows(
         keeper=lambda key, scope: keep_scope(key, scope, workspace, dirs.objects),
         objects=dirs.objects,
     )
+
+
+def workflow_tool(runs: WorkflowRuns) -> Tool[Any]:
+    """The `Workflow` tool over the session's runs."""
+    from orchestrator.workflows.tool import WorkflowTool
+
+    return WorkflowTool(runs)

@@ -15,7 +15,7 @@ from the earlier run's journal; writers the earlier run left unfinished are roll
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -79,7 +79,7 @@ class WorkflowRuns:
         workspace: Path,
         session_id: str,
         runner: Callable[[str], AgentRunner],
-        sandbox: ScriptSandbox,
+        sandbox: Callable[[], Awaitable[ScriptSandbox]],
         emit: Callable[[WorkflowChanged], None],
         tasks: TaskRegistry | None,
         saved_dirs: list[Path],
@@ -89,7 +89,8 @@ class WorkflowRuns:
         objects: Path,
     ) -> None:
         """`runner(name)`: the agents of a run of workflow `name` (`PipelineAgents`).
-        `sandbox`: where scripts run. `saved_dirs`: where saved workflows are, in order.
+        `sandbox`: where scripts run (made when a run starts: the read deny rules' masks as the
+        workspace is then). `saved_dirs`: where saved workflows are, in order.
         `cap`: agents at once; `max_agents`: per run. `keeper`: keeps a scoped writer's scope
         before it runs (`rollback.keep_scope`), in the content store at `objects`, from which
         a resume rolls back the writers a stopped run left unfinished."""
@@ -198,9 +199,8 @@ class WorkflowRuns:
         try:
             if record.resumed_from is not None:
                 await trio.to_thread.run_sync(self._roll_back, record.resumed_from)
-            end = await run_script(
-                source, record.args, live.engine, self._sandbox, run_id=record.run_id
-            )
+            sandbox = await self._sandbox()
+            end = await run_script(source, record.args, live.engine, sandbox, run_id=record.run_id)
         except BaseException:
             record.status = "stopped"
             self._save(record)
