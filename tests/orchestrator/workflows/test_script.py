@@ -12,7 +12,7 @@ import pytest
 import trio
 
 from orchestrator.limits import Limits
-from orchestrator.workflows.script import MAX_LINE_BYTES, AgentCall
+from orchestrator.workflows.script import MAX_LINE_BYTES, AgentCall, ScriptEnd
 from sandbox.host import SandboxHost
 from tests.kit.floor import needs_sandbox
 from tests.orchestrator.workflows.scripted import ScriptedHost, run
@@ -189,7 +189,7 @@ async def test_phases_and_logs_reach_the_host_and_threads_inherit_the_phase(
         workspace,
         sandbox_host,
     )
-    assert end == end.__class__("finished", None, None, "")
+    assert end == ScriptEnd("finished", None, None, "")
     assert host.phases == ["Review", "Verify"]
     assert host.logs == ["starting", "42"]
     assert {call.prompt: call.phase for call in host.calls} == {
