@@ -7,6 +7,9 @@
      |    +-- ToolTimeout       the call exceeded its time limit
      +-- SessionError           a transcript that cannot be read or resumed, a bad session id
      +-- TranscriptWriteError   a transcript that cannot be written (full or read-only disk)
+     +-- WorkflowError          a workflow script that cannot run (orchestrator.workflows.meta)
+     +-- AgentFailedError       a host failing one agent() of a workflow script
+                                (orchestrator.workflows.script)
 
 Tool failures never escape the pipeline as exceptions: they become `tool_result`s with
 `is_error`. Only `Exception` is ever caught, so trio's `Cancelled` always propagates.

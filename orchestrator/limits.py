@@ -75,6 +75,15 @@ class Limits(BaseModel):
     workflow_agents: int = Field(default=100, ge=1, le=10_000)
     """Agents one workflow run may start (orchestrator/workflows/; answers from a resumed
     run's journal do not count). Default 100."""
+    workflow_cpu_s: int = Field(default=60, ge=1)
+    """CPU seconds a workflow's script may use in its sandbox (its agents' work is not
+    counted: they run elsewhere); past it the script is stopped and the workflow fails.
+    Default 60."""
+    workflow_memory_mb: int = Field(default=512, ge=64)
+    """Megabytes (MiB) of memory a workflow's script may use in its sandbox. Default 512."""
+    workflow_time_s: float = Field(default=3600.0, gt=0)
+    """Seconds a workflow's script may run, waiting on its agents included, before it is
+    stopped and the workflow fails. Default 3,600."""
 
     @classmethod
     def build(

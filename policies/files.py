@@ -200,6 +200,12 @@ class Limits(PolicyTable):
     """Seconds a background task may run before it is stopped. Default 3,600."""
     workflow_agents: Annotated[int, Field(strict=True, ge=1, le=10_000)] | None = None
     """Agents one workflow run may start. Default 100."""
+    workflow_cpu_s: Annotated[int, Field(strict=True, ge=1, le=86_400)] | None = None
+    """CPU seconds a workflow's script may use (its agents not counted). Default 60."""
+    workflow_memory_mb: Annotated[int, Field(strict=True, ge=64, le=65_536)] | None = None
+    """Megabytes of memory a workflow's script may use. Default 512."""
+    workflow_time_s: Annotated[float, Field(gt=0, le=604_800), AfterValidator(finite)] | None = None
+    """Seconds a workflow's script may run, its agents' time included. Default 3,600."""
 
 
 class Example(PolicyTable):
