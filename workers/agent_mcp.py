@@ -1,11 +1,13 @@
-"""A subagent's MCP tools, as its worker sees them: every call runs in the coordinator.
+"""The tools the coordinator serves a subagent, as its worker sees them: every call runs there.
 
-The coordinator sends the specs of the MCP tools the agent type may use (`RunAgent.mcp_tools`);
-each becomes a `ForwardedMcpTool` in the run's registry, so the worker's pipeline treats it as
+The coordinator sends the specs of the tools it serves the run (`RunAgent.mcp_tools`): the MCP
+tools the agent type may use, and `StructuredOutput` for a dispatch with an output schema
+(orchestrator/agents/structured.py). Each becomes a `ForwardedMcpTool` in the run's registry,
+named as its spec is (no `mcp__` prefix is assumed here), so the worker's pipeline treats it as
 any tool: its hooks and its permission are asked upward, and once allowed, `call` sends a
-`workers.protocol.McpCall` and yields the coordinator's `McpResult`. The server, its process and
-its schema check all stay in the coordinator (orchestrator/agents/mcp.py); nothing of the MCP
-SDK is imported here.
+`workers.protocol.McpCall` and yields the coordinator's `McpResult`. The servers, their
+processes, the schema checks and the structured value all stay in the coordinator
+(orchestrator/agents/mcp.py, structured.py); nothing of the MCP SDK is imported here.
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ class _Arguments(ToolInput):
 
 
 class ForwardedMcpTool(Tool[_Arguments]):
-    """One MCP tool, run by the coordinator for agent `agent_id`."""
+    """One tool the coordinator serves (an MCP tool, StructuredOutput), run there for agent
+    `agent_id`."""
 
     name: ClassVar[str] = "mcp"
     input_model: ClassVar[type[ToolInput]] = _Arguments

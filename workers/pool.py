@@ -752,8 +752,9 @@ class WorkerPool:
         worker.post(_hook_reply(message.id, outcome))
 
     async def _answer_mcp(self, worker: _Worker, message: wire.McpCall, run: _Run) -> None:
-        """Run a subagent's MCP call in the coordinator (`SubagentRequest.mcp`, which runs
-        only a call its permission answer allowed)."""
+        """Run a call of a tool the coordinator serves the subagent (`SubagentRequest.mcp`:
+        an MCP tool, which runs only a call its permission answer allowed, or
+        StructuredOutput)."""
         mcp = run.request.mcp
         if mcp is None:
             why = f"{message.tool} is not one of this agent's tools; it was not run."

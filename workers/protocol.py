@@ -66,7 +66,9 @@ MCP servers stay with the coordinator as well (they are never started per worker
 coordinator lists them; the worker offers them to its model and runs each call through its own
 pipeline (hooks and permission asked upward as for any tool), then sends `McpCall`, which the
 coordinator runs only when its permission answer allowed exactly that call
-(`orchestrator/agents/mcp.py`).
+(`orchestrator/agents/mcp.py`). The same two messages carry `StructuredOutput`, the tool the
+coordinator serves a dispatch with an output schema (`orchestrator/agents/structured.py`): its
+spec in `mcp_tools`, each call an `McpCall` named `StructuredOutput`, validated there.
 
 A `ModelRequest` carries only what is new since the agent's previous request (`keep` says how
 many of the previous request's messages come first), so a long subagent run does not send its
@@ -230,8 +232,8 @@ class RunAgent(WireModel):
     max_stop_hook_blocks: int = Field(default=5, ge=0)
     """Times SubagentStop hooks may keep the agent going (the session's `[limits]`)."""
     mcp_tools: list[ToolSpec] = Field(default_factory=list)
-    """The MCP tools the agent may use, as the coordinator describes them: each call goes
-    back to the coordinator as an `McpCall`."""
+    """The tools the coordinator serves the agent (its MCP tools, StructuredOutput), as the
+    coordinator describes them: each call goes back to the coordinator as an `McpCall`."""
 
 
 class AgentEvent(WireModel):

@@ -22,10 +22,19 @@ plan carries the scope (`write_scope`), so writers with disjoint scopes run at o
 (orchestrator/conversation/executor.py). The scope is hashed before and after the run, here, and
 the files that changed are listed in the tool_result and dropped from the read ledger, so the main
 agent reads them again before it edits them.
+
+Warren's own callers (the workflow engine, calling through the session's `ToolPipeline`) may
+give `output_schema`, which the model's schema of the tool leaves out: the agent then ends by
+calling `StructuredOutput` with an object matching it (orchestrator/agents/structured.py); one
+that ends without a valid one is continued once, and the tool_result is the object as JSON or
+an error saying why there is none. Every foreground dispatch leaves a `DispatchOutcome` (the
+values behind its tool_result) under its tool_use_id until `take_outcome` takes it
+(orchestrator/agents/dispatch_outcome.py).
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import time
@@ -39,13 +48,28 @@ import pydantic
 import trio
 from pydantic import Field
 
+from orchestrator.agents.dispatch_outcome import (
+    MISSING,
+    DispatchOutcome,
+    Missing,
+    UntakenOutcomes,
+)
 from orchestrator.agents.fork import FORK, FORK_DESCRIPTION, fork_start, fork_task, fork_type
 from orchestrator.agents.recall import conversation, stored_agents
+from orchestrator.agents.structured import (
+    STRUCTURED_OUTPUT,
+    STRUCTURED_OUTPUT_RULE,
+    ServedTools,
+    StructuredOutput,
+    output_validator,
+)
+from orchestrator.agents.structured import SYSTEM_NOTE as STRUCTURED_SYSTEM_NOTE
 from orchestrator.agents.types import (
     AgentType,
     ForkBase,
     SubagentEvent,
     SubagentFinished,
+    SubagentMcp,
     SubagentOutcome,
     SubagentPermission,
     SubagentRequest,
@@ -67,9 +91,9 @@ from orchestrator.calls.scopes import (
     open_scope,
     scope_changes,
 )
-from orchestrator.errors import ToolError
+from orchestrator.errors import ConfigError, ToolError
 from orchestrator.events import AssistantTurn, RetryScheduled, ToolResultsMessage
-from orchestrator.messages import Message, ToolUseBlock
+from orchestrator.messages import Message, ToolUseBlock, Usage
 from orchestrator.model.catalog import resolve_model
 from orchestrator.records.transcripts import Transcript
 from orchestrator.tasks.registry import Task, TaskEnd, TaskError, TaskRegistry, TaskStatus
@@ -167,6 +191,11 @@ class DispatchAgentInput(ToolInput):
     team_name: str | None = Field(default=None, description="Accepted; not used by Warren.")
     mode: str | None = Field(default=None, description="Accepted; not used by Warren.")
     effort: str | None = Field(default=None, description="Accepted; not used by Warren.")
+    output_schema: dict[str, Any] | None = None
+    """For Warren's own callers (the workflow engine), never shown to the model (the tool's
+    input schema leaves it out, `DispatchAgentTool.input_schema`): a JSON schema of an object
+    the agent must hand back through `StructuredOutput` (orchestrator/agents/structured.py).
+    The tool_result is then that object as JSON, and `take_outcome` gives it as a value."""
 
 
 @dataclass
@@ -193,6 +222,16 @@ class AgentRecord:
     stored: Path | None = None
     """Its transcript, for an agent of an earlier process of the session: its conversation is
     read from there when it is continued (orchestrator/agents/recall.py)."""
+
+
+@dataclass(frozen=True)
+class _Ran:
+    """One run of a subagent as `_run` returns it: its tool_result, its outcome, and the
+    files it changed in its write scope."""
+
+    output: ToolOutput
+    outcome: SubagentOutcome
+    changes: tuple[FileChange, ...]
 
 
 def sidechain_path(sidechain_root: Path, session_id: str, agent_id: str) -> Path:
@@ -268,6 +307,7 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
         self._protected = (*(p.path for p in DEFAULT_PROTECTED), *protected)
         self._tasks = tasks
         self._agents: dict[str, AgentRecord] = {}
+        self._outcomes = UntakenOutcomes()
         self._earlier: Path | None = (
             None
             if sidechain_root is None or session_id is None
@@ -282,6 +322,18 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
                 *([] if FORK in self._types else [f"- {FORK}: {FORK_DESCRIPTION}"]),
             ]
         )
+
+    def input_schema(self) -> dict[str, Any]:
+        """Claude Code's shape of the tool: `output_schema` is for Warren's callers only."""
+        schema = super().input_schema()
+        schema["properties"].pop("output_schema", None)
+        return schema
+
+    def take_outcome(self, tool_use_id: str) -> DispatchOutcome | None:
+        """How the foreground dispatch of the call `tool_use_id` ended, once (it is dropped
+        when taken); None for another id, a background dispatch, or a call refused before it
+        started (orchestrator/agents/dispatch_outcome.py)."""
+        return self._outcomes.take(tool_use_id)
 
     def _type_of(self, input: DispatchAgentInput) -> AgentType | None:
         agent_type = self._types.get(input.subagent_type)
@@ -315,6 +367,10 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
             )
         if agent_type.name == FORK and FORK not in self._types and CURRENT_TURN.get() is None:
             return "A fork starts from the main agent's conversation: only the main agent forks."
+        if input.output_schema is not None:
+            refusal = _refuse_output_schema(input, agent_type, builtin_fork=FORK not in self._types)
+            if refusal is not None:
+                return refusal
         if input.isolation is not None:
             return (
                 f"isolation {input.isolation!r} is not supported: Warren confines a writing "
@@ -371,7 +427,7 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
             yield self._start_in_background(input, record, ctx)
             return
         yield ToolProgress(f"{agent_id} ({agent_type.name}): {input.description}")
-        yield await self._run(input, record, ctx)
+        yield await self._foreground(input, record, ctx)
 
     def _fork(
         self, input: DispatchAgentInput, agent_type: AgentType, record: AgentRecord
@@ -488,7 +544,7 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
             yield self._start_in_background(input, record, ctx, continued=True)
             return
         yield ToolProgress(f"{record.agent_id} ({record.agent_type.name}): continued")
-        yield await self._run(input, record, ctx)
+        yield (await self._run(input, record, ctx)).output
 
     def _start_in_background(
         self,
@@ -506,7 +562,7 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
             raise ToolError("Background agents are not available in this session.")
 
         async def body(task: Task) -> TaskEnd:
-            output = await self._run(input, record, ctx)
+            output = (await self._run(input, record, ctx)).output
             status: TaskStatus = "failed" if output.is_error else "completed"
             return TaskEnd(status, f'Agent "{task.description}" {status}', output.as_text())
 
@@ -531,16 +587,62 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
             summary=f"{agent_id}: started in the background",
         )
 
-    async def _run(
+    async def _foreground(
         self, input: DispatchAgentInput, record: AgentRecord, ctx: ToolContext
     ) -> ToolOutput:
+        """A dispatch run to its end here: its tool_result, and its outcome kept for
+        `take_outcome` under the call's tool_use_id, failed or not. With `output_schema`, an
+        agent that ends without a valid structured output is continued once, its
+        conversation kept (as `SendMessage` continues one), told what was wrong; the
+        tool_result is then the value as JSON, or the call fails saying why.
+
+        **Errors:** `ToolError` for the model (and in the outcome's `failed`).
+        """
+        key = CURRENT_TOOL_USE_ID.get()
+        runs: list[_Ran] = []
+        structured: StructuredOutput | None = None
+        try:
+            if input.output_schema is not None:
+                try:
+                    structured = StructuredOutput(input.output_schema)
+                except ConfigError as exc:  # `validate` refuses it first: a caller that skipped it
+                    raise ToolError(f"{exc} The dispatch was refused; nothing ran.") from None
+                if record.fork is not None:  # its requests carry the main agent's tools only
+                    raise ToolError(f"A fork cannot be offered {STRUCTURED_OUTPUT}.")
+            runs.append(await self._run(input, record, ctx, structured))
+            if structured is None:
+                output = runs[-1].output
+            else:
+                if not structured.has_value and runs[-1].outcome.reason == "completed":
+                    record.running = True
+                    again = input.model_copy(update={"prompt": structured.continuation()})
+                    runs.append(await self._run(again, record, ctx, structured))
+                output = _structured_result(structured, runs[-1], continued=len(runs) > 1)
+        except Exception as exc:  # a ToolError for the model, or a bug: the caller is told
+            if key is not None:
+                why = exc.message if isinstance(exc, ToolError) else f"{type(exc).__name__}: {exc}"
+                self._outcomes.put(key, _outcome(record, runs, structured, why))
+            raise
+        if key is not None:
+            failed = output.as_text() if output.is_error else None
+            self._outcomes.put(key, _outcome(record, runs, structured, failed))
+        return output
+
+    async def _run(
+        self,
+        input: DispatchAgentInput,
+        record: AgentRecord,
+        ctx: ToolContext,
+        structured: StructuredOutput | None = None,
+    ) -> _Ran:
         """One subagent run, to its end: its scope made and hashed, its transcript written,
         its conversation kept in `record` (continued from what it holds), its tool_result
-        (the final text, or what happened)."""
+        (the final text, or what happened) with its outcome and changes. `structured`: the
+        dispatch's StructuredOutput, served to the agent beside its MCP tools."""
         history = tuple(record.messages)
         conversation = [*history, Message.user_text(input.prompt)]
         try:
-            return await self._run_agent(input, record, ctx, history, conversation)
+            return await self._run_agent(input, record, ctx, history, conversation, structured)
         finally:
             record.messages = conversation
             record.running = False
@@ -552,7 +654,8 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
         ctx: ToolContext,
         history: tuple[Message, ...],
         conversation: list[Message],
-    ) -> ToolOutput:
+        structured: StructuredOutput | None,
+    ) -> _Ran:
         agent_type, agent_id = record.agent_type, record.agent_id
 
         def on_event(update: SubagentEvent) -> None:
@@ -577,6 +680,10 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
             before = await trio.to_thread.run_sync(hash_scope, scope)
         # First: it waits for the servers the type names, whose tools the hooks then plan.
         mcp = await self._agent_mcp(agent_type, ctx, agent_id, on_event)
+        served: SubagentMcp | None = mcp
+        if structured is not None:
+            served = ServedTools(structured, mcp)
+            structured.begin_run()
         transcript = self._open_sidechain(ctx, agent_id, agent_type, input)
         hooks = self._agent_hooks(agent_id, agent_type, transcript)
         system = (
@@ -585,6 +692,7 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
             else [
                 *agent_type.system_blocks(workspace=ctx.workspace, cwd=ctx.cwd),
                 *([_scope_note(scope)] if scope else []),
+                *([STRUCTURED_SYSTEM_NOTE] if structured is not None else []),
                 *([self._context] if self._context else []),
             ]
         )
@@ -594,7 +702,7 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
             prompt=input.prompt,
             system=system,
             hooks=hooks,
-            mcp=mcp,
+            mcp=served,
             write_paths=scope,
             history=history,
             fork=record.fork,
@@ -615,7 +723,7 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
             outcome = await self._runner.run(
                 request,
                 on_event=on_event,
-                permission=self._decider(agent_type, ctx, hooks, who, mcp),
+                permission=self._decider(agent_type, ctx, hooks, who, mcp, structured),
             )
             changes: list[FileChange] = []
             if scope:
@@ -625,7 +733,8 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
                 # Changed under the main agent's feet: it must read them again to edit them.
                 ctx.read_ledger.apply({}, [c.path for c in changes])
             if transcript is not None:
-                transcript.write(_result_line(outcome, changes))
+                value = MISSING if structured is None else structured.value
+                transcript.write(_result_line(outcome, changes, value))
         finally:
             if transcript is not None:
                 transcript.close()
@@ -634,7 +743,7 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
         if scope:
             note = _changes_note(changes, before.complete and after.complete)
             output = replace(output, content=f"{output.as_text()}\n\n{note}")
-        return output
+        return _Ran(output, outcome, tuple(changes))
 
     def _open_scope(self, raw: Sequence[str], ctx: ToolContext) -> tuple[Path, ...]:
         scope = self._check_scope(raw, ctx)
@@ -689,14 +798,18 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
         hooks: AgentHooks | None,
         who: str,
         mcp: AgentMcp | None = None,
+        structured: StructuredOutput | None = None,
     ) -> SubagentPermission:
         """The final answer for each tool call of one subagent: the policy's, narrowed by
         the call's PreToolUse hooks as the pipeline narrows the main agent's
         (`ToolPipeline._decide`). An ask goes to the session's asker labelled with `who`
         (the subagent's id and description). An allowed MCP call is granted to `mcp`, which
-        runs it."""
+        runs it. A StructuredOutput call of a run that has it (`structured`) is allowed as
+        it is: it touches nothing (orchestrator/agents/structured.py)."""
 
         async def decide(name: str, raw: dict[str, Any]) -> Allow | Deny:
+            if structured is not None and name == STRUCTURED_OUTPUT:
+                return Allow(rule=STRUCTURED_OUTPUT_RULE)
             answer = await decide_only(name, raw)
             if isinstance(answer, Allow) and mcp is not None and name.startswith("mcp__"):
                 mcp.grant(name, raw if answer.updated_input is None else answer.updated_input)
@@ -786,6 +899,81 @@ def _ignore(update: SubagentUpdate) -> None:
     pass
 
 
+def _refuse_output_schema(
+    input: DispatchAgentInput, agent_type: AgentType, *, builtin_fork: bool
+) -> str | None:
+    """Why a dispatch with `output_schema` cannot run; None when it can."""
+    try:
+        output_validator(input.output_schema)
+    except ConfigError as exc:
+        return f"{exc} The dispatch was refused; nothing ran."
+    if input.run_in_background:
+        return (
+            "output_schema is for foreground dispatches: the value is taken when the call "
+            "returns. Leave run_in_background out."
+        )
+    if builtin_fork and agent_type.name == FORK:
+        return (
+            "A fork's requests carry the main agent's tools, so it cannot be offered "
+            f"{STRUCTURED_OUTPUT}: give output_schema to another agent type."
+        )
+    return None
+
+
+def _structured_result(structured: StructuredOutput, ran: _Ran, *, continued: bool) -> ToolOutput:
+    """The tool_result of a dispatch with `output_schema`: its value as JSON.
+
+    **Errors:** `ToolError` saying why there is none.
+    """
+    value = structured.value
+    if value is not MISSING:
+        return ToolOutput(
+            json.dumps(value, ensure_ascii=False),
+            summary=f"{ran.outcome.agent_id}: structured output",
+        )
+    why = structured.why_missing()
+    if ran.outcome.reason != "completed":
+        why += f"\n\nIts run ended early ({ran.outcome.reason}): {ran.output.as_text()}"
+    again = " (it was continued once to give it)" if continued else ""
+    raise ToolError(f"The subagent's output did not match the schema{again}: {why}")
+
+
+def _outcome(
+    record: AgentRecord,
+    runs: Sequence[_Ran],
+    structured: StructuredOutput | None,
+    failed: str | None,
+) -> DispatchOutcome:
+    """A foreground dispatch's `DispatchOutcome`, from its runs (none: it failed first)."""
+    last = runs[-1].outcome if runs else None
+    return DispatchOutcome(
+        agent_id=record.agent_id,
+        agent_type=record.agent_type.name,
+        text="" if last is None else last.result,
+        value=MISSING if structured is None else structured.value,
+        reason=None if last is None else last.reason,
+        runs=len(runs),
+        usage=sum((r.outcome.usage for r in runs), Usage()),
+        cost_usd=None if last is None else sum(r.outcome.cost_usd for r in runs),
+        changes=_merged_changes(runs),
+        failed=failed,
+    )
+
+
+def _merged_changes(runs: Sequence[_Ran]) -> tuple[FileChange, ...]:
+    """The changes of consecutive runs as one: each file from before the first to after the
+    last (a file changed back is no change)."""
+    if len(runs) == 1:
+        return runs[0].changes
+    before: dict[Path, str | None] = {}
+    after: dict[Path, str | None] = {}
+    for ran in runs:
+        for change in ran.changes:
+            before.setdefault(change.path, change.before)
+            after[change.path] = change.after
+    return tuple(FileChange(p, before[p], after[p]) for p in before if before[p] != after[p])
+
+
 def _describe(agent_type: AgentType) -> str:
     access = "may write files" if agent_type.writable else "read-only"
     return (
@@ -855,7 +1043,11 @@ def _kind(change: FileChange) -> str:
     return "deleted" if change.after is None else "modified"
 
 
-def _result_line(outcome: SubagentOutcome, changes: Sequence[FileChange] = ()) -> dict[str, Any]:
+def _result_line(
+    outcome: SubagentOutcome,
+    changes: Sequence[FileChange] = (),
+    value: dict[str, Any] | Missing = MISSING,
+) -> dict[str, Any]:
     return {
         "type": "result",
         "reason": outcome.reason,
@@ -867,6 +1059,7 @@ def _result_line(outcome: SubagentOutcome, changes: Sequence[FileChange] = ()) -
         **({"worker_node": outcome.worker_node} if outcome.worker_node else {}),
         **({"snapshot": outcome.snapshot} if outcome.snapshot else {}),
         "ts_end": round(time.time(), 3),
+        **({} if value is MISSING else {"structured_output": value}),
         **(
             {
                 "changes": [

@@ -414,12 +414,14 @@ class SubagentHooks(Protocol):
 
 
 class SubagentMcp(Protocol):
-    """The MCP tools of one subagent, served by the coordinator (orchestrator/agents/mcp.py's
-    `AgentMcp`): the runner offers `specs` to the worker and hands it each call's result."""
+    """The tools the coordinator serves one subagent: its MCP tools (orchestrator/agents/mcp.py's
+    `AgentMcp`), and `StructuredOutput` for a dispatch with `output_schema`
+    (orchestrator/agents/structured.py's `ServedTools`). The runner offers `specs` to the worker
+    and hands it each call's result."""
 
     def specs(self) -> list[ToolSpec]:
-        """The MCP tools the agent type may use, as the coordinator describes them (the same
-        list for the whole run)."""
+        """The tools served to the agent, as the coordinator describes them (the same list for
+        the whole run)."""
         ...
 
     async def call(self, tool: str, input: dict[str, Any]) -> ToolOutput:
@@ -439,7 +441,7 @@ class SubagentRequest:
     hooks: SubagentHooks | None = None
     """The session's hooks for this agent; None: none fire."""
     mcp: SubagentMcp | None = None
-    """Its MCP tools; None: it has none."""
+    """The tools the coordinator serves it (its MCP tools, StructuredOutput); None: none."""
     write_paths: tuple[Path, ...] = ()
     """A writable type's write scope: only these directories (absolute, checked and made by
     orchestrator/calls/scopes.py) are writable in its sandbox. Empty: the whole workspace."""

@@ -148,9 +148,11 @@ def _schema_error_text(tool: Tool[Any], exc: pydantic.ValidationError) -> str:
     for err in exc.errors(include_url=False):
         where = ".".join(str(p) for p in err["loc"]) or "(input)"
         problems.append(f"- {where}: {err['msg']}")
+    shown = tool.input_schema().get("properties", {})  # what the model was told of
     expected = ", ".join(
         f"{name}{'' if field.is_required() else '?'}"
         for name, field in ((f.alias or n, f) for n, f in tool.input_model.model_fields.items())
+        if name in shown
     )
     return (
         f"InputValidationError: {tool.name} was called with invalid input:\n"

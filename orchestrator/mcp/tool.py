@@ -19,7 +19,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any, ClassVar
 
-import jsonschema  # type: ignore[import-untyped]
+import jsonschema
 import mcp_types
 from pydantic import ConfigDict
 
