@@ -68,7 +68,7 @@ class PipelineAgents:
         result = await self._pipeline.execute(plan)
         outcome = self._dispatch.take_outcome(call_id)
         if outcome is None:  # refused before it ran: denied, invalid, a hook's no
-            return AgentAnswer(False, reason=result.text() or "the agent did not run")
+            return AgentAnswer(False, reason=result.text() or "the agent did not run", final=False)
         tokens = outcome.usage.input_tokens + outcome.usage.output_tokens
         if result.is_error or outcome.failed is not None:
             return AgentAnswer(
@@ -77,6 +77,9 @@ class PipelineAgents:
                 agent_id=outcome.agent_id,
                 tokens=tokens,
                 cost_usd=outcome.cost_usd or 0.0,
+                # It ran to its end and still failed (its output never fit its schema):
+                # for good. Anything else (a limit, the budget, a lost worker) may pass.
+                final=outcome.reason == "completed",
             )
         value = outcome.value if outcome.has_value else outcome.text
         cost = outcome.cost_usd or 0.0

@@ -7,8 +7,10 @@ is its `ScriptHost`:
 - an `agent()` call whose position and hash match a finished call of the run it resumes is
   answered from that journal, and the fake API of a test sees no request for it; the first call
   whose hash differs from the journal's at its position (an edited script) ends reuse for every
-  position after it (`key_order`), while a call that had not finished (in flight at `kill -9`, or
-  failed) just runs again without ending reuse, so siblings that finished stay cached;
+  position after it (`key_order`), while a call that had not finished (in flight at `kill -9`,
+  or stopped short: a limit, the budget, a denial) just runs again without ending reuse, so
+  siblings that finished stay cached; an agent that ran to its end and failed on its own (its
+  output never fit its schema) failed for good, and is answered as failed;
 - any other call runs as a `dispatch_agent` call through the session's own `ToolPipeline`
   (`PipelineAgents`): planned, hooked, decided by the policy (asks included), audited, run in a
   pool worker under the floor, a writer's changes recorded for `warren undo`; at most `cap` at
@@ -63,6 +65,10 @@ class AgentAnswer:
     agent_id: str | None = None
     tokens: int = 0
     cost_usd: float = 0.0
+    final: bool = True
+    """A failure of the agent's own (it ran to its end and its output did not do): a resume
+    answers it from the journal. False: it was stopped, refused or cut short (a limit, the
+    budget, a denial, a lost worker), and a resume runs it again."""
 
 
 class AgentRunner(Protocol):
@@ -142,7 +148,7 @@ class _Reuse:
         if entry.hash != digest:  # edited: this call and every later position run again
             self.cutoff = order if self.cutoff is None else min(self.cutoff, order)
             return None
-        if not entry.ok or (self.cutoff is not None and order >= self.cutoff):
+        if not (entry.ok or entry.final) or (self.cutoff is not None and order >= self.cutoff):
             return None
         self.answered += 1
         return entry
@@ -197,7 +203,10 @@ class WorkflowEngine:
             self._journal(replace(cached, key=call.key))
             row.status, row.agent_id = "cached", cached.agent_id
             row.tokens, row.cost_usd = cached.tokens, cached.cost_usd
+            row.reason = cached.reason
             self._tell("agent", row=row)
+            if not cached.ok:
+                raise AgentFailedError(cached.reason or "the agent failed")
             return cached.value
         if self.started >= self.max_agents:
             raise AgentFailedError(
@@ -215,6 +224,7 @@ class WorkflowEngine:
             answer.agent_id,
             answer.tokens,
             answer.cost_usd,
+            answer.final,
         )
         self._journal(entry)
         row.status = "done" if answer.ok else "failed"

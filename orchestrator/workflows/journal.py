@@ -115,6 +115,9 @@ class JournalEntry:
     agent_id: str | None = None
     tokens: int = 0
     cost_usd: float = 0.0
+    final: bool = True
+    """Not `ok`: the agent failed on its own (answered as failed again on resume); False:
+    it was stopped or refused, and runs again."""
 
 
 @dataclass(frozen=True)

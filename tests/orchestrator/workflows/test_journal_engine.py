@@ -149,12 +149,14 @@ async def test_calls_are_journaled_and_failures_raise(tmp_path: Path) -> None:
 async def test_a_resume_answers_finished_calls_and_reruns_the_rest(
     tmp_path: Path, autojump_clock: trio.abc.Clock
 ) -> None:
-    """Finished calls come from the journal; one that failed, or never finished, runs again
-    without ending reuse; an edited call ends reuse for every later position."""
-    h = {p: call_hash(p, None, None, None, None) for p in ("a", "b", "c", "d", "e")}
+    """Finished calls come from the journal, a failure of the agent's own as that failure;
+    one stopped short (a limit, a denial), or never finished, runs again without ending
+    reuse; an edited call ends reuse for every later position."""
+    h = {p: call_hash(p, None, None, None, None) for p in ("a", "b", "c", "d", "e", "f")}
     earlier = {
         "0": JournalEntry("0", h["a"], True, "old a"),
-        "1.0": JournalEntry("1.0", h["b"], False, reason="failed before"),
+        "1.0": JournalEntry("1.0", h["b"], False, reason="over budget", final=False),
+        "1.3": JournalEntry("1.3", h["f"], False, reason="never fit its schema"),
         "1.1": JournalEntry("1.1", h["c"], True, "old c"),  # "1.2" never finished
         "2": JournalEntry("2", "edited-since", True, "old 2"),
         "3": JournalEntry("3", h["e"], True, "old e"),
@@ -165,14 +167,18 @@ async def test_a_resume_answers_finished_calls_and_reruns_the_rest(
     async with trio.open_nursery() as nursery:
         for key, prompt in (("1.0", "b"), ("1.1", "c"), ("1.2", "d")):
             nursery.start_soon(engine.agent, _call(key, prompt))
+    with pytest.raises(AgentFailedError, match="never fit its schema"):
+        await engine.agent(_call("1.3", "f"))
     assert await engine.agent(_call("2", "x")) == "done x"  # edited: runs
     assert await engine.agent(_call("3", "e")) == "done e"  # after the edit: runs again
     assert sorted(agents.ran, key=key_order) == ["1.0", "1.2", "2", "3"]
     assert engine.started == 4
     cached = [e.key for e in events if e.status == "cached"]
-    assert cached == ["0", "1.1"]
+    assert cached == ["0", "1.1", "1.3"]
     # The new run's own journal holds every answer it gave, reused ones included.
-    assert set(engine.store.entries(engine.record.run_id)) == {"0", "1.0", "1.1", "1.2", "2", "3"}
+    assert set(engine.store.entries(engine.record.run_id)) == {
+        "0", "1.0", "1.1", "1.2", "1.3", "2", "3"
+    }  # fmt: skip
 
 
 async def test_agents_at_once_and_per_run_are_capped(
