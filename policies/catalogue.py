@@ -29,7 +29,7 @@ from __future__ import annotations
 import posixpath
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Literal
@@ -478,13 +478,7 @@ def _check_read(args: Sequence[Word], ctx: CheckContext) -> str | None:
     return None
 
 
-# sed -------------------------------------------------------------------------------------
-
-_SED_LONG_OK = name_set(
-    "quiet silent expression regexp-extended separate sandbox debug posix unbuffered"
-    " null-data zero-terminated line-length binary follow-symlinks version help"
-)
-_SED_LONG_ALL = _SED_LONG_OK | {"file", "in-place"}
+# sed and awk: a script on the command line -----------------------------------------------
 
 
 def _resolve_long(name: str, options: frozenset[str]) -> str | None:
@@ -496,11 +490,52 @@ def _resolve_long(name: str, options: frozenset[str]) -> str | None:
     return matches[0] if len(matches) == 1 and name else None
 
 
-def _check_sed(args: Sequence[Word], ctx: CheckContext) -> str | None:
-    quiet = False
-    scripts: list[Word] = []
-    have_e = False
-    operands: list[Word] = []
+@dataclass(frozen=True)
+class _ScriptOptions:
+    """The options of a program whose script is on its command line (sed, awk), as GNU getopt
+    reads them: every option the analyser knows is listed, anything else is refused."""
+
+    flags: str
+    """One-letter options without a value."""
+    short_values: str
+    """One-letter options with a value: the rest of the cluster, else the next word."""
+    short_refused: Mapping[str, str]
+    """One-letter options that are never read-only, with what they do."""
+    long_flags: frozenset[str]
+    long_values: frozenset[str]
+    """Long options with a value: after `=`, else the next word."""
+    long_refused: Mapping[str, str]
+    scripts: frozenset[str]
+    """The options (letters and long names) whose value is a script: `-e`, `--expression`."""
+    unknown: str = ""
+    """Ends the refusal of a word that is an option with an unknown name (`-$X`)."""
+    program_ends_options: bool = False
+    """POSIX awk: without a script option the first operand is the program, and options
+    end there."""
+
+    @property
+    def long_names(self) -> frozenset[str]:
+        return self.long_flags | self.long_values | frozenset(self.long_refused)
+
+
+@dataclass
+class _ScriptCommand:
+    """A sed or awk command line as `_read_script_command` found it."""
+
+    given: set[str] = field(default_factory=set)
+    """The options given (letters and long names)."""
+    scripts: list[Word] = field(default_factory=list)
+    """The values of the script options, in order."""
+    operands: list[Word] = field(default_factory=list)
+
+
+def _read_script_command(
+    program: str, args: Sequence[Word], options: _ScriptOptions
+) -> _ScriptCommand | str:
+    """`args` as `program` reads them; or why they are refused: an option the analyser does
+    not know (or cannot know before the shell runs), one of the refused ones, a value missing.
+    """
+    command = _ScriptCommand()
     index = 0
     options_ended = False
     while index < len(args):
@@ -509,68 +544,87 @@ def _check_sed(args: Sequence[Word], ctx: CheckContext) -> str | None:
         value = word.value
         if value is None:
             if word.unknown_option and not options_ended:
-                return f"`{word.text}` is an option of `sed` that is not known before it runs"
-            operands.append(word)
+                return (
+                    f"`{word.text}` is an option of `{program}` that is not known" + options.unknown
+                )
+            command.operands.append(word)
             continue
         if options_ended or not value.startswith("-") or value == "-":
-            operands.append(word)
+            command.operands.append(word)
+            if options.program_ends_options and not command.scripts:
+                options_ended = True
             continue
         if value == "--":
             options_ended = True
             continue
         if value.startswith("--"):
             name, has_value, attached = value[2:].partition("=")
-            option = _resolve_long(name, _SED_LONG_ALL)
+            option = _resolve_long(name, options.long_names)
             if option is None:
-                return f"`sed {value}` is not an option the analyser knows"
-            if option in ("file", "in-place"):
-                return f"`sed --{option}` " + (
-                    "edits files in place" if option == "in-place" else "reads a script file"
-                )
-            if option in ("quiet", "silent"):
-                quiet = True
-            elif option in ("expression", "line-length"):
-                if not has_value:
-                    if index >= len(args):
-                        return f"`sed --{option}` is missing its value"
-                    script_word = args[index]
-                    index += 1
-                else:
-                    script_word = Word(text=attached, value=attached, prefix=attached)
-                if option == "expression":
-                    scripts.append(script_word)
-                    have_e = True
-            continue
-        letters = value[1:]
-        for position, letter in enumerate(letters):
-            if letter == "n":
-                quiet = True
-            elif letter in "Ersuz":
+                return f"`{program} {value}` is not an option the analyser knows"
+            refused = options.long_refused.get(option)
+            if refused is not None:
+                return f"`{program} --{option}` {refused}"
+            command.given.add(option)
+            if option not in options.long_values:
                 continue
-            elif letter in "el":
-                rest = letters[position + 1 :]
-                if rest:
-                    script_word = Word(text=rest, value=rest, prefix=rest)
-                elif index < len(args):
-                    script_word = args[index]
-                    index += 1
-                else:
-                    return f"`sed -{letter}` is missing its value"
-                if letter == "e":
-                    scripts.append(script_word)
-                    have_e = True
-                break
-            elif letter == "i":
-                return "`sed -i` edits files in place"
-            elif letter == "f":
-                return "`sed -f` reads a script file the analyser cannot see"
+            spelled, inline = f"--{option}", attached if has_value else None
+        else:
+            letters = value[1:]
+            for position, letter in enumerate(letters):
+                refused = options.short_refused.get(letter)
+                if refused is not None:
+                    return f"`{program} -{letter}` {refused}"
+                if letter not in options.flags + options.short_values:
+                    return f"`{program} -{letter}` is not an option the analyser knows"
+                command.given.add(letter)
+                if letter in options.short_values:
+                    option, spelled, inline = letter, f"-{letter}", letters[position + 1 :] or None
+                    break
             else:
-                return f"`sed -{letter}` is not an option the analyser knows"
-    if not have_e:
-        if not operands:
-            return None
-        scripts.append(operands[0])
-    if not quiet:
+                continue
+        # An option with a value: written in the same word, else the next one.
+        if inline is not None:
+            taken = Word(text=inline, value=inline, prefix=inline)
+        elif index < len(args):
+            taken = args[index]
+            index += 1
+        else:
+            return f"`{program} {spelled}` is missing its value"
+        if option in options.scripts:
+            command.scripts.append(taken)
+    return command
+
+
+# sed -------------------------------------------------------------------------------------
+
+_SED_OPTIONS = _ScriptOptions(
+    flags="nErsuz",
+    short_values="el",
+    short_refused=MappingProxyType(
+        {"i": "edits files in place", "f": "reads a script file the analyser cannot see"}
+    ),
+    long_flags=name_set(
+        "quiet silent regexp-extended separate sandbox debug posix unbuffered null-data"
+        " zero-terminated binary follow-symlinks version help"
+    ),
+    long_values=name_set("expression line-length"),
+    long_refused=MappingProxyType(
+        {"in-place": "edits files in place", "file": "reads a script file"}
+    ),
+    scripts=name_set("e expression"),
+    unknown=" before it runs",
+)
+
+
+def _check_sed(args: Sequence[Word], ctx: CheckContext) -> str | None:
+    command = _read_script_command("sed", args, _SED_OPTIONS)
+    if isinstance(command, str):
+        return command
+    scripts = command.scripts or command.operands[:1]
+    if not scripts:
+        return None
+    if not command.given & {"n", "quiet", "silent"}:
         return "`sed` without `-n` is read-only only with print commands; use `sed -n`"
     for script in scripts:
         if script.value is None:
@@ -710,37 +764,42 @@ def _sed_script_problem(script: str) -> str | None:
 
 # awk -------------------------------------------------------------------------------------
 
-_AWK_LONG_OK = name_set(
-    "characters-as-bytes traditional copyright usage help lint bignum use-lc-numeric"
-    " non-decimal-data optimize no-optimize posix re-interval sandbox lint-old version"
-    " field-separator assign source"
-)
-_AWK_LONG_BAD = MappingProxyType(
-    {
-        "file": "reads the program from a file the analyser cannot see",
-        "exec": "reads the program from a file the analyser cannot see",
-        "include": "loads source files (`-i inplace` edits files)",
-        "load": "loads a shared library",
-        "pretty-print": "writes a file",
-        "profile": "writes a profile file",
-        "dump-variables": "writes a file",
-        "debug": "starts the debugger",
-    }
-)
-_AWK_LONG_ALL = _AWK_LONG_OK | frozenset(_AWK_LONG_BAD)
-_AWK_SHORT_OK = "bcChLMnNOPrsStV"
-_AWK_SHORT_BAD = MappingProxyType(
-    {
-        "f": "reads the program from a file the analyser cannot see",
-        "E": "reads the program from a file the analyser cannot see",
-        "i": "loads source files (`-i inplace` edits files)",
-        "l": "loads a shared library",
-        "o": "writes a file",
-        "p": "writes a profile file",
-        "d": "writes a file",
-        "D": "starts the debugger",
-        "W": "takes implementation options the analyser does not know",
-    }
+_AWK_UNSEEN = "reads the program from a file the analyser cannot see"
+_AWK_OPTIONS = _ScriptOptions(
+    flags="bcChLMnNOPrsStV",
+    short_values="Fve",
+    short_refused=MappingProxyType(
+        {
+            "f": _AWK_UNSEEN,
+            "E": _AWK_UNSEEN,
+            "i": "loads source files (`-i inplace` edits files)",
+            "l": "loads a shared library",
+            "o": "writes a file",
+            "p": "writes a profile file",
+            "d": "writes a file",
+            "D": "starts the debugger",
+            "W": "takes implementation options the analyser does not know",
+        }
+    ),
+    long_flags=name_set(
+        "characters-as-bytes traditional copyright usage help lint bignum use-lc-numeric"
+        " non-decimal-data optimize no-optimize posix re-interval sandbox lint-old version"
+    ),
+    long_values=name_set("field-separator assign source"),
+    long_refused=MappingProxyType(
+        {
+            "file": _AWK_UNSEEN,
+            "exec": _AWK_UNSEEN,
+            "include": "loads source files (`-i inplace` edits files)",
+            "load": "loads a shared library",
+            "pretty-print": "writes a file",
+            "profile": "writes a profile file",
+            "dump-variables": "writes a file",
+            "debug": "starts the debugger",
+        }
+    ),
+    scripts=name_set("e source"),
+    program_ends_options=True,
 )
 # After these words a `/` starts a regular expression, not a division.
 _AWK_REGEX_KEYWORDS = frozenset({"print", "printf", "return", "case", "do", "else"})
@@ -748,70 +807,10 @@ _AWK_REGEX_KEYWORDS = frozenset({"print", "printf", "return", "case", "do", "els
 
 def _check_awk(program_name: str) -> Checker:
     def check(args: Sequence[Word], ctx: CheckContext) -> str | None:
-        programs: list[Word] = []
-        operands: list[Word] = []
-        index = 0
-        options_ended = False
-        while index < len(args):
-            word = args[index]
-            index += 1
-            value = word.value
-            if value is None:
-                if word.unknown_option and not options_ended:
-                    return f"`{word.text}` is an option of `{program_name}` that is not known"
-                operands.append(word)
-                continue
-            if options_ended or not value.startswith("-") or value == "-":
-                operands.append(word)
-                if not programs:
-                    # POSIX: options end at the program text.
-                    options_ended = True
-                continue
-            if value == "--":
-                options_ended = True
-                continue
-            if value.startswith("--"):
-                name, has_value, attached = value[2:].partition("=")
-                option = _resolve_long(name, _AWK_LONG_ALL)
-                if option is None:
-                    return f"`{program_name} {value}` is not an option the analyser knows"
-                bad = _AWK_LONG_BAD.get(option)
-                if bad is not None:
-                    return f"`{program_name} --{option}` {bad}"
-                if option in ("field-separator", "assign", "source") and not has_value:
-                    if index >= len(args):
-                        return f"`{program_name} --{option}` is missing its value"
-                    taken = args[index]
-                    index += 1
-                    if option == "source":
-                        programs.append(taken)
-                elif option == "source":
-                    programs.append(Word(text=attached, value=attached, prefix=attached))
-                continue
-            letters = value[1:]
-            for position, letter in enumerate(letters):
-                bad = _AWK_SHORT_BAD.get(letter)
-                if bad is not None:
-                    return f"`{program_name} -{letter}` {bad}"
-                if letter in "Fve":
-                    rest = letters[position + 1 :]
-                    if rest:
-                        taken = Word(text=rest, value=rest, prefix=rest)
-                    elif index < len(args):
-                        taken = args[index]
-                        index += 1
-                    else:
-                        return f"`{program_name} -{letter}` is missing its value"
-                    if letter == "e":
-                        programs.append(taken)
-                    break
-                if letter not in _AWK_SHORT_OK:
-                    return f"`{program_name} -{letter}` is not an option the analyser knows"
-        if not programs:
-            if not operands:
-                return None
-            programs.append(operands[0])
-        for program in programs:
+        command = _read_script_command(program_name, args, _AWK_OPTIONS)
+        if isinstance(command, str):
+            return command
+        for program in command.scripts or command.operands[:1]:
             if program.value is None:
                 return f"the `{program_name}` program is not known before the shell runs it"
             problem = _awk_program_problem(program.value)
@@ -1373,30 +1372,50 @@ def _inner(words: Sequence[Word], wrapper: str) -> Unwrapped:
     return Unwrapped(inner=tuple(words))
 
 
-def _unwrap_timeout(args: Sequence[Word]) -> Unwrapped:
-    # timeout [-s SIG] [-k DUR] [--preserve-status] [--foreground] [-v] DURATION COMMAND...
+def _wrapper_operands(
+    wrapper: str,
+    args: Sequence[Word],
+    *,
+    short: str,
+    long: frozenset[str],
+    flags: frozenset[str] = frozenset(),
+) -> int | Unwrapped:
+    """Where the operands of `wrapper` start in `args`, past its options (and a `--`): the
+    letters of `short` and the names of `long` take a value, in the same word (`-oL`,
+    `--output=L`) or the next; `flags` take none. Its refusal for a word not known before the
+    shell runs, or an option the analyser does not know."""
     index = 0
     while index < len(args):
         value = args[index].value
         if value is None:
-            return Unwrapped(reason="`timeout` has an argument that is not known")
-        if not value.startswith("-") or value == "-":
-            break
+            return Unwrapped(reason=f"`{wrapper}` has an argument that is not known")
         if value == "--":
-            index += 1
-            break
-        if value in ("-s", "-k", "--signal", "--kill-after"):
-            index += 2
-        elif value.startswith(("-s", "-k", "--signal=", "--kill-after=")) or value in (
-            "--preserve-status",
-            "--foreground",
-            "-v",
-            "--verbose",
-        ):
-            index += 1
+            return index + 1
+        if not value.startswith("-") or value == "-":
+            return index
+        if value.startswith("--"):
+            name, has_value, _ = value[2:].partition("=")
+            taken = 0 if name not in long else 1 if has_value else 2
         else:
-            return Unwrapped(reason=f"`timeout {value}` is not an option the analyser knows")
-    return _inner(args[index + 1 :], "timeout")
+            taken = 0 if value[1] not in short else 1 if len(value) > 2 else 2
+        if not taken and value not in flags:
+            return Unwrapped(reason=f"`{wrapper} {value}` is not an option the analyser knows")
+        index += taken or 1
+    return index
+
+
+def _unwrap_timeout(args: Sequence[Word]) -> Unwrapped:
+    # timeout [-s SIG] [-k DUR] [--preserve-status] [--foreground] [-v] DURATION COMMAND...
+    start = _wrapper_operands(
+        "timeout",
+        args,
+        short="sk",
+        long=name_set("signal kill-after"),
+        flags=name_set("--preserve-status --foreground -v --verbose"),
+    )
+    if isinstance(start, Unwrapped):
+        return start
+    return _inner(args[start + 1 :], "timeout")
 
 
 def _unwrap_nice(args: Sequence[Word]) -> Unwrapped:
@@ -1430,23 +1449,10 @@ def _unwrap_nohup(args: Sequence[Word]) -> Unwrapped:
 
 
 def _unwrap_stdbuf(args: Sequence[Word]) -> Unwrapped:
-    index = 0
-    while index < len(args):
-        value = args[index].value
-        if value is None:
-            return Unwrapped(reason="`stdbuf` has an argument that is not known")
-        if value == "--":
-            index += 1
-            break
-        if value in ("-i", "-o", "-e", "--input", "--output", "--error"):
-            index += 2
-        elif re.fullmatch(r"-[ioe].+|--(input|output|error)=.*", value):
-            index += 1
-        elif value.startswith("-"):
-            return Unwrapped(reason=f"`stdbuf {value}` is not an option the analyser knows")
-        else:
-            break
-    return _inner(args[index:], "stdbuf")
+    start = _wrapper_operands("stdbuf", args, short="ioe", long=name_set("input output error"))
+    if isinstance(start, Unwrapped):
+        return start
+    return _inner(args[start:], "stdbuf")
 
 
 _ENV_ASSIGNMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)", re.DOTALL)

@@ -10,15 +10,16 @@ Two callers walk the same files with the same rules (`gather`) but different eye
 
 - the context probe (`orchestrator.conversation.context_probe`), inside the read-only sandbox, for
 the
-  system prompt: its `resolve` refuses a file outside the repository, behind a link leading
-  out of it, or covered by a `Read` deny rule (`WirePattern`), with a note for the model;
+  system prompt: its `resolve` (`resolver`) refuses a file outside the repository, behind a
+  link leading out of it, or covered by a `Read` deny rule (`WirePattern`), with a note for
+  the model;
 - trust (`policies.trust.repository_files`), on the host, for the hash that makes a changed
-  memory file or import ask for trust again: only files inside the repository, opened
-  without following links.
+  memory file or import ask for trust again: only files inside the repository (`resolver`
+  without deny rules), opened without following links.
 
 Stdlib only and free of Warren imports: the probe loads this file by path (`python -I -S`)
 without importing the `policies` package. Nothing here reads a file itself: callers pass
-`read` and `resolve`, so each side keeps its own way of reading safely.
+`read`, so each side keeps its own way of reading safely.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ __all__ = [
     "gather",
     "memory_chain",
     "memory_root",
+    "resolver",
     "wire_denied",
     "within",
 ]
@@ -223,6 +225,30 @@ def gather(
     for path in paths:
         visit(os.path.normpath(path), 0)
     return entries
+
+
+def resolver(top: str, real_top: str, deny: Sequence[WirePattern] = ()) -> Callable[[str], str]:
+    """The `resolve` of `gather` for a repository at `top` (`real_top`, its real path): a
+    path's real path, or `Skipped` for one outside the repository, behind a link leading out
+    of it (`CLAUDE.md -> AGENTS.md` is fine, `CLAUDE.md -> ~/.ssh/id_rsa` is not followed),
+    or covered by a `deny` pattern as written or where its link leads; `FileNotFoundError`
+    for one that does not exist."""
+
+    def resolve(path: str) -> str:
+        if not within(path, top):
+            raise Skipped("outside the repository")
+        if wire_denied(deny, path):
+            raise Skipped("a Read deny rule covers it")
+        if not os.path.lexists(path):
+            raise FileNotFoundError(path)
+        real = os.path.realpath(path)
+        if not within(real, real_top):
+            raise Skipped("a link leading outside the repository")
+        if wire_denied(deny, real):
+            raise Skipped("a Read deny rule covers it")
+        return real
+
+    return resolve
 
 
 def wire_denied(patterns: Sequence[WirePattern], path: str) -> bool:

@@ -141,16 +141,6 @@ def _memory_files(root: Path) -> list[Path]:
     top = memory_files.memory_root(str(root), home)
     real_top = os.path.realpath(top)
 
-    def resolve(path: str) -> str:
-        if not memory_files.within(path, top):
-            raise memory_files.Skipped("outside the repository")
-        if not os.path.lexists(path):
-            raise FileNotFoundError(path)
-        real = os.path.realpath(path)
-        if not memory_files.within(real, real_top):
-            raise memory_files.Skipped("a link leading outside the repository")
-        return real
-
     def read(path: str, limit: int) -> tuple[bytes, bool]:
         seen = read_regular(Path(path), limit=MAX_HASHED_BYTES, beneath=Path(real_top))
         if seen.state == "too large":
@@ -161,7 +151,10 @@ def _memory_files(root: Path) -> list[Path]:
 
     own = {str(root / name) for name in MEMORY_FILES}
     entries = memory_files.gather(
-        memory_files.memory_chain(top, str(root)), resolve=resolve, read=read, home=home
+        memory_files.memory_chain(top, str(root)),
+        resolve=memory_files.resolver(top, real_top),
+        read=read,
+        home=home,
     )
     return [Path(entry.real) for entry in entries if entry.real not in own]
 

@@ -14,9 +14,16 @@ matches existing files only.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
 __all__ = [
     "DEFAULT_DENY_READ",
@@ -53,27 +60,31 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+def _absolute(what: str) -> AfterValidator:
+    """Refuses a relative path, naming it as `what` in the message."""
+
+    def check(value: Path) -> Path:
+        if not value.is_absolute():
+            raise ValueError(f"{what} must be absolute, got {value}")
+        return value
+
+    return AfterValidator(check)
+
+
 class WorkspaceRoot(_Frozen):
     """A host directory bound into the sandbox at the same path (or `source` shown at `path`)."""
 
-    path: Path
+    path: Annotated[Path, _absolute("workspace path")]
     """Absolute host path of the directory. Required; it must exist when the sandbox starts
     (unless `source` is set: then it is where `source` appears inside)."""
     mode: Mode = "rw"
     """`rw` lets the sandbox write (except protected paths), `ro` refuses every write. Default
     `rw`; auto-approved read-only commands get `ro`."""
-    source: Path | None = None
+    source: Annotated[Path, _absolute("workspace path")] | None = None
     """A host directory shown read-only at `path` inside (a remote worker's snapshot of the
     coordinator's workspace, workers/remote/actor.py), so tools name the user's paths.
     Default None: `path` itself. Only with `mode = "ro"`: protected paths and the guard work
     on host paths, which a root shown elsewhere does not have."""
-
-    @field_validator("path", "source")
-    @classmethod
-    def _absolute(cls, value: Path | None) -> Path | None:
-        if value is not None and not value.is_absolute():
-            raise ValueError(f"workspace path must be absolute, got {value}")
-        return value
 
     @model_validator(mode="after")
     def _source_read_only(self) -> WorkspaceRoot:
@@ -85,18 +96,11 @@ class WorkspaceRoot(_Frozen):
 class Bind(_Frozen):
     """An extra host path bound at the same path (a toolchain cache, a shared gitdir...)."""
 
-    path: Path
+    path: Annotated[Path, _absolute("bind path")]
     """Absolute host path (file or directory). Required; it must exist when the sandbox
     starts."""
     mode: Mode = "ro"
     """`ro` (default) or `rw`. Protected paths apply inside `rw` binds as in workspaces."""
-
-    @field_validator("path")
-    @classmethod
-    def _absolute(cls, value: Path) -> Path:
-        if not value.is_absolute():
-            raise ValueError(f"bind path must be absolute, got {value}")
-        return value
 
 
 class ProtectedPath(_Frozen):
@@ -337,7 +341,7 @@ class SandboxSpec(_Frozen):
     """Let the sandbox create AF_UNIX sockets. Default False: a seccomp filter refuses them,
     because a host socket reachable through the read-only root (a D-Bus session bus, an agent,
     docker.sock) would be a way out. `socketpair()` keeps working either way."""
-    home: Path | None = None
+    home: Annotated[Path, _absolute("home")] | None = None
     """The home whose secrets are masked and which the sandbox sees as `$HOME`. Default None:
     the invoking user's (`$HOME`, else the password database)."""
     hide_home: bool = True
@@ -358,13 +362,6 @@ class SandboxSpec(_Frozen):
     def _coerce_protected(cls, value: object) -> object:
         if isinstance(value, list | tuple):
             return tuple(ProtectedPath(path=v) if isinstance(v, str) else v for v in value)
-        return value
-
-    @field_validator("home")
-    @classmethod
-    def _home_absolute(cls, value: Path | None) -> Path | None:
-        if value is not None and not value.is_absolute():
-            raise ValueError(f"home must be absolute, got {value}")
         return value
 
     @model_validator(mode="after")

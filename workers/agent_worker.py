@@ -46,7 +46,7 @@ import sys
 import traceback
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pydantic
 import trio
@@ -129,6 +129,7 @@ _Reply = (
     | wire.HookReply
     | wire.McpResult
 )
+R = TypeVar("R", bound=pydantic.BaseModel)
 
 
 class AgentWorker:
@@ -185,6 +186,19 @@ class AgentWorker:
 
     def forget(self, request_id: str) -> None:
         self._pending.pop(request_id, None)
+
+    async def asked(self, prefix: str, question: pydantic.BaseModel, reply: type[R]) -> R | None:
+        """Send `question` to the coordinator under a fresh id (its own `id` replaced) and
+        return the first answer of type `reply` to it; None when the answers end first."""
+        request_id, replies = self.expect(prefix)
+        try:
+            self.post(question.model_copy(update={"id": request_id}))
+            async for answer in replies:
+                if isinstance(answer, reply):
+                    return answer
+            return None
+        finally:
+            self.forget(request_id)
 
     async def rehearse(self) -> None:
         """One run in process, before `Ready`: a Think call then an answer, from a scripted
@@ -420,15 +434,10 @@ class AgentWorker:
         from workers.agent_mcp import ForwardedMcpTool
 
         async def ask(call: wire.McpCall) -> wire.McpResult:
-            request_id, replies = self.expect("c")
-            try:
-                self.post(call.model_copy(update={"id": request_id}))
-                async for reply in replies:
-                    if isinstance(reply, wire.McpResult):
-                        return reply
-                return wire.McpResult(id=request_id, content="No answer.", is_error=True)
-            finally:
-                self.forget(request_id)
+            result = await self.asked("c", call, wire.McpResult)
+            if result is None:
+                return wire.McpResult(id=call.id, content="No answer.", is_error=True)
+            return result
 
         own = set(tools.names())
         forwarded = [
@@ -444,15 +453,9 @@ class AgentWorker:
         from workers.agent_hooks import ForwardedHooks
 
         async def ask(question: wire.HookAsk) -> wire.HookReply:
-            request_id, replies = self.expect("h")
-            try:
-                self.post(question.model_copy(update={"id": request_id}))
-                async for reply in replies:
-                    if isinstance(reply, wire.HookReply):
-                        return reply
-                return wire.HookReply(id=request_id)  # not reached: the channel stays open
-            finally:
-                self.forget(request_id)
+            reply = await self.asked("h", question, wire.HookReply)
+            # None is not reached: the channel stays open.
+            return wire.HookReply(id=question.id) if reply is None else reply
 
         return ForwardedHooks(
             ask, agent_id=message.id, events=message.hook_events, workspace=ctx.workspace
@@ -577,24 +580,18 @@ def forwarding_permission(worker: AgentWorker, agent_id: str) -> PermissionFn:
 
     async def decide(plan: CallPlan, ctx: ToolContext) -> PermissionResult:
         tool, input = plan.runnable()
-        request_id, replies = worker.expect("p")
-        try:
-            worker.post(
-                wire.PermissionAsk(
-                    id=request_id,
-                    agent=agent_id,
-                    tool=tool.name,
-                    input=input.model_dump(mode="json", by_alias=True),
-                )
-            )
-            async for reply in replies:
-                if isinstance(reply, wire.PermissionReply):
-                    if reply.allow:
-                        return Allow(updated_input=reply.updated_input, rule=reply.rule)
-                    return Deny(reply.message or f"{tool.name} was denied.", rule=reply.rule)
+        question = wire.PermissionAsk(
+            id="",
+            agent=agent_id,
+            tool=tool.name,
+            input=input.model_dump(mode="json", by_alias=True),
+        )
+        reply = await worker.asked("p", question, wire.PermissionReply)
+        if reply is None:
             return Deny("The coordinator did not answer the permission request.")
-        finally:
-            worker.forget(request_id)
+        if reply.allow:
+            return Allow(updated_input=reply.updated_input, rule=reply.rule)
+        return Deny(reply.message or f"{tool.name} was denied.", rule=reply.rule)
 
     return decide
 

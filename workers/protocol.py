@@ -380,15 +380,23 @@ class ModelFailed(WireModel):
     status: int | None = None
 
 
-class PermissionAsk(WireModel):
-    """May agent `agent` make this tool call? The coordinator's policy decides, and asks the
-    user (or denies, headless) when it must; answered by one `PermissionReply`."""
+class _AgentToolCall(WireModel):
+    """A tool call of agent `agent` (`tool` with `input`) that the coordinator answers: the
+    two messages about one call a subagent makes."""
 
-    type: Literal["permission_ask"] = "permission_ask"
+    type: str
+    """Each message's own literal (declared first here, so that it is sent first)."""
     id: str
     agent: str
     tool: str
     input: dict[str, Any]
+
+
+class PermissionAsk(_AgentToolCall):
+    """May agent `agent` make this tool call? The coordinator's policy decides, and asks the
+    user (or denies, headless) when it must; answered by one `PermissionReply`."""
+
+    type: Literal["permission_ask"] = "permission_ask"
 
 
 class PermissionReply(WireModel):
@@ -441,15 +449,11 @@ class HookReply(WireModel):
     stop_reason: str | None = None
 
 
-class McpCall(WireModel):
+class McpCall(_AgentToolCall):
     """Run MCP tool `tool` for agent `agent` in the coordinator, after its permission answer
     allowed this very input; answered by one `McpResult`."""
 
     type: Literal["mcp_call"] = "mcp_call"
-    id: str
-    agent: str
-    tool: str
-    input: dict[str, Any]
 
 
 class McpResult(WireModel):

@@ -40,7 +40,7 @@ import os
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, assert_never
 
@@ -55,7 +55,7 @@ from orchestrator.agents.dispatch_outcome import (
     UntakenOutcomes,
 )
 from orchestrator.agents.fork import FORK, FORK_DESCRIPTION, fork_start, fork_task, fork_type
-from orchestrator.agents.recall import conversation, stored_agents
+from orchestrator.agents.recall import AgentRecord, conversation, stored_agents
 from orchestrator.agents.structured import (
     STRUCTURED_OUTPUT,
     STRUCTURED_OUTPUT_RULE,
@@ -66,7 +66,6 @@ from orchestrator.agents.structured import (
 from orchestrator.agents.structured import SYSTEM_NOTE as STRUCTURED_SYSTEM_NOTE
 from orchestrator.agents.types import (
     AgentType,
-    ForkBase,
     SubagentEvent,
     SubagentFinished,
     SubagentMcp,
@@ -100,6 +99,7 @@ from orchestrator.tasks.registry import Task, TaskEnd, TaskError, TaskRegistry, 
 from orchestrator.tools.base import (
     CURRENT_TOOL_USE_ID,
     CURRENT_TURN,
+    InputT,
     Tool,
     ToolContext,
     ToolInput,
@@ -120,7 +120,7 @@ if TYPE_CHECKING:
     from orchestrator.agents.mcp import AgentMcp
     from orchestrator.hooks.runner import HookRunner
 
-__all__ = ["DispatchAgentInput", "DispatchAgentTool", "sidechain_path"]
+__all__ = ["AgentRun", "AgentRunTool", "DispatchAgentInput", "DispatchAgentTool", "sidechain_path"]
 
 DESCRIPTION = """\
 Launches a subagent that works on a task on its own, in a separate sandboxed process, and \
@@ -198,32 +198,6 @@ class DispatchAgentInput(ToolInput):
     The tool_result is then that object as JSON, and `take_outcome` gives it as a value."""
 
 
-@dataclass
-class AgentRecord:
-    """A subagent of this session as `SendMessage` finds it: what it was, and its whole
-    conversation once it has ended."""
-
-    agent_id: str
-    agent_type: AgentType
-    """Its type as it ran (the dispatch's `model` applied)."""
-    description: str
-    name: str | None
-    write_paths: list[str] | None
-    """The write scope it was given (as given: checked and hashed again at each run)."""
-    background: bool
-    running: bool = True
-    messages: list[Message] = field(default_factory=list)
-    """Its conversation: the prompts, its turns and their tool results (a fork's starts with
-    the main agent's)."""
-    fork: ForkBase | None = None
-    """A fork's requests, sent as the main agent's (orchestrator/agents/fork.py)."""
-    system: list[str] | None = None
-    """A fork's system prompt: the main agent's."""
-    stored: Path | None = None
-    """Its transcript, for an agent of an earlier process of the session: its conversation is
-    read from there when it is continued (orchestrator/agents/recall.py)."""
-
-
 @dataclass(frozen=True)
 class _Ran:
     """One run of a subagent as `_run` returns it: its tool_result, its outcome, and the
@@ -239,7 +213,39 @@ def sidechain_path(sidechain_root: Path, session_id: str, agent_id: str) -> Path
     return sidechain_root / f"{session_id}.agents" / f"{agent_id}.jsonl"
 
 
-class DispatchAgentTool(Tool[DispatchAgentInput]):
+@dataclass(frozen=True)
+class AgentRun:
+    """What a call of an `AgentRunTool` would run: the agent's type and its write scope."""
+
+    agent_type: AgentType
+    write_paths: list[str] | None
+    """As given (the scope is checked and hashed again at each run)."""
+
+
+class AgentRunTool(Tool[InputT]):
+    """A tool whose call is one subagent's run (`dispatch_agent`, `SendMessage`): read-only
+    exactly when the agent's type cannot write, a writer confined to its `write_paths`, and
+    no time limit of the pipeline's (the pool enforces each subagent's own limits)."""
+
+    def _agent_run(self, input: InputT) -> AgentRun | None:
+        """What the call would run; None when it names no agent (the call is refused)."""
+        raise NotImplementedError
+
+    def is_read_only(self, input: InputT) -> bool:
+        run = self._agent_run(input)
+        return run is None or not run.agent_type.writable  # unknown: refused, no effect
+
+    def write_scope(self, input: InputT, workspace: Path) -> tuple[Path, ...] | None:
+        run = self._agent_run(input)
+        if run is None or not run.agent_type.writable or run.write_paths is None:
+            return None
+        return lexical_scope(run.write_paths, workspace)
+
+    def timeout_s(self, input: InputT) -> float:
+        return math.inf
+
+
+class DispatchAgentTool(AgentRunTool[DispatchAgentInput]):
     name: ClassVar[str] = SUBAGENT_TOOL
     facts: ClassVar[ToolFacts] = DISPATCH_AGENT_FACTS
     input_model: ClassVar[type[ToolInput]] = DispatchAgentInput
@@ -345,18 +351,9 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
             agent_type = agent_type.model_copy(update={"model": resolve_model(input.model)})
         return agent_type
 
-    def is_read_only(self, input: DispatchAgentInput) -> bool:
+    def _agent_run(self, input: DispatchAgentInput) -> AgentRun | None:
         agent_type = self._type_of(input)
-        return agent_type is None or not agent_type.writable  # unknown: refused, no effect
-
-    def write_scope(self, input: DispatchAgentInput, workspace: Path) -> tuple[Path, ...] | None:
-        agent_type = self._type_of(input)
-        if agent_type is None or not agent_type.writable or input.write_paths is None:
-            return None
-        return lexical_scope(input.write_paths, workspace)
-
-    def timeout_s(self, input: DispatchAgentInput) -> float:
-        return math.inf  # the pool enforces each subagent's own limits
+        return None if agent_type is None else AgentRun(agent_type, input.write_paths)
 
     async def validate(self, input: DispatchAgentInput, ctx: ToolContext) -> str | None:
         agent_type = self._type_of(input)
@@ -470,19 +467,7 @@ class DispatchAgentTool(Tool[DispatchAgentInput]):
         if self._earlier is None:
             return
         directory, self._earlier = self._earlier, None
-        earlier = {
-            stored.agent_id: AgentRecord(
-                stored.agent_id,
-                stored.agent_type,
-                stored.description,
-                stored.name,
-                stored.write_paths,
-                stored.background,
-                running=False,
-                stored=stored.path,
-            )
-            for stored in stored_agents(directory, self._types)
-        }
+        earlier = {agent.agent_id: agent for agent in stored_agents(directory, self._types)}
         self._agents = {**earlier, **self._agents}
 
     def refuse_continuing(self, record: AgentRecord, background: bool) -> str | None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 import pydantic
@@ -39,29 +40,29 @@ from orchestrator.tools.registry import ToolRegistry
 __all__ = ["AgentMcp", "agent_mcp"]
 
 
+@dataclass(eq=False)
 class AgentMcp:
     """One subagent's MCP tools (`orchestrator.agents.types.SubagentMcp`)."""
 
-    def __init__(
-        self,
-        tools: ToolRegistry,
-        agent_type: AgentType,
-        ctx: ToolContext,
-        *,
-        output_cap: int,
-        emit: Callable[[Event], None],
-    ) -> None:
-        self._tools = tools
-        self._type = agent_type
-        self._ctx = ctx
-        self._cap = output_cap
-        self._emit = emit
+    tools: ToolRegistry
+    """The session's, MCP tools among them."""
+    agent_type: AgentType
+    """The subagent's type: which MCP tools it may call."""
+    ctx: ToolContext
+    _: KW_ONLY
+    output_cap: int
+    """Characters of a call's result that go down the pipe."""
+    emit: Callable[[Event], None]
+    """Where a refused call is reported (`PermissionDecided`)."""
+    _specs: list[ToolSpec] = field(init=False)
+    _grants: defaultdict[str, int] = field(init=False, default_factory=lambda: defaultdict(int))
+
+    def __post_init__(self) -> None:
         self._specs = [
             ToolSpec(t.name, t.description, t.input_schema())
-            for t in tools
-            if t.name.startswith(MCP_PREFIX) and agent_type.allows(t.name)
+            for t in self.tools
+            if t.name.startswith(MCP_PREFIX) and self.agent_type.allows(t.name)
         ]
-        self._grants: defaultdict[str, int] = defaultdict(int)
 
     def specs(self) -> list[ToolSpec]:
         return list(self._specs)
@@ -79,10 +80,10 @@ class AgentMcp:
 
     async def call(self, tool: str, input: dict[str, Any]) -> ToolOutput:
         """Run one allowed call (see the module docstring); an error result otherwise."""
-        found = self._tools.get(tool) if self._type.allows(tool) else None
+        found = self.tools.get(tool) if self.agent_type.allows(tool) else None
         if found is None or not tool.startswith(MCP_PREFIX):
             return self._refuse(
-                tool, input, f"{tool} is not one of the tools of a {self._type.name} agent."
+                tool, input, f"{tool} is not one of the tools of a {self.agent_type.name} agent."
             )
         if not self._take(tool, input):
             return self._refuse(
@@ -90,11 +91,11 @@ class AgentMcp:
             )
         try:
             parsed = found.parse_input(input)
-            refusal = await found.validate(parsed, self._ctx)
+            refusal = await found.validate(parsed, self.ctx)
             if refusal is not None:
                 return ToolOutput(content=refusal, is_error=True)
             output: ToolOutput | None = None
-            async with closing_iter(found.call(parsed, self._ctx)) as events:
+            async with closing_iter(found.call(parsed, self.ctx)) as events:
                 async for event in events:
                     if isinstance(event, ToolOutput):
                         output = event
@@ -111,9 +112,11 @@ class AgentMcp:
     def _capped(self, output: ToolOutput) -> ToolOutput:
         content = output.content
         if isinstance(content, str):
-            return ToolOutput(content=truncate_middle(content, self._cap), is_error=output.is_error)
+            return ToolOutput(
+                content=truncate_middle(content, self.output_cap), is_error=output.is_error
+            )
         blocks = [
-            b.model_copy(update={"text": truncate_middle(b.text, self._cap)})
+            b.model_copy(update={"text": truncate_middle(b.text, self.output_cap)})
             if b.type == "text"
             else b
             for b in content
@@ -122,13 +125,13 @@ class AgentMcp:
 
     def _refuse(self, tool: str, input: dict[str, Any], why: str) -> ToolOutput:
         structlog.get_logger().warning("subagent mcp call refused", tool=tool, why=why)
-        self._emit(
+        self.emit(
             PermissionDecided(
                 tool_use_id="",
                 tool=tool,
                 input=input,
                 decision="deny",
-                rule=f"agent type {self._type.name}",
+                rule=f"agent type {self.agent_type.name}",
                 answered_by="policy",
                 message=why,
             )

@@ -8,6 +8,9 @@ sent to it (`conversation`): every `message` record, in order, which for an agen
 before holds each prompt, its turns and their results. An agent whose type this session does
 not define any more, a fork (its history began with its parent's, which its file does not
 hold) and an unreadable file are not offered.
+
+Each is an `AgentRecord`, as the session's own agents are (`DispatchAgentTool` keeps those):
+one value for an agent however it became known.
 """
 
 from __future__ import annotations
@@ -15,32 +18,47 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pydantic
 
-from orchestrator.agents.types import AgentType
+from orchestrator.agents.types import AgentType, ForkBase
 from orchestrator.messages import Message
 
-__all__ = ["StoredAgent", "conversation", "stored_agents"]
+__all__ = ["AgentRecord", "conversation", "stored_agents"]
 
 _HEAD_BYTES = 64 * 1024
 """The most of a file's first line read (its first record)."""
 
 
-@dataclass(frozen=True)
-class StoredAgent:
+@dataclass
+class AgentRecord:
+    """A subagent of this session as `SendMessage` finds it: what it was, and its whole
+    conversation once it has ended."""
+
     agent_id: str
     agent_type: AgentType
+    """Its type as it ran (the dispatch's `model` applied)."""
     description: str
     name: str | None
     write_paths: list[str] | None
+    """The write scope it was given (as given: checked and hashed again at each run)."""
     background: bool
-    path: Path
+    running: bool = True
+    messages: list[Message] = field(default_factory=list)
+    """Its conversation: the prompts, its turns and their tool results (a fork's starts with
+    the main agent's)."""
+    fork: ForkBase | None = None
+    """A fork's requests, sent as the main agent's (orchestrator/agents/fork.py)."""
+    system: list[str] | None = None
+    """A fork's system prompt: the main agent's."""
+    stored: Path | None = None
+    """Its transcript, for an agent of an earlier process of the session: its conversation is
+    read from there when it is continued (`stored_agents`, `conversation`)."""
 
 
-def stored_agents(directory: Path, types: Mapping[str, AgentType]) -> list[StoredAgent]:
+def stored_agents(directory: Path, types: Mapping[str, AgentType]) -> list[AgentRecord]:
     """The agents whose transcripts are in `directory` (none when it does not exist), oldest
     first, with the types of `types` (as each ran: its model override kept)."""
     try:
@@ -60,7 +78,7 @@ def stored_agents(directory: Path, types: Mapping[str, AgentType]) -> list[Store
     return found
 
 
-def _head(path: Path, types: Mapping[str, AgentType]) -> StoredAgent | None:
+def _head(path: Path, types: Mapping[str, AgentType]) -> AgentRecord | None:
     try:
         with path.open("rb") as f:
             first = f.readline(_HEAD_BYTES)
@@ -78,14 +96,15 @@ def _head(path: Path, types: Mapping[str, AgentType]) -> StoredAgent | None:
         agent_type = agent_type.model_copy(update={"model": model})
     paths = record.get("write_paths")
     name = record.get("name")
-    return StoredAgent(
+    return AgentRecord(
         agent_id,
         agent_type,
         str(record.get("description") or ""),
         name if isinstance(name, str) else None,
         [str(p) for p in paths] if isinstance(paths, list) else None,
         record.get("background") is True,
-        path,
+        running=False,
+        stored=path,
     )
 
 

@@ -16,18 +16,16 @@ session is continued from its transcript (orchestrator/agents/recall.py).
 
 from __future__ import annotations
 
-import math
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import ClassVar
 
 from pydantic import Field
 
-from orchestrator.agents.dispatch_agent import AgentRecord, DispatchAgentTool
+from orchestrator.agents.dispatch_agent import AgentRun, AgentRunTool, DispatchAgentTool
+from orchestrator.agents.recall import AgentRecord
 from orchestrator.aio import closing_iter
-from orchestrator.calls.scopes import lexical_scope
 from orchestrator.errors import ToolError
-from orchestrator.tools.base import Tool, ToolContext, ToolInput, ToolOutput, ToolProgress
+from orchestrator.tools.base import ToolContext, ToolInput, ToolOutput, ToolProgress
 from orchestrator.tools.registry import DISPATCH_AGENT_FACTS
 from policies.facts import ToolFacts
 
@@ -53,7 +51,7 @@ class SendMessageInput(ToolInput):
     )
 
 
-class SendMessageTool(Tool[SendMessageInput]):
+class SendMessageTool(AgentRunTool[SendMessageInput]):
     name: ClassVar[str] = "SendMessage"
     facts: ClassVar[ToolFacts] = DISPATCH_AGENT_FACTS
     input_model: ClassVar[type[ToolInput]] = SendMessageInput
@@ -66,21 +64,19 @@ class SendMessageTool(Tool[SendMessageInput]):
     def _record(self, input: SendMessageInput) -> AgentRecord | None:
         return self._dispatch.agent(input.to)
 
+    def _known(self, input: SendMessageInput) -> AgentRecord:
+        """The agent `input` is for; `ToolError` when none is (`validate` refused it first)."""
+        record = self._record(input)
+        if record is None:
+            raise ToolError(f"No agent is known by {input.to!r}.")
+        return record
+
     def _background(self, input: SendMessageInput, record: AgentRecord) -> bool:
         return record.background if input.run_in_background is None else input.run_in_background
 
-    def is_read_only(self, input: SendMessageInput) -> bool:
+    def _agent_run(self, input: SendMessageInput) -> AgentRun | None:
         record = self._record(input)
-        return record is None or not record.agent_type.writable  # unknown: refused
-
-    def write_scope(self, input: SendMessageInput, workspace: Path) -> tuple[Path, ...] | None:
-        record = self._record(input)
-        if record is None or not record.agent_type.writable or record.write_paths is None:
-            return None
-        return lexical_scope(record.write_paths, workspace)
-
-    def timeout_s(self, input: SendMessageInput) -> float:
-        return math.inf  # the pool enforces each subagent's own limits
+        return None if record is None else AgentRun(record.agent_type, record.write_paths)
 
     async def validate(self, input: SendMessageInput, ctx: ToolContext) -> str | None:
         record = self._record(input)
@@ -96,9 +92,7 @@ class SendMessageTool(Tool[SendMessageInput]):
     async def call(
         self, input: SendMessageInput, ctx: ToolContext
     ) -> AsyncIterator[ToolProgress | ToolOutput]:
-        record = self._record(input)
-        if record is None:
-            raise ToolError(f"No agent is known by {input.to!r}.")
+        record = self._known(input)
         continued = self._dispatch.continue_agent(
             record, input.message, ctx, background=self._background(input, record)
         )

@@ -72,6 +72,7 @@ __all__ = [
     "INTERRUPTED_WAITING",
     "REJECTED_EARLIER",
     "InProcessRunner",
+    "RunnerLayer",
     "ToolPipeline",
     "ToolRunner",
 ]
@@ -118,6 +119,32 @@ class ToolRunner(Protocol):
         """The call's progress, then one output. With `validate`, `validate` runs first and
         its answer comes first (`Checked`): a refusal ends the call there."""
         ...
+
+
+class RunnerLayer:
+    """A `ToolRunner` layered over another, `inner`, that every call goes through: its checks
+    are `inner`'s (merged when `inner`'s are); a layer changes what happens around the calls
+    it cares about (`RecordingRunner` records writers, `BackgroundShells` starts background
+    commands as tasks) and passes the rest on with `inner_call`."""
+
+    def __init__(self, inner: ToolRunner) -> None:
+        self.inner = inner
+
+    @property
+    def merged_checks(self) -> bool:
+        return bool(getattr(self.inner, "merged_checks", False))
+
+    async def validate(self, plan: CallPlan, ctx: ToolContext) -> str | None:
+        result: str | None = await self.inner.validate(plan, ctx)
+        return result
+
+    def inner_call(
+        self, plan: CallPlan, ctx: ToolContext, validate: bool
+    ) -> AsyncIterator[Checked | ToolProgress | ToolOutput]:
+        """`plan` run by `inner`, validated first when `validate` says so."""
+        if validate:
+            return self.inner.call(plan, ctx, validate=True)
+        return self.inner.call(plan, ctx)
 
 
 class InProcessRunner:

@@ -31,7 +31,7 @@ import structlog
 import trio
 
 from orchestrator.aio import closing_iter
-from orchestrator.calls.pipeline import ToolRunner
+from orchestrator.calls.pipeline import RunnerLayer, ToolRunner
 from orchestrator.calls.plan import CallPlan
 from orchestrator.changes.content_store import ContentStore
 from orchestrator.changes.tree_state import Entry, Key, ScanStopped, TreeState
@@ -719,26 +719,18 @@ def writer_of(plan: CallPlan) -> Writer:
     return Writer(plan.block.id, plan.block.name, label, scope, files=files)
 
 
-class RecordingRunner:
+class RecordingRunner(RunnerLayer):
     """A `ToolRunner` that hands every call to `inner`, with read-write ones recorded."""
 
     def __init__(self, inner: ToolRunner, recorder: ChangeRecorder) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.recorder = recorder
-
-    @property
-    def merged_checks(self) -> bool:
-        return bool(getattr(self.inner, "merged_checks", False))
-
-    async def validate(self, plan: CallPlan, ctx: ToolContext) -> str | None:
-        result: str | None = await self.inner.validate(plan, ctx)
-        return result
 
     async def call(
         self, plan: CallPlan, ctx: ToolContext, *, validate: bool = False
     ) -> AsyncIterator[Checked | ToolProgress | ToolOutput]:
         if plan.sandbox == "ro":
-            async with closing_iter(self._inner_call(plan, ctx, validate)) as items:
+            async with closing_iter(self.inner_call(plan, ctx, validate)) as items:
                 async for item in items:
                     yield item
             return
@@ -746,7 +738,7 @@ class RecordingRunner:
         # beneath its scope; what it changed there is put down to it).
         await self.recorder.before_call(plan.block.id, writer_of(plan))
         try:
-            async with closing_iter(self._inner_call(plan, ctx, validate)) as items:
+            async with closing_iter(self.inner_call(plan, ctx, validate)) as items:
                 async for item in items:
                     yield item
         finally:
@@ -754,10 +746,3 @@ class RecordingRunner:
             # recorder's `running()`, at once, shielded and bounded: one scan).
             with trio.CancelScope(shield=True):
                 await self.recorder.after_call(plan.block.id)
-
-    def _inner_call(
-        self, plan: CallPlan, ctx: ToolContext, validate: bool
-    ) -> AsyncIterator[Checked | ToolProgress | ToolOutput]:
-        if validate:
-            return self.inner.call(plan, ctx, validate=True)
-        return self.inner.call(plan, ctx)

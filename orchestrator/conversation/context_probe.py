@@ -268,30 +268,11 @@ def _memory(cwd: Path | str, root: Path | str, deny: Sequence[WirePattern]) -> l
         return []  # the usual case: no need to load the helpers
     memory = _load_memory_files()
     read = _safe_reader()
-    top = os.path.realpath(root)
-    home = os.environ.get("HOME")
-
-    def resolve(path: str) -> str:
-        if not memory.within(path, str(root)):
-            raise memory.Skipped("outside the repository")
-        if memory.wire_denied(deny, path):
-            raise memory.Skipped("a Read deny rule covers it")
-        if not os.path.lexists(path):
-            raise FileNotFoundError(path)
-        # `CLAUDE.md -> AGENTS.md` is common and fine; a link leaving the repository is not
-        # followed (`CLAUDE.md -> ~/.ssh/id_rsa`).
-        real = os.path.realpath(path)
-        if not memory.within(real, top):
-            raise memory.Skipped("a link leading outside the repository")
-        if memory.wire_denied(deny, real):
-            raise memory.Skipped("a Read deny rule covers it")
-        return real
-
     entries = memory.gather(
         memory.memory_chain(str(root), str(cwd)),
-        resolve=resolve,
+        resolve=memory.resolver(str(root), os.path.realpath(root), deny),
         read=read,
-        home=home,
+        home=os.environ.get("HOME"),
     )
     return [[entry.label, entry.rendered()] for entry in entries]
 

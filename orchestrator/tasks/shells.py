@@ -28,7 +28,7 @@ from typing import Any
 import trio
 
 from orchestrator.aio import closing_iter
-from orchestrator.calls.pipeline import ToolRunner
+from orchestrator.calls.pipeline import RunnerLayer, ToolRunner
 from orchestrator.calls.plan import CallPlan
 from orchestrator.changes.recorder import ChangeRecorder
 from orchestrator.changes.writers import Writer
@@ -52,10 +52,10 @@ def is_background_shell(plan: CallPlan) -> bool:
     )
 
 
-class BackgroundShells:
-    """A `ToolRunner`: every call goes to `runner` (the session's, which records writing
-    calls) but a background Bash call, which starts as a task and returns at once; the task
-    runs it on `direct` (the same hosts, unrecorded: the task records itself)."""
+class BackgroundShells(RunnerLayer):
+    """A `ToolRunner`: every call goes to `runner` (its `inner`: the session's, which records
+    writing calls) but a background Bash call, which starts as a task and returns at once; the
+    task runs it on `direct` (the same hosts, unrecorded: the task records itself)."""
 
     def __init__(
         self,
@@ -68,30 +68,18 @@ class BackgroundShells:
         unavailable: str = "",
     ) -> None:
         """`outputs` None: background commands are refused, saying `unavailable`."""
-        self.runner = runner
+        super().__init__(runner)
         self._direct = direct
         self._tasks = tasks
         self._outputs = outputs
         self._recorder = recorder
         self._unavailable = unavailable
 
-    @property
-    def merged_checks(self) -> bool:
-        return bool(getattr(self.runner, "merged_checks", False))
-
-    async def validate(self, plan: CallPlan, ctx: ToolContext) -> str | None:
-        return await self.runner.validate(plan, ctx)
-
     async def call(
         self, plan: CallPlan, ctx: ToolContext, *, validate: bool = False
     ) -> AsyncIterator[Checked | ToolProgress | ToolOutput]:
         if not is_background_shell(plan):
-            calling = (
-                self.runner.call(plan, ctx, validate=True)
-                if validate
-                else self.runner.call(plan, ctx)
-            )
-            async with closing_iter(calling) as items:
+            async with closing_iter(self.inner_call(plan, ctx, validate)) as items:
                 async for item in items:
                     yield item
             return

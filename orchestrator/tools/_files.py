@@ -46,6 +46,7 @@ __all__ = [
     "read_failed",
     "ripgrep_path",
     "run_ripgrep",
+    "search_path_problem",
     "sniff_encoding",
     "snippet",
     "stale_read_problem",
@@ -145,6 +146,23 @@ def path_problem(raw: str, ctx: ToolContext, *, param: str, writing: bool = Fals
             "A symlink that points outside the workspace cannot be written through."
         )
     return f"{raw} is outside the workspace{via}. Only files under {roots} can be read."
+
+
+def search_path_problem(raw: str | None, ctx: ToolContext, *, directory: bool) -> str | None:
+    """`path_problem` for the optional `path` a search starts from (None: the working
+    directory), which must then exist: as a directory when `directory` (Glob), else as a
+    directory or a regular file (Grep)."""
+    if raw is None:
+        return None
+    problem = path_problem(raw, ctx, param="path")
+    if problem:
+        return problem
+    path = Path(raw)
+    if directory:
+        return None if path.is_dir() else f"path {raw} is not an existing directory."
+    if not path.exists():
+        return f"path {raw} does not exist."
+    return non_regular_problem(path)
 
 
 def existing_file_problem(raw: str, ctx: ToolContext, *, param: str, writing: bool) -> str | None:

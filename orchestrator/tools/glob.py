@@ -20,7 +20,7 @@ from typing import ClassVar
 import trio
 from pydantic import Field
 
-from orchestrator.tools._files import newest_first, path_problem, run_ripgrep
+from orchestrator.tools._files import newest_first, path_problem, run_ripgrep, search_path_problem
 from orchestrator.tools.base import (
     Tool,
     ToolContext,
@@ -31,7 +31,14 @@ from orchestrator.tools.base import (
 )
 from policies.facts import ToolFacts
 
-__all__ = ["MAX_GLOB_RESULTS", "RG_COMMON", "GlobInput", "GlobPlan", "GlobTool", "plan_glob"]
+__all__ = [
+    "MAX_GLOB_RESULTS",
+    "RG_COMMON",
+    "GlobInput",
+    "GlobPlan",
+    "GlobTool",
+    "plan_glob",
+]
 
 MAX_GLOB_RESULTS = 100
 """Paths returned at most; the result says how many more matched."""
@@ -127,12 +134,9 @@ class GlobInput(ToolInput):
 
 
 def _check(input: GlobInput, ctx: ToolContext) -> str | None:
-    if input.path is not None:
-        problem = path_problem(input.path, ctx, param="path")
-        if problem:
-            return problem
-        if not Path(input.path).is_dir():
-            return f"path {input.path} is not an existing directory."
+    problem = search_path_problem(input.path, ctx, directory=True)
+    if problem:
+        return problem
     root, _plan = search_root(input.pattern, input.path, ctx)
     if input.pattern.startswith("/") or ".." in input.pattern.split("/"):
         return path_problem(str(root), ctx, param="pattern")

@@ -19,8 +19,8 @@ from pydantic import Field
 from orchestrator.tools._files import (
     newest_first,
     non_regular_problem,
-    path_problem,
     run_ripgrep,
+    search_path_problem,
 )
 from orchestrator.tools.base import (
     Tool,
@@ -224,15 +224,9 @@ def _cap(lines: list[str], head_limit: int | None, unit: str, more: bool) -> tup
 
 
 def _check(input: GrepInput, ctx: ToolContext) -> str | None:
-    if input.path is not None:
-        problem = path_problem(input.path, ctx, param="path")
-        if problem:
-            return problem
-        if not Path(input.path).exists():
-            return f"path {input.path} does not exist."
-        problem = non_regular_problem(Path(input.path))
-        if problem:
-            return problem
+    problem = search_path_problem(input.path, ctx, directory=False)
+    if problem:
+        return problem
     if input.glob and ".." in input.glob.split("/"):
         return "glob must not contain '..'; give the directory to search as path instead."
     return None

@@ -22,6 +22,7 @@ from typing import Any, Final
 
 import trio
 from prompt_toolkit import PromptSession
+from prompt_toolkit.buffer import Buffer
 from prompt_toolkit.completion import CompleteEvent, Completer, Completion
 from prompt_toolkit.document import Document
 from prompt_toolkit.history import FileHistory
@@ -132,23 +133,25 @@ def _bindings() -> KeyBindings:
     def _newline(event: KeyPressEvent) -> None:
         event.current_buffer.insert_text("\n")
 
-    @keys.add("c-c")
-    def _ctrl_c(event: KeyPressEvent) -> None:
-        buffer = event.current_buffer
-        if buffer.text:
-            buffer.reset()
-        else:
-            event.app.exit(result=CTRL_C)
-
-    @keys.add("c-d")
-    def _ctrl_d(event: KeyPressEvent) -> None:
-        buffer = event.current_buffer
-        if buffer.text:
-            buffer.delete()
-        else:
-            event.app.exit(result=CTRL_D)
-
+    # Ctrl-C clears what is typed, Ctrl-D deletes forward; on an empty line each ends the
+    # prompt with its own result.
+    for key, edit, result in (("c-c", Buffer.reset, CTRL_C), ("c-d", Buffer.delete, CTRL_D)):
+        keys.add(key)(_edit_or_exit(edit, result))
     return keys
+
+
+def _edit_or_exit(edit: Callable[[Buffer], object], result: str) -> Callable[[KeyPressEvent], None]:
+    """A key that applies `edit` to a buffer holding text, and ends the prompt with `result`
+    when it holds none."""
+
+    def handle(event: KeyPressEvent) -> None:
+        buffer = event.current_buffer
+        if buffer.text:
+            edit(buffer)
+        else:
+            event.app.exit(result=result)
+
+    return handle
 
 
 def make_prompt(history: Path, completer: Completer) -> PromptSession[str]:

@@ -45,6 +45,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
+import functools
 import io
 import os
 import select
@@ -687,16 +688,36 @@ def _ask(op: str) -> dict[str, Any] | None:
         link.close()
 
 
+def _said(op: str, key: str) -> Any:
+    """What the running server answers to `op` under `key`; None when none runs (or its
+    answer has no `key`)."""
+    answer = _ask(op)
+    return None if answer is None else answer.get(key)
+
+
+def _refusal_exits(
+    action: Callable[[argparse.Namespace], int],
+) -> Callable[[argparse.Namespace], int]:
+    """`action` with a server directory that is not safe to use (`ServerDirRefused`) said on
+    stderr, exit status 2."""
+
+    @functools.wraps(action)
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return action(args)
+        except ServerDirRefused as exc:
+            print(f"warren: {exc}", file=sys.stderr)
+            return 2
+
+    return run
+
+
+@_refusal_exits
 def _show_status(args: argparse.Namespace) -> int:
-    try:
-        answer = _ask("status")
-    except ServerDirRefused as exc:
-        print(f"warren: {exc}", file=sys.stderr)
-        return 2
-    if answer is None or "status" not in answer:
+    status = _said("status", "status")
+    if status is None:
         print(f"no server running ({server_dir() / SOCKET_NAME})")
         return 3
-    status = answer["status"]
     current = "current" if status["version"] == code_version() else "another version"
     proven = status.get("floor_proven_at")
     floor = (
@@ -719,16 +740,13 @@ def _show_status(args: argparse.Namespace) -> int:
     return 0
 
 
+@_refusal_exits
 def _stop(args: argparse.Namespace) -> int:
-    try:
-        answer = _ask("stop")
-    except ServerDirRefused as exc:
-        print(f"warren: {exc}", file=sys.stderr)
-        return 2
-    if answer is None or "stopping" not in answer:
+    stopping = _said("stop", "stopping")
+    if stopping is None:
         print("no server running")
         return 0
-    pid = int(answer["stopping"])
+    pid = int(stopping)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and _alive(pid):
         time.sleep(0.02)
@@ -775,12 +793,9 @@ def _start(args: argparse.Namespace) -> int:
     return 1
 
 
+@_refusal_exits
 def _run_foreground(args: argparse.Namespace) -> int:
-    try:
-        return serve(server_dir(), _idle(args), args.entry)
-    except ServerDirRefused as exc:
-        print(f"warren: {exc}", file=sys.stderr)
-        return 2
+    return serve(server_dir(), _idle(args), args.entry)
 
 
 def _main() -> int:
