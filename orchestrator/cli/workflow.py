@@ -109,16 +109,22 @@ async def _run_session(config: Any, parts: Any, request: WorkflowRequest) -> int
     async with trio.open_nursery() as nursery:
         scope = trio.CancelScope()
         nursery.start_soon(_watch_signals, scope, stopped)
+        refused: str | None = None
         try:
             with scope:
                 async with open_session(config, parts) as session:
                     opened.append(session)
-                    record = await session.run_workflow(_start(session, request))
-        except (ConfigError, SessionError, WorkflowError) as exc:
-            print(f"warren workflow: {escape_controls(str(exc))}", file=sys.stderr)
-            return EXIT_USAGE
+                    try:  # here: leaving the session's nurseries, it would be a group
+                        record = await session.run_workflow(_start(session, request))
+                    except (SessionError, WorkflowError) as exc:
+                        refused = str(exc)
+        except ConfigError as exc:
+            refused = str(exc)
         finally:
             nursery.cancel_scope.cancel()
+    if refused is not None:
+        print(f"warren workflow: {escape_controls(refused)}", file=sys.stderr)
+        return EXIT_USAGE
     if record is not None:
         _say_end(record)
         return 0 if record.status == "completed" else 1

@@ -208,6 +208,21 @@ def test_demo_with_parallel_writers_renames_with_three_scoped_writers_at_once(
     assert "<- Bash: exit 0" in done.stdout  # the sample's tests pass after the rename
 
 
+def test_demo_with_a_workflow_renames_with_scoped_writers_then_tests(
+    env: dict[str, str],
+) -> None:
+    """`warren demo --workflow`: the main agent starts a workflow (its script in a sandbox of
+    its own) whose writers rename in their packages and whose test agent reports through
+    StructuredOutput; the main agent ends after its one notification."""
+    done = run_cli(["demo", "--workflow"], env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "outcome: completed after 3 turns" in done.stdout
+    assert "workflow phases: Rename -> Test" in done.stdout
+    assert 'Workflow "rename"' in done.stdout and "completed: 4 done" in done.stdout
+    assert "subagents: 4, each in its own sandboxed worker" in done.stdout
+    assert "structured output" in done.stdout
+
+
 def test_sandbox_off_says_so_on_every_run(sample: Path, env: dict[str, str]) -> None:
     with FakeMessagesAPI([Reply.text("ok")]) as api:
         done = run_cli(

@@ -50,6 +50,7 @@ from orchestrator.events import (
     CallScheduled,
     Event,
     PermissionDecided,
+    TaskChanged,
     ToolStarted,
     WorkflowChanged,
 )
@@ -95,6 +96,8 @@ class _Timeline:
     agents: list[SubagentOutcome] = field(default_factory=list)
     workflow_phases: list[str] = field(default_factory=list)
     """The phases a workflow entered, in order (`--workflow`)."""
+    workflow_end: str | None = None
+    """How the workflow ended (its task's summary)."""
 
     def __call__(self, event: Event) -> None:
         match event:
@@ -108,6 +111,8 @@ class _Timeline:
                 self.scopes[call] = scope
             case WorkflowChanged(what="phase", text=title):
                 self.workflow_phases.append(title)
+            case TaskChanged(phase="ended", kind="workflow", summary=summary):
+                self.workflow_end = summary
             case _:
                 pass
 
@@ -238,6 +243,8 @@ def _summary(out: IO[str], reason: str, turns: int, timeline: _Timeline, transcr
         out.write(f"    {seconds * 1000:7.0f} ms  {label}\n")
     if timeline.workflow_phases:
         out.write(f"  workflow phases: {' -> '.join(timeline.workflow_phases)}\n")
+        if timeline.workflow_end:
+            out.write(f"  workflow: {timeline.workflow_end}\n")
     if timeline.agents:
         out.write(f"  subagents: {len(timeline.agents)}, each in its own sandboxed worker\n")
         if timeline.scopes:

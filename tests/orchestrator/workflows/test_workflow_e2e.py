@@ -148,6 +148,8 @@ class _Model:
         if self.hold_writers:
             self.writers_waiting.set()
             self.release.wait(120)
+            # Held until the coordinator was killed: whoever still listens gets no work.
+            return Reply.text("gone")
         return _tool(
             "Write", {"file_path": str(self.ws / name / "out.txt"), "content": f"{name}\n"}
         )
