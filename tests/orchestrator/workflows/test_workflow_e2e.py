@@ -6,9 +6,10 @@ script and for every agent, real pool workers, the real SDK against the fake Mes
   reach the script, one agent whose output never fits its schema is tried once more and then
   counted as failed without ending the workflow, the writers' files are on the host, and the
   main agent gets one notification carrying the workflow's result.
-- `kill -9` of the coordinator in the middle of the second phase, then `warren workflow resume
-  RUN_ID`: the fake API gets no request of an agent that had finished, the writer that was cut
-  off is rolled back and runs again, and the result equals the uninterrupted run's.
+- `kill -9` of the coordinator in the middle of the second phase (each writer has written a
+  first file and waits on the model), then `warren workflow resume RUN_ID`: the fake API gets no
+  request of an agent that had finished, what the cut-off writers wrote is rolled back before
+  they run again, and the result equals the uninterrupted run's.
 """
 
 from __future__ import annotations
@@ -143,13 +144,15 @@ class _Model:
                 return Reply.text("Counted.")
             n: Any = f"seven-{len(request.messages)}" if int(name) == BAD else int(name) * 10
             return _tool("StructuredOutput", {"n": n})
-        if _after_tool(request):
-            return Reply.text(f"wrote {name}")
-        if self.hold_writers:
+        if self.hold_writers:  # a first write, then held until the coordinator is killed
+            if not _after_tool(request):
+                partial = {"file_path": str(self.ws / name / "partial.txt"), "content": "half"}
+                return _tool("Write", partial)
             self.writers_waiting.set()
             self.release.wait(120)
-            # Held until the coordinator was killed: whoever still listens gets no work.
-            return Reply.text("gone")
+            return Reply.text("gone")  # whoever still listens gets no more work
+        if _after_tool(request):
+            return Reply.text(f"wrote {name}")
         return _tool(
             "Write", {"file_path": str(self.ws / name / "out.txt"), "content": f"{name}\n"}
         )
@@ -234,7 +237,12 @@ def test_kill_9_in_the_second_phase_then_resume(home: Path) -> None:
         proc = _start(home, api)
         try:
             assert model.writers_waiting.wait(240), "the writers never started"
-            time.sleep(0.5)  # the other writers' requests arrive too (not needed for the test)
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not all(
+                (home / "ws" / p / "partial.txt").exists() for p in PACKAGES
+            ):
+                time.sleep(0.05)
+            time.sleep(0.3)  # every writer's second request is on its way (held)
             os.killpg(proc.pid, signal.SIGKILL)
         finally:
             proc.wait(60)
@@ -258,3 +266,6 @@ def test_kill_9_in_the_second_phase_then_resume(home: Path) -> None:
     assert json.loads(done.stdout) == EXPECTED
     for package in PACKAGES:
         assert (home / "ws" / package / "out.txt").read_text() == f"{package}\n"
+        # What the cut-off writer wrote was rolled back before it ran again.
+        assert not (home / "ws" / package / "partial.txt").exists()
+        assert (home / "ws" / package / "mod.py").read_text() == "x = 1\n"
