@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from orchestrator.cli.demo.sample_repo import generate
-from tests.kit.fake_api import FakeMessagesAPI, RecordedRequest, Reply
+from tests.kit.fake_api import FakeMessagesAPI, FakeResponse, RecordedRequest, Reply
 from tests.kit.tty import Terminal
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -514,3 +514,60 @@ def test_tasks_shows_lists_tails_and_stops_background_work(
         while "1 background task" in terminal.screen().splitlines()[-1]:
             assert time.monotonic() < deadline, terminal.screen()
             time.sleep(0.2)
+
+
+TALLY = """\
+META = {"name": "tally", "description": "Count in two places", "phases": ["Count"]}
+N = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+phase("Count")
+found = parallel([lambda p=p: agent(f"[count:{p}] Count the files.", schema=N, label=f"count {p}")
+                  for p in ("a", "b")])
+finish({"total": sum(f["n"] for f in found if f)})
+"""
+
+
+def test_a_saved_workflow_from_the_repl_shows_its_phases_and_reports(
+    tmp_path: Path, sample: Path, terminals: list[Terminal]
+) -> None:
+    """`/workflow NAME` starts a saved workflow in the background; `/workflows` lists the
+    run, `/workflows RUN_ID` shows its phase with each agent done, its tokens and cost; the
+    next prompt carries its one notification with the result."""
+    saved = tmp_path / "config" / "warren" / "workflows"
+    saved.mkdir(parents=True)
+    (saved / "tally.py").write_text(TALLY)
+
+    def route(request: RecordedRequest) -> FakeResponse | None:
+        content = request.messages[0]["content"]
+        first = content if isinstance(content, str) else content[0].get("text", "")
+        if not first.startswith("[count:"):
+            return Reply.text("The tally is 5.")
+        last = request.messages[-1]["content"]
+        if isinstance(last, list) and any(b.get("type") == "tool_result" for b in last):
+            return Reply.text("Counted.")
+        n = 2 if first.startswith("[count:a]") else 3
+        return Reply.tool_use("StructuredOutput", {"n": n})
+
+    with FakeMessagesAPI(route=route) as api:
+        terminal = _start(terminals, tmp_path, api, sample)
+
+        def command(text: str, expected: str) -> str:
+            _send(terminal, text)
+            terminal.wait_for(expected, timeout=60)
+            return terminal.wait_for(r"\n> ?(\n|$)", timeout=60)
+
+        started = command("/workflow tally", r"Workflow tally started as (wf-[0-9a-f]{12})")
+        run_id = re.search(r"started as (wf-[0-9a-f]{12})", started)
+        assert run_id, started
+        deadline = time.monotonic() + 90
+        while True:
+            listed = command("/workflows", rf"{run_id[1]} +\w+")
+            if re.search(rf"{run_id[1]} +completed +tally: Count in two places", listed):
+                break
+            assert time.monotonic() < deadline, listed
+            time.sleep(0.5)
+        shown = command(f"/workflows {run_id[1]}", r"\[0\.1\.0\] count b")
+        assert re.search(r"✓ \[0\.0\.0\] count a · 240 tokens · \$0\.\d{4}", shown), shown
+        command("what did it find?", r"The tally is 5\.")
+        [asked] = [r for r in api.requests if "what did it find?" in json.dumps(r.messages)]
+        note = json.dumps(asked.messages)
+        assert f"<task-id>{run_id[1]}</task-id>" in note and '\\"total\\": 5' in note
