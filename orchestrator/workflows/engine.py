@@ -174,8 +174,9 @@ class WorkflowEngine:
     rows: dict[str, AgentRow] = field(default_factory=dict)
     phase_now: str | None = None
     started: int = 0
+    gate: ScopeGate = field(default_factory=ScopeGate)
+    """Where writers wait for disjoint scopes: the session's, shared by its runs."""
     _limiter: trio.CapacityLimiter = field(init=False)
-    _gate: ScopeGate = field(default_factory=ScopeGate)
 
     def __post_init__(self) -> None:
         self._limiter = trio.CapacityLimiter(max(1, self.cap))
@@ -238,7 +239,7 @@ class WorkflowEngine:
     async def _run(self, call: AgentCall, row: AgentRow) -> AgentAnswer:
         scope = await self.runner.scope_of(call)
         call_id = f"toolu_{self.record.run_id.replace('-', '_')}_{call.key.replace('.', '_')}"
-        gate = contextlib.nullcontext() if scope == "ro" else self._gate.holding(scope)
+        gate = contextlib.nullcontext() if scope == "ro" else self.gate.holding(scope)
         async with self._limiter, gate:
             row.status = "running"
             self._tell("agent", row=row)

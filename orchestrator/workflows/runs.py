@@ -26,7 +26,7 @@ import trio
 
 from orchestrator.events import WorkflowChanged
 from orchestrator.tasks.registry import Task, TaskEnd, TaskError, TaskRegistry
-from orchestrator.workflows.engine import AgentRunner, WorkflowEngine, result_json
+from orchestrator.workflows.engine import AgentRunner, ScopeGate, WorkflowEngine, result_json
 from orchestrator.workflows.journal import RunRecord, WorkflowStore, WriterStart, new_run_id
 from orchestrator.workflows.meta import WorkflowError, WorkflowMeta, read_meta
 from orchestrator.workflows.rollback import roll_back
@@ -107,6 +107,8 @@ class WorkflowRuns:
         self._keeper = keeper
         self._objects = objects
         self.live: dict[str, LiveRun] = {}
+        self._gate = ScopeGate()
+        """One for the session: two runs' writers are held to disjoint scopes too."""
 
     # -- where scripts come from --
 
@@ -180,6 +182,7 @@ class WorkflowRuns:
             cap=self._cap,
             max_agents=self._max_agents,
             keeper=self._keeper,
+            gate=self._gate,
         )
         engine = (
             WorkflowEngine(**kwargs)
