@@ -139,20 +139,14 @@ def parse_rule(text: str) -> ParsedRule:
                 "or `domain:*.example.com` for its subdomains)"
             )
         return ParsedRule(stripped, tool, "domain", domain.lower())
-    if tool == SUBAGENT_TOOL:
+    if tool in (SUBAGENT_TOOL, WORKFLOW_TOOL):  # `Task(reviewer)`, `Workflow(review)`
         name = spec.strip()
+        what = "an agent" if tool == SUBAGENT_TOOL else "a saved workflow's"
         if _AGENT_NAME.fullmatch(name) is None:
             raise RuleSyntaxError(
-                f"`{stripped}`: `{name}` is not an agent name (letters, digits, `_.:-`)"
+                f"`{stripped}`: `{name}` is not {what} name (letters, digits, `_.:-`)"
             )
-        return ParsedRule(stripped, tool, "agent", name)
-    if tool == WORKFLOW_TOOL:
-        name = spec.strip()
-        if _AGENT_NAME.fullmatch(name) is None:
-            raise RuleSyntaxError(
-                f"`{stripped}`: `{name}` is not a saved workflow's name (letters, digits, `_.:-`)"
-            )
-        return ParsedRule(stripped, tool, "workflow", name)
+        return ParsedRule(stripped, tool, "agent" if tool == SUBAGENT_TOOL else "workflow", name)
     # Any other keyword with a specifier is a path rule: whether the tool takes a path is its
     # own fact (`ToolFacts.path_fields`), so a new file tool needs no change here.
     return ParsedRule(stripped, tool, "path", _check_path_spec(stripped, spec.strip()))

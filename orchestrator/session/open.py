@@ -24,7 +24,7 @@ import trio
 from orchestrator.agents.types import SubagentRunner, SubagentUpdate
 from orchestrator.calls.denials import DenialLog
 from orchestrator.calls.permissions import Asker, PermissionFn, headless_asker
-from orchestrator.calls.pipeline import InProcessRunner, ToolPipeline, ToolRunner
+from orchestrator.calls.pipeline import InProcessRunner, ToolRunner
 from orchestrator.calls.policy import SessionPolicy
 from orchestrator.calls.terminal_asker import TerminalAsker
 from orchestrator.changes.recorder import RecordingRunner
@@ -53,7 +53,7 @@ from orchestrator.session.state import (
     open_log,
     open_transcript,
 )
-from orchestrator.session.tools import build_registry, dispatch_tool
+from orchestrator.session.tools import build_registry, dispatch_tool, session_pipeline
 from orchestrator.session.workflows import build_workflows, workflow_tool
 from orchestrator.tasks.monitor import MonitorTool
 from orchestrator.tasks.outputs import TaskOutputError, TaskOutputs
@@ -226,18 +226,10 @@ class _Opening:
             mcp_servers=[] if servers is None else [n for n, _, _ in policy.effective.mcp_servers],
             sandbox=up.floor_state,
         )
-        pipeline = ToolPipeline(
-            runner=shells,
-            tools=registry,
-            ctx=ctx,
-            permission=permission,
-            asker=asker,
-            assessor=policy.assessor(),
-            emit=emit,
-            default_timeout_s=limits.tool_timeout_s,
-            output_cap=limits.max_tool_output_chars,
-            hooks=hooks,
-        )
+        pipeline = session_pipeline(
+            shells, registry, ctx=ctx, policy=policy, permission=permission, asker=asker,
+            emit=emit, limits=limits, hooks=hooks,
+        )  # fmt: skip
         structlog.get_logger().bind(session_id=transcript.session_id).info(
             "session opened", model=model.model.model, cwd=str(self.cwd), resumed=bool(history)
         )

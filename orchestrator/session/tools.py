@@ -10,19 +10,23 @@ from typing import TYPE_CHECKING, Any
 
 from orchestrator.agents.types import SubagentRunner, SubagentUpdate, load_agent_types
 from orchestrator.calls.permissions import Asker, PermissionFn
+from orchestrator.calls.pipeline import ToolPipeline, ToolRunner
 from orchestrator.calls.policy import SessionPolicy
 from orchestrator.errors import ConfigError
+from orchestrator.events import EventSink
 from orchestrator.hooks.runner import HookRunner
+from orchestrator.limits import Limits
 from orchestrator.paths import WarrenDirs
 from orchestrator.session.config import SessionConfig, SessionParts
 from orchestrator.tasks.registry import TaskRegistry
+from orchestrator.tools.base import ToolContext
 from orchestrator.tools.registry import ToolRegistry, builtin_tools
 from policies.claude_names import SUBAGENT_TOOL
 
 if TYPE_CHECKING:
     from orchestrator.agents.dispatch_agent import DispatchAgentTool
 
-__all__ = ["build_registry", "dispatch_tool"]
+__all__ = ["build_registry", "dispatch_tool", "session_pipeline"]
 
 
 def build_registry(
@@ -101,4 +105,32 @@ def dispatch_tool(
         protected=policy.protected(),
         tasks=tasks,
         session_id=session_id,
+    )
+
+
+def session_pipeline(
+    runner: ToolRunner,
+    tools: ToolRegistry,
+    *,
+    ctx: ToolContext,
+    policy: SessionPolicy,
+    permission: PermissionFn,
+    asker: Asker,
+    emit: EventSink,
+    limits: Limits,
+    hooks: HookRunner,
+) -> ToolPipeline:
+    """A pipeline of the session's: its policy, asker, hooks, audit and limits, over `tools`
+    run by `runner` (the main agent's, or the workflows' that offers only dispatch_agent)."""
+    return ToolPipeline(
+        runner=runner,
+        tools=tools,
+        ctx=ctx,
+        permission=permission,
+        asker=asker,
+        assessor=policy.assessor(),
+        emit=emit,
+        default_timeout_s=limits.tool_timeout_s,
+        output_cap=limits.max_tool_output_chars,
+        hooks=hooks,
     )

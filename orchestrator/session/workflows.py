@@ -16,13 +16,14 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from orchestrator.calls.permissions import Asker, PermissionFn
-from orchestrator.calls.pipeline import ToolPipeline, ToolRunner
+from orchestrator.calls.pipeline import ToolRunner
 from orchestrator.calls.policy import SessionPolicy
 from orchestrator.changes.recorder import ChangeRecorder, RecordingRunner
 from orchestrator.events import EventSink
 from orchestrator.hooks.runner import HookRunner
 from orchestrator.limits import Limits
 from orchestrator.paths import WarrenDirs
+from orchestrator.session.tools import session_pipeline
 from orchestrator.tasks.registry import TaskRegistry
 from orchestrator.tools.base import ToolContext
 from orchestrator.tools.registry import ToolRegistry
@@ -71,18 +72,10 @@ def build_workflows(
     dispatch = registry.get(SUBAGENT_TOOL)
     if not isinstance(dispatch, DispatchAgentTool):
         return None
-    pipeline = ToolPipeline(
-        runner=RecordingRunner(runner, changes),
-        tools=ToolRegistry([dispatch]),
-        ctx=ctx,
-        permission=permission,
-        asker=asker,
-        assessor=policy.assessor(),
-        emit=emit,
-        default_timeout_s=limits.tool_timeout_s,
-        output_cap=limits.max_tool_output_chars,
-        hooks=hooks,
-    )
+    pipeline = session_pipeline(
+        RecordingRunner(runner, changes), ToolRegistry([dispatch]), ctx=ctx, policy=policy,
+        permission=permission, asker=asker, emit=emit, limits=limits, hooks=hooks,
+    )  # fmt: skip
     workspace = ctx.workspace
     roots = [workspace, *ctx.extra_roots]
 

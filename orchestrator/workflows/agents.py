@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from orchestrator.messages import ToolUseBlock
-from orchestrator.workflows.engine import AgentAnswer
+from orchestrator.workflows.journal import AgentAnswer
 from orchestrator.workflows.script import AgentCall
 from policies.claude_names import SUBAGENT_TOOL
 

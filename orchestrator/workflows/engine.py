@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -37,6 +37,7 @@ import trio
 from orchestrator.calls.scopes import overlaps
 from orchestrator.events import WorkflowChanged
 from orchestrator.workflows.journal import (
+    AgentAnswer,
     JournalEntry,
     RunRecord,
     WorkflowStore,
@@ -47,28 +48,11 @@ from orchestrator.workflows.journal import (
 from orchestrator.workflows.script import AgentCall, AgentFailedError
 
 __all__ = [
-    "AgentAnswer",
     "AgentRow",
     "AgentRunner",
     "ScopeGate",
     "WorkflowEngine",
 ]
-
-
-@dataclass(frozen=True)
-class AgentAnswer:
-    """How one agent call ended."""
-
-    ok: bool
-    value: Any = None
-    reason: str | None = None
-    agent_id: str | None = None
-    tokens: int = 0
-    cost_usd: float = 0.0
-    final: bool = True
-    """A failure of the agent's own (it ran to its end and its output did not do): a resume
-    answers it from the journal. False: it was stopped, refused or cut short (a limit, the
-    budget, a denial, a lost worker), and a resume runs it again."""
 
 
 class AgentRunner(Protocol):
@@ -216,18 +200,7 @@ class WorkflowEngine:
             )
         self.started += 1
         answer = await self._run(call, row)
-        entry = JournalEntry(
-            call.key,
-            digest,
-            answer.ok,
-            answer.value,
-            answer.reason,
-            answer.agent_id,
-            answer.tokens,
-            answer.cost_usd,
-            answer.final,
-        )
-        self._journal(entry)
+        self._journal(JournalEntry(**asdict(answer), key=call.key, hash=digest))
         row.status = "done" if answer.ok else "failed"
         row.agent_id, row.tokens, row.cost_usd = answer.agent_id, answer.tokens, answer.cost_usd
         row.reason = answer.reason

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 __all__ = [
+    "AgentAnswer",
     "JournalEntry",
     "RunRecord",
     "RunStatus",
@@ -102,11 +103,9 @@ class RunRecord:
 
 
 @dataclass(frozen=True)
-class JournalEntry:
-    """One ended `agent()` call: its position, its hash, and its answer."""
+class AgentAnswer:
+    """How one agent call ended."""
 
-    key: str
-    hash: str
     ok: bool
     value: Any = None
     """The agent's text, or its validated object (`ok`)."""
@@ -116,8 +115,18 @@ class JournalEntry:
     tokens: int = 0
     cost_usd: float = 0.0
     final: bool = True
-    """Not `ok`: the agent failed on its own (answered as failed again on resume); False:
-    it was stopped or refused, and runs again."""
+    """A failure of the agent's own (it ran to its end and its output did not do): a resume
+    answers it as failed again. False: it was stopped, refused or cut short (a limit, the
+    budget, a denial, a lost worker), and a resume runs it again."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class JournalEntry(AgentAnswer):
+    """One ended `agent()` call: its position, its hash, and its answer (one line of the
+    journal, flat)."""
+
+    key: str
+    hash: str
 
 
 @dataclass(frozen=True)

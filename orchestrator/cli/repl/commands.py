@@ -39,6 +39,8 @@ from policies.mode import ModeRefused
 if TYPE_CHECKING:
     import mcp_types
 
+    from orchestrator.workflows.runs import WorkflowRuns
+
 
 __all__ = [
     "COMMANDS",
@@ -263,6 +265,12 @@ async def _tasks(repl: CommandHost, session: Session, arg: str) -> Action | None
     return None
 
 
+def _workflow_runs(repl: CommandHost, session: Session) -> WorkflowRuns | None:
+    if session.workflows is None:
+        _say(repl, "Workflows need subagents, which this session does not run.", "yellow")
+    return session.workflows
+
+
 async def _workflows(repl: CommandHost, session: Session, arg: str) -> Action | None:
     """`/workflows`: this workspace's runs; `/workflows RUN_ID`: one, phase by phase;
     `/workflows resume RUN_ID`: resume a stopped run in the background."""
@@ -271,9 +279,8 @@ async def _workflows(repl: CommandHost, session: Session, arg: str) -> Action | 
     from orchestrator.workflows.runs import RunStart
     from orchestrator.workflows.view import run_lines, run_rows
 
-    runs = session.workflows
+    runs = _workflow_runs(repl, session)
     if runs is None:
-        _say(repl, "Workflows need subagents, which this session does not run.", "yellow")
         return None
     words = arg.split()
     engines = {run_id: live.engine for run_id, live in runs.live.items()}
@@ -314,10 +321,9 @@ async def _workflow(repl: CommandHost, session: Session, arg: str) -> Action | N
     from orchestrator.workflows.meta import WorkflowError
     from orchestrator.workflows.runs import RunStart
 
-    runs = session.workflows
+    runs = _workflow_runs(repl, session)
     name, _, rest = arg.strip().partition(" ")
     if runs is None:
-        _say(repl, "Workflows need subagents, which this session does not run.", "yellow")
         return None
     if not name:
         saved = ", ".join(runs.saved_names()) or "none"

@@ -15,8 +15,9 @@ import pytest
 import trio
 
 from orchestrator.events import WorkflowChanged
-from orchestrator.workflows.engine import AgentAnswer, ScopeGate, WorkflowEngine
+from orchestrator.workflows.engine import ScopeGate, WorkflowEngine
 from orchestrator.workflows.journal import (
+    AgentAnswer,
     JournalEntry,
     RunRecord,
     WorkflowStore,
@@ -96,8 +97,8 @@ def test_a_call_hash_changes_with_what_makes_its_answer() -> None:
 def test_the_journal_survives_a_torn_last_line(tmp_path: Path) -> None:
     store = WorkflowStore(tmp_path / "workflows")
     record = _record(tmp_path, store)
-    store.append(record.run_id, JournalEntry("0", "h0", True, {"a": 1}, agent_id="x"))
-    store.append(record.run_id, JournalEntry("1", "h1", False, reason="no"))
+    store.append(record.run_id, JournalEntry(True, {"a": 1}, agent_id="x", key="0", hash="h0"))
+    store.append(record.run_id, JournalEntry(False, reason="no", key="1", hash="h1"))
     with open(store.run_dir(record.run_id) / "journal.jsonl", "ab") as torn:
         torn.write(b'{"key": "2", "hash": "h2", "ok": tr')  # a crash in the middle of a write
     entries = store.entries(record.run_id)
@@ -154,12 +155,12 @@ async def test_a_resume_answers_finished_calls_and_reruns_the_rest(
     reuse; an edited call ends reuse for every later position."""
     h = {p: call_hash(p, None, None, None, None) for p in ("a", "b", "c", "d", "e", "f")}
     earlier = {
-        "0": JournalEntry("0", h["a"], True, "old a"),
-        "1.0": JournalEntry("1.0", h["b"], False, reason="over budget", final=False),
-        "1.3": JournalEntry("1.3", h["f"], False, reason="never fit its schema"),
-        "1.1": JournalEntry("1.1", h["c"], True, "old c"),  # "1.2" never finished
-        "2": JournalEntry("2", "edited-since", True, "old 2"),
-        "3": JournalEntry("3", h["e"], True, "old e"),
+        "0": JournalEntry(True, "old a", key="0", hash=h["a"]),
+        "1.0": JournalEntry(False, key="1.0", hash=h["b"], reason="over budget", final=False),
+        "1.3": JournalEntry(False, key="1.3", hash=h["f"], reason="never fit its schema"),
+        "1.1": JournalEntry(True, "old c", key="1.1", hash=h["c"]),  # "1.2" never finished
+        "2": JournalEntry(True, "old 2", key="2", hash="edited-since"),
+        "3": JournalEntry(True, "old e", key="3", hash=h["e"]),
     }
     agents = _Agents(tmp_path)
     engine, events = _engine(tmp_path, agents, earlier)
