@@ -185,7 +185,7 @@ class WorkflowEngine:
         )
         cached = None if self.reuse is None else self.reuse.answer(call.key, digest)
         if cached is not None:
-            self._journal(replace(cached, key=call.key))
+            await self._journal(replace(cached, key=call.key))
             row.status, row.agent_id = "cached", cached.agent_id
             row.tokens, row.cost_usd = cached.tokens, cached.cost_usd
             row.reason = cached.reason
@@ -200,7 +200,7 @@ class WorkflowEngine:
             )
         self.started += 1
         answer = await self._run(call, row)
-        self._journal(JournalEntry(**asdict(answer), key=call.key, hash=digest))
+        await self._journal(JournalEntry(**asdict(answer), key=call.key, hash=digest))
         row.status = "done" if answer.ok else "failed"
         row.agent_id, row.tokens, row.cost_usd = answer.agent_id, answer.tokens, answer.cost_usd
         row.reason = answer.reason
@@ -218,16 +218,28 @@ class WorkflowEngine:
             self._tell("agent", row=row)
             if not isinstance(scope, tuple) or self.keeper is None:
                 return await self.runner.run(call, call_id)
-            kept = await trio.to_thread.run_sync(self.keeper, call.key, scope)
-            self.store.writer_started(self.record.run_id, kept)
+            await trio.to_thread.run_sync(self._keep, call.key, scope)
             answer = await self.runner.run(call, call_id)
             if answer.ok:  # a failed or stopped writer is put back before it runs again
-                self.store.writer_ended(self.record.run_id, call.key)
+                with trio.CancelScope(shield=True):
+                    await trio.to_thread.run_sync(
+                        self.store.writer_ended, self.record.run_id, call.key
+                    )
             return answer
 
-    def _journal(self, entry: JournalEntry) -> None:
+    def _keep(self, key: str, scope: tuple[Path, ...]) -> None:
+        """A writer's scope kept and its start noted (in a thread: both fsync)."""
+        assert self.keeper is not None
+        self.store.writer_started(self.record.run_id, self.keeper(key, scope))
+
+    async def _journal(self, entry: JournalEntry) -> None:
+        """Append `entry`, fsynced, in a thread: an fsync takes milliseconds (more on a busy
+        or slow disk), and on the event loop it held every other agent's stream and worker
+        meanwhile (tests/bench/bench_workflows.py). Shielded: an answer the agent gave is
+        kept even when the run is being cancelled, so a resume does not run it again."""
         try:
-            self.store.append(self.record.run_id, entry)
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(self.store.append, self.record.run_id, entry)
         except OSError as exc:  # the run goes on; a resume runs this call again
             structlog.get_logger().warning(
                 "workflow journal write failed", run_id=self.record.run_id, error=str(exc)

@@ -1,16 +1,21 @@
 """`warren -p --pool ray` end to end: the real CLI, the real SDK against the fake Messages API,
 three subagents on the test's two-node Ray cluster (127.0.0.1), each under its node's floor
-with a snapshot of the workspace (`survey_through_the_cli`, run by test_ray_pool.py on the
-run's one cluster); and an unreachable cluster: one line, the local pool, exit 0."""
+with a snapshot of the workspace (`survey_through_the_cli`), and a workflow whose four
+read-only agents run there as Ray actors (`workflow_through_the_cli`), both run by
+test_ray_pool.py on the run's one cluster; and an unreachable cluster: one line, the local
+pool, exit 0."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
 import time
+import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -187,6 +192,125 @@ def survey_through_the_cli(ray_cluster: LocalRayCluster, tmp_path: Path) -> None
     assert len(nodes) == 2 and all(node["ok"] for node in nodes), nodes
     assert live_actors() == []
     assert "Traceback" not in stderr
+
+
+WORKFLOW_AREAS = ("billing", "catalog", "search", "shipping")
+WORKFLOW = """\
+META = {"name": "ray-survey", "description": "Count each area's lines", "phases": ["Survey"]}
+N = {"type": "object", "required": ["area", "lines"],
+     "properties": {"area": {"type": "string"}, "lines": {"type": "integer"}}}
+phase("Survey")
+found = parallel([lambda a=a: agent(f"[wf:{a}] Count the lines of {a}/core.py.", schema=N,
+                                    label=a) for a in args["areas"]])
+finish({f["area"]: f["lines"] for f in found if f})
+"""
+
+
+def _wf_area(request: RecordedRequest) -> str | None:
+    text = _first_text(request)
+    return next((a for a in WORKFLOW_AREAS if text.startswith(f"[wf:{a}]")), None)
+
+
+def _workflow_route(repo: Path) -> Callable[[RecordedRequest], FakeResponse]:
+    """The main agent starts the workflow and waits for its notification; each agent reads
+    its area's file (its first reply held until the test has looked at who runs it), gives
+    the count through StructuredOutput, then ends."""
+
+    def route(request: RecordedRequest) -> FakeResponse:
+        area = _wf_area(request)
+        if area is None:  # the main agent
+            text = json.dumps(request.messages)
+            if "<task-id>" in text:
+                return Reply.text("The workflow finished.")
+            if len(request.messages) > 1:
+                return Reply.text("The workflow runs in the background.")
+            start = {"script": WORKFLOW, "args": {"areas": list(WORKFLOW_AREAS)}}
+            return Reply.tool_use("Workflow", start)
+        if len(request.messages) == 1:
+            path = str(repo / area / "core.py")
+            return Reply.tool_use("Read", {"file_path": path}, hold_before_stop=True)
+        if len(request.messages) == 3:
+            read = json.dumps(request.messages[2]["content"])
+            lines = 2 if f"def {area}()" in read else -1  # the file, read on the node
+            return Reply.tool_use("StructuredOutput", {"area": area, "lines": lines})
+        return Reply.text(f"counted {area}")
+
+    return route
+
+
+def workflow_through_the_cli(ray_cluster: LocalRayCluster) -> None:
+    """`warren -p --pool ray`: the model starts a workflow (issue 35) whose script runs four
+    read-only agents in parallel with a schema; each runs as a Ray actor's worker on the
+    cluster (seen in the cluster's process trees while all four wait on the model, none in
+    the coordinator's; each `subagent_result` names its node), reads its area from the
+    workspace's snapshot, and its typed answer reaches the script, whose result is the run's
+    and the main agent's one notification."""
+    # Not under /tmp: the script's sandbox has a private one.
+    home = Path("/var/tmp") / f"warren-ray-wf-{uuid.uuid4().hex[:10]}"
+    try:
+        repo = home / "shop"
+        for area in WORKFLOW_AREAS:
+            (repo / area).mkdir(parents=True)
+            (repo / area / "core.py").write_text(f"def {area}():\n    return '{area}'\n")
+        env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
+        env.update(
+            XDG_CONFIG_HOME=str(home / "config"),
+            XDG_STATE_HOME=str(home / "state"),
+            ANTHROPIC_API_KEY=KEY,
+            PYTHONPATH=str(ROOT),
+            RAY_ADDRESS=ray_cluster.address,
+        )
+        with FakeMessagesAPI(route=_workflow_route(repo)) as api:
+            env["ANTHROPIC_BASE_URL"] = api.base_url
+            with (home / "out").open("w") as out, (home / "err").open("w") as err:
+                cli = subprocess.Popen(
+                    [*WARREN, "-p", "Run the survey workflow.", "--cwd", str(repo),
+                     "--pool", "ray", "--allowedTools", "Workflow",
+                     "--output-format", "stream-json", "--verbose"],
+                    env=env, stdout=out, stderr=err, text=True,
+                )  # fmt: skip
+            try:
+                deadline = time.monotonic() + 180
+                while len([r for r in api.requests if _wf_area(r) and r.ended_at is None]) < 4:
+                    assert cli.poll() is None and time.monotonic() < deadline, "not all 4 ran"
+                    time.sleep(0.05)
+                # All four wait on the model: look at who runs them before they go on.
+                coordinator = {cli.pid, *(p.pid for p in psutil.Process(cli.pid).children(True))}
+                workers = _processes(ray_cluster.members(), "workers.agent_worker")
+                actors = _processes(ray_cluster.members(), "NodeWorker")
+            finally:
+                api.release(4)
+                try:
+                    cli.wait(240)
+                except subprocess.TimeoutExpired:
+                    cli.kill()
+                    cli.wait()
+            requests = api.requests
+        stderr = (home / "err").read_text()
+        assert cli.returncode == 0, stderr[-3000:]
+        assert "Traceback" not in stderr
+        assert len(workers) >= 4 and len(actors) >= 4
+        assert not {p.pid for p in workers + actors} & coordinator
+        events = [json.loads(line) for line in (home / "out").read_text().splitlines()]
+        results = [e for e in events if e.get("subtype") == "subagent_result"]
+        assert len(results) == 4 and len({e["agent_id"] for e in results}) == 4
+        assert [e["terminal_reason"] for e in results] == ["completed"] * 4
+        assert all(e["worker_node"].startswith("node ") for e in results), results
+        expected = dict.fromkeys(WORKFLOW_AREAS, 2)
+        [run] = (home / "state" / "warren" / "workflows").iterdir()
+        record = json.loads((run / "run.json").read_text())
+        assert (record["status"], record["result"]) == ("completed", expected), record
+        by_area = {a: [r for r in requests if _wf_area(r) == a] for a in WORKFLOW_AREAS}
+        assert all(len(found) == 3 for found in by_area.values())  # none ran twice
+        main = [r for r in requests if _wf_area(r) is None]
+        assert len(main) == 3 and json.dumps(main[2].messages).count("<task-id>") == 1
+        assert '\\"shipping\\": 2' in json.dumps(main[2].messages)  # the result, in the note
+        deadline = time.monotonic() + 60  # nothing left on the cluster (the GCS hears late)
+        while live_actors():
+            assert time.monotonic() < deadline, live_actors()
+            time.sleep(0.1)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
 
 
 def _documents(text: str) -> list[Any]:

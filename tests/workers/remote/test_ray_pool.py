@@ -1,6 +1,7 @@
 """The Ray pool end to end on a real two-node cluster (127.0.0.1): subagents as actors, their
 workers under each node's floor, served by the coordinator's broker over the real SDK and the
-fake Messages API; a worker lost mid-run is run again on the other node."""
+fake Messages API; a workflow's agents on the cluster; a worker lost mid-run is run again on
+the other node."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from tests.kit.ray_cluster import LocalRayCluster
 from tests.workers.agent_kit import FACTORY, allow_all, workspace_at
 from tests.workers.agent_kit import request as subagent_request
 from tests.workers.remote.conftest import live_actors
-from tests.workers.remote.test_ray_cli_e2e import survey_through_the_cli
+from tests.workers.remote.test_ray_cli_e2e import survey_through_the_cli, workflow_through_the_cli
 from tests.workers.test_dispatch_e2e import PROBE
 from workers.broker import ModelBroker
 from workers.pool import PoolOptions
@@ -36,9 +37,10 @@ async def test_the_ray_pool_on_a_two_node_cluster(
     ray_cluster: LocalRayCluster, tmp_path: Path
 ) -> None:
     """The run's one test of a live cluster (a cluster takes long to start, and test
-    processes cannot share one): the CLI's survey, a worker lost mid-run, the snapshot's
-    builds."""
+    processes cannot share one): the CLI's survey, a workflow's agents through the CLI, a
+    worker lost mid-run, the snapshot's builds."""
     await trio.to_thread.run_sync(survey_through_the_cli, ray_cluster, tmp_path / "cli")
+    await trio.to_thread.run_sync(workflow_through_the_cli, ray_cluster)
     await a_worker_lost_mid_run_is_run_again_on_the_other_node(ray_cluster, tmp_path / "lost")
     await a_background_agent_stopped_ends_its_run_on_the_node(ray_cluster, tmp_path / "bg")
     await runs_dispatched_together_share_one_snapshot_build(tmp_path / "ship")
@@ -152,7 +154,6 @@ async def a_worker_lost_mid_run_is_run_again_on_the_other_node(
             remote_options=PoolOptions(max_workers=2),
             notice=notices.append,
         ) as backend:
-
             killed_pids: list[int] = []
 
             async def kill_worker_when_in_flight() -> None:
