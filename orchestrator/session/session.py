@@ -81,8 +81,9 @@ class SessionKit:
     later: tuple[Callable[[], None], ...]
     tasks: TaskRegistry | None = None
     """The session's background tasks (orchestrator/tasks/)."""
-    workflows: WorkflowRuns | None = None
-    """The session's workflow runs (orchestrator/workflows/); None without subagents."""
+    workflows: Callable[[], WorkflowRuns] | None = None
+    """The session's workflow runs (orchestrator/workflows/), made when first asked for;
+    None without subagents."""
 
 
 class Session:
@@ -120,8 +121,7 @@ class Session:
         """The per-turn change sets (orchestrator/changes/recorder.py) behind `/undo`."""
         self.tasks = kit.tasks
         """Background agents, shells and monitors (`/tasks`)."""
-        self.workflows = kit.workflows
-        """Workflow runs (`/workflows`, `warren workflow`); None without subagents."""
+        self._workflows = kit.workflows
         self.later = kit.later
         """Starts the parts the first request does not need (tool hosts, pool, change scan:
         orchestrator/session/later.py), called when that request is on its way
@@ -363,6 +363,12 @@ class Session:
         )
         return result
 
+    @property
+    def workflows(self) -> WorkflowRuns | None:
+        """Workflow runs (`/workflows`, `warren workflow`), made on first use; None without
+        subagents."""
+        return None if self._workflows is None else self._workflows()
+
     async def run_workflow(self, start: RunStart) -> RunRecord:
         """Run a workflow in the foreground to its end (`warren workflow run` and `resume`):
         its agents are the session's subagents, decided by its policy; its record, with the
@@ -373,15 +379,16 @@ class Session:
         **Errors:** `SessionError` when the session runs no subagents; `WorkflowError` for a
         script that cannot run (its META, an unknown run to resume).
         """
-        if self.workflows is None:
+        runs = self.workflows
+        if runs is None:
             raise SessionError(
                 "workflows need subagents, and this session runs none (the sandbox is off, "
                 "[limits] max_subagents is 0, or --tools leaves dispatch_agent out)"
             )
         self.start_parts()
-        live, _ = self.workflows.prepare(start)
+        live, _ = runs.prepare(start)
         try:
-            return await self.workflows.run(live, start.source)
+            return await runs.run(live, start.source)
         finally:
             self._end_turn()
 

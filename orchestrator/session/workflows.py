@@ -10,6 +10,7 @@ undo` as the model's own scoped writers are.
 from __future__ import annotations
 
 import glob
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +31,7 @@ from orchestrator.tools.registry import ToolRegistry
 from policies.claude_names import SUBAGENT_TOOL
 
 if TYPE_CHECKING:
+    from orchestrator.agents.dispatch_agent import DispatchAgentTool
     from orchestrator.tools.base import Tool
     from orchestrator.workflows.runs import WorkflowRuns
     from orchestrator.workflows.script import ScriptSandbox
@@ -58,10 +60,44 @@ def build_workflows(
     limits: Limits,
     tasks: TaskRegistry,
     dirs: WarrenDirs,
-) -> WorkflowRuns | None:
-    """The session's `WorkflowRuns`; None when `dispatch_agent` is not offered. (Imported
-    here, not at start-up's import: most sessions never run a workflow.)"""
+) -> Callable[[], WorkflowRuns] | None:
+    """The session's `WorkflowRuns`, made when first asked for (most sessions never run a
+    workflow: its modules are not even imported at start-up); None when `dispatch_agent` is
+    not offered."""
     from orchestrator.agents.dispatch_agent import DispatchAgentTool
+
+    dispatch = registry.get(SUBAGENT_TOOL)
+    if not isinstance(dispatch, DispatchAgentTool):
+        return None
+    made: list[WorkflowRuns] = []
+
+    def runs() -> WorkflowRuns:
+        if not made:
+            made.append(_workflow_runs(
+                dispatch, ctx=ctx, runner=runner, changes=changes, policy=policy,
+                permission=permission, asker=asker, hooks=hooks, emit=emit, limits=limits,
+                tasks=tasks, dirs=dirs,
+            ))  # fmt: skip
+        return made[0]
+
+    return runs
+
+
+def _workflow_runs(
+    dispatch: DispatchAgentTool,
+    *,
+    ctx: ToolContext,
+    runner: ToolRunner,
+    changes: ChangeRecorder,
+    policy: SessionPolicy,
+    permission: PermissionFn,
+    asker: Asker,
+    hooks: HookRunner,
+    emit: EventSink,
+    limits: Limits,
+    tasks: TaskRegistry,
+    dirs: WarrenDirs,
+) -> WorkflowRuns:
     from orchestrator.workflows.agents import PipelineAgents
     from orchestrator.workflows.journal import WorkflowStore
     from orchestrator.workflows.rollback import keep_scope
@@ -69,9 +105,6 @@ def build_workflows(
     from orchestrator.workflows.script import script_sandbox
     from sandbox.guard import find_denied
 
-    dispatch = registry.get(SUBAGENT_TOOL)
-    if not isinstance(dispatch, DispatchAgentTool):
-        return None
     pipeline = session_pipeline(
         RecordingRunner(runner, changes), ToolRegistry([dispatch]), ctx=ctx, policy=policy,
         permission=permission, asker=asker, emit=emit, limits=limits, hooks=hooks,
@@ -106,8 +139,8 @@ def build_workflows(
     )
 
 
-def workflow_tool(runs: WorkflowRuns) -> Tool[Any]:
-    """The `Workflow` tool over the session's runs."""
+def workflow_tool(runs: Callable[[], WorkflowRuns]) -> Tool[Any]:
+    """The `Workflow` tool over the session's runs (made when first used)."""
     from orchestrator.workflows.tool import WorkflowTool
 
     return WorkflowTool(runs)

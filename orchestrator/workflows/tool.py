@@ -13,9 +13,9 @@ on its own, like any `dispatch_agent` call.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import Field, model_validator
 
@@ -23,9 +23,11 @@ from orchestrator.errors import ToolError
 from orchestrator.tasks.registry import TaskError
 from orchestrator.tools.base import Tool, ToolContext, ToolInput, ToolOutput, ToolProgress
 from orchestrator.workflows.meta import WorkflowError, read_meta
-from orchestrator.workflows.runs import RunStart, WorkflowRuns
 from policies.claude_names import WORKFLOW_TOOL
 from policies.facts import ToolFacts
+
+if TYPE_CHECKING:
+    from orchestrator.workflows.runs import WorkflowRuns
 
 __all__ = ["WorkflowInput", "WorkflowTool"]
 
@@ -97,8 +99,13 @@ class WorkflowTool(Tool[WorkflowInput]):
     input_model: ClassVar[type[ToolInput]] = WorkflowInput
     description: ClassVar[str] = DESCRIPTION
 
-    def __init__(self, runs: WorkflowRuns) -> None:
-        self._runs = runs
+    def __init__(self, runs: Callable[[], WorkflowRuns]) -> None:
+        """`runs`: the session's runs, made when first asked for (not at start-up)."""
+        self._make_runs = runs
+
+    @property
+    def _runs(self) -> WorkflowRuns:
+        return self._make_runs()
 
     def is_read_only(self, input: WorkflowInput) -> bool:
         """A saved workflow is the user's (or the trusted repository's): it runs unasked; a
@@ -152,6 +159,7 @@ class WorkflowTool(Tool[WorkflowInput]):
         self, input: WorkflowInput, ctx: ToolContext
     ) -> AsyncIterator[ToolProgress | ToolOutput]:
         from orchestrator.tools.base import CURRENT_TOOL_USE_ID
+        from orchestrator.workflows.runs import RunStart
 
         try:
             source, saved = self._source(input)

@@ -167,9 +167,11 @@ def _preload() -> None:
         from orchestrator.agents.dispatch_agent import DispatchAgentTool
         from orchestrator.tools.base import input_schema_of
         from orchestrator.tools.registry import builtin_tools
+        from orchestrator.workflows.tool import WorkflowInput
 
         builtin_tools().specs()
         input_schema_of(DispatchAgentTool.input_model)
+        input_schema_of(WorkflowInput)
 
 
 def _entry(spec: str | None) -> SessionEntry:
