@@ -34,6 +34,14 @@ USAGE = (
     "       warren workflow resume RUN_ID [run options]\n"
     "       warren workflow list [--cwd DIR]"
 )
+HELP = (
+    "run and resume open a headless session with the run options a prompt takes "
+    "(--permission-mode, --pool ray, --allowedTools, --cwd, ...) and run the workflow in the "
+    "foreground: its phases and agents on stderr, its result as JSON on stdout. Words after "
+    "the name are the script's args, as one string; --args gives a JSON value instead. Exit 0 "
+    "when the run completed, 1 when it failed, 2 for a bad command line or a workflow that "
+    "cannot start, 128 + the signal when stopped (resume it then)."
+)
 
 
 @dataclass(frozen=True)
@@ -47,9 +55,12 @@ class WorkflowRequest:
 
 def workflow_main(argv: list[str]) -> int:
     """`warren workflow ARGV` (see the module docstring)."""
-    if not argv or argv[0] in ("-h", "--help"):
-        print(USAGE, file=sys.stdout if argv else sys.stderr)
-        return 0 if argv else EXIT_USAGE
+    if argv[:1] in (["-h"], ["--help"]):  # as argparse does for every other command
+        print(f"{USAGE}\n\n{HELP}")
+        raise SystemExit(0)
+    if not argv:
+        print(USAGE, file=sys.stderr)
+        return EXIT_USAGE
     action, rest = argv[0], argv[1:]
     if action == "list":
         return _list(rest)
