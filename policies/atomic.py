@@ -13,7 +13,9 @@ read that never returns) or a link to `/dev/zero` (a read that never ends). Poli
   read.
 - `replace_file` is the one temp file + fsync + rename in Warren (the file tools' writes in
   `orchestrator/tools/_files.py` use it too): a reader sees the old bytes or the new ones,
-  and a failure leaves the old bytes. The target's owner and mode are kept.
+  and a failure leaves the old bytes. The target's owner and mode are kept. Its temporary
+  file is locked (`flock`) from its creation to its rename, so the sweep of what killed
+  writes left (`sandbox.guard.remove_abandoned_temporary`) never takes a live one.
 - `write_atomic` is `replace_file` below a trusted directory, plus a directory fsync; a
   target that is a link or not a regular file is refused (`LinkRefused`), any other failure
   is `AtomicWriteError`, "nothing changed".
@@ -23,7 +25,9 @@ Generic on purpose (nothing here knows policies), so the layers above can share 
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import fcntl
 import os
 import secrets
 import stat
@@ -32,6 +36,7 @@ from pathlib import Path
 from typing import Literal
 
 __all__ = [
+    "TEMPORARY_TRIES",
     "AtomicWriteError",
     "FileState",
     "LinkRefused",
@@ -254,6 +259,9 @@ def _replace(path: Path, data: bytes, dir_fd: int, mode: int) -> None:
 
 _TEMP_NAME_BYTES = 200
 """Longest target name kept whole in a temporary file's name (names are at most 255 bytes)."""
+TEMPORARY_TRIES = 3
+"""Temporary files `replace_file` makes before it gives up when a sweep takes each one
+between its creation and its lock (a sweep of a sandbox starting just then)."""
 
 ReplaceStage = Literal["temporary file", "owner", "content", "rename"]
 
@@ -269,7 +277,8 @@ class ReplaceFailed(OSError):
 
 def temporary_name(name: str) -> str:
     """`.<name>.warren-<12 hex>.tmp`: the name `sandbox.guard.STALE_TEMPORARY` knows, so what a
-    write killed before its rename left behind is swept at the next start."""
+    write killed before its rename left behind is swept at the next start (a live write's
+    is locked, and stays: `_claim_temporary`)."""
     if len(os.fsencode(name)) > _TEMP_NAME_BYTES:
         name = name[:40]
     return f".{name}.warren-{secrets.token_hex(6)}.tmp"
@@ -287,12 +296,13 @@ def replace_file(
     """Replace the regular file `path` (relative to `dir_fd` when given) with `data`, all or
     nothing: the one place Warren does temp file + fsync + rename.
 
-    The bytes go to `temporary_name` beside the target (O_EXCL, no link followed), which gets
-    `old`'s owner and permission bits (owner first: a chown clears set-user-ID bits the chmod
-    then restores) or, for a new file, `mode` less the umask; it is fsynced and renamed over
-    the target. A crash at any moment leaves the old bytes or all the new ones. A file whose
-    owner cannot be kept (someone else's, writable through group bits) is not replaced:
-    renaming our copy over it would quietly make it ours. The directory is not fsynced here.
+    The bytes go to `temporary_name` beside the target (O_EXCL, no link followed, locked until
+    renamed: `_claim_temporary`), which gets `old`'s owner and permission bits (owner first: a
+    chown clears set-user-ID bits the chmod then restores) or, for a new file, `mode` less the
+    umask; it is fsynced and renamed over the target. A crash at any moment leaves the old
+    bytes or all the new ones. A file whose owner cannot be kept (someone else's, writable
+    through group bits) is not replaced: renaming our copy over it would quietly make it ours.
+    The directory is not fsynced here.
     Not `durable`: no fsync (milliseconds to tens of them), for a file that is a cache of
     another: after a crash it may hold the old bytes, the new ones or none, never a mix of
     the two, as far as the file system's rename ordering goes.
@@ -300,17 +310,16 @@ def replace_file(
     **Errors:** `ReplaceFailed` (nothing changed; the temporary file is removed).
     """
     folder, name = os.path.split(os.fspath(path))
-    temp = os.path.join(folder, temporary_name(name))
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
-    try:
-        # Private until its mode is set.
-        fd = os.open(temp, flags, 0o600 if old is not None else mode, dir_fd=dir_fd)
-    except OSError as exc:
-        raise ReplaceFailed("temporary file", exc) from exc
-    stage: ReplaceStage = "owner"
+    fd, temp = _claim_temporary(folder, name, 0o600 if old is not None else mode, dir_fd)
+    stage: ReplaceStage = "temporary file"
+    lock = -1
     renamed = False
     try:
         try:
+            # The same open file under a second descriptor: its lock outlives `fd`, whose
+            # close (where some file systems report a failed write) comes before the rename.
+            lock = os.dup(fd)
+            stage = "owner"
             if old is not None:
                 now = os.fstat(fd)
                 if (now.st_uid, now.st_gid) != (old.st_uid, old.st_gid):
@@ -331,7 +340,62 @@ def replace_file(
         raise ReplaceFailed(stage, exc) from exc
     finally:
         if not renamed:
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(temp, dir_fd=dir_fd)
-            except OSError:
-                pass
+        if lock >= 0:
+            os.close(lock)
+
+
+def _claim_temporary(folder: str, name: str, mode: int, dir_fd: int | None) -> tuple[int, str]:
+    """A new temporary file for `name` in `folder`, open for writing and locked (an exclusive
+    `flock`), with its path.
+
+    Why the lock: every writable sandbox's guard, as it starts, removes the temporary files of
+    writes killed before their rename (`sandbox.guard`), while other writers in the same
+    workspace may be between their creation and their rename (a pool's replacement warm
+    writer starting beside running scoped writers, another session). The sweep removes only
+    a temporary it could lock itself (`sandbox.guard.remove_abandoned_temporary`). It may get
+    between the creation and the lock: then the lock is refused (the sweep holds it) or the
+    file has no name left, and another name is tried. On a file system without locks
+    neither side can lock: nothing is swept there.
+    tests/policies/test_atomic.py runs the sweep at both moments.
+
+    **Errors:** `ReplaceFailed` at stage "temporary file".
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
+    for _ in range(TEMPORARY_TRIES):
+        temp = os.path.join(folder, temporary_name(name))
+        try:
+            fd = os.open(temp, flags, mode, dir_fd=dir_fd)  # private until its mode is set
+        except OSError as exc:
+            raise ReplaceFailed("temporary file", exc) from exc
+        try:
+            claimed = _lock_new(fd)
+        except OSError as exc:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(temp, dir_fd=dir_fd)
+            raise ReplaceFailed("temporary file", exc) from exc
+        if claimed:
+            return fd, temp
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(temp, dir_fd=dir_fd)
+    raise ReplaceFailed(
+        "temporary file",
+        OSError(errno.EBUSY, f"each of {TEMPORARY_TRIES} temporary files was removed at once"),
+    )
+
+
+def _lock_new(fd: int) -> bool:
+    """Lock the temporary file just made as `fd`; False when a sweep got to it first (it holds
+    the lock, or has removed the name already)."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    except OSError as exc:
+        if exc.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL):
+            return True  # no locks on this file system: no sweep can lock it either
+        raise
+    return os.fstat(fd).st_nlink > 0

@@ -36,6 +36,7 @@ import contextlib
 import ctypes
 import dataclasses
 import errno
+import fcntl
 import os
 import re
 import shutil
@@ -59,6 +60,7 @@ __all__ = [
     "coordinator_writes",
     "find_denied",
     "list_gitlinks",
+    "remove_abandoned_temporary",
     "survey",
 ]
 
@@ -102,7 +104,39 @@ def _written_by_us(path: Path) -> bool:
 
 STALE_TEMPORARY = re.compile(r"\..+\.warren-[0-9a-f]{12}\.tmp", re.S)
 """The name of an atomic write's temporary file (`policies.atomic.temporary_name`:
-`.<name>.warren-<12 hex>.tmp`). The start-up walk removes those it finds."""
+`.<name>.warren-<12 hex>.tmp`). The start-up walk removes those no writer holds
+(`remove_abandoned_temporary`)."""
+
+
+def remove_abandoned_temporary(path: Path) -> bool:
+    """Remove the atomic write's temporary file `path` if no write is still at it; True when
+    removed.
+
+    A guard starts while writes go on in its roots: a pool starts a replacement warm writer
+    (the whole workspace writable) as the scoped writers beside it write, another session
+    works in the same tree. Each live write holds an exclusive `flock` on its temporary file
+    from its creation to its rename (`policies.atomic.replace_file`), so only a file this can
+    lock itself is one a killed write left; it is removed under that lock, and only while the
+    name still is the file locked. A file locked elsewhere, or that cannot be opened, stays
+    (the next start looks again). tests/policies/test_atomic.py sweeps in a write's middle.
+    Never raises `OSError`.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        held, named = os.fstat(fd), os.stat(path, follow_symlinks=False)
+        if not stat.S_ISREG(held.st_mode) or not os.path.samestat(held, named):
+            return False
+        os.unlink(path)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
 
 WALK_LIMIT = 200_000
 """Entries the start-up walk (and an overflow scan) looks at before it stops."""
@@ -347,9 +381,9 @@ class WorkspaceGuard:
             guard._watch(root)
         guard.survey = survey(guard.roots, guard.names, files=files)
         for temporary in guard.survey.stale_temporaries:
-            # Left by a write killed mid-way (no sandbox runs yet): the target kept its bytes.
-            with contextlib.suppress(OSError):
-                os.unlink(temporary)
+            # Left by a write killed mid-way, the target kept its bytes; or a live write's,
+            # of a sandbox that runs already: that one is locked, and stays.
+            remove_abandoned_temporary(temporary)
         for directory in guard.survey.directories:
             guard._watch(directory)
         for git_dir in guard.survey.git_dirs:

@@ -6,6 +6,7 @@ nothing was written outside, nothing blocked.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import signal
@@ -18,12 +19,17 @@ from pathlib import Path
 import pytest
 
 from policies.atomic import (
+    TEMPORARY_TRIES,
     AtomicWriteError,
     LinkRefused,
+    ReplaceFailed,
     open_directory,
     read_regular,
+    replace_file,
+    temporary_name,
     write_atomic,
 )
+from sandbox.guard import STALE_TEMPORARY, WorkspaceGuard, remove_abandoned_temporary
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -183,3 +189,85 @@ def test_every_atomic_writer_leaves_a_temporary_the_start_up_sweep_knows(
     assert len(seen) == 2 and all(STALE_TEMPORARY.fullmatch(name) for name in seen), seen
     assert target.read_bytes() == b"old"
     assert os.listdir(tmp_path) == ["policy.toml"]
+
+
+def test_a_sandbox_starting_in_the_middle_of_a_write_leaves_its_temporary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every writable sandbox's guard, as it starts, sweeps the temporaries killed writes left
+    in its roots, while writers beside it may be between their temporary's creation and its
+    rename: a pool's replacement warm writer (the whole workspace writable) starting as a
+    scoped writer writes lost that write, "No such file or directory" at the rename, in 1 of
+    5-10 runs of tests/orchestrator/workflows/test_workflow_e2e.py. The live write's temporary
+    is locked: the guard starting right then (here, as the write syncs) leaves it and the
+    write lands; a killed write's, unlocked, is still swept."""
+    ws = tmp_path / "ws"
+    (ws / "catalog").mkdir(parents=True)
+    target = ws / "catalog" / "out.txt"
+    killed = ws / "billing" / temporary_name("out.txt")
+    killed.parent.mkdir()
+    killed.write_text("half a write")
+    during: list[list[str]] = []
+    real_fsync = os.fsync
+
+    def a_sandbox_starts(fd: int) -> None:
+        WorkspaceGuard.start([ws.resolve()], []).close()
+        during.append(os.listdir(target.parent))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", a_sandbox_starts)
+    replace_file(target, b"catalog\n", old=None)
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    [[temporary]] = during
+    assert STALE_TEMPORARY.fullmatch(temporary)
+    assert target.read_bytes() == b"catalog\n"
+    assert os.listdir(target.parent) == ["out.txt"]
+    assert not killed.exists()
+
+
+@pytest.mark.parametrize("sweep", ["removed it", "holds it", "every time"])
+def test_a_sweep_between_a_temporarys_creation_and_its_lock_costs_a_new_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sweep: str
+) -> None:
+    """The sweep may come between the creation of a write's temporary and its lock: it has
+    removed the file (the writer's lock then holds a file without a name) or holds the lock
+    itself. The writer makes another temporary and the write lands; when that happens
+    `TEMPORARY_TRIES` times, the write fails at its temporary file, the old bytes kept and
+    no temporary left."""
+    target = tmp_path / "out.txt"
+    target.write_bytes(b"old")
+    real_flock = fcntl.flock
+    taken: list[str] = []
+    holders: list[int] = []
+    sweeping = False
+
+    def swept_first(fd: int, operation: int) -> None:
+        nonlocal sweeping
+        if not sweeping and (sweep == "every time" or not taken):
+            sweeping = True  # the sweep's own flock goes straight through
+            [temporary] = [p for p in tmp_path.iterdir() if p.name != "out.txt"]
+            taken.append(temporary.name)
+            if sweep == "holds it":
+                holders.append(os.open(temporary, os.O_RDONLY))
+                real_flock(holders[-1], fcntl.LOCK_EX)
+            else:
+                assert remove_abandoned_temporary(temporary)
+            sweeping = False
+        real_flock(fd, operation)
+
+    monkeypatch.setattr(fcntl, "flock", swept_first)
+    try:
+        if sweep == "every time":
+            with pytest.raises(ReplaceFailed) as failed:
+                replace_file(target, b"new", old=target.stat())
+            assert failed.value.stage == "temporary file"
+            assert len(taken) == TEMPORARY_TRIES
+        else:
+            replace_file(target, b"new", old=target.stat())
+            assert len(taken) == 1
+    finally:
+        monkeypatch.setattr(fcntl, "flock", real_flock)
+        for fd in holders:
+            os.close(fd)
+    assert target.read_bytes() == (b"old" if sweep == "every time" else b"new")
+    assert os.listdir(tmp_path) == ["out.txt"]

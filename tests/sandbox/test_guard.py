@@ -7,6 +7,7 @@ reported, existing nested ones are mounted read-only, and ordinary dotfiles stay
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -291,7 +292,8 @@ def test_what_the_guard_takes_away_is_kept_when_it_can_be(scratch: Path) -> None
 def test_the_start_walk_removes_what_a_killed_write_left(tmp_path: Path) -> None:
     """A write killed between creating its temporary file and renaming it leaves
     `.<name>.warren-<hex>.tmp` beside the target; the next start removes exactly those
-    (regular files named so), so the tree is as before the run."""
+    (regular files named so), so the tree is as before the run. One a live write holds (its
+    `flock`: another sandbox writes there) stays."""
     from policies.atomic import temporary_name as _temp_name
 
     ws = tmp_path / "ws"
@@ -308,8 +310,16 @@ def test_the_start_walk_removes_what_a_killed_write_left(tmp_path: Path) -> None
         path.write_text("the user's")
     link = ws / ".b.py.warren-0123456789ab.tmp"
     link.symlink_to(ws / "sub" / "a.py")  # a link is never a temporary of ours
-    guard = WorkspaceGuard.start([ws.resolve()], PROTECTED)
-    guard.close()
+    live = ws / "sub" / _temp_name("b.py")  # a write in flight beside this sandbox: locked
+    live.write_text("half a write, going on")
+    writer = os.open(live, os.O_RDONLY)
+    try:
+        fcntl.flock(writer, fcntl.LOCK_EX)
+        guard = WorkspaceGuard.start([ws.resolve()], PROTECTED)
+        guard.close()
+        assert live.read_text() == "half a write, going on"
+    finally:
+        os.close(writer)
     assert [p for p in stale if p.exists()] == []
     assert all(p.read_text() == "the user's" for p in look_alikes)
     assert link.is_symlink() and (ws / "sub" / "a.py").read_text() == "kept"

@@ -30,6 +30,7 @@ from orchestrator.tools.multi_edit import MultiEditTool
 from orchestrator.tools.notebook_edit import NotebookEditTool
 from orchestrator.tools.read import ReadTool
 from orchestrator.tools.write import WriteTool
+from sandbox.guard import remove_abandoned_temporary
 from tests.orchestrator.tools.conftest import run_tool
 
 READ = ReadTool()
@@ -238,10 +239,11 @@ def test_sigkill_at_any_moment_of_a_40_mb_write_leaves_old_or_new_bytes(tmp_path
         found = digest(target)
         assert found in (old_digest, new_digest), f"torn file after a kill at +{delay}s"
         seen.append("new" if found == new_digest else "old")
-        # A killed write may leave its hidden temporary file, never anything else.
+        # A killed write may leave its hidden temporary file, never anything else; its lock
+        # died with it, so the next sandbox's sweep takes it.
         for name in temp_files(ws):
             assert name.startswith(".data.txt.warren-") and name.endswith(".tmp")
-            (ws / name).unlink()
+            assert remove_abandoned_temporary(ws / name)
     assert seen[0] == "old"  # the first kill did interrupt the write
 
 
