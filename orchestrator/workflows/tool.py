@@ -175,7 +175,8 @@ class WorkflowTool(Tool[WorkflowInput]):
             f"(task {record.run_id}).",
             f"scriptPath: {live.script_path}",
             "Its result arrives as a <task-notification> when it ends; do not wait or poll. "
-            "TaskStop stops it; resumeFromRunId resumes it later.",
+            "Until then, do not change files in the directories its writers write (their "
+            "write_paths). TaskStop stops it; resumeFromRunId resumes it later.",
         ]
         if record.resumed_from:
             lines.insert(1, f"Resuming run {record.resumed_from}: its finished agents are reused.")
