@@ -124,6 +124,11 @@ class Unwrapped:
 SYSTEM_BIN_DIRS = frozenset({"/usr/bin", "/bin", "/usr/local/bin", "/usr/sbin", "/sbin"})
 """`/usr/bin/cat` is `cat`; `./cat` or `/work/repo/bin/cat` is whatever the workspace holds."""
 
+NAMED_ONLY = frozenset({"git"})
+"""Programs read-only only when looked up on PATH by name: a read-only one-shot puts a guard
+first on PATH (`git`: `sandbox.git_safety.guard_script`), which `/usr/bin/git` or `command -p
+git` would skip."""
+
 
 def resolve_program(value: str) -> tuple[str | None, str | None]:
     """The catalogue name of a program word, or why it cannot be trusted.
@@ -137,6 +142,8 @@ def resolve_program(value: str) -> tuple[str | None, str | None]:
         return value, None
     path = posixpath.normpath(re.sub("/+", "/", value))
     directory, base = posixpath.split(path)
+    if directory in SYSTEM_BIN_DIRS and base in NAMED_ONLY:
+        return None, f"`{value}` skips the checks `{base}` gets when run by name: run `{base}`"
     if directory in SYSTEM_BIN_DIRS and base:
         return base, None
     return None, f"`{value}` is not a program from a standard system directory"
@@ -1460,9 +1467,13 @@ _ENV_ASSIGNMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)", re.DOTALL)
 
 def _unwrap_env(args: Sequence[Word]) -> Unwrapped:
     """`env [-i] [-0] [-u NAME] [NAME=value]... [COMMAND...]`: printing is read-only; the
-    command it runs is classified, with the same rule for assignments as `NAME=value cmd`."""
+    command it runs is classified, with the same rule for assignments as `NAME=value cmd`,
+    and for unset names too; a command run with the environment cleared is not read-only
+    (it would lose the settings a read-only command runs with: git's, `sandbox.git_safety`)."""
     index = 0
     assignments: list[tuple[str, str]] = []
+    unset: list[tuple[str, str]] = []  # (as written, the name when literal else "")
+    cleared: str | None = None
     while index < len(args):
         word = args[index]
         value = word.value
@@ -1470,11 +1481,19 @@ def _unwrap_env(args: Sequence[Word]) -> Unwrapped:
             if word.unknown_option:
                 return Unwrapped(reason=f"`env {word.text}` is an option that is not known")
             break
-        if value in ("-i", "--ignore-environment", "-0", "--null", "-", "-v", "--debug"):
+        if value in ("-i", "--ignore-environment", "-"):
+            cleared = value
+            index += 1
+        elif value in ("-0", "--null", "-v", "--debug"):
             index += 1
         elif value in ("-u", "--unset", "-C", "--chdir"):
+            if value in ("-u", "--unset") and index + 1 < len(args):
+                target = args[index + 1]
+                unset.append((f"{value} {target.text}", target.value or ""))
             index += 2
         elif value.startswith(("-u", "--unset=", "-C", "--chdir=")) and value not in ("-u", "-C"):
+            if value.startswith(("-u", "--unset=")):
+                unset.append((value, value[2:] if value[1] == "u" else value.split("=", 1)[1]))
             index += 1
         elif value == "--":
             index += 1
@@ -1491,6 +1510,11 @@ def _unwrap_env(args: Sequence[Word]) -> Unwrapped:
             break
     if index >= len(args):
         return Unwrapped(read_only=True)
+    if cleared is not None:
+        return Unwrapped(reason=f"`env {cleared}` clears the environment the command runs with")
+    for written, unset_name in unset:
+        if not is_safe_env_assignment(unset_name, None):
+            return Unwrapped(reason=f"`env {written}` changes how the command it runs behaves")
     for name, assigned in assignments:
         if not is_safe_env_assignment(name, assigned):
             return Unwrapped(reason=f"`env {name}=...` changes how the command it runs behaves")
@@ -1512,6 +1536,11 @@ def _unwrap_command(args: Sequence[Word]) -> Unwrapped:
         lookup = lookup or "v" in value or "V" in value
     if lookup or index >= len(args):
         return Unwrapped(read_only=True)  # `command -v x` only looks x up
+    flags = "".join(word.value or "" for word in args[:index])
+    if "p" in flags and args[index].value in NAMED_ONLY:
+        name = args[index].value
+        why = f"`command -p {name}` skips the checks `{name}` gets when run by name: run `{name}`"
+        return Unwrapped(reason=why)
     return _inner(args[index:], "command")
 
 

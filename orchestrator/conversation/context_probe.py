@@ -75,8 +75,10 @@ def git_argv(*args: str) -> list[str]:
 
 def git_env(environ: Mapping[str, str]) -> dict[str, str]:
     """`environ` without any `GIT_*` variable, plus the ones that keep git from reading the
-    system configuration, prompting, paging or taking optional locks."""
-    return {k: v for k, v in environ.items() if not k.startswith("GIT_")} | _GIT_ENV
+    system configuration, prompting, paging, taking optional locks or running a proxy
+    (`sandbox.git_safety.NEUTRAL_ENV`)."""
+    kept = {k: v for k, v in environ.items() if not k.startswith("GIT_")}
+    return kept | _GIT_ENV | dict(_git_safety().NEUTRAL_ENV)
 
 
 _Git = tuple[int, int, float]
