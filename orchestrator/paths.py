@@ -38,5 +38,10 @@ class WarrenDirs:
         return self.state / "objects"
 
     @property
+    def workflows(self) -> Path:
+        """Workflow runs: each run's script, record and journal (orchestrator/workflows/)."""
+        return self.state / "workflows"
+
+    @property
     def logs(self) -> Path:
         return self.state / "logs"

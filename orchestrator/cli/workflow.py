@@ -217,7 +217,7 @@ def _list(rest: list[str]) -> int:
     elif rest:
         print(USAGE, file=sys.stderr)
         return EXIT_USAGE
-    store = WorkflowStore(WarrenDirs.from_env().state / "workflows")
+    store = WorkflowStore(WarrenDirs.from_env().workflows)
     runs = [r for r in store.runs() if Path(r.workspace) == cwd.resolve()]
     if not runs:
         print("no workflow runs in this directory")

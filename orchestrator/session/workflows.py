@@ -9,6 +9,7 @@ undo` as the model's own scoped writers are.
 
 from __future__ import annotations
 
+import functools
 import glob
 from collections.abc import Callable
 from pathlib import Path
@@ -31,7 +32,6 @@ from orchestrator.tools.registry import ToolRegistry
 from policies.claude_names import SUBAGENT_TOOL
 
 if TYPE_CHECKING:
-    from orchestrator.agents.dispatch_agent import DispatchAgentTool
     from orchestrator.tools.base import Tool
     from orchestrator.workflows.runs import WorkflowRuns
     from orchestrator.workflows.script import ScriptSandbox
@@ -69,74 +69,50 @@ def build_workflows(
     dispatch = registry.get(SUBAGENT_TOOL)
     if not isinstance(dispatch, DispatchAgentTool):
         return None
-    made: list[WorkflowRuns] = []
 
+    @functools.cache
     def runs() -> WorkflowRuns:
-        if not made:
-            made.append(_workflow_runs(
-                dispatch, ctx=ctx, runner=runner, changes=changes, policy=policy,
-                permission=permission, asker=asker, hooks=hooks, emit=emit, limits=limits,
-                tasks=tasks, dirs=dirs,
-            ))  # fmt: skip
-        return made[0]
+        from orchestrator.workflows.agents import PipelineAgents
+        from orchestrator.workflows.journal import WorkflowStore
+        from orchestrator.workflows.rollback import keep_scope
+        from orchestrator.workflows.runs import WorkflowRuns
+        from orchestrator.workflows.script import script_sandbox
+        from sandbox.guard import find_denied
+
+        pipeline = session_pipeline(
+            RecordingRunner(runner, changes), ToolRegistry([dispatch]), ctx=ctx, policy=policy,
+            permission=permission, asker=asker, emit=emit, limits=limits, hooks=hooks,
+        )  # fmt: skip
+        workspace = ctx.workspace
+        roots = [workspace, *ctx.extra_roots]
+
+        async def sandbox() -> ScriptSandbox:
+            """The script's floor: the session's, all read-only, its read deny rules masked."""
+            denied: tuple[str, ...] = ()
+            read_denied = policy.read_denied()
+            if read_denied is not None:
+                found = await trio.to_thread.run_sync(find_denied, roots, read_denied)
+                denied = tuple(glob.escape(str(p)) for p in found)
+            return script_sandbox(policy.sandbox_spec(), roots, limits, denied=denied)
+
+        return WorkflowRuns(
+            store=WorkflowStore(dirs.workflows),
+            workspace=workspace,
+            session_id=ctx.session_id,
+            runner=lambda name: PipelineAgents(pipeline, dispatch, name),
+            sandbox=sandbox,
+            emit=emit,
+            tasks=tasks if tasks.max_tasks > 0 else None,
+            saved_dirs=saved_workflow_dirs(
+                workspace, dirs, trusted=policy.effective.trust == "trusted"
+            ),
+            cap=min(limits.max_subagents, limits.max_concurrency),
+            max_agents=limits.workflow_agents,
+            keeper=lambda key, scope: keep_scope(key, scope, workspace, dirs.objects),
+            objects=dirs.objects,
+        )
 
     return runs
-
-
-def _workflow_runs(
-    dispatch: DispatchAgentTool,
-    *,
-    ctx: ToolContext,
-    runner: ToolRunner,
-    changes: ChangeRecorder,
-    policy: SessionPolicy,
-    permission: PermissionFn,
-    asker: Asker,
-    hooks: HookRunner,
-    emit: EventSink,
-    limits: Limits,
-    tasks: TaskRegistry,
-    dirs: WarrenDirs,
-) -> WorkflowRuns:
-    from orchestrator.workflows.agents import PipelineAgents
-    from orchestrator.workflows.journal import WorkflowStore
-    from orchestrator.workflows.rollback import keep_scope
-    from orchestrator.workflows.runs import WorkflowRuns
-    from orchestrator.workflows.script import script_sandbox
-    from sandbox.guard import find_denied
-
-    pipeline = session_pipeline(
-        RecordingRunner(runner, changes), ToolRegistry([dispatch]), ctx=ctx, policy=policy,
-        permission=permission, asker=asker, emit=emit, limits=limits, hooks=hooks,
-    )  # fmt: skip
-    workspace = ctx.workspace
-    roots = [workspace, *ctx.extra_roots]
-
-    async def sandbox() -> ScriptSandbox:
-        """The script's floor: the session's, all read-only, its read deny rules masked."""
-        denied: tuple[str, ...] = ()
-        read_denied = policy.read_denied()
-        if read_denied is not None:
-            found = await trio.to_thread.run_sync(find_denied, roots, read_denied)
-            denied = tuple(glob.escape(str(p)) for p in found)
-        return script_sandbox(policy.sandbox_spec(), roots, limits, denied=denied)
-
-    return WorkflowRuns(
-        store=WorkflowStore(dirs.state / "workflows"),
-        workspace=workspace,
-        session_id=ctx.session_id,
-        runner=lambda name: PipelineAgents(pipeline, dispatch, name),
-        sandbox=sandbox,
-        emit=emit,
-        tasks=tasks if tasks.max_tasks > 0 else None,
-        saved_dirs=saved_workflow_dirs(
-            workspace, dirs, trusted=policy.effective.trust == "trusted"
-        ),
-        cap=min(limits.max_subagents, limits.max_concurrency),
-        max_agents=limits.workflow_agents,
-        keeper=lambda key, scope: keep_scope(key, scope, workspace, dirs.objects),
-        objects=dirs.objects,
-    )
 
 
 def workflow_tool(runs: Callable[[], WorkflowRuns]) -> Tool[Any]:

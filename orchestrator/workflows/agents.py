@@ -13,10 +13,10 @@ schema asked for, checked by the `StructuredOutput` tool), not parsed from the r
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.messages import ToolUseBlock
+from orchestrator.workflows.engine import AgentPlan
 from orchestrator.workflows.journal import AgentAnswer
 from orchestrator.workflows.script import AgentCall
 from policies.claude_names import SUBAGENT_TOOL
@@ -57,15 +57,17 @@ class PipelineAgents:
             id=call_id, name=SUBAGENT_TOOL, input=dispatch_input(call, self._workflow)
         )
 
-    async def scope_of(self, call: AgentCall) -> tuple[Path, ...] | Literal["ro"] | None:
-        plan = self._pipeline.prepare(self._block(call, "toolu_scope"))
-        if plan.sandbox == "ro":
-            return "ro"
-        return plan.write_scope
+    def plan(self, call: AgentCall, call_id: str) -> AgentPlan:
+        """The call's `CallPlan`, made once (its one classification): its scope decides
+        what it waits for, and the same plan runs."""
+        prepared = self._pipeline.prepare(self._block(call, call_id))
+        if prepared.sandbox == "ro":
+            return AgentPlan(call, call_id, "ro", prepared)
+        return AgentPlan(call, call_id, prepared.write_scope, prepared)
 
-    async def run(self, call: AgentCall, call_id: str) -> AgentAnswer:
-        plan = self._pipeline.prepare(self._block(call, call_id))
-        result = await self._pipeline.execute(plan)
+    async def run(self, plan: AgentPlan) -> AgentAnswer:
+        call_id = plan.call_id
+        result = await self._pipeline.execute(plan.prepared)
         outcome = self._dispatch.take_outcome(call_id)
         if outcome is None:  # refused before it ran: denied, invalid, a hook's no
             return AgentAnswer(False, reason=result.text() or "the agent did not run", final=False)

@@ -48,11 +48,25 @@ from orchestrator.workflows.journal import (
 from orchestrator.workflows.script import AgentCall, AgentFailedError
 
 __all__ = [
+    "AgentPlan",
     "AgentRow",
     "AgentRunner",
     "ScopeGate",
     "WorkflowEngine",
 ]
+
+
+@dataclass(frozen=True)
+class AgentPlan:
+    """One agent call, planned once: where it writes, and what the runner needs to run it."""
+
+    call: AgentCall
+    call_id: str
+    scope: tuple[Path, ...] | Literal["ro"] | None
+    """`"ro"` for a read-only agent, None for a writer of the whole workspace, else its scope
+    (lexical, absolute)."""
+    prepared: Any = None
+    """The runner's own plan of the call (`PipelineAgents`: the pipeline's `CallPlan`)."""
 
 
 class AgentRunner(Protocol):
@@ -62,12 +76,9 @@ class AgentRunner(Protocol):
     **Errors:** none: a refusal or failure is an answer that is not `ok`.
     """
 
-    async def scope_of(self, call: AgentCall) -> tuple[Path, ...] | Literal["ro"] | None:
-        """Where the call would write: `"ro"` for a read-only agent, None for a writer of
-        the whole workspace, else its scope (lexical, absolute)."""
-        ...
+    def plan(self, call: AgentCall, call_id: str) -> AgentPlan: ...
 
-    async def run(self, call: AgentCall, call_id: str) -> AgentAnswer: ...
+    async def run(self, plan: AgentPlan) -> AgentAnswer: ...
 
 
 @dataclass
@@ -210,16 +221,17 @@ class WorkflowEngine:
         return answer.value
 
     async def _run(self, call: AgentCall, row: AgentRow) -> AgentAnswer:
-        scope = await self.runner.scope_of(call)
         call_id = f"toolu_{self.record.run_id.replace('-', '_')}_{call.key.replace('.', '_')}"
+        plan = self.runner.plan(call, call_id)
+        scope = plan.scope
         gate = contextlib.nullcontext() if scope == "ro" else self.gate.holding(scope)
         async with self._limiter, gate:
             row.status = "running"
             self._tell("agent", row=row)
             if not isinstance(scope, tuple) or self.keeper is None:
-                return await self.runner.run(call, call_id)
+                return await self.runner.run(plan)
             await trio.to_thread.run_sync(self._keep, call.key, scope)
-            answer = await self.runner.run(call, call_id)
+            answer = await self.runner.run(plan)
             if answer.ok:  # a failed or stopped writer is put back before it runs again
                 with trio.CancelScope(shield=True):
                     await trio.to_thread.run_sync(

@@ -95,6 +95,9 @@ class RunRecord:
     """The run this one resumed (its journal answered the calls that matched)."""
     pid: int = field(default_factory=os.getpid)
     """The process that runs it (a `running` record whose process is gone ended with it)."""
+    pid_started: float = 0.0
+    """That process's start time (`psutil.Process.create_time`): a pid reused since by
+    another process is not the run's."""
 
     @classmethod
     def from_json(cls, value: dict[str, Any]) -> RunRecord:

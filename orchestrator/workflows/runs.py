@@ -134,11 +134,13 @@ class WorkflowRuns:
                 continue
         return sorted(names)
 
-    def earlier(self, run_id: str) -> RunRecord:
-        """A run of this workspace to resume.
+    def find(self, run_id: str) -> RunRecord:
+        """A run of this workspace, as it is now (this session's live one, else its record).
 
-        **Errors:** `WorkflowError` for an unknown run, one of another workspace, or one
-        still running in a live process."""
+        **Errors:** `WorkflowError` for an unknown run, or one of another workspace."""
+        live = self.live.get(run_id)
+        if live is not None:
+            return live.record
         try:
             record = self.store.load(run_id)
         except (OSError, ValueError) as exc:
@@ -147,9 +149,19 @@ class WorkflowRuns:
             raise WorkflowError(
                 f"workflow run {run_id} belongs to {record.workspace}, not this workspace"
             )
+        return record
+
+    def earlier(self, run_id: str) -> RunRecord:
+        """A run of this workspace to resume.
+
+        **Errors:** `WorkflowError` as `find`, or for a run still running (here, or in a
+        live process)."""
+        record = self.find(run_id)
         live = self.live.get(run_id)
         running_here = live is not None and live.task is not None and live.task.running
-        if running_here or (record.status == "running" and _alive(record.pid)):
+        if running_here or (
+            record.status == "running" and _alive(record.pid, record.pid_started)
+        ):
             raise WorkflowError(
                 f"workflow run {run_id} is still running; stop it first (TaskStop or /tasks)"
             )
@@ -172,6 +184,7 @@ class WorkflowRuns:
             session_id=self.session_id,
             args=start.args,
             resumed_from=None if earlier is None else earlier.run_id,
+            pid_started=psutil.Process().create_time(),
         )
         script_path = self.store.create(record, start.source)
         kwargs: dict[str, Any] = dict(
@@ -278,10 +291,13 @@ def _task_end(record: RunRecord, engine: WorkflowEngine) -> TaskEnd:
     )
 
 
-def _alive(pid: int) -> bool:
+def _alive(pid: int, started: float) -> bool:
+    """Whether process `pid`, started at `started`, still runs (not a later one given the
+    same pid: pids are reused)."""
     if pid == os.getpid():
         return False  # this process: the run is one of ours or ended with a crash of it
     try:
-        return psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        process = psutil.Process(pid)
+        return process.create_time() == started and process.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False

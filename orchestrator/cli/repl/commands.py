@@ -293,8 +293,7 @@ async def _workflows(repl: CommandHost, session: Session, arg: str) -> Action | 
             _say(repl, f"Resuming {earlier.run_id} as {live.record.run_id} in the background.")
             return None
         if len(words) == 1:
-            record = runs.earlier(words[0]) if words[0] not in runs.live else None
-            record = record or runs.live[words[0]].record
+            record = runs.find(words[0])
             for line in run_lines(record, engines.get(record.run_id)):
                 _say(repl, line)
             return None

@@ -9,13 +9,13 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import pytest
 import trio
 
 from orchestrator.events import WorkflowChanged
-from orchestrator.workflows.engine import ScopeGate, WorkflowEngine
+from orchestrator.workflows.engine import AgentPlan, ScopeGate, WorkflowEngine
 from orchestrator.workflows.journal import (
     AgentAnswer,
     JournalEntry,
@@ -59,12 +59,13 @@ class _Agents:
         self.at_once = 0
         self.most = 0
 
-    async def scope_of(self, call: AgentCall) -> tuple[Path, ...] | Literal["ro"] | None:
+    def plan(self, call: AgentCall, call_id: str) -> AgentPlan:
         if call.write_paths is None:
-            return "ro"
-        return tuple(self.workspace / p for p in call.write_paths)
+            return AgentPlan(call, call_id, "ro")
+        return AgentPlan(call, call_id, tuple(self.workspace / p for p in call.write_paths))
 
-    async def run(self, call: AgentCall, call_id: str) -> AgentAnswer:
+    async def run(self, plan: AgentPlan) -> AgentAnswer:
+        call = plan.call
         self.ran.append(call.key)
         self.at_once += 1
         self.most = max(self.most, self.at_once)
